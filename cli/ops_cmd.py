@@ -1,0 +1,81 @@
+"""`opgen ops`: look at the operator library."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from opgen import expr
+from opgen import ops as library
+
+
+@click.group()
+def ops() -> None:
+    """Inspect the 25 operators: list them, show their source, evaluate expressions."""
+
+
+def _op_row(op: library.Operator) -> dict:
+    return {
+        "id": op.id,
+        "name": op.name,
+        "arity": op.arity,
+        "signature": op.signature,
+        "params": [p.describe() for p in op.params],
+        "split": op.split,
+        "gloss": op.gloss,
+    }
+
+
+@ops.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
+@click.option("--split", type=click.Choice(["train", "heldout"]), help="Only operators of this split.")
+def list_cmd(as_json: bool, split: str | None) -> None:
+    """A table of the operators: id, name, arity, params, split, gloss."""
+    rows = [_op_row(op) for op in library.OPERATORS if split is None or op.split == split]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    header = ["id", "name", "arity", "params", "split", "gloss"]
+    table = [[r["id"], r["name"], str(r["arity"]), "; ".join(r["params"]) or "-", r["split"], r["gloss"]]
+             for r in rows]
+    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(header)]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
+    click.echo("  ".join("-" * w for w in widths))
+    for t in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip())
+
+
+@ops.command("show")
+@click.argument("op_id")
+def show_cmd(op_id: str) -> None:
+    """Print an operator's shown source (and nothing else)."""
+    try:
+        op = library.get(op_id)
+    except library.UnknownOperator as exc:
+        raise click.BadParameter(str(exc), param_hint="OP_ID") from None
+    click.echo(op.source, nl=False)
+
+
+@ops.command("eval")
+@click.argument("expression")
+@click.option("--input", "input_", required=True, help="The value of x.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result and measures as JSON.")
+def eval_cmd(expression: str, input_: str, as_json: bool) -> None:
+    """Parse EXPRESSION (e.g. "func_3(func_1(x, 2))"), evaluate it on --input, print the result."""
+    try:
+        tree = expr.parse(expression)
+    except expr.ExprError as exc:
+        raise click.BadParameter(str(exc), param_hint="EXPRESSION") from None
+    try:
+        with expr.recursion_headroom():
+            value = expr.evaluate(tree, input_)
+    except Exception as exc:  # an operator failing on this input is the user's answer, not a crash
+        raise click.ClickException(f"evaluation failed: {type(exc).__name__}: {exc}") from None
+    if as_json:
+        click.echo(json.dumps({
+            "expression": expr.render(tree), "input": input_, "output": value,
+            "depth": expr.depth(tree), "k": expr.k_distinct(tree), "ops": list(expr.ops_used(tree)),
+        }, ensure_ascii=False))
+    else:
+        click.echo(value)

@@ -1,0 +1,365 @@
+"""Typed expression trees: the one structure that is sampled, evaluated, measured, rendered and parsed.
+
+Grammar (as the native benchmark writes programs)::
+
+    expr := x | 'literal' | func_N(expr[, expr], param...) | (expr + expr) | (expr).method()
+
+Rendering is byte-exact with the native generator: ``func_5(func_3(func_1(x, 2)), 'ab')``,
+``(x + 'abc')``, ``(func_2(x)).upper()``.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import sys
+from dataclasses import dataclass
+from typing import Iterator, Union
+
+from opgen import ops
+
+ParamValue = Union[int, str]
+
+
+class ExprError(ValueError):
+    """Source text that is not an expression of the grammar, or a tree that breaks it."""
+
+
+class OutputTooLong(ValueError):
+    """An intermediate or final value exceeded the length limit given to ``evaluate``."""
+
+    def __init__(self, length: int, limit: int):
+        super().__init__(f"value of {length} characters exceeds the limit of {limit}")
+        self.length = length
+        self.limit = limit
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str = "x"
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: str
+
+
+@dataclass(frozen=True)
+class Call:
+    op: str
+    args: tuple["Expr", ...]
+    params: tuple[ParamValue, ...] = ()
+
+
+@dataclass(frozen=True)
+class Concat:
+    left: "Expr"
+    right: "Expr"
+
+
+@dataclass(frozen=True)
+class Method:
+    expr: "Expr"
+    name: str
+
+
+Expr = Union[Var, Lit, Call, Concat, Method]
+
+
+def call(op_id: str, *args: Expr, params: tuple[ParamValue, ...] = ()) -> Call:
+    """Build a checked call node."""
+    node = Call(op_id, tuple(args), tuple(params))
+    _check_call(node)
+    return node
+
+
+def _check_call(node: Call) -> None:
+    op = ops.get(node.op)
+    if len(node.args) != op.n_inputs or len(node.params) != len(op.params):
+        raise ExprError(
+            f"{node.op} takes {op.arity} arguments {op.signature}, got {len(node.args) + len(node.params)}"
+        )
+    for spec, value in zip(op.params, node.params):
+        if not spec.accepts(value):
+            raise ExprError(f"{node.op}: parameter {spec.name} must be {spec.kind}, got {value!r}")
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, Concat):
+        return (e.left, e.right)
+    if isinstance(e, Method):
+        return (e.expr,)
+    return ()
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    """Pre-order traversal (the order names appear in the rendered source)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def evaluate(e: Expr, x: str, max_len: int | None = None) -> str:
+    """Evaluate by calling the library's operators directly.
+
+    With ``max_len``, raise :class:`OutputTooLong` as soon as any intermediate value is longer,
+    so that explosive programs (``func_1`` nested twenty deep) are rejected before they allocate.
+    """
+    if isinstance(e, Var):
+        value = x
+    elif isinstance(e, Lit):
+        value = e.value
+    elif isinstance(e, Call):
+        args = [evaluate(a, x, max_len) for a in e.args]
+        if max_len is not None:
+            _precheck(e, args, max_len)
+        value = ops.get(e.op).fn(*args, *e.params)
+    elif isinstance(e, Concat):
+        value = evaluate(e.left, x, max_len) + evaluate(e.right, x, max_len)
+    elif isinstance(e, Method):
+        value = getattr(evaluate(e.expr, x, max_len), e.name)()
+    else:  # pragma: no cover - the union is closed
+        raise ExprError(f"not an expression node: {e!r}")
+    if max_len is not None and len(value) > max_len:
+        raise OutputTooLong(len(value), max_len)
+    return value
+
+
+# The exact output length of the operators that grow their input by a factor, so that a call which
+# would build a huge string (func_1 with n=4 on a 10^6-character value) is refused before it runs.
+# Operators absent here grow at most twofold and are checked after they return.
+def _precheck(node: Call, args: list[str], max_len: int) -> None:
+    n = len(args[0])
+    if node.op in ("func_1", "func_18"):
+        out = n * max(int(node.params[0]), 0)
+    elif node.op == "func_13":
+        out = max(n * (1 + len(str(node.params[0]))) - len(str(node.params[0])), 0)
+    elif node.op == "func_15":
+        out = 3 * n
+    else:
+        return
+    if out > max_len:
+        raise OutputTooLong(out, max_len)
+
+
+@contextlib.contextmanager
+def recursion_headroom(limit: int = 20_000) -> Iterator[None]:
+    """Raise the interpreter's recursion limit while evaluating recursive operators on long strings.
+
+    ``func_17`` and ``func_20`` recurse once per character; without headroom, whether a 950-character
+    value evaluates would depend on how deep the caller's stack happens to be.
+    """
+    old = sys.getrecursionlimit()
+    if old < limit:
+        sys.setrecursionlimit(limit)
+    try:
+        yield
+    finally:
+        if old < limit:
+            sys.setrecursionlimit(old)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def render(e: Expr) -> str:
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Lit):
+        return repr(e.value)
+    if isinstance(e, Call):
+        parts = [render(a) for a in e.args] + [repr(p) for p in e.params]
+        return f"{e.op}({', '.join(parts)})"
+    if isinstance(e, Concat):
+        return f"({render(e.left)} + {render(e.right)})"
+    if isinstance(e, Method):
+        return f"({render(e.expr)}).{e.name}()"
+    raise ExprError(f"not an expression node: {e!r}")
+
+
+def render_program(e: Expr, entry: str = "main_solution") -> str:
+    return f"def {entry}(x):\n    return {render(e)}"
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def parse(source: str) -> Expr:
+    """Parse expression source (``func_3(func_1(x, 2))``) into a tree; reject anything else."""
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ExprError(f"not a Python expression: {exc.msg} in {source!r}") from None
+    return _from_ast(tree.body)
+
+
+def parse_program(source: str, entry: str = "main_solution") -> Expr:
+    """Parse ``def <entry>(x): return <expr>`` (the only statement of the function) into a tree."""
+    try:
+        module = ast.parse(source)
+    except SyntaxError as exc:
+        raise ExprError(f"not a Python program: {exc.msg} (line {exc.lineno})") from None
+    for node in module.body:
+        if isinstance(node, ast.FunctionDef) and node.name == entry:
+            return expression_of(node)
+    raise ExprError(f"no function {entry!r} in the program")
+
+
+def expression_of(fn: ast.FunctionDef) -> Expr:
+    """The returned expression of a one-argument function whose body is a single return."""
+    args = fn.args
+    if len(args.args) != 1 or args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+        raise ExprError(f"{fn.name} must take exactly one argument")
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        raise ExprError(f"{fn.name} must consist of a single return statement")
+    return _from_ast(body[0].value, args.args[0].arg)
+
+
+def _from_ast(node: ast.AST, var: str = "x") -> Expr:
+    if isinstance(node, ast.Name):
+        if node.id != var:
+            raise ExprError(f"unknown name {node.id!r} (only the input {var!r} may appear)")
+        return Var()
+    if isinstance(node, ast.Constant):
+        if not isinstance(node.value, str):
+            raise ExprError(f"only string literals may stand as values, got {node.value!r}")
+        return Lit(node.value)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return Concat(_from_ast(node.left, var), _from_ast(node.right, var))
+    if isinstance(node, ast.Call):
+        if node.keywords:
+            raise ExprError("keyword arguments are not part of the grammar")
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            if node.args:
+                raise ExprError(f"method .{func.attr}() takes no arguments in the grammar")
+            if func.attr not in ops.METHODS:
+                raise ExprError(f"unknown method .{func.attr}() (allowed: {', '.join(ops.METHODS)})")
+            return Method(_from_ast(func.value, var), func.attr)
+        if isinstance(func, ast.Name):
+            try:
+                op = ops.get(func.id)
+            except ops.UnknownOperator as exc:
+                raise ExprError(str(exc)) from None
+            if len(node.args) != op.arity or any(isinstance(a, ast.Starred) for a in node.args):
+                raise ExprError(f"{op.id} takes {op.arity} arguments {op.signature}, got {len(node.args)}")
+            inputs = tuple(_from_ast(a, var) for a in node.args[: op.n_inputs])
+            params = tuple(_param(a, op.id) for a in node.args[op.n_inputs:])
+            result = Call(op.id, inputs, params)
+            _check_call(result)
+            return result
+    raise ExprError(f"not part of the expression grammar: {ast.unparse(node)!r}")
+
+
+def _param(node: ast.AST, op_id: str) -> ParamValue:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, str)) and not isinstance(node.value, bool):
+        return node.value
+    if (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+            and isinstance(node.operand, ast.Constant) and type(node.operand.value) is int):
+        return -node.operand.value
+    raise ExprError(f"{op_id}: parameters must be literal ints or strings, got {ast.unparse(node)!r}")
+
+
+# ---------------------------------------------------------------- measures
+
+
+def depth(e: Expr) -> int:
+    """Longest root-to-leaf path counted in call, concatenation and method nodes."""
+    kids = children(e)
+    if not kids:
+        return 0
+    return 1 + max(depth(k) for k in kids)
+
+
+def min_depth(e: Expr) -> int:
+    """Shortest root-to-leaf path: equals ``depth`` exactly when every path has the same length."""
+    kids = children(e)
+    if not kids:
+        return 0
+    return 1 + min(min_depth(k) for k in kids)
+
+
+def size(e: Expr) -> int:
+    return sum(1 for _ in walk(e))
+
+
+def ops_used(e: Expr) -> tuple[str, ...]:
+    """Operator ids in order of first appearance in the rendered source."""
+    seen: dict[str, None] = {}
+    for node in walk(e):
+        if isinstance(node, Call):
+            seen.setdefault(node.op, None)
+    return tuple(seen)
+
+
+def op_calls(e: Expr) -> list[str]:
+    return [n.op for n in walk(e) if isinstance(n, Call)]
+
+
+def k_distinct(e: Expr) -> int:
+    return len(ops_used(e))
+
+
+def uses_x(e: Expr) -> bool:
+    return any(isinstance(n, Var) for n in walk(e))
+
+
+def structure(e: Expr) -> str:
+    """A coarse shape label: 'atomic', 'chain' (pure unary nesting on x) or 'mixed'."""
+    calls = [n for n in walk(e) if isinstance(n, Call)]
+    if len(calls) == 1 and isinstance(e, Call) and all(isinstance(a, Var) for a in e.args):
+        return "atomic"
+    node: Expr = e
+    while isinstance(node, Call) and len(node.args) == 1:
+        node = node.args[0]
+    if isinstance(node, Var) and calls:
+        return "chain"
+    return "mixed"
+
+
+@dataclass(frozen=True)
+class TailDistance:
+    """How far a parameterised call's trailing argument sits from its name in the rendered source."""
+
+    op: str
+    position: int  # index of this call among the expression's calls, pre-order
+    chars: int  # characters between the end of the name and the start of the trailing argument
+    call_tails: int  # other library calls whose parameter tails ("..., 2)") lie in between
+    method_tails: int  # builtin method tails (".upper()") in between
+    calls_between: int  # other library calls of any kind whose closing lies in between
+
+
+def tail_distances(e: Expr) -> list[TailDistance]:
+    """For each call with parameters: the distance from its name to its own trailing argument."""
+    out: list[TailDistance] = []
+    calls = [n for n in walk(e) if isinstance(n, Call)]
+    for pos, node in enumerate(calls):
+        if not node.params:
+            continue
+        inputs = ", ".join(render(a) for a in node.args)
+        between = "(" + inputs + ", " + ", ".join(repr(p) for p in node.params[:-1])
+        if len(node.params) > 1:
+            between += ", "
+        inner = [n for a in node.args for n in walk(a)]
+        out.append(TailDistance(
+            op=node.op,
+            position=pos,
+            chars=len(between),
+            call_tails=sum(1 for n in inner if isinstance(n, Call) and n.params),
+            method_tails=sum(1 for n in inner if isinstance(n, Method)),
+            calls_between=sum(1 for n in inner if isinstance(n, Call)),
+        ))
+    return out
+
+
+def canonical(e: Expr) -> str:
+    """A canonical text of the tree (its rendering): equal trees, equal text."""
+    return render(e)

@@ -1,0 +1,356 @@
+"""The operator library: 25 string operators, exactly as the benchmark defines them.
+
+Each operator's *shown source* is the single source of truth: the callable opgen executes is
+compiled from that text (all 25 sources into one namespace, so recursive operators recurse
+through their ``func_N`` name). Every source is self-contained: pasted alone into a fresh
+interpreter it defines a working function (imports live inside the body).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from typing import Callable
+
+TRAIN = "train"
+HELDOUT = "heldout"
+
+
+@dataclass(frozen=True)
+class Param:
+    """A non-string parameter of an operator and the values the native generator samples."""
+
+    name: str
+    kind: str  # "int" (lo..hi inclusive), "choice" (one of choices), "letters" (lo..hi lowercase letters)
+    lo: int = 0
+    hi: int = 0
+    choices: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "int":
+            return f"{self.name} in {self.lo}..{self.hi}"
+        if self.kind == "choice":
+            return f"{self.name} in {{{', '.join(repr(c) for c in self.choices)}}}"
+        return f"{self.name}: {self.lo}-{self.hi} lowercase letters"
+
+    def accepts(self, value: object) -> bool:
+        """Whether ``value`` has this parameter's type (domains are for sampling, not a grammar)."""
+        if self.kind == "int":
+            return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, str)
+
+
+@dataclass(frozen=True)
+class Operator:
+    id: str
+    name: str
+    gloss: str
+    source: str
+    n_inputs: int  # string inputs: 1 (unary) or 2 (binary: both are expressions)
+    params: tuple[Param, ...]
+    split: str
+    fn: Callable[..., str]
+
+    @property
+    def index(self) -> int:
+        return int(self.id.split("_")[1])
+
+    @property
+    def arity(self) -> int:
+        return self.n_inputs + len(self.params)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return ("s",) if self.n_inputs == 1 else ("s1", "s2")
+
+    @property
+    def signature(self) -> str:
+        return f"({', '.join(self.input_names + tuple(p.name for p in self.params))})"
+
+
+def _src(text: str) -> str:
+    return textwrap.dedent(text).strip("\n") + "\n"
+
+
+_LETTERS = dict(kind="letters", lo=2, hi=4)
+
+# (id, native name, gloss, split, n_inputs, params, source)
+_TABLE: list[tuple[str, str, str, str, int, tuple[Param, ...], str]] = [
+    ("func_0", "deterministic_shuffle",
+     "deterministic shuffle: reorders the characters with a stride coprime to the length",
+     HELDOUT, 1, (), _src('''
+        def func_0(s):
+            """Deterministically shuffle s: out[i] = s[(i * m) % L], m the first odd number >= 3 coprime to L."""
+            from math import gcd
+            L = len(s)
+            if L == 0:
+                return s
+            multiplier = 3
+            while gcd(multiplier, L) != 1:
+                multiplier += 2
+            return ''.join(s[(i * multiplier) % L] for i in range(L))
+     ''')),
+    ("func_1", "repeat_str", "repeat the string n times",
+     TRAIN, 1, (Param("n", "int", 2, 4),), _src('''
+        def func_1(s, n):
+            """Repeat the string s exactly n times."""
+            return s * n
+     ''')),
+    ("func_2", "remove_vowels", "remove every vowel (upper and lower case)",
+     HELDOUT, 1, (), _src('''
+        def func_2(s):
+            """Remove vowels from the string."""
+            vowels = 'aeiouAEIOU'
+            return ''.join(ch for ch in s if ch not in vowels)
+     ''')),
+    ("func_3", "sort_chars", "sort the characters",
+     TRAIN, 1, (), _src('''
+        def func_3(s):
+            """Sort the characters in the string."""
+            return ''.join(sorted(s))
+     ''')),
+    ("func_4", "reverse_words", "reverse the order of the words",
+     TRAIN, 1, (), _src('''
+        def func_4(s):
+            """Reverse the order of words in the string."""
+            words = s.split()
+            return ' '.join(reversed(words))
+     ''')),
+    ("func_5", "add_prefix", "add a fixed prefix",
+     TRAIN, 1, (Param("pre", **_LETTERS),), _src('''
+        def func_5(s, pre):
+            """Add a fixed prefix to the string."""
+            return pre + s
+     ''')),
+    ("func_6", "add_suffix", "add a fixed suffix",
+     HELDOUT, 1, (Param("suf", **_LETTERS),), _src('''
+        def func_6(s, suf):
+            """Add a fixed suffix to the string."""
+            return s + suf
+     ''')),
+    ("func_7", "interlace_str", "interlace two strings character by character",
+     HELDOUT, 2, (), _src('''
+        def func_7(s1, s2):
+            """Interlace two strings character by character; the longer one's tail is appended."""
+            result = []
+            len1, len2 = len(s1), len(s2)
+            for i in range(max(len1, len2)):
+                if i < len1:
+                    result.append(s1[i])
+                if i < len2:
+                    result.append(s2[i])
+            return ''.join(result)
+     ''')),
+    ("func_8", "rotate_str", "rotate the string left by n positions",
+     HELDOUT, 1, (Param("n", "int", 1, 3),), _src('''
+        def func_8(s, n):
+            """Rotate the string s to the left by n positions."""
+            if not s:
+                return s
+            n = n % len(s)
+            return s[n:] + s[:n]
+     ''')),
+    ("func_9", "mirror_str", "append the reversed string",
+     TRAIN, 1, (), _src('''
+        def func_9(s):
+            """Append the reversed string to the original."""
+            return s + s[::-1]
+     ''')),
+    ("func_10", "alternate_case", "alternate lower and upper case by position",
+     HELDOUT, 1, (), _src('''
+        def func_10(s):
+            """Lower-case characters at even indices and upper-case those at odd indices."""
+            return ''.join(ch.lower() if i % 2 == 0 else ch.upper() for i, ch in enumerate(s))
+     ''')),
+    ("func_11", "shift_chars", "shift letters through the alphabet",
+     TRAIN, 1, (Param("shift", "int", 1, 5),), _src('''
+        def func_11(s, shift):
+            """Shift alphabetical characters by a fixed amount (wrapping around), keeping case."""
+            def shift_char(ch):
+                if 'a' <= ch <= 'z':
+                    return chr((ord(ch) - ord('a') + shift) % 26 + ord('a'))
+                if 'A' <= ch <= 'Z':
+                    return chr((ord(ch) - ord('A') + shift) % 26 + ord('A'))
+                return ch
+            return ''.join(shift_char(ch) for ch in s)
+     ''')),
+    ("func_12", "vowel_to_number", "replace vowels by digits (a1 e2 i3 o4 u5)",
+     HELDOUT, 1, (), _src('''
+        def func_12(s):
+            """Replace vowels with numbers: a/A->1, e/E->2, i/I->3, o/O->4, u/U->5."""
+            mapping = {'a': '1', 'e': '2', 'i': '3', 'o': '4', 'u': '5',
+                       'A': '1', 'E': '2', 'I': '3', 'O': '4', 'U': '5'}
+            return ''.join(mapping.get(ch, ch) for ch in s)
+     ''')),
+    ("func_13", "insert_separator", "insert a separator between characters",
+     TRAIN, 1, (Param("sep", "choice", choices=("-", "_", "|")),), _src('''
+        def func_13(s, sep):
+            """Insert the separator sep between every two characters."""
+            return sep.join(s)
+     ''')),
+    ("func_14", "duplicate_every_char", "duplicate every character",
+     HELDOUT, 1, (), _src('''
+        def func_14(s):
+            """Duplicate every character in the string."""
+            return ''.join(ch * 2 for ch in s)
+     ''')),
+    ("func_15", "fancy_brackets", "wrap every character in fancy brackets",
+     TRAIN, 1, (), _src('''
+        def func_15(s):
+            """Enclose each character in fancy brackets."""
+            return ''.join('«' + ch + '»' for ch in s)
+     ''')),
+    ("func_16", "compress_repeats", "collapse runs of repeated characters",
+     HELDOUT, 1, (), _src('''
+        def func_16(s):
+            """Collapse every run of equal adjacent characters to one character."""
+            if not s:
+                return s
+            result = [s[0]]
+            for ch in s[1:]:
+                if ch != result[-1]:
+                    result.append(ch)
+            return ''.join(result)
+     ''')),
+    ("func_17", "recursive_reverse", "reverse the string recursively",
+     TRAIN, 1, (), _src('''
+        def func_17(s):
+            """Recursively reverse the string."""
+            if s == '':
+                return s
+            return func_17(s[1:]) + s[0]
+     ''')),
+    ("func_18", "loop_concat", "concatenate the string n times in a loop",
+     HELDOUT, 1, (Param("n", "int", 2, 4),), _src('''
+        def func_18(s, n):
+            """Concatenate s with itself n times, using a loop."""
+            result = ''
+            for _ in range(n):
+                result += s
+            return result
+     ''')),
+    ("func_19", "while_rotate", "rotate left by one, n times, in a while loop",
+     TRAIN, 1, (Param("n", "int", 1, 3),), _src('''
+        def func_19(s, n):
+            """Rotate s left by one character n times, using a while loop."""
+            count = 0
+            while count < n and s:
+                s = s[1:] + s[0]
+                count += 1
+            return s
+     ''')),
+    ("func_20", "recursive_interlace", "interlace two strings recursively",
+     TRAIN, 2, (), _src('''
+        def func_20(s1, s2):
+            """Recursively interlace two strings; once one is empty, the rest of the other follows."""
+            if not s1 or not s2:
+                return s1 + s2
+            return s1[0] + s2[0] + func_20(s1[1:], s2[1:])
+     ''')),
+    ("func_21", "loop_filter_nonalpha", "keep only alphabetic characters, in a loop",
+     HELDOUT, 1, (), _src('''
+        def func_21(s):
+            """Remove non-alphabetic characters from s, using a loop."""
+            result = ''
+            for ch in s:
+                if ch.isalpha():
+                    result += ch
+            return result
+     ''')),
+    ("func_22", "verify_even_length", "drop the last character when the length is odd",
+     TRAIN, 1, (), _src('''
+        def func_22(s):
+            """Return s if its length is even; otherwise drop its last character."""
+            if len(s) % 2 == 0:
+                return s
+            return s[:-1]
+     ''')),
+    ("func_23", "backchain_add_digit", "depth-limited search for a variant containing a digit",
+     TRAIN, 1, (Param("depth", "int", 1, 3),), _src('''
+        def func_23(s, depth):
+            """Backward-chain (depth-limited DFS) to a variant of s that contains a digit."""
+            def has_digit(t):
+                return any(ch.isdigit() for ch in t)
+
+            def search(t, d):
+                if has_digit(t):
+                    return t
+                if d <= 0:
+                    return None
+                for candidate in (t + '1', '2' + t, t.replace('a', '3'), t[::-1]):
+                    found = search(candidate, d - 1)
+                    if found is not None:
+                        return found
+                return None
+
+            result = search(s, depth)
+            return result if result is not None else s
+     ''')),
+    ("func_24", "backchain_palindrome", "backtracking palindrome: mirror until a palindrome",
+     HELDOUT, 1, (Param("depth", "int", 1, 3),), _src('''
+        def func_24(s, depth):
+            """Backward-chain to a palindrome: if s is not one, recurse on s + reversed s."""
+            if s == s[::-1]:
+                return s
+            if depth <= 0:
+                return s
+            return func_24(s + s[::-1], depth - 1)
+     ''')),
+]
+
+
+def _compile_library() -> tuple[Operator, ...]:
+    namespace: dict[str, object] = {"__name__": "opgen.ops.library"}
+    for op_id, *_rest, source in _TABLE:
+        exec(compile(source, f"<opgen {op_id}>", "exec"), namespace)  # noqa: S102 - our own sources
+    ops = []
+    for op_id, name, gloss, split, n_inputs, params, source in _TABLE:
+        fn = namespace[op_id]
+        assert callable(fn)
+        ops.append(Operator(op_id, name, gloss, source, n_inputs, params, split, fn))  # type: ignore[arg-type]
+    return tuple(ops)
+
+
+OPERATORS: tuple[Operator, ...] = _compile_library()
+BY_ID: dict[str, Operator] = {op.id: op for op in OPERATORS}
+TRAIN_IDS: tuple[str, ...] = tuple(op.id for op in OPERATORS if op.split == TRAIN)
+HELDOUT_IDS: tuple[str, ...] = tuple(op.id for op in OPERATORS if op.split == HELDOUT)
+ALL_IDS: tuple[str, ...] = tuple(op.id for op in OPERATORS)
+
+# Builtin zero-argument string methods the expression grammar allows, written `(expr).name()`.
+# The native generator samples the first four; probes use the rest.
+NATIVE_METHODS: tuple[str, ...] = ("upper", "lower", "capitalize", "swapcase")
+METHODS: tuple[str, ...] = NATIVE_METHODS + ("strip", "lstrip", "rstrip", "title", "casefold")
+
+
+class UnknownOperator(KeyError):
+    def __init__(self, op_id: str):
+        super().__init__(op_id)
+        self.op_id = op_id
+
+    def __str__(self) -> str:
+        return f"unknown operator {self.op_id!r} (known: func_0 .. func_{len(OPERATORS) - 1})"
+
+
+def get(op_id: str) -> Operator:
+    try:
+        return BY_ID[op_id]
+    except KeyError:
+        raise UnknownOperator(op_id) from None
+
+
+def resolve_set(spec: str | list[str]) -> tuple[str, ...]:
+    """An operator set by name ("train", "heldout", "all") or an explicit list, in library order."""
+    if isinstance(spec, str):
+        named = {"train": TRAIN_IDS, "heldout": HELDOUT_IDS, "all": ALL_IDS}
+        if spec not in named:
+            raise ValueError(f"unknown operator set {spec!r} (use train, heldout, all or a list of ids)")
+        return named[spec]
+    for op_id in spec:
+        get(op_id)
+    wanted = set(spec)
+    return tuple(op_id for op_id in ALL_IDS if op_id in wanted)
+
+
+def call(op_id: str, *args: object) -> str:
+    return get(op_id).fn(*args)
