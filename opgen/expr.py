@@ -13,8 +13,9 @@ from __future__ import annotations
 import ast
 import contextlib
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Union
 
 from opgen import ops
 
@@ -47,19 +48,19 @@ class Lit:
 @dataclass(frozen=True)
 class Call:
     op: str
-    args: tuple["Expr", ...]
+    args: tuple[Expr, ...]
     params: tuple[ParamValue, ...] = ()
 
 
 @dataclass(frozen=True)
 class Concat:
-    left: "Expr"
-    right: "Expr"
+    left: Expr
+    right: Expr
 
 
 @dataclass(frozen=True)
 class Method:
-    expr: "Expr"
+    expr: Expr
     name: str
 
 

@@ -9,8 +9,8 @@ interpreter it defines a working function (imports live inside the body).
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 TRAIN = "train"
 HELDOUT = "heldout"
