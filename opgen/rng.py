@@ -1,0 +1,131 @@
+"""Hash-derived, counter-based randomness that opgen owns.
+
+A row's randomness is a pure function of everything that names it — (recipe digest, split, row
+index, attempt) — so any row can be rebuilt alone, by any worker, on any machine, under any
+``PYTHONHASHSEED`` and Python/numpy version. ``random.Random`` and numpy Generator *methods* are not
+used: their algorithms are not promised stable across versions. Every draw here is defined in terms
+of blake2b and integer arithmetic only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_WORDS = struct.Struct("<8Q")
+LOWERCASE = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _encode(part: object) -> bytes:
+    """An unambiguous byte encoding of a key part (type-tagged, length-prefixed)."""
+    if isinstance(part, bool):
+        raw, tag = (b"1" if part else b"0"), b"b"
+    elif isinstance(part, int):
+        raw, tag = str(part).encode(), b"i"
+    elif isinstance(part, str):
+        raw, tag = part.encode("utf-8"), b"s"
+    elif isinstance(part, bytes):
+        raw, tag = part, b"y"
+    else:
+        raise TypeError(f"rng key parts must be str, int, bool or bytes, not {type(part).__name__}")
+    return tag + len(raw).to_bytes(8, "little") + raw
+
+
+def key_of(*parts: object) -> bytes:
+    h = hashlib.blake2b(digest_size=32, person=b"opgen-rng")
+    for part in parts:
+        h.update(_encode(part))
+    return h.digest()
+
+
+class Rng:
+    """A deterministic stream of 64-bit words: blake2b(key, counter), eight words per digest."""
+
+    __slots__ = ("_key", "_counter", "_buf", "_pos")
+
+    def __init__(self, *parts: object):
+        self._key = key_of(*parts)
+        self._counter = 0
+        self._buf: tuple[int, ...] = ()
+        self._pos = 8
+
+    def derive(self, *parts: object) -> Rng:
+        """An independent child stream named by ``parts`` (the parent's stream is not consumed)."""
+        return Rng(self._key, *parts)
+
+    def word(self) -> int:
+        if self._pos == 8:
+            digest = hashlib.blake2b(self._counter.to_bytes(8, "little"), key=self._key, digest_size=64).digest()
+            self._buf = _WORDS.unpack(digest)
+            self._counter += 1
+            self._pos = 0
+        w = self._buf[self._pos]
+        self._pos += 1
+        return w
+
+    def below(self, n: int) -> int:
+        """Uniform integer in [0, n), unbiased (rejection on the top partial block)."""
+        if n <= 0:
+            raise ValueError(f"below() needs n >= 1, got {n}")
+        limit = (1 << 64) - ((1 << 64) % n)
+        while True:
+            w = self.word()
+            if w < limit:
+                return w % n
+
+    def integer(self, lo: int, hi: int) -> int:
+        """Uniform integer in [lo, hi], both ends included."""
+        if hi < lo:
+            raise ValueError(f"empty range {lo}..{hi}")
+        return lo + self.below(hi - lo + 1)
+
+    def uniform(self) -> float:
+        """A float in [0, 1) with 53 random bits."""
+        return (self.word() >> 11) / 9007199254740992.0
+
+    def chance(self, p: float) -> bool:
+        return self.uniform() < p
+
+    def choice(self, seq: Sequence[T]) -> T:
+        if not seq:
+            raise ValueError("choice() from an empty sequence")
+        return seq[self.below(len(seq))]
+
+    def weighted(self, seq: Sequence[T], weights: Sequence[float]) -> T:
+        total = float(sum(weights))
+        if total <= 0:
+            raise ValueError("weighted() needs a positive total weight")
+        r = self.uniform() * total
+        acc = 0.0
+        for item, w in zip(seq, weights):
+            acc += w
+            if r < acc:
+                return item
+        return seq[-1]
+
+    def shuffled(self, seq: Sequence[T]) -> list[T]:
+        """A Fisher-Yates permutation of ``seq``."""
+        out = list(seq)
+        for i in range(len(out) - 1, 0, -1):
+            j = self.below(i + 1)
+            out[i], out[j] = out[j], out[i]
+        return out
+
+    def sample(self, seq: Sequence[T], k: int) -> list[T]:
+        """``k`` distinct elements of ``seq`` in random order."""
+        if k > len(seq):
+            raise ValueError(f"cannot sample {k} of {len(seq)}")
+        pool = list(seq)
+        out = []
+        for _ in range(k):
+            out.append(pool.pop(self.below(len(pool))))
+        return out
+
+    def text(self, lo: int, hi: int, alphabet: str = LOWERCASE) -> str:
+        """A string of ``lo``..``hi`` characters drawn from ``alphabet``."""
+        n = self.integer(lo, hi)
+        return "".join(alphabet[self.below(len(alphabet))] for _ in range(n))

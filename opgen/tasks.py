@@ -1,0 +1,76 @@
+"""The small immutable types that flow from generators to renderers.
+
+A :class:`Task` is one program with one input and its output; an :class:`Item` is what a row is
+built from: one task, or several independent tasks packed together (co-occurrence groups), with an
+optional teacher-forced assistant prefix (probe 1b).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from opgen import expr as E
+from opgen import ops
+
+
+@dataclass(frozen=True)
+class Task:
+    program: E.Expr
+    input: str
+    output: str
+    # Measures and labels a generator attaches (probe target, condition, ...): sorted (key, value)
+    # pairs, so that equal tasks compare and hash equal.
+    meta: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def expr_text(self) -> str:
+        return E.render(self.program)
+
+    @property
+    def depth(self) -> int:
+        return E.depth(self.program)
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return E.ops_used(self.program)
+
+    def get(self, key: str, default: object = None) -> object:
+        for k, v in self.meta:
+            if k == key:
+                return v
+        return default
+
+    def identity(self) -> str:
+        """What makes two tasks the same task: program and input (the output follows)."""
+        return f"{self.expr_text}\x00{self.input}"
+
+
+@dataclass(frozen=True)
+class Item:
+    tasks: tuple[Task, ...]
+    condition: str = ""
+    assistant_prefix: str = ""
+    meta: tuple[tuple[str, object], ...] = field(default=())
+
+    @property
+    def is_group(self) -> bool:
+        return len(self.tasks) > 1
+
+    def entries(self) -> tuple[str, ...]:
+        """Entry-point names: ``main_solution`` alone, ``main_solution_1..n`` in a group."""
+        if len(self.tasks) == 1:
+            return ("main_solution",)
+        return tuple(f"main_solution_{i}" for i in range(1, len(self.tasks) + 1))
+
+    def recall_order(self) -> tuple[str, ...]:
+        """Distinct operators in order of first appearance over the tasks (tasks in order)."""
+        seen: dict[str, None] = {}
+        for t in self.tasks:
+            for op_id in t.ops:
+                seen.setdefault(op_id, None)
+        return tuple(seen)
+
+    def ops_sorted(self) -> tuple[str, ...]:
+        """Distinct operators over the tasks, in library order."""
+        used = set(self.recall_order())
+        return tuple(op_id for op_id in ops.ALL_IDS if op_id in used)
