@@ -1,0 +1,56 @@
+"""`opgen push`: publish a build to the Hugging Face Hub as a multi-config dataset (opgen.hub)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+def _repo_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from opgen import hub
+
+    try:
+        return hub.check_repo_id(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command()
+@click.argument("build_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--repo-id", required=True, callback=_repo_id, help="The dataset repository, ORG/NAME.")
+@click.option("--private", is_flag=True, help="Create the repository as private (when it does not exist yet).")
+@click.option("--revision", metavar="BRANCH", help="Commit to this branch (created from main when missing).")
+@click.option("--dry-run", "dry_run", type=click.Path(file_okay=True, path_type=Path), metavar="OUT_DIR",
+              help="Write the exact tree to OUT_DIR (a new or empty directory) and upload nothing.")
+@click.option("--license", "license_", default="apache-2.0", show_default=True,
+              help="License identifier for the card's front matter.")
+@click.option("--pretty-name", help="Title of the card (default: opgen + the recipe names).")
+def push(build_dir: Path, repo_id: str, private: bool, revision: str | None, dry_run: Path | None,
+         license_: str, pretty_name: str | None) -> None:
+    """Publish BUILD_DIR (written by `opgen build`) to the Hub in one commit.
+
+    Each split family becomes a config with its files at data/<config>/<split>-0000k-of-0000n.parquet,
+    next to a generated dataset card (README.md) and the build's manifest.json. Every file is checked
+    against the sha256 in the manifest first: a build that changed since it was written is refused.
+    The token comes from HF_TOKEN or the login cache (`hf auth login`).
+    """
+    from opgen import hub
+
+    try:
+        if dry_run is not None:
+            plan = hub.write_tree(build_dir, dry_run, repo_id, license=license_, pretty_name=pretty_name)
+            files = hub.tree_files(dry_run)
+            click.echo(f"wrote {len(files)} files ({len(plan.configs)} configs, "
+                       f"{sum(s.rows for s in plan.splits)} rows) to {dry_run}; nothing uploaded")
+            for rel in files:
+                click.echo(f"  {rel}")
+            return
+        result = hub.push(build_dir, repo_id, private=private, revision=revision,
+                          license=license_, pretty_name=pretty_name)
+    except hub.HubError as exc:
+        raise click.ClickException(str(exc)) from None
+    where = f"{repo_id}@{revision}" if revision else repo_id
+    click.echo(f"pushed {len(result.files)} files ({len(result.plan.configs)} configs) to {where} in one commit")
+    if result.commit_url:
+        click.echo(result.commit_url)

@@ -1,0 +1,356 @@
+"""The dataset card (README.md) of a Hub tree: YAML front matter the Hub reads, prose people read.
+
+Everything in it comes from the build (its manifest and real rows) and from opgen.ops, and nothing
+from the clock or the machine, so the same build gives the same card byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from opgen import __version__
+from opgen import ops as library
+
+if TYPE_CHECKING:
+    from opgen.hub import Plan, Split
+
+TASK_CATEGORIES = ["text-generation"]
+TAGS = ["code", "synthetic", "compositional-generalization", "program-synthesis", "string-operators",
+        "recall-then-assemble", "verl", "opgen"]
+_EXAMPLE_CHARS = 2500
+_BAR = 40
+
+# What each of the study's split families is for (compgen-checkpoints): pattern on the config
+# name → (what it is, the study's file or checkpoint it serves). First match wins.
+FAMILIES: list[tuple[str, str, str]] = [
+    (r"^heldout_trees", "expression trees over the 12 held-out operators, exact depths 1-8",
+     "eval/heldout_trees_d1-8.parquet: the held-out d4 / d8 accuracy of every checkpoint"),
+    (r"^trainop_trees", "expression trees over the 13 train operators, exact depths 1-8",
+     "eval/trainop_trees_d1-8.parquet: the in-distribution counterpart of heldout_trees"),
+    (r"^heldout_chains", "pure nesting chains f1(f2(…(x))) over held-out operators, depths 1-20",
+     "eval/heldout_chains_d1-20.parquet: the chains d20 numbers of the RL contrasts"),
+    (r"^trainop_chains", "pure nesting chains over train operators, depths 1-20",
+     "eval/trainop_chains_d1-20.parquet"),
+    (r"^probe_1b", "definition-load probe: the target operator is recalled after r other recalls "
+     "(teacher-forced assistant prefix)", "eval/probe_1b.parquet: func_24 arity drift vs. definition load"),
+    (r"^probe_1d", "chain-position probe: the target operator at the outer / middle / inner position "
+     "of a deep chain", "eval/probe_1d.parquet"),
+    (r"^probe_1f", "builtin-method argument tails in front of the operator's own argument",
+     "eval/probe_1f.parquet"),
+    (r"^probe_1g", "a long literal (8-200 characters) as the operator's first argument", "eval/probe_1g.parquet"),
+    (r"^(stage_?15|closed_book)", "closed-book data: depth-1 atomic tasks over all 25 operators and "
+     "depth-2..4 train-operator compositions, prose + one code block", "checkpoint stage15b-init"),
+    (r"^sft_d1", "atomic tasks, one operator per answer, no composition rows", "SFT cell sft-d1-s1"),
+    (r"^sft_v1", "atomic tasks one per answer + mixed-structure train-operator compositions, depth 2-4",
+     "SFT cell sft-v1-s1"),
+    (r"^sft_c1", "atomic tasks in co-occurrence groups (1-4 independent tasks per answer), no compositions",
+     "SFT cell sft-c1-s1"),
+    (r"^sft_e_?co", "atomic tasks in co-occurrence groups + the same compositions as v1", "SFT cell sft-eco-s1 (E-co)"),
+    (r"^sft_c4b", "co-occurrence groups + mixed compositions of depth 2-4 (same count as c4)", "SFT cell sft-c4b-s1"),
+    (r"^sft_c4", "co-occurrence groups + mixed compositions of depth 2 only", "SFT cell sft-c4-s1"),
+    (r"^sft_matched_isolated", "per step 48 atomic tasks as single-task rows + 76 compositions",
+     "SFT cell sft-matched-isolated-s1"),
+    (r"^sft_matched_grouped", "per step the same 48 atomic tasks packed into 20 grouped rows + the same "
+     "76 compositions", "SFT cell sft-matched-grouped-s1"),
+    (r"^rl_r1", "RL pool: 1:1 train-operator serial chains d10-20 and all-operator multi-task atomic prompts",
+     "RL runs rl-r1a / rl-r1b"),
+    (r"^rl_md", "RL mixed-depth pool: one deep train-operator chain task followed by 1-2 long-literal "
+     "atomic tasks", "RL runs rl-mda / rl-mdb"),
+]
+
+
+def describe(config: str) -> tuple[str, str]:
+    """(what a config holds, the study's file or cell it serves); empty strings when unknown."""
+    for pattern, what, serves in FAMILIES:
+        if re.search(pattern, config.lower()):
+            return what, serves
+    return "", ""
+
+
+def _fence(text: str, lang: str = "") -> str:
+    # Gold answers hold ``` blocks themselves: the outer fence must be longer than any run inside.
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{lang}\n{text.rstrip(chr(10))}\n{ticks}"
+
+
+def _clip(text: str) -> str:
+    if len(text) <= _EXAMPLE_CHARS:
+        return text
+    return text[:_EXAMPLE_CHARS] + f"\n… ({len(text) - _EXAMPLE_CHARS} more characters)"
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _size_category(n: int) -> str:
+    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
+                        (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M")):
+        if n < limit:
+            return name
+    return "10M<n<100M"
+
+
+def front_matter(plan: Plan, *, license: str, pretty_name: str) -> dict:
+    configs = []
+    for config in plan.configs:
+        data_files = []
+        for s in plan.splits_of(config):
+            paths = list(s.repo_paths())
+            data_files.append({"split": s.name, "path": paths[0] if len(paths) == 1 else paths})
+        configs.append({"config_name": config, "data_files": data_files})
+    return {
+        "pretty_name": pretty_name,
+        "license": license,
+        "language": ["en"],
+        "task_categories": list(TASK_CATEGORIES),
+        "tags": list(TAGS),
+        "size_categories": [_size_category(sum(s.rows for s in plan.splits))],
+        "configs": configs,
+    }
+
+
+def _first_row(path: Path) -> dict:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    wanted = [c for c in ("prompt", "reward_model", "extra_info", "messages", "response") if c in pf.schema_arrow.names]
+    for batch in pf.iter_batches(batch_size=1, columns=wanted):
+        if batch.num_rows:
+            return batch.to_pylist()[0]
+    return {}
+
+
+def _example(s: Split, tree_root: Path) -> str:
+    row = _first_row(tree_root / s.repo_paths()[0])
+    if not row:
+        return "_(the split is empty)_"
+    parts = [f"From config `{s.config}`, split `{s.name}`, row 0:"]
+    for msg in row.get("prompt") or []:
+        parts += [f"**prompt — {msg.get('role')}:**", _fence(_clip(str(msg.get("content", ""))))]
+    prefix = (row.get("extra_info") or {}).get("assistant_prefix") or ""
+    if prefix:
+        parts += ["**teacher-forced assistant prefix** (`extra_info.assistant_prefix`):", _fence(_clip(prefix))]
+    if row.get("response"):
+        parts += ["**gold answer** (`response`; `messages` holds the user and assistant turns):",
+                  _fence(_clip(row["response"]))]
+    truth = (row.get("reward_model") or {}).get("ground_truth")
+    if truth:
+        try:
+            shown = json.dumps(json.loads(truth), indent=2, ensure_ascii=False)
+        except json.JSONDecodeError:
+            shown = truth
+        parts += ["**`reward_model.ground_truth`** (JSON text; the scorer runs `ref_code` / each task's program):",
+                  _fence(_clip(shown), "json")]
+    return "\n\n".join(parts)
+
+
+def _formats(plan: Plan, tree_root: Path) -> str:
+    seen: dict[tuple[str, str, str, str], Split] = {}
+    for s in plan.splits:
+        seen.setdefault((s.kind, s.mode, s.prompt_format, s.answer_format), s)
+    blocks = []
+    for (kind, mode, pf, af), s in seen.items():
+        blocks.append(f"### {kind} · {mode} · prompt `{pf}` → answer `{af}`\n\n{_example(s, tree_root)}")
+    return "\n\n".join(blocks)
+
+
+def _histogram(counts: dict, label: str) -> str:
+    items = sorted(((int(k), int(v)) for k, v in counts.items()), key=lambda kv: kv[0])
+    if not items:
+        return ""
+    top = max(v for _, v in items) or 1
+    width = max(len(label), *(len(str(k)) for k, _ in items))
+    nwidth = max(len("rows"), *(len(str(v)) for _, v in items))
+    lines = [f"{label.rjust(width)}  {'rows'.rjust(nwidth)}"]
+    lines += [f"{str(k).rjust(width)}  {str(v).rjust(nwidth)}  {'█' * max(1, round(_BAR * v / top)) if v else ''}"
+              for k, v in items]
+    return _fence("\n".join(lines).rstrip())
+
+
+def _counts_line(counts: dict, numeric: bool) -> str:
+    def key(kv: tuple[str, object]) -> tuple:
+        k = kv[0]
+        return (int(k),) if numeric and str(k).lstrip("-").isdigit() else (1 << 30, str(k))
+
+    return ", ".join(f"{k or '(none)'}: {v}" for k, v in sorted(counts.items(), key=key))
+
+
+def _counts(plan: Plan) -> str:
+    blocks = []
+    for s in plan.splits:
+        info = s.info
+        counts = info.get("counts") or {}
+        lines = [f"### `{s.config}` / `{s.name}` — {s.rows} rows"]
+        ol = info.get("output_length") or {}
+        if ol:
+            known = ("min", "median", "p99", "max")
+            order = [k for k in known if k in ol] + sorted(set(ol) - set(known))
+            lines.append("Output length (characters): " + ", ".join(f"{k} {ol[k]}" for k in order) + ".")
+        if counts.get("depth"):
+            lines += ["Depth (max over a row's tasks):", _histogram(counts["depth"], "depth")]
+        if counts.get("k"):
+            lines.append("Distinct operators per row (k): " + _counts_line(counts["k"], True) + ".")
+        if counts.get("condition"):
+            lines.append("Probe conditions: " + _counts_line(counts["condition"], False) + ".")
+        if counts.get("op"):
+            by_op = sorted(counts["op"].items(), key=lambda kv: (library.get(kv[0]).index
+                                                                 if kv[0] in library.BY_ID else 99, kv[0]))
+            lines.append("Rows using each operator: " + ", ".join(f"{k} {v}" for k, v in by_op) + ".")
+        if info.get("rejections"):
+            lines.append("Rejected candidates while sampling: " + _counts_line(info["rejections"], False) + ".")
+        blocks.append("\n\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _operators() -> str:
+    rows = [[f"`{op.id}`", f"`{op.id}{op.signature}`", op.arity, op.split, op.gloss] for op in library.OPERATORS]
+    return _table(["id", "signature", "arity", "split", "gloss"], rows)
+
+
+def _build_files(s: Split) -> str:
+    if len(s.files) == 1:
+        return f"`{s.files[0].path}`"
+    return f"`{s.files[0].path}` … ({len(s.files)} shards)"
+
+
+def _configs(plan: Plan) -> str:
+    rows = []
+    for s in plan.splits:
+        rows.append([f"`{s.config}`", f"`{s.name}`", s.rows, s.kind, s.mode, f"{s.prompt_format} → {s.answer_format}",
+                     _build_files(s), describe(s.config)[1] or "—"])
+    notes = []
+    for config in plan.configs:
+        what, _ = describe(config)
+        families = sorted({s.family for s in plan.splits_of(config)})
+        notes.append(f"- **`{config}`** (family {', '.join(f'`{f}`' for f in families)}): "
+                     + (what + "." if what else "a split family of this build's recipe."))
+    header = ["config", "split", "rows", "kind", "mode", "format (prompt → answer)", "build file", "serves"]
+    return _table(header, rows) + "\n\n" + "\n".join(notes)
+
+
+def _verl(plan: Plan, repo_id: str) -> str:
+    rl = [s for s in plan.splits if s.kind == "rl"]
+    sft = [s for s in plan.splits if s.kind == "sft"]
+    local = repo_id.split("/")[1]
+    out = [
+        "Download the tree once; verl reads local parquet files:",
+        _fence(f"hf download {repo_id} --repo-type dataset --local-dir {local}", "bash"),
+    ]
+    if rl:
+        # Training pools are the rl_* families or splits called train; every other rl split is an
+        # evaluation file, which verl reads as validation data.
+        pools = [s for s in rl if s.config.startswith("rl") or s.name == "train"]
+        evals = [s for s in rl if s not in pools]
+        train_files = ",".join(f"{local}/{p}" for s in pools for p in s.repo_paths()) or "<your RL pool>"
+        val_files = ",".join(f"{local}/{p}" for s in (evals or pools)[:4] for p in s.repo_paths())
+        out += [
+            "RL (GRPO/PPO) rows are graded by opgen's reward, `compute_score` in `opgen.reward` "
+            "(opgen must be installed where verl runs): it runs the model's program in an isolated process "
+            "and compares its output with the ground truth. Point verl's custom reward at it:",
+            _fence("\n".join([
+                'REWARD=$(python -c "import opgen.reward as r; print(r.__file__)")',
+                "python -m verl.trainer.main_ppo \\",
+                f"  data.train_files=[{train_files}] \\",
+                f"  data.val_files=[{val_files}] \\",
+                "  data.prompt_key=prompt \\",
+                '  custom_reward_function.path="$REWARD" \\',
+                "  custom_reward_function.name=compute_score \\",
+                "  ...  # model, rollout and trainer settings",
+            ]), "bash"),
+            "Validation metrics are grouped by `data_source` (`opgen/<family>`).",
+        ]
+    if sft:
+        s = sft[0]
+        out += [
+            "SFT rows carry `messages` (the user turn and the gold assistant turn), which verl's multi-turn "
+            "SFT dataset reads:",
+            _fence("\n".join([
+                "torchrun --nproc_per_node=8 -m verl.trainer.fsdp_sft_trainer \\",
+                f"  data.train_files=[{','.join(f'{local}/{p}' for p in s.repo_paths())}] \\",
+                "  data.multiturn.enable=true data.multiturn.messages_key=messages \\",
+                "  ...  # model and trainer settings",
+            ]), "bash"),
+        ]
+    return "\n\n".join(out)
+
+
+def _provenance(plan: Plan) -> str:
+    m = plan.manifest
+    out = [f"- opgen version that built the data: `{m.get('opgen_version')}` (card written by opgen `{__version__}`)",
+           f"- seed: `{m.get('seed')}`",
+           f"- `manifest.json` sha256: `{plan.manifest_sha256}` (the manifest is in this repository, byte for byte)"]
+    recipes = m.get("recipes") or []
+    if recipes:
+        out.append("- recipes:")
+        out += [f"  - `{r.get('name')}` (`{r.get('path')}`, sha256 `{r.get('sha256')}`)" for r in recipes]
+    leak = m.get("leakage")
+    if isinstance(leak, dict):
+        out.append(f"- leakage check: ok = `{leak.get('ok')}`, checked pairs = {leak.get('checked_pairs')}, "
+                   f"violations = {len(leak.get('violations') or [])}")
+    rows = [[f"`{rel}`", f"`{f.path}`", f.rows, f.bytes, f"`{f.sha256}`"] for f, rel in plan.placements()]
+    out += ["", "Every data file is the build's file byte for byte (its sha256 is the manifest's):", "",
+            _table(["file", "build file", "rows", "bytes", "sha256"], rows)]
+    return "\n".join(out)
+
+
+def _load(plan: Plan, repo_id: str) -> str:
+    s = plan.splits[0]
+    lines = ["from datasets import load_dataset", "",
+             f'ds = load_dataset("{repo_id}", "{s.config}", split="{s.name}")',
+             'row = ds[0]  # prompt, reward_model.ground_truth (JSON text), extra_info (depth, k, ops, ...)',
+             "", "# every config:"]
+    lines += [f'# load_dataset("{repo_id}", "{c}")' for c in plan.configs]
+    return _fence("\n".join(lines), "python")
+
+
+def render(plan: Plan, tree_root: Path, repo_id: str, *, license: str = "apache-2.0",
+           pretty_name: str | None = None) -> str:
+    """The card for a tree whose data files are already in place under ``tree_root``."""
+    recipes = [str(r.get("name")) for r in plan.manifest.get("recipes") or [] if r.get("name")]
+    pretty_name = pretty_name or ("opgen " + " + ".join(recipes) if recipes else "opgen string-operator tasks")
+    meta = yaml.safe_dump(front_matter(plan, license=license, pretty_name=pretty_name),
+                          sort_keys=False, allow_unicode=True, width=1000)
+    total = sum(s.rows for s in plan.splits)
+    n_train, n_held = len(library.TRAIN_IDS), len(library.HELDOUT_IDS)
+    sections = [
+        f"---\n{meta}---",
+        f"# {pretty_name}",
+        f"Synthetic compositional string-operator tasks built with opgen "
+        f"{plan.manifest.get('opgen_version')}: {total} rows in {len(plan.configs)} configs. A library of "
+        f"{len(library.OPERATORS)} string operators with opaque names `func_0` … `func_{len(library.OPERATORS) - 1}` "
+        f"({n_train} train, {n_held} held-out) is learned as atomic skills; models are trained on compositions "
+        "of the train operators only and tested on compositions of the held-out ones. Answers follow the "
+        "recall-then-assemble format where the format says `ra`: one `Recall func_N: <gloss>` block per "
+        "operator, then one `Assemble:` block with every definition and `main_solution`. This is the data of "
+        "the compgen-checkpoints study (Qwen3-4B-Base); config names keep the study's file names "
+        "(`heldout_trees_d1-8.parquet` → config `heldout_trees`, split `heldout_trees_d1_8`).",
+        "## Configs\n\nOne config per split family; Hub split names are the build's split names with "
+        "dashes replaced by underscores (the Hub rejects dashes).\n\n" + _configs(plan),
+        "## Loading\n\n" + _load(plan, repo_id),
+        "## Training with verl\n\n" + _verl(plan, repo_id),
+        "## Formats\n\nOne real row of each format in this build.\n\n" + _formats(plan, tree_root),
+        "## Operators\n\nEach operator's shown source (`opgen ops show func_N`) is the code the scorer runs.\n\n"
+        + _operators(),
+        "## Row schema\n\nColumns of every row: `data_source` (`opgen/<family>`), `prompt` (chat messages), "
+        "`ability` (`code` or `code_io`), `reward_model` (`style` = `rule`, `ground_truth` = JSON text), "
+        "`extra_info` (`index`, `split`, `family`, `depth`, `k`, `ops`, `structure`, `prompt_format`, "
+        "`answer_format`, `mode`, `condition`, `n_tasks`, `assistant_prefix`, `opgen_version`, `recipe`, "
+        "`row_id`, `target_op`, `tail_chars`, `tail_calls`). SFT rows add `messages`, `response` and "
+        "`prompt_text`.",
+        "## Counts\n\n" + _counts(plan),
+        "## Provenance\n\n" + _provenance(plan),
+    ]
+    return "\n\n".join(sections) + "\n"

@@ -1,0 +1,346 @@
+"""Build directory → Hub tree → one commit.
+
+A build (``manifest.json`` and its parquet files, docs/contracts.md "Build directory") becomes one
+Hub dataset with one config per split family::
+
+    README.md                                        the dataset card (opgen.card)
+    manifest.json                                    the build's manifest, byte for byte
+    data/<config>/<split>-00000-of-00001.parquet     the build's files, byte for byte, renamed
+
+Every file is copied while its sha256 is checked against the manifest, so the tree (and what a
+push uploads, which is that same tree) holds exactly the bytes the builder recorded.
+huggingface_hub is imported only inside :func:`push`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+CARD = "README.md"
+DATA = "data"
+
+_SPLIT_KEYS = ("family", "kind", "mode", "prompt_format", "answer_format", "rows", "files")
+_FILE_KEYS = ("path", "rows", "sha256", "bytes")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_CHUNK = 1 << 20
+
+
+class HubError(Exception):
+    """A build that cannot be published as it is, or a push that failed; the message names the file
+    or field at fault."""
+
+
+class MissingToken(HubError):
+    pass
+
+
+@dataclass(frozen=True)
+class BuildFile:
+    path: str  # relative to the build directory, as in the manifest
+    rows: int
+    sha256: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split of the build, placed in the tree."""
+
+    build_name: str  # the manifest's split name (the study's file name, e.g. heldout_trees_d1-8)
+    name: str  # the Hub split name: no dashes
+    config: str
+    family: str
+    kind: str
+    mode: str
+    prompt_format: str
+    answer_format: str
+    rows: int
+    files: tuple[BuildFile, ...]
+    info: dict  # the manifest's whole entry (counts, output_length, rejections)
+
+    def repo_paths(self) -> tuple[str, ...]:
+        n = len(self.files)
+        return tuple(f"{DATA}/{self.config}/{self.name}-{i:05d}-of-{n:05d}.parquet" for i in range(n))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where every file of a build goes; what the card and the upload are made from."""
+
+    build_dir: Path
+    manifest: dict
+    manifest_sha256: str
+    splits: tuple[Split, ...]  # sorted by (config, name)
+
+    @property
+    def configs(self) -> tuple[str, ...]:
+        return tuple(sorted({s.config for s in self.splits}))
+
+    def splits_of(self, config: str) -> tuple[Split, ...]:
+        return tuple(s for s in self.splits if s.config == config)
+
+    def placements(self) -> list[tuple[BuildFile, str]]:
+        """(build file, path in the repo) for every data file, in tree order."""
+        return [(f, p) for s in self.splits for f, p in zip(s.files, s.repo_paths())]
+
+
+def hub_name(text: str) -> str:
+    """A config or split name the Hub accepts: word characters only (``heldout_trees_d1-8`` →
+    ``heldout_trees_d1_8``), so the study's names stay recognisable."""
+    return re.sub(r"[^0-9A-Za-z_]+", "_", text).strip("_")
+
+
+def check_repo_id(repo_id: str) -> str:
+    """``ORG/NAME`` as the Hub spells repository ids; raises ValueError saying what is wrong."""
+    if not _REPO_ID.match(repo_id) or "--" in repo_id or ".." in repo_id or repo_id.endswith(".git"):
+        raise ValueError(f"{repo_id!r} is not a Hub repository id of the form ORG/NAME "
+                         "(letters, digits, '-', '_', '.'; no '--' or '..')")
+    if len(repo_id.split("/")[1]) > 96:
+        raise ValueError(f"{repo_id!r}: the name part is longer than 96 characters")
+    return repo_id
+
+
+def read_manifest(build_dir: Path) -> tuple[dict, bytes]:
+    path = build_dir / MANIFEST
+    if not path.is_file():
+        raise HubError(f"{path}: no manifest (is {build_dir} a directory written by `opgen build`?)")
+    raw = path.read_bytes()
+    try:
+        manifest = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HubError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise HubError(f"{path}: expected a JSON object at the top level")
+    for key in ("opgen_version", "splits"):
+        if key not in manifest:
+            raise HubError(f"{path}: missing field {key!r}")
+    if not isinstance(manifest["splits"], dict) or not manifest["splits"]:
+        raise HubError(f"{path}: field 'splits' must be a non-empty object")
+    return manifest, raw
+
+
+def _build_file(build_dir: Path, where: str, entry: object) -> BuildFile:
+    if not isinstance(entry, dict):
+        raise HubError(f"{where}: expected an object")
+    for key in _FILE_KEYS:
+        if key not in entry:
+            raise HubError(f"{where}: missing field {key!r}")
+    rel = entry["path"]
+    if not isinstance(rel, str) or not rel.endswith(".parquet"):
+        raise HubError(f"{where}.path: expected a relative path to a .parquet file, got {rel!r}")
+    # A manifest is data: it must not make us read (and publish) files outside the build.
+    resolved = (build_dir / rel).resolve()
+    if Path(rel).is_absolute() or not resolved.is_relative_to(build_dir.resolve()):
+        raise HubError(f"{where}.path: {rel!r} points outside the build directory")
+    for key in ("rows", "bytes"):
+        if not isinstance(entry[key], int) or isinstance(entry[key], bool) or entry[key] < 0:
+            raise HubError(f"{where}.{key}: expected a non-negative integer, got {entry[key]!r}")
+    digest = entry["sha256"]
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise HubError(f"{where}.sha256: expected 64 lowercase hex digits, got {digest!r}")
+    return BuildFile(rel, entry["rows"], digest, entry["bytes"])
+
+
+def plan(build_dir: Path) -> Plan:
+    """Read the manifest and decide every file's place in the tree (reads no parquet)."""
+    build_dir = Path(build_dir)
+    manifest, raw = read_manifest(build_dir)
+    mpath = build_dir / MANIFEST
+    entries = []
+    for build_name in sorted(manifest["splits"]):
+        info = manifest["splits"][build_name]
+        where = f"{mpath}: splits.{build_name}"
+        if not isinstance(info, dict):
+            raise HubError(f"{where}: expected an object")
+        for key in _SPLIT_KEYS:
+            if key not in info:
+                raise HubError(f"{where}: missing field {key!r}")
+        if not isinstance(info["files"], list) or not info["files"]:
+            raise HubError(f"{where}.files: expected a non-empty list")
+        files = tuple(_build_file(build_dir, f"{where}.files[{i}]", f) for i, f in enumerate(info["files"]))
+        if sum(f.rows for f in files) != info["rows"]:
+            raise HubError(f"{where}: rows is {info['rows']} but its files hold {sum(f.rows for f in files)}")
+        name = hub_name(build_name)
+        if not name or name == "all":  # datasets reserves "all" for the union of splits
+            raise HubError(f"{where}: the split name {build_name!r} has no usable Hub name")
+        family = str(info["family"])
+        if not hub_name(family):
+            raise HubError(f"{where}.family: {family!r} has no usable Hub config name")
+        entries.append((build_name, name, family, info, files))
+
+    # One config per family; a family mixing row kinds (rl and sft rows have different columns)
+    # is split by kind, because every split of a config must share one schema.
+    kinds: dict[str, set[str]] = {}
+    for _, _, family, info, _ in entries:
+        kinds.setdefault(family, set()).add(str(info["kind"]))
+    splits = []
+    for build_name, name, family, info, files in entries:
+        config = hub_name(family) if len(kinds[family]) == 1 else hub_name(f"{family}_{info['kind']}")
+        splits.append(Split(build_name, name, config, family, str(info["kind"]), str(info["mode"]),
+                            str(info["prompt_format"]), str(info["answer_format"]), int(info["rows"]),
+                            files, info))
+    splits.sort(key=lambda s: (s.config, s.name))
+    seen: dict[tuple[str, str], str] = {}
+    for s in splits:
+        other = seen.setdefault((s.config, s.name), s.build_name)
+        if other != s.build_name:
+            raise HubError(f"{mpath}: splits {other!r} and {s.build_name!r} of config {s.config!r} "
+                           f"both become the Hub split {s.name!r}; rename one")
+    used: dict[str, str] = {}
+    for s in splits:
+        for f in s.files:
+            other = used.setdefault(f.path, s.build_name)
+            if other != s.build_name or sum(g.path == f.path for g in s.files) > 1:
+                raise HubError(f"{mpath}: file {f.path!r} is listed more than once")
+    return Plan(build_dir, manifest, hashlib.sha256(raw).hexdigest(), tuple(splits))
+
+
+def _copy_verified(src: Path, dst: Path, f: BuildFile) -> None:
+    if not src.is_file():
+        raise HubError(f"{src}: listed in the manifest but missing from the build")
+    digest = hashlib.sha256()
+    size = 0
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while chunk := fin.read(_CHUNK):
+            digest.update(chunk)
+            fout.write(chunk)
+            size += len(chunk)
+    if digest.hexdigest() != f.sha256:
+        raise HubError(f"{src}: sha256 {digest.hexdigest()} does not match the manifest's {f.sha256}; "
+                       "the file changed after the build (rebuild it, or restore the file)")
+    if size != f.bytes:
+        raise HubError(f"{src}: {size} bytes, the manifest says {f.bytes}")
+
+
+def _check_parquet(plan_: Plan, staged: Path) -> None:
+    """Row counts as the manifest says, and one schema per config (datasets casts a config's
+    splits to the first one's features, so a mismatch would fail at load time, not here)."""
+    import pyarrow.parquet as pq
+
+    for config in plan_.configs:
+        first: tuple[str, object] | None = None
+        for s in plan_.splits_of(config):
+            for f, rel in zip(s.files, s.repo_paths()):
+                try:
+                    meta = pq.read_metadata(staged / rel)
+                except Exception as exc:  # pyarrow raises several types for a damaged file
+                    raise HubError(f"{plan_.build_dir / f.path}: not a readable parquet file ({exc})") from None
+                if meta.num_rows != f.rows:
+                    raise HubError(f"{plan_.build_dir / f.path}: {meta.num_rows} rows, the manifest says {f.rows}")
+                schema = meta.schema.to_arrow_schema()
+                if first is None:
+                    first = (f.path, schema)
+                elif not schema.equals(first[1], check_metadata=False):
+                    raise HubError(f"config {config!r}: {f.path} and {first[0]} have different columns; "
+                                   "every split of a family must have one row kind")
+
+
+def write_tree(build_dir: Path, out_dir: Path, repo_id: str, *, license: str = "apache-2.0",
+               pretty_name: str | None = None) -> Plan:
+    """Write the exact Hub tree of a build to ``out_dir`` (which must not exist, or be empty).
+
+    The tree is assembled in a temporary sibling directory and renamed into place, so ``out_dir``
+    either holds a complete, verified tree or is left as it was.
+    """
+    from opgen import card
+
+    out_dir = Path(out_dir)
+    check_repo_id(repo_id)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise HubError(f"{out_dir}: already exists and is not an empty directory; choose a new path")
+    plan_ = plan(build_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    try:
+        for f, rel in plan_.placements():
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            _copy_verified(plan_.build_dir / f.path, dst, f)
+        _check_parquet(plan_, tmp)
+        # Re-check the manifest we planned from is the one we ship (a rebuild may have replaced it).
+        raw = (plan_.build_dir / MANIFEST).read_bytes()
+        if hashlib.sha256(raw).hexdigest() != plan_.manifest_sha256:
+            raise HubError(f"{plan_.build_dir / MANIFEST}: changed while the tree was being written")
+        (tmp / MANIFEST).write_bytes(raw)
+        text = card.render(plan_, tmp, repo_id, license=license, pretty_name=pretty_name)
+        (tmp / CARD).write_text(text, encoding="utf-8")
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the tree is meant to be shared
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return plan_
+
+
+def tree_files(root: Path) -> list[str]:
+    """Every file under ``root`` as a repo path (posix, sorted): what one commit uploads."""
+    root = Path(root)
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def resolve_token(token: str | None = None) -> str:
+    """An explicit token, else HF_TOKEN, else the login cache (huggingface_hub.get_token checks both)."""
+    if token:
+        return token
+    from huggingface_hub import get_token
+
+    try:
+        found = get_token()
+    except Exception as exc:  # an OIDC exchange that was asked for (HF_OIDC_RESOURCE) and failed
+        raise MissingToken(f"could not obtain a Hugging Face token: {exc}") from None
+    if not found:
+        raise MissingToken("no Hugging Face token found: run `hf auth login` (or `huggingface-cli login`) "
+                           "once on this machine, or set the HF_TOKEN environment variable to a token "
+                           "with write access (https://huggingface.co/settings/tokens)")
+    return found
+
+
+@dataclass(frozen=True)
+class PushResult:
+    repo_id: str
+    revision: str | None
+    files: tuple[str, ...]
+    commit_url: str
+    plan: Plan
+
+
+def push(build_dir: Path, repo_id: str, *, private: bool = False, revision: str | None = None,
+         token: str | None = None, license: str = "apache-2.0", pretty_name: str | None = None,
+         api_factory: Callable[..., object] | None = None) -> PushResult:
+    """Publish a build as one commit: verify and stage the tree locally, then create the repo
+    (if missing), the branch (if ``revision`` names one that is missing) and one commit holding
+    every file. Nothing reaches the Hub unless the whole tree verified."""
+    check_repo_id(repo_id)
+    token = resolve_token(token)
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    with tempfile.TemporaryDirectory(prefix="opgen-push-") as tmp:
+        staged = Path(tmp) / "tree"
+        plan_ = write_tree(build_dir, staged, repo_id, license=license, pretty_name=pretty_name)
+        files = tree_files(staged)
+        operations = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(staged / rel)) for rel in files]
+        api = (api_factory or HfApi)(token=token)
+        recipes = ", ".join(r.get("name", "?") for r in plan_.manifest.get("recipes", [])) or "a build"
+        rows = sum(s.rows for s in plan_.splits)
+        try:
+            api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+            if revision:
+                api.create_branch(repo_id, branch=revision, repo_type="dataset", exist_ok=True)
+            info = api.create_commit(
+                repo_id, operations, repo_type="dataset", revision=revision,
+                commit_message=f"opgen {plan_.manifest['opgen_version']}: {recipes} "
+                               f"({len(plan_.configs)} configs, {rows} rows)",
+                commit_description=f"manifest.json sha256 {plan_.manifest_sha256}",
+            )
+        except Exception as exc:  # HTTP, network, validation: one commit means no half-published tree
+            raise HubError(f"push to {repo_id} failed: {type(exc).__name__}: {exc}") from None
+    return PushResult(repo_id, revision, tuple(files), str(getattr(info, "commit_url", "")), plan_)

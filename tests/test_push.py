@@ -1,0 +1,391 @@
+"""`opgen push`: build dir → Hub tree (dry run) → datasets loads it; the push path with a fake Hub."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import huggingface_hub
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from opgen.cli import cli
+
+from opgen import hub
+
+# --- a build directory written by hand, following docs/contracts.md -------------------------------
+# (for what a real build cannot show: shards, mixed kinds, damaged files, hostile manifests)
+
+_MSGS = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+_EXTRA = pa.struct([
+    ("index", pa.int64()), ("split", pa.string()), ("family", pa.string()), ("depth", pa.int64()),
+    ("k", pa.int64()), ("ops", pa.list_(pa.string())), ("structure", pa.string()), ("prompt_format", pa.string()),
+    ("answer_format", pa.string()), ("mode", pa.string()), ("condition", pa.string()), ("n_tasks", pa.int64()),
+    ("assistant_prefix", pa.string()), ("opgen_version", pa.string()), ("recipe", pa.string()),
+    ("row_id", pa.string()), ("target_op", pa.string()), ("tail_chars", pa.int64()), ("tail_calls", pa.int64()),
+])
+RL_SCHEMA = pa.schema([
+    ("data_source", pa.string()), ("prompt", _MSGS), ("ability", pa.string()),
+    ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])), ("extra_info", _EXTRA),
+])
+SFT_SCHEMA = pa.schema(list(RL_SCHEMA) + [pa.field("messages", _MSGS), pa.field("response", pa.string()),
+                                          pa.field("prompt_text", pa.string())])
+
+
+def _rows(split: str, family: str, kind: str, n: int) -> list[dict]:
+    out = []
+    for i in range(n):
+        x = f"in{i}"
+        truth = {"mode": "program", "ops": ["func_3"],
+                 "tasks": [{"entry": "main_solution", "expr": "func_3(x)", "input": x, "output": "".join(sorted(x)),
+                            "ops": ["func_3"], "depth": 1}],
+                 "ref_code": "def main_solution(x):\n    return func_3(x)", "ref_input": {"x": x},
+                 "ref_output": "".join(sorted(x)), "funcname": "main_solution"}
+        prompt = [{"role": "user", "content": f"{split} row {i}: write main_solution for func_3(x)"}]
+        row = {"data_source": f"opgen/{family}", "prompt": prompt, "ability": "code",
+               "reward_model": {"style": "rule", "ground_truth": json.dumps(truth)},
+               "extra_info": {"index": i, "split": split, "family": family, "depth": 1 + i % 2, "k": 1,
+                              "ops": ["func_3"], "structure": "atomic", "prompt_format": "closed_book",
+                              "answer_format": "ra", "mode": "program", "condition": "", "n_tasks": 1,
+                              "assistant_prefix": "", "opgen_version": "0.1.0", "recipe": "hand",
+                              "row_id": f"{i:016x}", "target_op": "", "tail_chars": -1, "tail_calls": -1}}
+        if kind == "sft":
+            answer = f"Recall func_3: sort the characters\n```python\ndef func_3(s):\n    return s\n```\n{i}"
+            row |= {"messages": prompt + [{"role": "assistant", "content": answer}], "response": answer,
+                    "prompt_text": prompt[0]["content"]}
+        out.append(row)
+    return out
+
+
+def make_build(root: Path, splits: list[tuple[str, str, str, int, int]]) -> Path:
+    """splits: (split name, family, kind, rows, shards) → a build directory with its manifest."""
+    root.mkdir(parents=True, exist_ok=True)
+    manifest = {"opgen_version": "0.1.0", "seed": 7,
+                "recipes": [{"name": "hand", "path": "hand.yaml", "sha256": "a" * 64, "resolved": {}}],
+                "splits": {}, "leakage": {"ok": True, "checked_pairs": 3, "violations": [], "allowed": []}}
+    for split, family, kind, n, shards in splits:
+        rows = _rows(split, family, kind, n)
+        per = -(-n // shards)
+        files = []
+        for k in range(shards):
+            name = f"{split}.parquet" if shards == 1 else f"{split}-{k:05d}-of-{shards:05d}.parquet"
+            part = rows[k * per:(k + 1) * per]
+            pq.write_table(pa.Table.from_pylist(part, schema=SFT_SCHEMA if kind == "sft" else RL_SCHEMA), root / name)
+            data = (root / name).read_bytes()
+            files.append({"path": name, "rows": len(part), "sha256": hashlib.sha256(data).hexdigest(),
+                          "bytes": len(data)})
+        depth = {"1": (n + 1) // 2, "2": n // 2}
+        manifest["splits"][split] = {
+            "family": family, "kind": kind, "mode": "program", "prompt_format": "closed_book",
+            "answer_format": "ra", "rows": n, "files": files,
+            "counts": {"depth": depth, "k": {"1": n}, "op": {"func_3": n}, "condition": {}},
+            "output_length": {"min": 3, "median": 3, "p99": 4, "max": 4}, "rejections": {}}
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return root
+
+
+HAND_SPLITS = [
+    ("heldout_trees_d1-8", "heldout_trees", "rl", 12, 1),
+    ("probe_1b", "probe_1b", "rl", 9, 2),
+    ("train", "sft_eco", "sft", 10, 3),
+    ("validation", "sft_eco", "sft", 4, 1),
+]
+HAND_TREE = [
+    "README.md",
+    "data/heldout_trees/heldout_trees_d1_8-00000-of-00001.parquet",
+    "data/probe_1b/probe_1b-00000-of-00002.parquet",
+    "data/probe_1b/probe_1b-00001-of-00002.parquet",
+    "data/sft_eco/train-00000-of-00003.parquet",
+    "data/sft_eco/train-00001-of-00003.parquet",
+    "data/sft_eco/train-00002-of-00003.parquet",
+    "data/sft_eco/validation-00000-of-00001.parquet",
+    "manifest.json",
+]
+
+
+@pytest.fixture
+def hand_build(tmp_path: Path) -> Path:
+    return make_build(tmp_path / "build", HAND_SPLITS)
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["push", *map(str, args)], catch_exceptions=False)
+
+
+def load_with_datasets(tree: Path, tmp: Path) -> dict:
+    """Every config of ``tree`` loaded by `datasets` offline, in a fresh interpreter (datasets reads
+    its offline switch and cache locations at import): {config: {split: [rows, columns]}}."""
+    script = textwrap.dedent("""
+        import json, sys, datasets
+        tree, cache = sys.argv[1], sys.argv[2]
+        out = {}
+        for config in datasets.get_dataset_config_names(tree):
+            d = datasets.load_dataset(tree, config, cache_dir=cache)
+            out[config] = {split: [ds.num_rows, ds.column_names] for split, ds in d.items()}
+        print(json.dumps(out))
+    """)
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf_home"),
+           "HF_DATASETS_CACHE": str(tmp / "hf_cache")}
+    proc = subprocess.run([sys.executable, "-c", script, str(tree), str(tmp / "hf_cache")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    return {rel: (root / rel).read_bytes() for rel in hub.tree_files(root)}
+
+
+# --- the dry-run tree ---------------------------------------------------------------------------------
+
+def test_dry_run_writes_the_tree_and_datasets_loads_every_config(hand_build: Path, tmp_path: Path):
+    tree = tmp_path / "tree"
+    result = run(hand_build, "--repo-id", "org/opgen-hand", "--dry-run", tree)
+    assert result.exit_code == 0, result.output
+    assert "nothing uploaded" in result.output
+    assert hub.tree_files(tree) == HAND_TREE
+    loaded = load_with_datasets(tree, tmp_path)
+    rl_cols = RL_SCHEMA.names
+    sft_cols = SFT_SCHEMA.names
+    assert loaded == {
+        "heldout_trees": {"heldout_trees_d1_8": [12, rl_cols]},
+        "probe_1b": {"probe_1b": [9, rl_cols]},
+        "sft_eco": {"train": [10, sft_cols], "validation": [4, sft_cols]},
+    }
+
+
+def test_tree_holds_the_build_files_byte_for_byte(hand_build: Path, tmp_path: Path):
+    tree = tmp_path / "tree"
+    assert run(hand_build, "--repo-id", "org/x", "--dry-run", tree).exit_code == 0
+    assert (tree / "manifest.json").read_bytes() == (hand_build / "manifest.json").read_bytes()
+    placed = hub.plan(hand_build).placements()
+    assert len(placed) == 7
+    for f, rel in placed:
+        assert (tree / rel).read_bytes() == (hand_build / f.path).read_bytes(), rel
+
+
+def test_dry_run_is_deterministic(hand_build: Path, tmp_path: Path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run(hand_build, "--repo-id", "org/x", "--dry-run", a).exit_code == 0
+    assert run(hand_build, "--repo-id", "org/x", "--dry-run", b).exit_code == 0
+    assert files_under(a) == files_under(b)
+
+
+def test_family_with_two_row_kinds_becomes_two_configs(tmp_path: Path):
+    build = make_build(tmp_path / "build", [("train", "cell", "sft", 5, 1), ("eval", "cell", "rl", 3, 1)])
+    tree = tmp_path / "tree"
+    assert run(build, "--repo-id", "org/x", "--dry-run", tree).exit_code == 0
+    assert hub.tree_files(tree) == ["README.md", "data/cell_rl/eval-00000-of-00001.parquet",
+                                    "data/cell_sft/train-00000-of-00001.parquet", "manifest.json"]
+    loaded = load_with_datasets(tree, tmp_path)
+    assert loaded == {"cell_rl": {"eval": [3, RL_SCHEMA.names]}, "cell_sft": {"train": [5, SFT_SCHEMA.names]}}
+
+
+def test_dry_run_into_existing_non_empty_dir_is_refused(hand_build: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    result = run(hand_build, "--repo-id", "org/x", "--dry-run", out)
+    assert result.exit_code == 1
+    assert "not an empty directory" in result.output and str(out) in result.output
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_dry_run_into_empty_dir_is_allowed(hand_build: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    out.mkdir()
+    assert run(hand_build, "--repo-id", "org/x", "--dry-run", out).exit_code == 0
+    assert hub.tree_files(out) == HAND_TREE
+
+
+# --- refusals -------------------------------------------------------------------------------------------
+
+def _flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _no_leftovers(parent: Path, name: str) -> None:
+    assert not (parent / name).exists()
+    assert not [p for p in parent.iterdir() if p.name.startswith(f".{name}.")], "temporary tree left behind"
+
+
+def test_corrupted_file_is_refused_naming_it(hand_build: Path, tmp_path: Path):
+    _flip_last_byte(hand_build / "train-00001-of-00003.parquet")
+    result = run(hand_build, "--repo-id", "org/x", "--dry-run", tmp_path / "tree")
+    assert result.exit_code == 1
+    assert "train-00001-of-00003.parquet" in result.output and "sha256" in result.output
+    _no_leftovers(tmp_path, "tree")
+
+
+def test_missing_file_is_refused(hand_build: Path, tmp_path: Path):
+    (hand_build / "probe_1b-00001-of-00002.parquet").unlink()
+    result = run(hand_build, "--repo-id", "org/x", "--dry-run", tmp_path / "tree")
+    assert result.exit_code == 1
+    assert "probe_1b-00001-of-00002.parquet" in result.output and "missing" in result.output
+    _no_leftovers(tmp_path, "tree")
+
+
+def _edit_manifest(build: Path, edit) -> None:
+    manifest = json.loads((build / "manifest.json").read_text())
+    edit(manifest)
+    (build / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_manifest_row_count_disagreeing_with_the_file_is_refused(hand_build: Path, tmp_path: Path):
+    def edit(m):
+        m["splits"]["validation"]["rows"] = 5
+        m["splits"]["validation"]["files"][0]["rows"] = 5
+    _edit_manifest(hand_build, edit)
+    result = run(hand_build, "--repo-id", "org/x", "--dry-run", tmp_path / "tree")
+    assert result.exit_code == 1
+    assert "validation.parquet" in result.output and "4 rows" in result.output
+
+
+def test_manifest_pointing_outside_the_build_is_refused(hand_build: Path, tmp_path: Path):
+    (tmp_path / "secret.parquet").write_bytes(b"not yours")
+    _edit_manifest(hand_build, lambda m: m["splits"]["probe_1b"]["files"][0].update(path="../secret.parquet"))
+    result = run(hand_build, "--repo-id", "org/x", "--dry-run", tmp_path / "tree")
+    assert result.exit_code == 1
+    assert "splits.probe_1b.files[0].path" in result.output and "outside the build" in result.output
+
+
+def test_manifest_missing_field_is_named(hand_build: Path, tmp_path: Path):
+    _edit_manifest(hand_build, lambda m: m["splits"]["train"].pop("family"))
+    result = run(hand_build, "--repo-id", "org/x", "--dry-run", tmp_path / "tree")
+    assert result.exit_code == 1
+    assert "splits.train" in result.output and "'family'" in result.output
+
+
+def test_split_names_colliding_on_the_hub_are_refused(tmp_path: Path):
+    build = make_build(tmp_path / "build", [("a-b", "fam", "rl", 2, 1), ("a_b", "fam", "rl", 2, 1)])
+    result = run(build, "--repo-id", "org/x", "--dry-run", tmp_path / "tree")
+    assert result.exit_code == 1
+    assert "'a-b'" in result.output and "'a_b'" in result.output
+
+
+def test_not_a_build_directory(tmp_path: Path):
+    result = run(tmp_path, "--repo-id", "org/x", "--dry-run", tmp_path / "tree")
+    assert result.exit_code == 1
+    assert "manifest.json" in result.output
+
+
+@pytest.mark.parametrize("repo_id", ["noslash", "org/", "org/a--b", "a/b/c", "org/name.git"])
+def test_bad_repo_id_is_a_usage_error(hand_build: Path, tmp_path: Path, repo_id: str):
+    result = run(hand_build, "--repo-id", repo_id, "--dry-run", tmp_path / "tree")
+    assert result.exit_code == 2
+    assert "--repo-id" in result.output
+
+
+# --- the push path, against a fake Hub -------------------------------------------------------------------
+
+class FakeHub:
+    """Stands in for huggingface_hub.HfApi: records calls; create_commit reads what it is given,
+    while the files still exist (as the real upload does)."""
+
+    calls: list[tuple[str, dict]] = []
+    commits: list[dict] = []
+    tokens: list[str] = []
+    fail_commit = False
+
+    def __init__(self, token=None, **_):
+        FakeHub.tokens.append(token)
+
+    def create_repo(self, repo_id, **kw):
+        FakeHub.calls.append(("create_repo", {"repo_id": repo_id, **kw}))
+        return f"https://huggingface.co/datasets/{repo_id}"
+
+    def create_branch(self, repo_id, **kw):
+        FakeHub.calls.append(("create_branch", {"repo_id": repo_id, **kw}))
+
+    def create_commit(self, repo_id, operations, **kw):
+        FakeHub.calls.append(("create_commit", {"repo_id": repo_id, **kw}))
+        if FakeHub.fail_commit:
+            raise RuntimeError("503 Service Unavailable")
+        ops = list(operations)
+        FakeHub.commits.append({"repo_id": repo_id, **kw,
+                                "files": [(op.path_in_repo, Path(op.path_or_fileobj).read_bytes()) for op in ops]})
+        return huggingface_hub.CommitInfo(
+            commit_url=f"https://huggingface.co/datasets/{repo_id}/commit/abc123", commit_message="m",
+            commit_description="", oid="abc123")
+
+
+@pytest.fixture
+def fake_hub(monkeypatch: pytest.MonkeyPatch):
+    FakeHub.calls, FakeHub.commits, FakeHub.tokens, FakeHub.fail_commit = [], [], [], False
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHub)
+    monkeypatch.delenv("HF_OIDC_RESOURCE", raising=False)
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    return FakeHub
+
+
+def test_push_is_one_commit_of_the_dry_run_tree(hand_build: Path, tmp_path: Path, fake_hub):
+    tree = tmp_path / "tree"
+    assert run(hand_build, "--repo-id", "org/opgen-hand", "--dry-run", tree).exit_code == 0
+    assert fake_hub.calls == [], "a dry run must not talk to the Hub"
+
+    result = run(hand_build, "--repo-id", "org/opgen-hand")
+    assert result.exit_code == 0, result.output
+    assert "one commit" in result.output and "commit/abc123" in result.output
+    assert [name for name, _ in fake_hub.calls] == ["create_repo", "create_commit"]
+    assert fake_hub.calls[0][1] == {"repo_id": "org/opgen-hand", "repo_type": "dataset", "private": False,
+                                    "exist_ok": True}
+    (commit,) = fake_hub.commits
+    assert commit["repo_type"] == "dataset" and commit["revision"] is None
+    paths = [p for p, _ in commit["files"]]
+    assert len(paths) == len(set(paths)), "every file once"
+    assert sorted(paths) == HAND_TREE
+    assert dict(commit["files"]) == files_under(tree), "uploaded bytes are the dry-run tree's bytes"
+    assert fake_hub.tokens == ["hf_test_token"]
+
+
+def test_private_and_revision_are_passed_through(hand_build: Path, fake_hub):
+    result = run(hand_build, "--repo-id", "org/x", "--private", "--revision", "v2")
+    assert result.exit_code == 0, result.output
+    assert "org/x@v2" in result.output
+    assert [name for name, _ in fake_hub.calls] == ["create_repo", "create_branch", "create_commit"]
+    assert fake_hub.calls[0][1]["private"] is True
+    assert fake_hub.calls[1][1] == {"repo_id": "org/x", "branch": "v2", "repo_type": "dataset", "exist_ok": True}
+    assert fake_hub.commits[0]["revision"] == "v2"
+
+
+def test_push_refuses_a_corrupted_build_before_touching_the_hub(hand_build: Path, fake_hub):
+    _flip_last_byte(hand_build / "heldout_trees_d1-8.parquet")
+    result = run(hand_build, "--repo-id", "org/x")
+    assert result.exit_code == 1
+    assert "heldout_trees_d1-8.parquet" in result.output and "sha256" in result.output
+    assert fake_hub.calls == []
+
+
+def test_failed_commit_is_a_clear_failure(hand_build: Path, fake_hub):
+    fake_hub.fail_commit = True
+    result = run(hand_build, "--repo-id", "org/x")
+    assert result.exit_code == 1
+    assert "push to org/x failed" in result.output and "503" in result.output
+    assert fake_hub.commits == []
+
+
+def test_no_token_says_how_to_log_in(hand_build: Path, tmp_path: Path, monkeypatch, fake_hub):
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token-here"))
+    result = run(hand_build, "--repo-id", "org/x")
+    assert result.exit_code == 1
+    assert "hf auth login" in result.output and "HF_TOKEN" in result.output
+    assert fake_hub.calls == []
+
+
+def test_token_from_the_login_cache(hand_build: Path, tmp_path: Path, monkeypatch, fake_hub):
+    monkeypatch.delenv("HF_TOKEN")
+    cached = tmp_path / "token"
+    cached.write_text("hf_cached_token\n")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(cached))
+    result = run(hand_build, "--repo-id", "org/x")
+    assert result.exit_code == 0, result.output
+    assert fake_hub.tokens == ["hf_cached_token"]
