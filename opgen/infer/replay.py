@@ -1,0 +1,126 @@
+"""Replay: answer requests from recorded responses, to grade someone else's generations.
+
+The source is a responses JSONL file (the scorer's format: ``{"index": i, "response": ...}`` or
+``{"index": i, "responses": [...]}``) or a directory holding one per data file, named
+``<data>_generations.jsonl`` (an earlier `opgen eval` output), ``<data>_responses.jsonl`` or
+``<data>.jsonl``. Recall answers of a decomposed run (``"recalls": [{"op", "response"}]``) replay
+the decomposed requests ``<index>/<op>``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from opgen.infer.base import STOP, Backend, BackendError, Generation, Request, Sampling
+
+_NAMES = ("{}_generations.jsonl", "{}_responses.jsonl", "{}.jsonl")
+
+
+def _as_list(value: object, what: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ValueError(f"{what} must be a string or a list of strings")
+
+
+def load_responses(path: Path) -> dict[str, dict]:
+    """Key ("<index>" or "<index>/<op>") -> {responses, finish_reasons, prompt_sha256, ...}."""
+    table: dict[str, dict] = {}
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BackendError(f"{where}: not JSON ({exc.msg})") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("index"), int):
+                raise BackendError(f"{where}: each line needs an integer 'index'")
+            try:
+                if "responses" in rec:
+                    responses = _as_list(rec["responses"], "'responses'")
+                elif "response" in rec:
+                    responses = _as_list(rec["response"], "'response'")
+                else:
+                    responses = None
+                entries = []
+                if responses is not None:
+                    reasons = rec.get("finish_reasons", rec.get("finish_reason", STOP))
+                    reasons = _as_list(reasons, "'finish_reason'")
+                    if len(reasons) == 1 and len(responses) > 1:
+                        reasons = reasons * len(responses)
+                    entries.append((rec.get("key", str(rec["index"])), {
+                        "responses": responses, "finish_reasons": reasons,
+                        "prompt_sha256": rec.get("prompt_sha256", ""),
+                        "prompt_tokens": rec.get("prompt_tokens", -1),
+                        "completion_tokens": rec.get("completion_tokens", []),
+                    }))
+                for recall in rec.get("recalls", []):
+                    entries.append((f"{rec['index']}/{recall['op']}", {
+                        "responses": _as_list(recall["response"], "recall 'response'"),
+                        "finish_reasons": _as_list(recall.get("finish_reason", STOP), "'finish_reason'"),
+                        "prompt_sha256": "", "prompt_tokens": recall.get("prompt_tokens", -1),
+                        "completion_tokens": recall.get("completion_tokens", []),
+                    }))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise BackendError(f"{where}: {exc}") from None
+            for key, entry in entries:
+                if key in table:
+                    raise BackendError(f"{where}: a second response for {key!r}")
+                table[key] = entry
+    return table
+
+
+class ReplayBackend(Backend):
+    name = "replay"
+
+    def __init__(self, source: Path):
+        self.source = Path(source)
+        if not self.source.exists():
+            raise BackendError(f"replay source {self.source} does not exist")
+        self._table: dict[str, dict] | None = None
+        self._file: Path | None = None
+
+    def begin_data(self, data_name: str) -> None:
+        if self.source.is_file():
+            path = self.source
+        else:
+            candidates = [self.source / pat.format(data_name) for pat in _NAMES]
+            found = [p for p in candidates if p.is_file()]
+            if not found:
+                raise BackendError(f"replay: none of {', '.join(str(c) for c in candidates)} exists")
+            path = found[0]
+        if path != self._file:
+            self._table = load_responses(path)
+            self._file = path
+
+    def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
+        if self._table is None:
+            raise BackendError("replay: begin_data() was not called")
+        out = []
+        for req in requests:
+            entry = self._table.get(req.key)
+            if entry is None:
+                raise BackendError(f"replay: {self._file} has no response for row {req.key}")
+            recorded = entry["prompt_sha256"]
+            if recorded and req.prompt_sha256 and recorded != req.prompt_sha256:
+                raise BackendError(f"replay: {self._file} row {req.key} was generated for a different prompt "
+                                   f"(prompt_sha256 {recorded[:12]}… vs the data's {req.prompt_sha256[:12]}…)")
+            if len(entry["responses"]) < sampling.n:
+                raise BackendError(f"replay: {self._file} row {req.key} has {len(entry['responses'])} "
+                                   f"responses, --n asks for {sampling.n}")
+            tokens = entry["completion_tokens"]
+            if isinstance(tokens, int):
+                tokens = [tokens]
+            out.append(Generation(
+                key=req.key,
+                responses=entry["responses"][: sampling.n],
+                finish_reasons=(entry["finish_reasons"] + [STOP] * sampling.n)[: sampling.n],
+                prompt_tokens=int(entry["prompt_tokens"]),
+                completion_tokens=list(tokens)[: sampling.n],
+            ))
+        return out

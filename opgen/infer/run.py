@@ -1,0 +1,244 @@
+"""The generation loop: data rows -> requests -> backend -> an append-only JSONL, resumable.
+
+Each batch's lines are written and flushed (and fsynced) before the next batch starts, so an
+interrupted evaluation loses at most one batch; ``resume`` reads what is there, drops a truncated
+last line, checks that recorded rows still match the data (prompt hash) and generates the rest.
+Lines are always written in row order, so a resumed file equals an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opgen.infer.base import LENGTH, Backend, Generation, Request, Sampling, prompt_sha256
+
+
+class DataError(ValueError):
+    """A data file that is not in the rows contract (names the file and row)."""
+
+
+class LogError(ValueError):
+    """A generations file that cannot be resumed (names the file and line)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    index: int  # position in its file: what the responses' "index" refers to
+    messages: tuple[tuple[str, str], ...]
+    assistant_prefix: str
+    ground_truth: str
+    extra_info: dict
+    sha: str
+
+
+def read_rows(path: Path, limit: int | None = None) -> list[Row]:
+    """The rows of one parquet data file, checked against the rows contract."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:
+        raise DataError(f"{path}: not a readable parquet file ({exc})") from None
+    names = set(pf.schema_arrow.names)
+    for col in ("prompt", "reward_model"):
+        if col not in names:
+            raise DataError(f"{path}: missing column {col!r} (has {', '.join(sorted(names))})")
+    cols = ["prompt", "reward_model"] + (["extra_info"] if "extra_info" in names else [])
+    rows: list[Row] = []
+    for batch in pf.iter_batches(batch_size=4096, columns=cols):
+        for rec in batch.to_pylist():
+            i = len(rows)
+            if limit is not None and i >= limit:
+                return rows
+            prompt = rec["prompt"]
+            if not isinstance(prompt, list) or not prompt or not all(
+                    isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                    for m in prompt):
+                raise DataError(f"{path}: row {i}: 'prompt' must be a non-empty list of {{role, content}}")
+            gt = (rec["reward_model"] or {}).get("ground_truth")
+            if not isinstance(gt, str):
+                raise DataError(f"{path}: row {i}: reward_model.ground_truth must be a string")
+            extra = rec.get("extra_info") or {}
+            prefix = extra.get("assistant_prefix") or ""
+            messages = tuple((m["role"], m["content"]) for m in prompt)
+            rows.append(Row(i, messages, prefix, gt, extra, prompt_sha256(messages, prefix)))
+    return rows
+
+
+def read_log(path: Path, repair: bool = False) -> dict[int, dict]:
+    """Lines of a generations file by index. A last line cut off mid-write is dropped (and with
+    ``repair`` cut from the file); a bad line anywhere else is an error."""
+    if not path.exists():
+        return {}
+    done: dict[int, dict] = {}
+    data = path.read_bytes()
+    good_end = 0
+    pos = 0
+    lineno = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        end = len(data) if nl < 0 else nl + 1
+        lineno += 1
+        chunk = data[pos:end]
+        last = end >= len(data)
+        try:
+            rec = json.loads(chunk)
+            if not isinstance(rec, dict) or not isinstance(rec.get("index"), int):
+                raise ValueError("no integer 'index'")
+            if nl < 0:
+                raise ValueError("no line end")  # a write cut before its newline may still parse
+        except ValueError as exc:
+            if last:
+                break
+            raise LogError(f"{path}:{lineno}: unreadable line ({exc}); only the last line may be cut off") from None
+        if rec["index"] in done:
+            raise LogError(f"{path}:{lineno}: row {rec['index']} appears twice")
+        done[rec["index"]] = rec
+        good_end = end
+        pos = end
+    if repair and good_end < len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(good_end)
+    return done
+
+
+@dataclass
+class Plan:
+    """How rows become requests and how a row's generations become its line."""
+
+    requests: Callable[[Row], list[Request]]
+    record: Callable[[Row, list[Generation]], dict]
+    sampling: Sampling
+
+
+def plain_plan(sampling: Sampling) -> Plan:
+    """One request per row: the row's own prompt (continuing its assistant prefix if it has one)."""
+
+    def requests(row: Row) -> list[Request]:
+        return [Request(str(row.index), row.messages, row.assistant_prefix, row.sha)]
+
+    def record(row: Row, gens: list[Generation]) -> dict:
+        g = gens[0]
+        line: dict = {"index": row.index, "prompt_sha256": row.sha}
+        if sampling.n == 1:
+            line.update(response=g.responses[0], finish_reason=g.finish_reasons[0],
+                        prompt_tokens=g.prompt_tokens,
+                        completion_tokens=g.completion_tokens[0] if g.completion_tokens else -1)
+        else:
+            line.update(responses=g.responses, finish_reasons=g.finish_reasons,
+                        prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens)
+        return line
+
+    return Plan(requests, record, sampling)
+
+
+@dataclass
+class RunStats:
+    rows: int = 0
+    skipped: int = 0  # already in the file (resume)
+    generated: int = 0
+    requests: int = 0
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = {"rows": self.rows, "skipped": self.skipped, "generated": self.generated,
+             "requests": self.requests, "seconds": round(self.seconds, 3),
+             "rows_per_s": round(self.generated / self.seconds, 3) if self.seconds > 0 else None}
+        d.update(self.extra)
+        return d
+
+
+def run(backend: Backend, rows: Sequence[Row], out: Path, plan: Plan, *, resume: bool,
+        batch_size: int = 256, progress: str | None = None) -> RunStats:
+    """Generate every row of ``rows`` not yet in ``out``; append their lines in row order."""
+    if out.exists() and not resume:
+        out.unlink()
+    done = read_log(out, repair=True)
+    by_index = {r.index: r for r in rows}
+    for idx, rec in sorted(done.items()):
+        row = by_index.get(idx)
+        if row is None:
+            continue  # generated under a larger --limit: kept, not graded this time
+        if rec.get("prompt_sha256") and rec["prompt_sha256"] != row.sha:
+            raise LogError(f"{out}: row {idx} was generated for a different prompt than the data's row {idx} "
+                           f"(the data file changed?); start afresh without --resume")
+    pending = [r for r in rows if r.index not in done]
+    stats = RunStats(rows=len(rows), skipped=len(rows) - len(pending))
+    if not pending:
+        return stats
+    bar = _progress(len(pending), progress)
+    truncated = 0
+    t0 = time.perf_counter()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "a", encoding="utf-8") as fh:
+        for start in range(0, len(pending), batch_size):
+            batch = pending[start:start + batch_size]
+            reqs_per_row = [plan.requests(r) for r in batch]
+            flat = [q for qs in reqs_per_row for q in qs]
+            gens = backend.generate(flat, plan.sampling) if flat else []
+            if len(gens) != len(flat):
+                raise RuntimeError(f"backend {backend.name} returned {len(gens)} generations for {len(flat)} requests")
+            pos = 0
+            lines = []
+            for row, qs in zip(batch, reqs_per_row):
+                mine = gens[pos:pos + len(qs)]
+                pos += len(qs)
+                line = plan.record(row, mine)
+                truncated += any(r == LENGTH for g in mine for r in g.finish_reasons)
+                lines.append(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
+            fh.write("".join(lines))
+            fh.flush()
+            os.fsync(fh.fileno())
+            stats.generated += len(batch)
+            stats.requests += len(flat)
+            if bar is not None:
+                bar.update(len(batch))
+                bar.set_postfix(truncated=truncated, refresh=False)
+    stats.seconds = time.perf_counter() - t0
+    if bar is not None:
+        bar.close()
+    return stats
+
+
+def _progress(total: int, desc: str | None):
+    if desc is None:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="row", file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+
+
+def summarize_log(records: Sequence[dict]) -> dict:
+    """Counts over a finished generations file: rows, samples, truncations, token use."""
+    samples = truncated_samples = truncated_rows = 0
+    prompt_tokens: list[int] = []
+    completion: list[int] = []
+    for rec in records:
+        reasons = rec.get("finish_reasons", [rec.get("finish_reason")])
+        samples += len(reasons)
+        cut = sum(1 for r in reasons if r == LENGTH)
+        truncated_samples += cut
+        truncated_rows += cut > 0
+        if isinstance(rec.get("prompt_tokens"), int) and rec["prompt_tokens"] >= 0:
+            prompt_tokens.append(rec["prompt_tokens"])
+        tokens = rec.get("completion_tokens")
+        for t in (tokens if isinstance(tokens, list) else [tokens]):
+            if isinstance(t, int) and t >= 0:
+                completion.append(t)
+    return {
+        "rows": len(records),
+        "samples": samples,
+        "truncated_rows": truncated_rows,
+        "truncated_samples": truncated_samples,
+        "truncated_rate": round(truncated_samples / samples, 6) if samples else 0.0,
+        "prompt_tokens_mean": round(sum(prompt_tokens) / len(prompt_tokens), 3) if prompt_tokens else None,
+        "completion_tokens_mean": round(sum(completion) / len(completion), 3) if completion else None,
+        "completion_tokens_max": max(completion) if completion else None,
+        "completion_tokens_total": sum(completion),
+    }
