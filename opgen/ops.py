@@ -265,6 +265,8 @@ _TABLE: list[tuple[str, str, str, str, int, tuple[Param, ...], str]] = [
                 return s
             return s[:-1]
      ''')),
+    # The search stops at exactly ``d == 0``, as the native source does: a negative depth (never
+    # sampled, but parseable) therefore still reaches ``t + '1'``, so the result matches the benchmark.
     ("func_23", "backchain_add_digit", "depth-limited search for a variant containing a digit",
      TRAIN, 1, (Param("depth", "int", 1, 3),), _src('''
         def func_23(s, depth):
@@ -275,7 +277,7 @@ _TABLE: list[tuple[str, str, str, str, int, tuple[Param, ...], str]] = [
             def search(t, d):
                 if has_digit(t):
                     return t
-                if d <= 0:
+                if d == 0:
                     return None
                 for candidate in (t + '1', '2' + t, t.replace('a', '3'), t[::-1]):
                     found = search(candidate, d - 1)
