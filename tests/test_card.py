@@ -136,3 +136,11 @@ def test_unknown_family_gets_a_generic_description(tmp_path: Path):
     assert [c["config_name"] for c in meta["configs"]] == ["my_family"]
     assert "a split family of this build's recipe" in body
     assert meta["pretty_name"] == "opgen hand"
+
+
+def test_huggingface_hub_reads_the_card_metadata(tree: Path):
+    from huggingface_hub import DatasetCard
+
+    data = DatasetCard.load(tree / "README.md").data.to_dict()
+    assert [c["config_name"] for c in data["configs"]] == ["heldout_trees", "probe_1b", "sft_eco"]
+    assert data["license"] == "cc-by-4.0" and data["pretty_name"] == "Hand-made opgen build"

@@ -389,3 +389,15 @@ def test_token_from_the_login_cache(hand_build: Path, tmp_path: Path, monkeypatc
     result = run(hand_build, "--repo-id", "org/x")
     assert result.exit_code == 0, result.output
     assert fake_hub.tokens == ["hf_cached_token"]
+
+
+def test_tree_is_identical_across_hash_seeds(hand_build: Path, tmp_path: Path):
+    trees = []
+    for seed in ("0", "12345"):
+        out = tmp_path / f"tree{seed}"
+        argv = ["push", str(hand_build), "--repo-id", "org/x", "--dry-run", str(out)]
+        proc = subprocess.run([sys.executable, "-c", "from opgen.cli import main; main()", *argv],
+                              capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed}, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        trees.append(files_under(out))
+    assert trees[0] == trees[1]
