@@ -296,6 +296,12 @@ def _provenance(plan: Plan) -> str:
     if recipes:
         out.append("- recipes:")
         out += [f"  - `{r.get('name')}` (`{r.get('path')}`, sha256 `{r.get('sha256')}`)" for r in recipes]
+        for r in recipes:
+            if r.get("resolved"):
+                # The resolved recipe (defaults filled in) is what rebuilds this data with `opgen build`.
+                text = yaml.safe_dump(r["resolved"], sort_keys=False, allow_unicode=True, width=1000)
+                out += ["", f"<details><summary>recipe <code>{r.get('name')}</code>, resolved</summary>", "",
+                        _fence(text, "yaml"), "", "</details>"]
     leak = m.get("leakage")
     if isinstance(leak, dict):
         out.append(f"- leakage check: ok = `{leak.get('ok')}`, checked pairs = {leak.get('checked_pairs')}, "

@@ -110,6 +110,8 @@ def test_counts_histograms_and_hashes(tree: Path):
     assert [(d, n) for d, n, _ in bars] == [("1", "6"), ("2", "6")]
     assert all(len(b) == 40 for _, _, b in bars)
     assert "a" * 64 in body  # the recipe's sha256
+    resolved = re.search(r"resolved</summary>\n\n```yaml\n(.*?)```", body, re.S).group(1)
+    assert yaml.safe_load(resolved) == manifest["recipes"][0]["resolved"]
 
 
 def test_describe_knows_the_study_families():

@@ -67,7 +67,8 @@ def make_build(root: Path, splits: list[tuple[str, str, str, int, int]]) -> Path
     """splits: (split name, family, kind, rows, shards) → a build directory with its manifest."""
     root.mkdir(parents=True, exist_ok=True)
     manifest = {"opgen_version": "0.1.0", "seed": 7,
-                "recipes": [{"name": "hand", "path": "hand.yaml", "sha256": "a" * 64, "resolved": {}}],
+                "recipes": [{"name": "hand", "path": "hand.yaml", "sha256": "a" * 64,
+                             "resolved": {"name": "hand", "seed": 7, "splits": {"probe_1b": {"generator": "probe"}}}}],
                 "splits": {}, "leakage": {"ok": True, "checked_pairs": 3, "violations": [], "allowed": []}}
     for split, family, kind, n, shards in splits:
         rows = _rows(split, family, kind, n)
