@@ -125,6 +125,9 @@ def evaluate(e: Expr, x: str, max_len: int | None = None) -> str:
     elif isinstance(e, Concat):
         value = evaluate(e.left, x, max_len) + evaluate(e.right, x, max_len)
     elif isinstance(e, Method):
+        # A hand-built tree could name any attribute; only the grammar's methods may be called.
+        if e.name not in ops.METHODS:
+            raise ExprError(f"unknown method .{e.name}() (allowed: {', '.join(ops.METHODS)})")
         value = getattr(evaluate(e.expr, x, max_len), e.name)()
     else:  # pragma: no cover - the union is closed
         raise ExprError(f"not an expression node: {e!r}")
@@ -196,25 +199,40 @@ def parse(source: str) -> Expr:
     """Parse expression source (``func_3(func_1(x, 2))``) into a tree; reject anything else."""
     try:
         tree = ast.parse(source.strip(), mode="eval")
+        return _from_ast(tree.body)
     except SyntaxError as exc:
-        raise ExprError(f"not a Python expression: {exc.msg} in {source!r}") from None
-    return _from_ast(tree.body)
+        raise ExprError(f"not a Python expression: {exc.msg} in {_clip(source)}") from None
+    except (RecursionError, MemoryError):
+        # `x + x + ... + x` thousands of terms deep overflows the parser or our recursion; that is
+        # bad input, not a crash.
+        raise ExprError(f"expression nested too deeply: {_clip(source)}") from None
+
+
+def _clip(source: str, limit: int = 200) -> str:
+    return repr(source) if len(source) <= limit else repr(source[:limit]) + f"... ({len(source)} characters)"
 
 
 def parse_program(source: str, entry: str = "main_solution") -> Expr:
     """Parse ``def <entry>(x): return <expr>`` (the only statement of the function) into a tree."""
     try:
         module = ast.parse(source)
+        # Python binds the last definition of a name, so a program that defines the entry twice
+        # runs the second one: parse that one too.
+        defs = [node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == entry]
+        if not defs:
+            raise ExprError(f"no function {entry!r} in the program")
+        return expression_of(defs[-1])
     except SyntaxError as exc:
         raise ExprError(f"not a Python program: {exc.msg} (line {exc.lineno})") from None
-    for node in module.body:
-        if isinstance(node, ast.FunctionDef) and node.name == entry:
-            return expression_of(node)
-    raise ExprError(f"no function {entry!r} in the program")
+    except (RecursionError, MemoryError):
+        raise ExprError(f"the expression of {entry!r} is nested too deeply") from None
 
 
 def expression_of(fn: ast.FunctionDef) -> Expr:
     """The returned expression of a one-argument function whose body is a single return."""
+    if fn.decorator_list:
+        # A decorator replaces the function: the returned expression would not be what runs.
+        raise ExprError(f"{fn.name} must not be decorated")
     args = fn.args
     if len(args.args) != 1 or args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
         raise ExprError(f"{fn.name} must take exactly one argument")
@@ -250,7 +268,9 @@ def _from_ast(node: ast.AST, var: str = "x") -> Expr:
                 op = ops.get(func.id)
             except ops.UnknownOperator as exc:
                 raise ExprError(str(exc)) from None
-            if len(node.args) != op.arity or any(isinstance(a, ast.Starred) for a in node.args):
+            if any(isinstance(a, ast.Starred) for a in node.args):
+                raise ExprError(f"{op.id}: starred arguments are not part of the grammar")
+            if len(node.args) != op.arity:
                 raise ExprError(f"{op.id} takes {op.arity} arguments {op.signature}, got {len(node.args)}")
             inputs = tuple(_from_ast(a, var) for a in node.args[: op.n_inputs])
             params = tuple(_param(a, op.id) for a in node.args[op.n_inputs:])
