@@ -71,11 +71,26 @@ class Rng:
         """Uniform integer in [0, n), unbiased (rejection on the top partial block)."""
         if n <= 0:
             raise ValueError(f"below() needs n >= 1, got {n}")
+        if n > 1 << 64:
+            return self._below_wide(n)
         limit = (1 << 64) - ((1 << 64) % n)
         while True:
             w = self.word()
             if w < limit:
                 return w % n
+
+    def _below_wide(self, n: int) -> int:
+        # One 64-bit word cannot cover n > 2**64 (the single-word limit would be 0 and never met):
+        # draw as many words as n needs, little-endian, and reject on the top partial block.
+        words = (n.bit_length() + 63) // 64
+        span = 1 << (64 * words)
+        limit = span - (span % n)
+        while True:
+            v = 0
+            for i in range(words):
+                v |= self.word() << (64 * i)
+            if v < limit:
+                return v % n
 
     def integer(self, lo: int, hi: int) -> int:
         """Uniform integer in [lo, hi], both ends included."""
@@ -96,6 +111,10 @@ class Rng:
         return seq[self.below(len(seq))]
 
     def weighted(self, seq: Sequence[T], weights: Sequence[float]) -> T:
+        if len(weights) != len(seq):
+            raise ValueError(f"weighted() needs one weight per item, got {len(weights)} for {len(seq)}")
+        if any(w < 0 for w in weights):
+            raise ValueError("weighted() needs non-negative weights")
         total = float(sum(weights))
         if total <= 0:
             raise ValueError("weighted() needs a positive total weight")
@@ -105,7 +124,9 @@ class Rng:
             acc += w
             if r < acc:
                 return item
-        return seq[-1]
+        # Float rounding can leave r just above the running sum: fall back to the last item that
+        # can be drawn at all, never to a zero-weight one.
+        return next(item for item, w in zip(reversed(seq), reversed(weights)) if w > 0)
 
     def shuffled(self, seq: Sequence[T]) -> list[T]:
         """A Fisher-Yates permutation of ``seq``."""
@@ -117,7 +138,7 @@ class Rng:
 
     def sample(self, seq: Sequence[T], k: int) -> list[T]:
         """``k`` distinct elements of ``seq`` in random order."""
-        if k > len(seq):
+        if k < 0 or k > len(seq):
             raise ValueError(f"cannot sample {k} of {len(seq)}")
         pool = list(seq)
         out = []
