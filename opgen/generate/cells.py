@@ -1,0 +1,415 @@
+"""The study's training cells: a shared atomic pool, co-occurrence groups, matched streams, RL pools.
+
+Every SFT cell of the study trains on the *same* 10,000 atomic tasks and differs only in how those
+are packed and which composition rows are added. So pools here are keyed by their own name, their
+options and the build seed — never by the recipe that uses them: two recipes naming the same pool
+get the same tasks, task for task, and changing one cell's packing cannot change its tasks.
+
+A pool is a deterministic sequence; a count takes a prefix of it, so a smaller cell (``sft-c4b``'s
+12,436 compositions) is a subset of a larger one over the same pool (``sft-v1``'s 15,979).
+
+Generators (recipe ``generator:`` names): ``sft_cell`` (atomic pool, single or grouped, plus an
+optional composition pool, rows shuffled together), ``matched_stream`` (one stream of the matched
+pair, step by step), ``rl_pool`` (r1: chains + multi-task atomic prompts; mda: chains + deep chain
+followed by long-literal atomic tasks).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from opgen import expr as E
+from opgen import ops
+from opgen import pack as P
+from opgen.generate import OP_SET, Context, Generator, GeneratorError, sample_params
+from opgen.rng import Rng
+from opgen.tasks import Item, Task
+
+# As the atomic and trees generators draw them: inputs of 3-10 lowercase letters, an interlace
+# operator's second input a 3-6 letter literal, outputs capped at 1,000 characters.
+INPUT_LEN = (3, 10)
+LITERAL_LEN = (3, 6)
+MAX_OUTPUT = 1000
+# Candidate draws per pool slot before the sampler gives up with a clear error.
+MAX_ATTEMPTS = 200
+
+
+class CellError(GeneratorError):
+    """A cell option that cannot be met (unknown operator set, impossible count, bad width)."""
+
+
+# ---------------------------------------------------------------- sampling primitives
+
+
+def atomic_task(op_id: str, rng: Rng, first: E.Expr | None = None) -> Task:
+    """One operator applied to ``x`` (an interlace operator's second input: a short literal), or
+    with ``first`` as its first input (probe 1g, the mixed-depth RL pool's long literals)."""
+    op = ops.get(op_id)
+    x = rng.text(*INPUT_LEN)
+    args: tuple[E.Expr, ...] = (E.Var(),)
+    if op.n_inputs == 2:
+        args += (E.Lit(rng.text(*LITERAL_LEN)),)
+    if first is not None:
+        args = (first,) + ((E.Var(),) if op.n_inputs == 2 else ())
+    program = E.Call(op.id, args, sample_params(op, rng))
+    with E.recursion_headroom():
+        # one call on at most a few hundred characters: no operator can pass the cap
+        return Task(program, x, E.evaluate(program, x))
+
+
+def unary(op_ids: Sequence[str]) -> tuple[str, ...]:
+    """Operators that can stand in a pure nesting chain (one string input)."""
+    return tuple(o for o in op_ids if ops.get(o).n_inputs == 1)
+
+
+def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, fixed: Mapping[int, str] | None = None,
+               max_len: int = MAX_OUTPUT, no_repeat: bool = True) -> Task | None:
+    """A pure nesting chain ``f1(f2(...fd(x)))`` of exactly ``depth`` calls, grown from the inside out
+    and evaluated as it grows, so each level picks among operators that keep every value within
+    ``max_len``: rejecting whole chains would almost never accept a depth-20 chain over operators
+    that double or triple their input. ``fixed`` pins operators at levels (0 = outermost).
+    None when a level has no operator left that fits."""
+    fixed = dict(fixed or {})
+    pool = [o for o in unary(op_ids) if o not in fixed.values()]
+    x = rng.text(*INPUT_LEN)
+    value = x
+    node: E.Expr = E.Var()
+    inner = ""
+    for level in range(depth - 1, -1, -1):
+        candidates = [fixed[level]] if level in fixed else [o for o in pool if not (no_repeat and o == inner)]
+        for op_id in rng.shuffled(candidates):
+            op = ops.get(op_id)
+            params = sample_params(op, rng)
+            try:
+                with E.recursion_headroom():
+                    out = E.evaluate(E.Call(op_id, (E.Var(),), params), value, max_len)
+            except E.OutputTooLong:
+                continue
+            node, value, inner = E.Call(op_id, (node,), params), out, op_id
+            break
+        else:
+            return None
+    return Task(node, x, value)
+
+
+def chain_task(op_ids: Sequence[str], depth: int, rng: Rng, **kw: Any) -> Task:
+    for attempt in range(MAX_ATTEMPTS):
+        task = grow_chain(op_ids, depth, rng.derive("chain", attempt), **kw)
+        if task is not None:
+            return task
+    raise CellError(f"no chain of depth {depth} over {list(op_ids)} stays within {MAX_OUTPUT} characters")
+
+
+# ---------------------------------------------------------------- pools
+
+
+def _canon(options: Mapping[str, Any]) -> str:
+    return json.dumps(options, sort_keys=True, separators=(",", ":"))
+
+
+def resolve_ops(spec: Any, where: str) -> tuple[str, ...]:
+    try:
+        return ops.resolve_set(spec)
+    except (ValueError, KeyError) as exc:
+        raise CellError(f"{where}: {exc}") from None
+
+
+@lru_cache(maxsize=16)
+def _atomic_pool(name: str, per_op: int, op_ids: tuple[str, ...], seed: int) -> tuple[Task, ...]:
+    rng = Rng("opgen-pool", "atomic", name, per_op, ",".join(op_ids), seed)
+    out: list[Task] = []
+    seen: set[str] = set()
+    for op_id in op_ids:
+        for i in range(per_op):
+            for j in range(MAX_ATTEMPTS):
+                task = atomic_task(op_id, rng.derive(op_id, i, j))
+                if task.identity() not in seen:
+                    seen.add(task.identity())
+                    out.append(task)
+                    break
+            else:
+                raise CellError(f"atomic pool {name!r}: {op_id} has fewer than {per_op} distinct tasks")
+    return tuple(out)
+
+
+def atomic_pool(name: str = "sft-atomic", per_op: int = 400, op_set: Any = "all", seed: int = 1) -> tuple[Task, ...]:
+    """``per_op`` distinct atomic tasks per operator, operators in library order, keyed by
+    (name, per_op, operators, seed) only."""
+    if per_op < 1:
+        raise CellError(f"atomic pool {name!r}: per_op must be >= 1, got {per_op}")
+    return _atomic_pool(name, per_op, resolve_ops(op_set, f"atomic pool {name!r}: ops"), seed)
+
+
+@lru_cache(maxsize=16)
+def _comp_pool(name: str, rows: int, trees_json: str, seed: int, where: str) -> tuple[Task, ...]:
+    from opgen.generate.trees import Trees  # the native mixed-structure sampler
+
+    # The trees generator draws row i's candidates from Rng(ctx.digest, ctx.split, i, j): naming
+    # the pool (not the recipe) in its context is what makes the pool shared between cells.
+    opts = Trees.resolve({**json.loads(trees_json), "rows": rows}, where)
+    ctx = Context(digest=f"opgen-pool:comp:{name}:{trees_json}", split=name, seed=seed, role="train", where=where)
+    gen = Trees(opts, ctx)
+    out: list[Task] = []
+    seen: set[str] = set()
+    for i in range(rows):
+        for j in range(gen.max_attempts):
+            item = gen.candidate(i, j)
+            if item is not None and item.tasks[0].identity() not in seen:
+                seen.add(item.tasks[0].identity())
+                out.append(item.tasks[0])
+                break
+        else:
+            raise CellError(f"{where}: composition pool {name!r} found no new composition for slot {i}")
+    return tuple(out)
+
+
+def comp_pool(name: str, rows: int, trees: Mapping[str, Any], seed: int = 1, where: str = "") -> tuple[Task, ...]:
+    """The first ``rows`` distinct compositions of a named pool (trees-generator options ``trees``)."""
+    return _comp_pool(name, rows, _canon(trees), seed, where or f"composition pool {name!r}")
+
+
+# ---------------------------------------------------------------- option fragments
+
+_RANGE = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2}
+ATOMIC_SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["pool"],
+    "properties": {"pool": {"type": "string", "minLength": 1}, "per_op": {"type": "integer", "minimum": 1},
+                   "ops": OP_SET},
+}
+COMPS_SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["pool", "rows"],
+    "properties": {"pool": {"type": "string", "minLength": 1}, "rows": {"type": "integer", "minimum": 1},
+                   "pool_rows": {"type": "integer", "minimum": 1},
+                   "ops": OP_SET,
+                   "depths": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+                   "trees": {"type": "object"}},
+}
+ATOMIC_DEFAULTS = {"pool": "sft-atomic", "per_op": 400, "ops": "all"}
+
+
+def _range(gen: Generator, key: str, value: Sequence[int]) -> tuple[int, int]:
+    lo, hi = value
+    if lo > hi:
+        raise gen.fail(key, f"range [{lo}, {hi}] is empty (expected [lo, hi] with lo <= hi)")
+    return lo, hi
+
+
+class _PoolUser(Generator):
+    """Pool-based rows: planned in the constructor, so a row cannot be redrawn."""
+
+    REDRAWABLE = False
+
+    def _atomic(self, spec: Mapping[str, Any]) -> tuple[Task, ...]:
+        spec = {**ATOMIC_DEFAULTS, **spec}
+        op_ids = self.op_set(spec["ops"], "atomic.ops")
+        return atomic_pool(spec["pool"], spec["per_op"], list(op_ids), self.ctx.seed)
+
+    def _comps(self, spec: Mapping[str, Any]) -> tuple[Task, ...]:
+        trees = {"ops": spec.get("ops", "train"), "depths": spec.get("depths", [2, 3, 4]), **spec.get("trees", {})}
+        if "rows" in trees or "per_depth" in trees:
+            raise self.fail("compositions.trees", "the pool's size is compositions.pool_rows, not a trees option")
+        pool_rows = spec.get("pool_rows", spec["rows"])
+        if spec["rows"] > pool_rows:
+            raise self.fail("compositions.rows", f"{spec['rows']} rows asked from a pool of {pool_rows}")
+        try:
+            pool = comp_pool(spec["pool"], pool_rows, trees, self.ctx.seed, f"{self.ctx.where}.compositions")
+        except GeneratorError:
+            raise
+        return pool[:spec["rows"]]
+
+    def _plan_rng(self, *parts: object) -> Rng:
+        # Plans hang on the options and seed, not on the recipe digest: the same options in another
+        # recipe (sft-matched-isolated.yaml vs sft-matched.yaml) plan the same rows.
+        return Rng("opgen-plan", self.NAME, _canon(self.plan_options()), self.ctx.seed, *parts)
+
+    def plan_options(self) -> Mapping[str, Any]:
+        return self.options
+
+    def candidate(self, i: int, j: int) -> Item | None:
+        if not 0 <= i < self.count():
+            raise IndexError(i)
+        return self.row(i)
+
+    def row(self, i: int) -> Item:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------- SFT cells
+
+
+class SftCell(_PoolUser):
+    """Atomic pool tasks (single rows, or co-occurrence groups of width lo..hi) plus an optional
+    composition pool; all rows shuffled together into one training file."""
+
+    NAME = "sft_cell"
+    DEFAULTS = {"atomic": dict(ATOMIC_DEFAULTS), "width": [1, 1], "compositions": None}
+    OPTIONS_SCHEMA = {"properties": {
+        "atomic": {"oneOf": [ATOMIC_SCHEMA, {"type": "null"}]}, "width": _RANGE,
+        "compositions": {"oneOf": [COMPS_SCHEMA, {"type": "null"}]},
+    }}
+
+    def __init__(self, options: Mapping[str, Any], ctx: Context):
+        super().__init__(options, ctx)
+        o = self.options
+        lo, hi = _range(self, "width", o["width"])
+        self.atomic = self._atomic(o["atomic"]) if o["atomic"] is not None else ()
+        self.comps = self._comps(o["compositions"]) if o["compositions"] is not None else ()
+        if not self.atomic and not self.comps:
+            raise self.fail("", "a cell needs atomic tasks, compositions or both")
+        if hi == 1:
+            groups: list[tuple[int, ...]] = [(i,) for i in range(len(self.atomic))]
+        else:
+            try:
+                groups = P.pack(P.labels_of(self.atomic), lo, hi, self._plan_rng("groups"))
+            except P.PackError as exc:
+                raise self.fail("width", str(exc)) from None
+        entries: list[P.Entry] = [("group", g) for g in groups] + [("comp", (c,)) for c in range(len(self.comps))]
+        self.entries = self._plan_rng("order").shuffled(entries)
+
+    def count(self) -> int:
+        return len(self.entries)
+
+    def row(self, i: int) -> Item:
+        kind, idx = self.entries[i]
+        if kind == "comp":
+            return Item((self.comps[idx[0]],), meta=(("part", "composition"),))
+        return Item(tuple(self.atomic[k] for k in idx), meta=(("part", "atomic"),))
+
+    def shared_tasks(self) -> tuple[Task, ...]:
+        return self.atomic
+
+
+class MatchedStream(_PoolUser):
+    """One stream of the matched pair: per step the same atomic tasks (single rows or packed into
+    groups) and the same composition rows; both streams plan from the options minus ``stream``."""
+
+    NAME = "matched_stream"
+    DEFAULTS = {
+        "stream": "isolated", "atomic": dict(ATOMIC_DEFAULTS), "compositions": None,
+        "steps": 400, "atomic_per_step": 48, "grouped_rows_per_step": 20, "comps_per_step": 76, "width": [2, 4],
+    }
+    OPTIONS_SCHEMA = {"properties": {
+        "stream": {"enum": ["isolated", "grouped"]}, "atomic": ATOMIC_SCHEMA,
+        "compositions": {"oneOf": [COMPS_SCHEMA, {"type": "null"}]},
+        "steps": {"type": "integer", "minimum": 1}, "atomic_per_step": {"type": "integer", "minimum": 1},
+        "grouped_rows_per_step": {"type": "integer", "minimum": 1},
+        "comps_per_step": {"type": "integer", "minimum": 0}, "width": _RANGE,
+    }}
+
+    def __init__(self, options: Mapping[str, Any], ctx: Context):
+        super().__init__(options, ctx)
+        o = self.options
+        self.stream = o["stream"]
+        self.atomic = self._atomic(o["atomic"])
+        self.comps = self._comps(o["compositions"]) if o["compositions"] is not None else ()
+        if o["comps_per_step"] and not self.comps:
+            raise self.fail("compositions", f"comps_per_step is {o['comps_per_step']} but no composition pool is given")
+        try:
+            self.plan = P.plan_matched(
+                P.labels_of(self.atomic), len(self.comps), self._plan_rng(),
+                steps=o["steps"], atomic_per_step=o["atomic_per_step"],
+                grouped_rows_per_step=o["grouped_rows_per_step"], comps_per_step=o["comps_per_step"],
+                width=_range(self, "width", o["width"]))
+        except P.PackError as exc:
+            raise self.fail("width", str(exc)) from None
+        self.entries = self.plan.entries(self.stream)
+
+    def plan_options(self) -> Mapping[str, Any]:
+        return {k: v for k, v in self.options.items() if k != "stream"}
+
+    def count(self) -> int:
+        return len(self.entries)
+
+    @property
+    def rows_per_step(self) -> int:
+        return self.plan.rows_per_step(self.stream)
+
+    def row(self, i: int) -> Item:
+        kind, idx = self.entries[i]
+        step = i // self.rows_per_step
+        meta = (("part", "composition" if kind == "comp" else "atomic"), ("step", step))
+        if kind == "comp":
+            return Item((self.comps[idx[0]],), meta=meta)
+        return Item(tuple(self.atomic[k] for k in idx), meta=meta)
+
+    def step_hashes(self) -> list[str]:
+        """Per step, the hash of the task multiset it trains on (equal across the two streams)."""
+        out = []
+        for s in range(self.plan.steps):
+            refs = self.plan.step_tasks(self.stream, s)
+            out.append(P.multiset_hash(
+                (self.comps if pool == "comp" else self.atomic)[k].identity() for pool, k in refs))
+        return out
+
+    def shared_tasks(self) -> tuple[Task, ...]:
+        return self.atomic
+
+
+# ---------------------------------------------------------------- RL pools
+
+
+class RlPool(Generator):
+    """Rows alternate 1:1 between a train-operator serial chain (depth lo..hi) and a second kind:
+    ``r1`` a multi-task atomic prompt (width lo..hi, distinct operators), ``mda`` one deep chain task
+    followed by 1-2 atomic tasks whose first argument is a long literal."""
+
+    NAME = "rl_pool"
+    DEFAULTS = {
+        "mix": "r1", "rows": 12800,
+        "chain_ops": "train", "chain_depth": [10, 20],
+        "atomic_ops": "all", "width": [1, 12],
+        "literal_tasks": [1, 2], "literal_len": [8, 200],
+    }
+    OPTIONS_SCHEMA = {"properties": {
+        "mix": {"enum": ["r1", "mda"]}, "rows": {"type": "integer", "minimum": 1},
+        "chain_ops": OP_SET, "chain_depth": _RANGE, "atomic_ops": OP_SET, "width": _RANGE,
+        "literal_tasks": _RANGE, "literal_len": _RANGE,
+    }}
+
+    def __init__(self, options: Mapping[str, Any], ctx: Context):
+        super().__init__(options, ctx)
+        o = self.options
+        self.chain_ops = unary(self.op_set(o["chain_ops"], "chain_ops"))
+        if len(self.chain_ops) < 2:
+            raise self.fail("chain_ops", "chains need at least two unary operators (no operator twice in a row)")
+        self.atomic_ops = self.op_set(o["atomic_ops"], "atomic_ops")
+        self.depth = _range(self, "chain_depth", o["chain_depth"])
+        self.width = _range(self, "width", o["width"])
+        if self.width[1] > len(self.atomic_ops):
+            raise self.fail("width", f"width up to {self.width[1]} needs as many distinct operators; "
+                                     f"atomic_ops has {len(self.atomic_ops)}")
+        self.literal_tasks = _range(self, "literal_tasks", o["literal_tasks"])
+        self.literal_len = _range(self, "literal_len", o["literal_len"])
+        if self.literal_len[1] > MAX_OUTPUT // 2:
+            raise self.fail("literal_len", f"literals longer than {MAX_OUTPUT // 2} characters could outgrow the cap")
+
+    def count(self) -> int:
+        return self.options["rows"]
+
+    def _chain(self, rng: Rng) -> Task | None:
+        task = grow_chain(self.chain_ops, rng.integer(*self.depth), rng)
+        if task is None:
+            self.rejections["chain_stuck"] += 1
+        return task
+
+    def candidate(self, i: int, j: int) -> Item | None:
+        rng = self.rng(i, j)
+        chain = self._chain(rng.derive("chain"))
+        if chain is None:
+            return None
+        if i % 2 == 0:
+            return Item((chain,), meta=(("part", "chain"),))
+        if self.options["mix"] == "r1":
+            picked = rng.sample(list(self.atomic_ops), rng.integer(*self.width))
+            tasks = tuple(atomic_task(o, rng.derive("atomic", k)) for k, o in enumerate(picked))
+            return Item(tasks, meta=(("part", "atomic_group"),))
+        picked = rng.sample(list(self.atomic_ops), rng.integer(*self.literal_tasks))
+        lits = tuple(atomic_task(o, rng.derive("literal", k), first=E.Lit(rng.text(*self.literal_len)))
+                     for k, o in enumerate(picked))
+        return Item((chain,) + lits, meta=(("part", "chain_then_literal"),))
+
+
+GENERATORS = {"sft_cell": SftCell, "matched_stream": MatchedStream, "rl_pool": RlPool}
