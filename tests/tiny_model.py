@@ -15,10 +15,9 @@ from pathlib import Path
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] }}"
-    "{% if not loop.last or message['role'] != 'assistant' or add_generation_prompt %}{{ '<|im_end|>\n' }}{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 VOCAB_SIZE = 330
@@ -159,6 +158,29 @@ TREES = [("func_3(x)", "banana"), ("func_1(func_3(x), 2)", "abc"), ("func_3(func
 def write_trees(path: Path, n: int = len(TREES), split: str = "test") -> Path:
     """A small program data file: n rows cycling through TREES."""
     return write_rows(path, [program_row(i, *TREES[i % len(TREES)], split=split) for i in range(n)])
+
+
+def write_prefixed(path: Path, n: int = 3) -> Path:
+    """Rows with a teacher-forced assistant prefix (probe 1b shape): the model continues the answer."""
+    rows = []
+    for i in range(n):
+        e, x = TREES[i % len(TREES)]
+        gold = ra_answer(e)
+        rows.append(program_row(i, e, x, split="probe_1b", assistant_prefix=gold[: gold.index("```python")]))
+    return write_rows(path, rows)
+
+
+def require(module: str):
+    """Import a heavy package, or skip the test without it; with OPGEN_REQUIRE_HEAVY=1 (CI's heavy
+    venv) a missing package fails the test instead, so a broken install cannot pass as skips."""
+    import importlib
+    import os
+
+    import pytest
+
+    if os.environ.get("OPGEN_REQUIRE_HEAVY") == "1":
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"needs {module} (scripts/setup-vllm-cpu.sh builds that venv)")
 
 if __name__ == "__main__":
     print(build(Path(sys.argv[1] if len(sys.argv) > 1 else "tiny-model")))
