@@ -61,7 +61,9 @@ def show_cmd(op_id: str) -> None:
 @click.argument("expression")
 @click.option("--input", "input_", required=True, help="The value of x.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result and measures as JSON.")
-def eval_cmd(expression: str, input_: str, as_json: bool) -> None:
+@click.option("--max-len", type=click.IntRange(min=0), default=1_000_000, show_default=True,
+              help="Refuse any intermediate value longer than this many characters (0: no limit).")
+def eval_cmd(expression: str, input_: str, as_json: bool, max_len: int) -> None:
     """Parse EXPRESSION (e.g. "func_3(func_1(x, 2))"), evaluate it on --input, print the result."""
     try:
         tree = expr.parse(expression)
@@ -69,7 +71,10 @@ def eval_cmd(expression: str, input_: str, as_json: bool) -> None:
         raise click.BadParameter(str(exc), param_hint="EXPRESSION") from None
     try:
         with expr.recursion_headroom():
-            value = expr.evaluate(tree, input_)
+            # The limit stops `func_1(x, 10**9)` before it allocates gigabytes it would then print.
+            value = expr.evaluate(tree, input_, max_len=max_len or None)
+    except expr.OutputTooLong as exc:
+        raise click.ClickException(f"evaluation failed: {exc} (raise --max-len to allow it)") from None
     except Exception as exc:  # an operator failing on this input is the user's answer, not a crash
         raise click.ClickException(f"evaluation failed: {type(exc).__name__}: {exc}") from None
     if as_json:
