@@ -258,10 +258,10 @@ def _from_ast(node: ast.AST, var: str = "x") -> Expr:
             raise ExprError("keyword arguments are not part of the grammar")
         func = node.func
         if isinstance(func, ast.Attribute):
-            if node.args:
-                raise ExprError(f"method .{func.attr}() takes no arguments in the grammar")
             if func.attr not in ops.METHODS:
                 raise ExprError(f"unknown method .{func.attr}() (allowed: {', '.join(ops.METHODS)})")
+            if node.args:
+                raise ExprError(f"method .{func.attr}() takes no arguments in the grammar")
             return Method(_from_ast(func.value, var), func.attr)
         if isinstance(func, ast.Name):
             try:
