@@ -720,3 +720,19 @@ def test_func_24_with_depth_at_most_0_is_identity(s, depth):
 def test_func_24_leaves_palindromes_alone(s):
     p = s + s[::-1]
     assert run("func_24", p, 3) == p
+
+
+# ------------------------------------------------------------------ docs/operators.md
+
+
+def test_docs_table_matches_the_library():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "operators.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| `func_")]
+    assert len(rows) == 25
+    for line, op in zip(rows, ops.OPERATORS):
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        op_id, name, signature, _behaviour, params, split = cells
+        assert (op_id, name, signature, split) == (f"`{op.id}`", f"`{op.name}`", f"`{op.signature}`", op.split)
+        assert params == ("; ".join(p.describe() for p in op.params) or "—")
