@@ -1,0 +1,46 @@
+"""verl's reward entry point: ``compute_score`` for opgen rows (and native ``codeio-forward-*`` rows).
+
+Plug into verl with ``custom_reward_function.path=<site-packages>/opgen/reward.py`` and
+``custom_reward_function.name=compute_score`` (newer verl: ``reward.custom_reward_function.*``);
+policies go through ``reward_kwargs`` (see docs/scoring.md). Model code runs in the process-wide
+sandbox (:func:`opgen.score.sandbox.shared`), never in the trainer's process or thread.
+"""
+
+from __future__ import annotations
+
+# The keys of every returned dict, in order: verl stacks them across samples, so a sample that
+# failed early must still carry all of them (numbers, except ``error``).
+KEYS = ("score", "acc", "format_ok", "error", "structure_ok", "n_tasks", "tasks_correct", "recall_expected",
+        "recall_correct", "recall_chimera", "recall_arity", "recall_wrong_body", "recall_missing",
+        "recall_duplicated", "recall_extra")
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str | dict, extra_info: dict | None = None,
+                  policy: str = "output", group: str = "fraction", mode: str = "auto", **kwargs: object) -> dict:
+    """Score one sample. ``policy``: "output" (default) or "output_structure"; ``group``: "fraction"
+    (default) or "all"; ``mode``: "auto" (default), "forward" or "program".
+
+    ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows)."""
+    from opgen.score.grade import grade
+
+    answer_format = str((extra_info or {}).get("answer_format", "") or "")
+    g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, answer_format=answer_format)
+    rc = g["recall"]
+    recall_wrong = rc["wrong_body"] + rc["no_definition"] + rc["syntax"]
+    return {
+        "score": float(g["score"]),
+        "acc": float(g["acc"]),
+        "format_ok": float(bool(g["format_ok"])),
+        "error": g["error"],
+        "structure_ok": -1.0 if g["structure_ok"] is None else float(bool(g["structure_ok"])),
+        "n_tasks": float(g["n_tasks"]),
+        "tasks_correct": float(g["tasks_correct"]),
+        "recall_expected": float(rc["expected"]),
+        "recall_correct": float(rc["correct"]),
+        "recall_chimera": float(rc["chimera"]),
+        "recall_arity": float(rc["arity"]),
+        "recall_wrong_body": float(recall_wrong),
+        "recall_missing": float(rc["missing"]),
+        "recall_duplicated": float(rc["duplicated"]),
+        "recall_extra": float(rc["extra"]),
+    }

@@ -1,0 +1,187 @@
+"""Grade one response against one row's ground truth: a score, an error class and the diagnostics.
+
+The expected values stay here; the sandbox only ever receives the program and its inputs, and
+the comparison (exact: case and whitespace included) happens in this process.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from opgen.score import diagnose as D
+from opgen.score import parse as P
+from opgen.score.sandbox import Result, Sandbox, Unit
+
+POLICIES = ("output", "output_structure")
+GROUP_POLICIES = ("fraction", "all")
+MODES = ("auto", "forward", "program")
+
+# Error classes a graded response can end with ("" when it is correct).
+ERRORS = ("", "no_answer", "wrong_output", "syntax", "missing_name", "arity", "exception", "timeout", "memory",
+          "output_too_large", "killed", "not_a_string")
+
+
+class GroundTruthError(ValueError):
+    """A ground truth that is not the contract's JSON (names the missing or malformed field)."""
+
+
+@dataclass(frozen=True)
+class TaskTruth:
+    entry: str
+    expr: str
+    input: str
+    output: str
+    ops: tuple[str, ...]
+    depth: int
+
+
+@dataclass(frozen=True)
+class Truth:
+    mode: str  # "program" | "forward"
+    tasks: tuple[TaskTruth, ...]  # empty for native benchmark rows
+    native: bool = False
+    ref_output: object = None  # native rows: the value to predict
+
+    @property
+    def recall_order(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for t in self.tasks:
+            for op in t.ops:
+                seen.setdefault(op, None)
+        return tuple(seen)
+
+
+def load_truth(ground_truth: dict | str) -> Truth:
+    gt = ground_truth
+    if isinstance(gt, str):
+        try:
+            gt = json.loads(gt)
+        except ValueError as exc:
+            raise GroundTruthError(f"ground_truth is not JSON: {exc}") from None
+    if not isinstance(gt, dict):
+        raise GroundTruthError(f"ground_truth must be a JSON object, got {type(gt).__name__}")
+    if "tasks" not in gt:
+        if "ref_output" not in gt:
+            raise GroundTruthError("ground_truth has neither 'tasks' nor the native 'ref_output'")
+        return Truth("forward", (), native=True, ref_output=gt["ref_output"])
+    tasks = []
+    for i, t in enumerate(gt["tasks"]):
+        try:
+            tasks.append(TaskTruth(str(t["entry"]), str(t["expr"]), t["input"], t["output"],
+                                   tuple(t.get("ops", ())), int(t.get("depth", -1))))
+        except (KeyError, TypeError) as exc:
+            raise GroundTruthError(f"ground_truth.tasks[{i}] lacks or mistypes {exc}") from None
+    if not tasks:
+        raise GroundTruthError("ground_truth.tasks is empty")
+    mode = gt.get("mode", "program")
+    if mode not in ("program", "forward"):
+        raise GroundTruthError(f"ground_truth.mode must be 'program' or 'forward', got {mode!r}")
+    return Truth(mode, tuple(tasks))
+
+
+def _canonical(value: object) -> str:
+    # Type-exact equality for JSON values: 1 != 1.0 != True, "1" != 1.
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _empty(truth: Truth, mode: str) -> dict:
+    n = max(len(truth.tasks), 1)
+    return {"mode": mode, "score": 0.0, "acc": 0.0, "format_ok": False, "error": "no_answer",
+            "structure_ok": None, "n_tasks": n, "tasks_correct": 0, "tasks": [], "recalls": [],
+            "recall": D.RecallReport().counts()}
+
+
+def _grade_forward(truth: Truth, response: str, group: str) -> dict:
+    result = _empty(truth, "forward")
+    got = P.parse_forward_answer(response)
+    if got is P.MISSING:
+        return result
+    result["format_ok"] = True
+    if truth.native:
+        expected: list = [truth.ref_output]
+        values = [got]
+    else:
+        expected = [t.output for t in truth.tasks]
+        # Groups answer with a list of outputs in task order; a single task with the bare value.
+        values = [got] if len(expected) == 1 else (list(got) if isinstance(got, list) else [got])
+    correct = [i < len(values) and _canonical(values[i]) == _canonical(e) for i, e in enumerate(expected)]
+    entries = [t.entry for t in truth.tasks] or ["output"]
+    result["tasks"] = [{"entry": e, "status": "ok", "correct": c, "detail": ""} for e, c in zip(entries, correct)]
+    return _finish(result, correct, None, group, "output")
+
+
+def _finish(result: dict, correct: list[bool], structure: list[bool] | None, group: str, policy: str) -> dict:
+    rewarded = correct if policy == "output" or structure is None else [c and s for c, s in zip(correct, structure)]
+    result["tasks_correct"] = sum(correct)
+    result["acc"] = 1.0 if all(correct) else 0.0
+    result["score"] = (sum(rewarded) / len(rewarded)) if group == "fraction" else float(all(rewarded))
+    if all(correct):
+        result["error"] = ""
+    else:
+        failed = next(t for t, c in zip(result["tasks"], correct) if not c)
+        result["error"] = "wrong_output" if failed["status"] == "ok" else failed["status"]
+    return result
+
+
+def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, group: str,
+                   diagnose: bool, answer_format: str) -> dict:
+    result = _empty(truth, "program")
+    entries = tuple(t.entry for t in truth.tasks)
+    answer = P.parse_program_answer(response, entries)
+    report = D.recall_plan(answer.recalls, truth.recall_order) if diagnose else D.RecallReport()
+    checks = [c for c in report.checks if c.kinds]
+    units = []
+    if answer.code is not None:
+        units.append(Unit(answer.code, tuple((t.entry, (t.input,)) for t in truth.tasks)))
+    units += [c.unit() for c in checks]
+    results: list[Result] = sandbox.run_units(units) if units else []
+    if answer.code is not None:
+        main, results = results[:len(entries)], results[len(entries):]
+    else:
+        main = [Result("no_answer", None, "no code block defines " + ", ".join(entries))] * len(entries)
+    for check in checks:
+        n = len(check.unit().calls)
+        D.conclude(check, results[:n])
+        results = results[n:]
+    ra_wanted = answer_format == "ra" or (answer_format == "" and (answer.recalls or answer.has_assemble))
+    result["format_ok"] = answer.code is not None and (not ra_wanted or answer.source == "assemble")
+    result["recalls"] = [{"op": c.op, "verdict": c.verdict, "chimera_of": c.chimera_of, "detail": c.detail}
+                         for c in report.checks]
+    result["recall"] = report.counts()
+    result["missing"], result["duplicated"], result["extra"] = \
+        list(report.missing), list(report.duplicated), list(report.extra)
+    correct = [r.ok and r.value == t.output for r, t in zip(main, truth.tasks)]
+    result["tasks"] = [{"entry": t.entry, "status": r.status, "correct": c, "detail": r.detail}
+                       for t, r, c in zip(truth.tasks, main, correct)]
+    structure = [D.structure_matches(answer.code, t.entry, t.expr) for t in truth.tasks]
+    result["structure_ok"] = all(structure)
+    if answer.code is None:
+        return result
+    return _finish(result, correct, structure, group, policy)
+
+
+def grade(ground_truth: dict | str, response: str, *, policy: str = "output", group: str = "fraction",
+          mode: str = "auto", sandbox: Sandbox | None = None, diagnose: bool = True,
+          answer_format: str = "") -> dict:
+    """Grade one response. ``policy``: reward output match only, or output and structure;
+    ``group``: a group row's score as the fraction of tasks correct, or 1 only when all are;
+    ``mode``: ``auto`` follows the ground truth, ``forward``/``program`` force one (native rows are
+    always forward). ``sandbox`` defaults to the process-wide one."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if group not in GROUP_POLICIES:
+        raise ValueError(f"group must be one of {GROUP_POLICIES}, got {group!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    truth = load_truth(ground_truth)
+    if not isinstance(response, str):
+        raise TypeError(f"response must be a string, got {type(response).__name__}")
+    effective = truth.mode if mode == "auto" or truth.native else mode
+    if effective == "forward":
+        return _grade_forward(truth, response, group)
+    if sandbox is None:
+        from opgen.score.sandbox import shared
+
+        sandbox = shared()
+    return _grade_program(truth, response, sandbox, policy, group, diagnose, answer_format)

@@ -1,0 +1,114 @@
+"""Numbers of a paper from graded responses: Wilson intervals, unbiased pass@k, recall diagnostics."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+Z95 = 1.959963984540054
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion (sensible at 0, 1 and small n)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k), as a stable product."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def ks_for(n: int) -> list[int]:
+    """1, 2, 4, ... up to n, and n itself."""
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    ks.append(n)
+    return ks
+
+
+def proportion(successes: int, n: int) -> dict:
+    lo, hi = wilson(successes, n)
+    return {"n": n, "correct": successes, "acc": successes / n if n else 0.0, "ci_low": lo, "ci_high": hi}
+
+
+def grouped(records: Iterable[Mapping], key: str | Sequence[str], value: str = "acc") -> dict[str, dict]:
+    """Accuracy with a 95% Wilson interval per value of ``key`` (a field, or a tuple of fields joined by '|')."""
+    keys = (key,) if isinstance(key, str) else tuple(key)
+    counts: dict[str, list[int]] = {}
+    for r in records:
+        label = "|".join(str(r.get(k, "")) for k in keys)
+        c = counts.setdefault(label, [0, 0])
+        c[0] += int(r[value] >= 1.0)
+        c[1] += 1
+    return {label: proportion(s, n) for label, (s, n) in sorted(counts.items(), key=lambda kv: _sort_key(kv[0]))}
+
+
+def _sort_key(label: str) -> tuple:
+    # Numeric parts sort numerically (depth 10 after depth 9), text parts as text.
+    return tuple((0, int(p), "") if p.lstrip("-").isdigit() else (1, 0, p) for p in label.split("|"))
+
+
+def pass_at_k_table(correct_by_row: Mapping[int, Sequence[bool]]) -> dict[str, float]:
+    """Mean unbiased pass@k over rows, for every k up to the smallest sample count."""
+    if not correct_by_row:
+        return {}
+    n_min = min(len(v) for v in correct_by_row.values())
+    out = {}
+    for k in ks_for(n_min):
+        vals = [pass_at_k(len(v), sum(v), k) for v in correct_by_row.values()]
+        out[f"pass@{k}"] = sum(vals) / len(vals)
+    return out
+
+
+def recall_tables(records: Iterable[Mapping]) -> dict:
+    """Per-operator recall accuracy, chimera confusion and arity-error rates over all recall blocks.
+
+    Accuracy counts a missing block as a failure (the operator was needed and not recalled);
+    the arity-error rate is over the blocks written for that operator.
+    """
+    per_op: dict[str, dict[str, int]] = {}
+    confusion: dict[str, dict[str, int]] = {}
+    for r in records:
+        for rc in r.get("recalls", ()):
+            d = per_op.setdefault(rc["op"], {"needed": 0, "written": 0, "correct": 0, "arity": 0, "chimera": 0,
+                                             "wrong_body": 0, "missing": 0})
+            d["needed"] += 1
+            d["written"] += 1
+            d["correct"] += rc["verdict"] == "correct"
+            d["arity"] += rc["verdict"] == "arity"
+            d["chimera"] += rc["verdict"] == "chimera"
+            d["wrong_body"] += rc["verdict"] in ("wrong_body", "no_definition", "syntax")
+            if rc["verdict"] == "chimera":
+                row = confusion.setdefault(rc["op"], {})
+                row[rc["chimera_of"]] = row.get(rc["chimera_of"], 0) + 1
+        for op in r.get("missing", ()):
+            d = per_op.setdefault(op, {"needed": 0, "written": 0, "correct": 0, "arity": 0, "chimera": 0,
+                                       "wrong_body": 0, "missing": 0})
+            d["needed"] += 1
+            d["missing"] += 1
+    from opgen import ops
+
+    order = {op_id: i for i, op_id in enumerate(ops.ALL_IDS)}
+    recall = {}
+    for op in sorted(per_op, key=lambda o: order.get(o, len(order))):
+        d = per_op[op]
+        recall[op] = {**d, **{k: v for k, v in proportion(d["correct"], d["needed"]).items() if k != "n"},
+                      "arity_rate": d["arity"] / d["written"] if d["written"] else 0.0}
+    confusion = {op: dict(sorted(row.items(), key=lambda kv: order.get(kv[0], 99)))
+                 for op, row in sorted(confusion.items(), key=lambda kv: order.get(kv[0], 99))}
+    return {"recall_by_op": recall, "chimera_confusion": confusion}

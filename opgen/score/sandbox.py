@@ -1,0 +1,231 @@
+"""Run model-written code in isolated processes and get back values or error classes.
+
+A :class:`Sandbox` keeps ``workers`` warm worker processes (``opgen/score/worker.py``, started once,
+before any model code exists). Each request goes to one idle worker, which forks a fresh isolated
+child for it, enforces the wall-clock timeout by killing the child's process group, and returns
+one ``(status, value, detail)`` per call. The expected values never leave the caller: comparing
+is the caller's job, so nothing a program prints, redefines or exits with can make it pass.
+
+The pool is thread-safe (verl calls reward functions from threads): each request checks out an
+idle worker from a queue, so no signal handling or global state is involved.
+"""
+
+from __future__ import annotations
+
+import atexit
+import marshal
+import os
+import queue
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import weakref
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WORKER = Path(__file__).with_name("worker.py")
+STATUSES = ("ok", "syntax", "missing_name", "arity", "exception", "timeout", "memory",
+            "output_too_large", "killed", "not_a_string")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One call ``entry(*args)`` of a program, run in its own fresh child."""
+
+    code: str
+    entry: str
+    args: tuple = ()
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A program and several calls of it, run in one child (use only for calls of ONE response)."""
+
+    code: str
+    calls: tuple[tuple[str, tuple], ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Result:
+    status: str
+    value: str | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (a worker could not start); never a verdict on model code."""
+
+
+def isolation_level(isolation: dict) -> str:
+    """``full`` when every mechanism is in force, else ``partial(<present>)``, or ``rlimits`` alone."""
+    present = [k for k in ("uid_drop", "pidns", "netns", "mountns", "chroot") if isolation.get(k)]
+    if len(present) == 5:
+        return "full"
+    return f"partial({'+'.join(present)})" if present else "rlimits"
+
+
+class _Worker:
+    def __init__(self, argv: list[str]):
+        self.root_dir = tempfile.mkdtemp(prefix="opgen-sandbox-")
+        os.chmod(self.root_dir, 0o755)
+        # A bare environment: model code must find no token, path or answer in os.environ.
+        self.proc = subprocess.Popen([*argv, self.root_dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, close_fds=True, cwd="/",
+                                     env={"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"})
+        self.wfd = self.proc.stdin.fileno()
+        self.rfd = self.proc.stdout.fileno()
+        hello = self.receive(30.0)
+        if not (isinstance(hello, tuple) and hello and hello[0] == "hello"):
+            self.close()
+            raise SandboxError(f"sandbox worker failed to start (got {hello!r})")
+        self.isolation: dict = hello[1]
+
+    def send(self, obj: object) -> None:
+        data = marshal.dumps(obj)
+        view = memoryview(struct.pack(">I", len(data)) + data)
+        while view:
+            view = view[os.write(self.wfd, view):]
+
+    def _read(self, n: int, deadline_s: float) -> bytes:
+        parts = []
+        while n:
+            ready, _, _ = select.select([self.rfd], [], [], deadline_s)
+            if not ready:
+                raise SandboxError("sandbox worker stopped answering")
+            chunk = os.read(self.rfd, n)
+            if not chunk:
+                raise SandboxError("sandbox worker exited")
+            parts.append(chunk)
+            n -= len(chunk)
+        return b"".join(parts)
+
+    def receive(self, deadline_s: float) -> object:
+        (length,) = struct.unpack(">I", self._read(4, deadline_s))
+        return marshal.loads(self._read(length, deadline_s))
+
+    def close(self) -> None:
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.root_dir, ignore_errors=True)
+
+
+class Sandbox:
+    """A pool of warm, isolated workers. Use as a context manager, or call :meth:`close`.
+
+    ``timeout_s`` bounds each call (and the loading of each program) in wall-clock seconds;
+    ``memory_mb`` is the address space a program may add; ``max_output`` caps a returned value's
+    characters; ``namespaces=False`` skips the PID/network/mount namespaces and the chroot.
+    """
+
+    def __init__(self, workers: int = 2, timeout_s: float = 2.0, memory_mb: int = 512, max_output: int = 100_000,
+                 fsize_bytes: int = 1 << 20, nofile: int = 64, nproc: int = 64, namespaces: bool = True):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.timeout_s = float(timeout_s)
+        self._argv = [sys.executable, "-I", "-S", str(WORKER), str(memory_mb << 20), str(fsize_bytes), str(nofile),
+                      str(nproc), str(max_output), "1" if namespaces else "0"]
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._all: list[_Worker] = []
+        with ThreadPoolExecutor(workers) as pool:
+            started = list(pool.map(lambda _: _Worker(self._argv), range(workers)))
+        for w in started:
+            self._all.append(w)
+            self._idle.put(w)
+        self.isolation: dict = dict(started[0].isolation)
+        self.level = isolation_level(self.isolation)
+        self.workers = workers
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="opgen-sandbox")
+        self._finalizer = weakref.finalize(self, Sandbox._shutdown, self._all, self._pool)
+
+    # -- running
+
+    def run_units(self, units: Sequence[Unit]) -> list[Result]:
+        """Run the units of ONE response in one child (restarted after a timeout or crash)."""
+        if self._closed:
+            raise SandboxError("the sandbox is closed")
+        n_calls = sum(len(u.calls) for u in units)
+        if n_calls == 0:
+            return []
+        request = ([(u.code, [(e, tuple(a)) for e, a in u.calls]) for u in units], self.timeout_s)
+        # The worker enforces every timeout; this one only guards against a worker that itself hangs.
+        guard = self.timeout_s * (n_calls + len(units)) * 2 + 30.0
+        worker = self._idle.get()
+        try:
+            try:
+                worker.send(request)
+                raw = worker.receive(guard)
+            except (SandboxError, OSError, ValueError, EOFError) as exc:
+                worker = self._replace(worker)
+                return [Result("killed", None, f"sandbox worker lost: {exc}")] * n_calls
+        finally:
+            self._idle.put(worker)
+        return [Result(s, v, d) for s, v, d in raw]
+
+    def run(self, jobs: Sequence[Job]) -> list[Result]:
+        """Run each job in its own fresh child, in parallel over the workers; results in job order."""
+        units = [Unit(j.code, ((j.entry, tuple(j.args)),)) for j in jobs]
+        if len(units) <= 1:
+            return [r for u in units for r in self.run_units([u])]
+        return [rs[0] for rs in self._pool.map(lambda u: self.run_units([u]), units)]
+
+    def _replace(self, dead: _Worker) -> _Worker:
+        dead.proc.kill()
+        dead.close()
+        fresh = _Worker(self._argv)
+        with self._lock:
+            self._all[self._all.index(dead)] = fresh
+        return fresh
+
+    # -- lifetime
+
+    @staticmethod
+    def _shutdown(workers: list[_Worker], pool: ThreadPoolExecutor) -> None:
+        pool.shutdown(wait=False)
+        for w in workers:
+            w.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._finalizer()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_shared: Sandbox | None = None
+_shared_lock = threading.Lock()
+
+
+def shared(workers: int | None = None) -> Sandbox:
+    """A process-wide sandbox, started on first use (the verl reward entry point uses it)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared._closed:
+            n = workers or int(os.environ.get("OPGEN_SANDBOX_WORKERS", "0")) or min(4, os.cpu_count() or 1)
+            _shared = Sandbox(workers=n, timeout_s=float(os.environ.get("OPGEN_SANDBOX_TIMEOUT", "2.0")))
+            atexit.register(_shared.close)
+        return _shared
