@@ -1,0 +1,139 @@
+"""`opgen build`, `opgen validate`, `opgen stats`: recipes to verl parquet, and checks of parquet."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+DEFAULT_RECIPE = "eval-suite"
+
+
+def _workers_default() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+@click.command()
+@click.argument("recipes", nargs=-1)
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
+              help="Build directory (default: out/<first recipe's name>).")
+@click.option("--workers", type=click.IntRange(min=1), default=_workers_default, show_default="min(4, CPUs)",
+              help="Worker processes (files are byte-identical for any number).")
+@click.option("--seed", type=click.IntRange(min=0), help="Override the recipes' seed.")
+@click.option("--only", multiple=True, metavar="SPLIT", help="Build only this split (repeatable).")
+@click.option("--limit", type=click.IntRange(min=1), help="At most N rows per split (the first N rows).")
+@click.option("--progress/--no-progress", default=None, help="Progress bars on stderr (default: when a terminal).")
+def build(recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | None, only: tuple[str, ...],
+          limit: int | None, progress: bool | None) -> None:
+    """Build every split of RECIPE... (YAML files or bundled names) as verl parquet in --out.
+
+    With no RECIPE, builds the bundled evaluation suite (datasets/eval-suite.yaml). Writes
+    DIR/<split>.parquet (or shards) and DIR/manifest.json with counts, sha256 and the leakage report.
+    """
+    from opgen import build as B
+    from opgen import recipe as R
+
+    specs = recipes or (DEFAULT_RECIPE,)
+    try:
+        loaded = [R.load(spec, seed) for spec in specs]
+    except R.RecipeError as exc:
+        raise click.BadParameter(str(exc), param_hint="RECIPE") from None
+    out = out or Path("out") / loaded[0].name
+    if progress is None:
+        progress = sys.stderr.isatty()
+    try:
+        man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress)
+    except B.BuildError as exc:
+        if "--only" in str(exc):
+            raise click.BadParameter(str(exc), param_hint="--only") from None
+        raise click.ClickException(str(exc)) from None
+    except R.RecipeError as exc:
+        raise click.BadParameter(str(exc), param_hint="RECIPE") from None
+    click.echo(summary(man, out))
+
+
+def summary(man: dict, out: Path) -> str:
+    header = ["split", "role", "rows", "files", "depth", "rejected", "max out"]
+    table = []
+    for name, s in man["splits"].items():
+        depths = [int(d) for d in s["counts"]["depth"]]
+        table.append([name, s["role"], f"{s['rows']:,}", str(len(s["files"])),
+                      f"{min(depths)}-{max(depths)}" if depths else "-", f"{sum(s['rejections'].values()):,}",
+                      str(s["output_length"]["max"])])
+    widths = [max(len(h), *(len(r[i]) for r in table)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
+    rows = sum(s["rows"] for s in man["splits"].values())
+    secs = man.get("_seconds", 0.0)
+    leak = man["leakage"]
+    allowed = [v for v in leak["violations"] if v["allowed"]]
+    lines.append(f"{rows:,} rows in {secs:.1f} s ({rows / max(secs, 1e-9):,.0f} rows/s) → {out}/manifest.json; "
+                 f"leakage: {'ok' if leak['ok'] else 'FAILED'} ({len(leak['checked_pairs'])} eval×train pairs"
+                 + (f", {len(allowed)} allowed violations" if allowed else "") + ")")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
+@click.option("--sandbox-workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Sandbox processes for rows whose ref_code is not opgen's.")
+def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int) -> None:
+    """Check parquet files (or build directories) against the row schemas and re-execute every ground truth.
+
+    opgen rows are re-derived from their parsed expressions; other verl rows' ref_code runs in the
+    scorer's sandbox. Exits 1 naming the failing rows.
+    """
+    from opgen import validate as V
+
+    files = V.expand(list(paths))
+    if not files:
+        raise click.BadParameter("no parquet files found", param_hint="PATHS")
+    runner = V.sandbox_runner(workers=sandbox_workers)
+    reports = [V.validate_file(f, runner) for f in files]
+    if as_json:
+        click.echo(json.dumps([{"path": r.path, "kind": r.kind, "rows": r.rows, "ok": r.ok, "error": r.error,
+                                "failed_rows": r.n_failed,
+                                "failures": [{"row": i, "problem": m} for i, m in r.failures]}
+                               for r in reports], indent=2))
+    else:
+        for r in reports:
+            if r.error:
+                click.echo(f"FAIL {r.path}: {r.error}")
+            elif r.n_failed:
+                click.echo(f"FAIL {r.path}: {r.n_failed} of {r.rows} rows ({r.kind})")
+                for i, m in r.failures:
+                    click.echo(f"  row {i}: {m}")
+                if r.n_failed > len(r.failures):
+                    click.echo(f"  … and {r.n_failed - len(r.failures)} more")
+            else:
+                click.echo(f"ok   {r.path}: {r.rows} rows ({r.kind})")
+    bad = [r for r in reports if not r.ok]
+    if bad:
+        raise click.ClickException(f"{len(bad)} of {len(reports)} files failed validation")
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+def stats(paths: tuple[Path, ...], as_json: bool) -> None:
+    """Counts (depth, k, operators, structure, conditions) and output-length histograms of parquet files."""
+    from opgen import stats as S
+    from opgen import validate as V
+
+    files = V.expand(list(paths))
+    if not files:
+        raise click.BadParameter("no parquet files found", param_hint="PATHS")
+    try:
+        result = S.collect(files)
+    except (OSError, ValueError, KeyError) as exc:
+        raise click.ClickException(f"cannot read {', '.join(map(str, files))}: {exc}") from None
+    if as_json:
+        result.pop("lengths")
+        click.echo(json.dumps(result, indent=2, default=str))
+    else:
+        click.echo(S.render(result))

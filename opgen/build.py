@@ -1,0 +1,364 @@
+"""Build: recipes → every split as verl parquet in DIR, plus ``manifest.json``.
+
+A row is a pure function of (resolved recipe, split, row index), yet duplicates are judged across
+the whole build. Three phases keep both, independent of the number of workers:
+
+1. **produce** (parallel over shards): row ``i`` takes its first candidate ``j`` that meets the
+   generator's own constraints, is rendered and written to a temporary shard; the worker returns
+   each row's keys (unique key, prompt and program hashes) and measures.
+2. **resolve** (main process, sequential: splits in recipe order, rows in order): a row whose
+   unique key was already seen earlier in the build draws candidates ``j+1, j+2, …`` from
+   ``Rng(digest, split, i, j)`` until one is new. Only these rows change; the pass is cheap.
+3. **finish** (parallel over shards): shards with redrawn rows are rewritten, every shard hashed.
+
+Files live in ``DIR/.opgen-build.tmp/`` until the build (and its leakage check) succeeded; then
+they are renamed into place and ``manifest.json`` is written last, so an interrupted build never
+leaves a file that looks complete.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from opgen import expr as E
+from opgen import leakage, write
+from opgen import manifest as M
+from opgen.generate import Generator, GeneratorError
+from opgen.recipe import Recipe, SplitConfig, build_generator
+from opgen.rows import Facts, RowBuffer, RowSpec
+
+
+class BuildError(RuntimeError):
+    """A build that cannot finish (constraints that cannot be met, leakage); nothing final is written."""
+
+
+@dataclass
+class Plan:
+    cfg: SplitConfig
+    recipe: Recipe
+    gen: Generator
+    spec: RowSpec
+    rows: int
+    units: list[int] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Unit:
+    plan: int
+    shard: int
+    start: int
+    stop: int
+    tmp: Path
+
+
+# Set in the parent before workers fork, so each worker inherits generators without pickling them.
+_PLANS: list[Plan] = []
+_UNITS: list[Unit] = []
+
+
+def _no_tick(n: int) -> None:
+    return None
+
+
+_TICK: Callable[[int], None] = _no_tick
+
+
+def _facts_arrays(facts: list[Facts]) -> dict:
+    prog_keys, prog_rows = [], []
+    for local, f in enumerate(facts):
+        prog_keys.extend(f.prog_keys)
+        prog_rows.extend([local] * len(f.prog_keys))
+    return {
+        "ukey": np.array([f.ukey for f in facts], dtype=np.uint64),
+        "pkey": np.array([f.pkey for f in facts], dtype=np.uint64),
+        "prog": np.array(prog_keys, dtype=np.uint64),
+        "prog_rows": np.array(prog_rows, dtype=np.int64),
+        "depth": np.array([f.depth for f in facts], dtype=np.int64),
+        "k": np.array([f.k for f in facts], dtype=np.int64),
+        "opmask": np.array([f.opmask for f in facts], dtype=np.uint32),
+        "composed": np.array([f.composed for f in facts], dtype=np.uint32),
+        "out_len": np.array([f.out_len for f in facts], dtype=np.int64),
+        "conditions": Counter(f.condition for f in facts if f.condition),
+        "condition_of": {i: f.condition for i, f in enumerate(facts) if f.condition},
+    }
+
+
+def _produce(uid: int) -> dict:
+    unit = _UNITS[uid]
+    plan = _PLANS[unit.plan]
+    gen = plan.gen
+    gen.rejections = Counter()
+    buf = RowBuffer(plan.spec)
+    facts: list[Facts] = []
+    attempts: list[int] = []
+    writer = write.open_writer(unit.tmp, buf.schema)
+    try:
+        with E.recursion_headroom():
+            for c0 in range(unit.start, unit.stop, write.ROW_GROUP_ROWS):
+                buf.clear()
+                c1 = min(c0 + write.ROW_GROUP_ROWS, unit.stop)
+                for i in range(c0, c1):
+                    j, item = gen.first_valid(i)
+                    attempts.append(j)
+                    facts.append(buf.add(i, item))
+                write.write_chunk(writer, buf.table())
+                _TICK(c1 - c0)
+    finally:
+        writer.close()
+    out = _facts_arrays(facts)
+    out["attempt"] = np.array(attempts, dtype=np.int64)
+    out["rejections"] = gen.rejections
+    return out
+
+
+def _finish(args: tuple[int, list[tuple[int, int]]]) -> tuple[int, str, int]:
+    uid, patches = args
+    unit = _UNITS[uid]
+    if patches:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        plan = _PLANS[unit.plan]
+        buf = RowBuffer(plan.spec)
+        with E.recursion_headroom():
+            for local, j in patches:
+                got, item = plan.gen.first_valid(unit.start + local, j)
+                assert got == j, "a redrawn candidate must be reproducible"
+                buf.add(unit.start + local, item)
+        table = pq.read_table(unit.tmp)
+        n = table.num_rows
+        order = np.arange(n)
+        order[[local for local, _ in patches]] = n + np.arange(len(patches))
+        merged = pa.concat_tables([pa.Table.from_arrays(table.columns, schema=buf.schema), buf.table()])
+        final = merged.take(order)
+        tmp2 = unit.tmp.with_name(unit.tmp.name + ".patch")
+        write.write_table(tmp2, pa.Table.from_arrays(final.columns, schema=buf.schema))
+        os.replace(tmp2, unit.tmp)
+    return uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size
+
+
+def _run(pool, fn, args: list, bar) -> list:
+    global _TICK
+    if pool is None:
+        _TICK = bar.update if bar is not None else _no_tick
+        return [fn(a) for a in args]
+    pending = pool.map_async(fn, args, chunksize=1)
+    while not pending.ready():
+        pending.wait(0.1)
+        if bar is not None:
+            bar.update(_COUNTER.value - bar.n)
+    if bar is not None:
+        bar.update(_COUNTER.value - bar.n)
+    return pending.get()
+
+
+_COUNTER = None
+
+
+def _tick_shared(n: int) -> None:
+    with _COUNTER.get_lock():
+        _COUNTER.value += n
+
+
+def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | None = None) -> list[Plan]:
+    plans: list[Plan] = []
+    names: dict[str, str] = {}
+    for recipe in recipes:
+        for cfg in recipe.splits:
+            if only and cfg.name not in only:
+                continue
+            if cfg.name in names:
+                raise BuildError(f"split {cfg.name!r} is defined by both {names[cfg.name]} and {recipe.path}")
+            names[cfg.name] = recipe.path
+            gen = build_generator(cfg, recipe)
+            rows = gen.count() if limit is None else min(gen.count(), limit)
+            spec = RowSpec(split=cfg.name, family=cfg.family, kind=cfg.kind, prompt_format=cfg.prompt_format,
+                           answer_format=cfg.answer_format, recipe=recipe.name, unique=cfg.unique)
+            plans.append(Plan(cfg, recipe, gen, spec, rows))
+    if only:
+        missing = sorted(set(only) - set(names))
+        if missing:
+            known = ", ".join(s.name for r in recipes for s in r.splits)
+            raise BuildError(f"--only names no split of these recipes: {', '.join(missing)} (splits: {known})")
+    return plans
+
+
+def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str, ...] = (),
+          limit: int | None = None, seed: int | None = None, progress: bool = False) -> dict:
+    """Build every split of ``recipes`` into ``out``; return the manifest (also written to out/manifest.json)."""
+    global _PLANS, _UNITS, _COUNTER, _TICK
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    plans = plan_build(recipes, only, limit)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp_dir = out / write.TMP_DIR
+    shutil.rmtree(tmp_dir, ignore_errors=True)  # left by an interrupted build
+    tmp_dir.mkdir()
+    units: list[Unit] = []
+    for p_idx, plan in enumerate(plans):
+        size = plan.cfg.shard_rows
+        n_shards = max(1, -(-plan.rows // size))
+        plan.names = write.shard_names(plan.cfg.name, n_shards)
+        for s in range(n_shards):
+            plan.units.append(len(units))
+            units.append(Unit(p_idx, s, s * size, min((s + 1) * size, plan.rows), tmp_dir / (plan.names[s] + ".tmp")))
+    _PLANS, _UNITS = plans, units
+    total = sum(p.rows for p in plans)
+    n_workers = max(1, min(workers, len(units)))
+    pool = None
+    try:
+        if n_workers > 1:
+            ctx = mp.get_context("fork")
+            _COUNTER = ctx.Value("q", 0)
+            _TICK = _tick_shared
+            pool = ctx.Pool(n_workers)
+        bar = tqdm(total=total, desc="generate", unit="row", file=sys.stderr, disable=not progress,
+                   dynamic_ncols=True)
+        try:
+            results = _run(pool, _produce, list(range(len(units))), bar)
+        except GeneratorError as exc:
+            raise BuildError(str(exc)) from None
+        finally:
+            bar.close()
+        patches, rejections = _resolve(plans, units, results)
+        finished = _run(pool, _finish, [(uid, patches.get(uid, [])) for uid in range(len(units))], None)
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+        _TICK = _no_tick
+
+    sections, keys = {}, []
+    for p_idx, plan in enumerate(plans):
+        res = [results[u] for u in plan.units]
+        cat = {name: np.concatenate([r[name] for r in res]) for name in
+               ("pkey", "depth", "k", "opmask", "composed", "out_len")}
+        prog = np.concatenate([r["prog"] for r in res])
+        prog_rows = np.concatenate([r["prog_rows"] + units[u].start for r, u in zip(res, plan.units)])
+        conditions = sum((r["conditions"] for r in res), Counter())
+        files = []
+        for name, uid in zip(plan.names, plan.units):
+            _, sha, size = finished[uid]
+            u = units[uid]
+            files.append({"path": name, "rows": u.stop - u.start, "sha256": sha, "bytes": size})
+        sections[plan.cfg.name] = M.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"],
+                                                  conditions, cat["out_len"], rejections[p_idx],
+                                                  "forward" if plan.cfg.prompt_format == "forward" else "program")
+        keys.append(leakage.SplitKeys(plan.cfg.name, plan.cfg.role, cat["pkey"], prog, prog_rows, cat["composed"]))
+
+    heldout = tuple(sorted({o for r in recipes for o in r.heldout_ops}, key=lambda o: int(o.split("_")[1])))
+    allow = tuple(sorted({a for r in recipes for a in r.allow}))
+    report = leakage.check(keys, heldout, allow)
+    if not report["ok"]:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise BuildError("leakage check failed (the recipe may allow it explicitly under leakage.allow):\n  "
+                         + "\n  ".join(leakage.describe(report)))
+    man = M.manifest(recipes, seed, sections, report, limit)
+
+    manifest_path = out / "manifest.json"
+    manifest_path.unlink(missing_ok=True)  # never an old manifest beside new files
+    for plan in plans:
+        for old in out.iterdir():
+            if old.is_file() and write.is_split_file(old.name, plan.cfg.name) and old.name not in plan.names:
+                old.unlink()
+        for name, uid in zip(plan.names, plan.units):
+            os.replace(units[uid].tmp, out / name)
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    write.atomic_write_text(manifest_path, M.dumps(man))
+    man["_seconds"] = time.perf_counter() - t0  # for the summary only; not in the file
+    return man
+
+
+def _resolve(plans: list[Plan], units: list[Unit], results: list[dict]) -> tuple[dict, list[Counter]]:
+    """Phase 2: cross-build duplicates, judged in a fixed order; returns {unit: [(local row, attempt)]}."""
+    seen: set[int] = set()
+    patches: dict[int, list[tuple[int, int]]] = {}
+    totals = []
+    for plan in plans:
+        gen = plan.gen
+        gen.rejections = Counter()
+        unit_rejections = Counter()
+        for uid in plan.units:
+            res = results[uid]
+            unit_rejections.update(res["rejections"])
+            if plan.cfg.unique == "none":
+                continue
+            unit = units[uid]
+            attempts = res["attempt"]
+            redrawn: dict[int, tuple[int, Facts]] = {}
+            for local, key in enumerate(res["ukey"].tolist()):
+                if key not in seen:
+                    seen.add(key)
+                    continue
+                gen.rejections["duplicate"] += 1
+                j, facts = _redraw(plan, unit.start + local, int(attempts[local]) + 1, seen)
+                seen.add(facts.ukey)
+                redrawn[local] = (j, facts)
+            if redrawn:
+                patches[uid] = sorted((local, j) for local, (j, _) in redrawn.items())
+                _apply(res, {local: f for local, (_, f) in redrawn.items()})
+        totals.append(unit_rejections + gen.rejections)
+    return patches, totals
+
+
+def _redraw(plan: Plan, i: int, start: int, seen: set[int]) -> tuple[int, Facts]:
+    gen = plan.gen
+    cfg = plan.cfg
+    if not gen.REDRAWABLE:
+        raise BuildError(f"{cfg.where}: row {i} repeats an earlier row of the build (unique: {cfg.unique}) and "
+                         f"generator {cfg.generator!r} plans its rows, so it cannot redraw; use unique: none "
+                         "or make the plan distinct")
+    buf = RowBuffer(plan.spec)
+    j = start
+    stop = start + gen.max_attempts
+    with E.recursion_headroom():
+        while j < stop:
+            try:
+                j, item = gen.first_valid(i, j)
+            except GeneratorError as exc:
+                raise BuildError(str(exc)) from None
+            facts = buf.add(i, item)
+            if facts.ukey not in seen:
+                return j, facts
+            gen.rejections["duplicate"] += 1
+            j += 1
+    raise BuildError(
+        f"{cfg.where}: row {i}: {gen.max_attempts} candidates in a row repeat earlier rows of the build "
+        f"(unique: {cfg.unique}); the split asks for more distinct "
+        f"{'programs' if cfg.unique == 'program' else 'tasks'} "
+        f"than its options can make ({plan.rows} rows requested). Ask for fewer rows, widen the options, "
+        "or set unique: task")
+
+
+def _apply(res: dict, redrawn: dict[int, Facts]) -> None:
+    for local, f in redrawn.items():
+        res["ukey"][local] = f.ukey
+        res["pkey"][local] = f.pkey
+        res["depth"][local] = f.depth
+        res["k"][local] = f.k
+        res["opmask"][local] = f.opmask
+        res["composed"][local] = f.composed
+        res["out_len"][local] = f.out_len
+        old = res["condition_of"].pop(local, "")
+        if old:
+            res["conditions"][old] -= 1
+        if f.condition:
+            res["conditions"][f.condition] += 1
+            res["condition_of"][local] = f.condition
+    keep = ~np.isin(res["prog_rows"], np.array(sorted(redrawn), dtype=np.int64))
+    extra_keys = [k for local in sorted(redrawn) for k in redrawn[local].prog_keys]
+    extra_rows = [local for local in sorted(redrawn) for _ in redrawn[local].prog_keys]
+    res["prog"] = np.concatenate([res["prog"][keep], np.array(extra_keys, dtype=np.uint64)])
+    res["prog_rows"] = np.concatenate([res["prog_rows"][keep], np.array(extra_rows, dtype=np.int64)])

@@ -1,0 +1,252 @@
+"""Prompt and gold-answer templates: the text a model sees and the answer SFT teaches.
+
+Prompt formats: ``shown`` (the used operators' sources, then main_solution and the input),
+``closed_book`` (main_solution and the input only: definitions must be recalled), ``forward``
+(the whole program and the input; predict the output). Answer formats: ``ra``
+(recall-then-assemble), ``prose_code`` (prose, then one code block), ``json_output`` (forward
+rows). docs/formats.md shows each with an example; docs/contracts.md fixes what the scorer parses.
+
+Operator texts are cached once per operator (and per operator tuple), because a build renders
+the same few sources hundreds of thousands of times.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+
+from opgen import expr as E
+from opgen import ops
+from opgen.tasks import Item
+
+PROMPT_FORMATS = ("shown", "closed_book", "forward")
+ANSWER_FORMATS = ("ra", "prose_code", "json_output")
+COMPATIBLE = {
+    "shown": ("ra", "prose_code"),
+    "closed_book": ("ra", "prose_code"),
+    "forward": ("json_output",),
+}
+DEFAULT_ANSWER = {"shown": "ra", "closed_book": "ra", "forward": "json_output"}
+
+try:  # the C encoder writes exactly what json.dumps(..., ensure_ascii=False) writes for a str
+    from json.encoder import c_encode_basestring as _jstr  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - pure-Python fallback, same output
+    from json.encoder import py_encode_basestring as _jstr
+if _jstr is None:  # pragma: no cover
+    from json.encoder import py_encode_basestring as _jstr
+
+
+class FormatError(ValueError):
+    pass
+
+
+def check_pair(prompt_format: str, answer_format: str) -> None:
+    if prompt_format not in COMPATIBLE:
+        raise FormatError(f"unknown prompt format {prompt_format!r} (known: {', '.join(PROMPT_FORMATS)})")
+    if answer_format not in COMPATIBLE[prompt_format]:
+        raise FormatError(f"answer format {answer_format!r} does not go with prompt format {prompt_format!r} "
+                          f"(use {' or '.join(COMPATIBLE[prompt_format])})")
+
+
+# ---------------------------------------------------------------- cached operator texts
+
+
+@functools.cache
+def recall_block(op_id: str) -> str:
+    op = ops.get(op_id)
+    return f"Recall {op.id}: {op.gloss}\n```python\n{op.source}```\n"
+
+
+@functools.lru_cache(maxsize=65536)
+def sources(op_ids: tuple[str, ...]) -> str:
+    """The operators' shown sources, separated by one blank line (each ends in a newline)."""
+    return "\n".join(ops.get(op_id).source for op_id in op_ids)
+
+
+@functools.lru_cache(maxsize=65536)
+def _ops_json(op_ids: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f'"{o}"' for o in op_ids) + "]"
+
+
+@functools.lru_cache(maxsize=65536)
+def _recall_all(op_ids: tuple[str, ...]) -> str:
+    return "\n".join(recall_block(o) for o in op_ids)
+
+
+def code_body(op_ids: tuple[str, ...], programs: list[str]) -> str:
+    """Sources, a blank line, then the entry points (blank-line separated): the Assemble block's body."""
+    progs = "\n\n".join(programs)
+    return sources(op_ids) + "\n" + progs if op_ids else progs
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+# ---------------------------------------------------------------- one row's texts
+
+
+@dataclass
+class Prepared:
+    """Per-row facts computed once and shared by prompt, answer and ground truth."""
+
+    exprs: list[str]
+    programs: list[str]
+    entries: tuple[str, ...]
+    task_ops: list[tuple[str, ...]]
+    recall: tuple[str, ...]
+    ops_sorted: tuple[str, ...]
+    depths: list[int]
+
+
+_Var, _Lit, _Call, _Concat, _Method = E.Var, E.Lit, E.Call, E.Concat, E.Method
+
+
+def scan(e: E.Expr, seen: dict[str, None]) -> tuple[str, int]:
+    """``(render(e), depth(e))`` in one pass, adding operators to ``seen`` in pre-order.
+
+    The same text and numbers as ``expr.render`` / ``expr.depth`` / ``expr.ops_used`` (tested),
+    at a third of the cost: rendering is most of a row's time.
+    """
+    t = type(e)
+    if t is _Var:
+        return e.name, 0
+    if t is _Lit:
+        return repr(e.value), 0
+    if t is _Call:
+        seen.setdefault(e.op, None)
+        if len(e.args) == 1 and not e.params:
+            inner, d = scan(e.args[0], seen)
+            return f"{e.op}({inner})", d + 1
+        parts = []
+        d = 0
+        for a in e.args:
+            text, da = scan(a, seen)
+            parts.append(text)
+            if da > d:
+                d = da
+        for p in e.params:
+            parts.append(repr(p))
+        return f"{e.op}({', '.join(parts)})", d + 1
+    if t is _Concat:
+        left, dl = scan(e.left, seen)
+        right, dr = scan(e.right, seen)
+        return f"({left} + {right})", max(dl, dr) + 1
+    if t is _Method:
+        inner, d = scan(e.expr, seen)
+        return f"({inner}).{e.name}()", d + 1
+    return E.render(e), E.depth(e)  # pragma: no cover - the union is closed
+
+
+_ORDER = {op.id: op.index for op in ops.OPERATORS}
+
+
+def prepare(item: Item) -> Prepared:
+    entries = item.entries()
+    exprs, programs, task_ops, depths = [], [], [], []
+    seen: dict[str, None] = {}
+    for task, entry in zip(item.tasks, entries):
+        mine: dict[str, None] = {}
+        text, d = scan(task.program, mine)
+        exprs.append(text)
+        programs.append(f"def {entry}(x):\n    return {text}")
+        used = tuple(mine)
+        task_ops.append(used)
+        if not seen:
+            seen = dict(mine)
+        else:
+            for o in used:
+                seen.setdefault(o, None)
+        depths.append(d)
+    recall = tuple(seen)
+    ops_sorted = recall if len(recall) < 2 else tuple(sorted(recall, key=_ORDER.__getitem__))
+    return Prepared(exprs, programs, entries, task_ops, recall, ops_sorted, depths)
+
+
+_RA_INSTRUCTION = (
+    "Write a complete program that runs on its own. First recall each library function it calls, in order of "
+    "first appearance: a line `Recall func_N: <what it does>` followed by its definition in a ```python block. "
+    "Then write a line `Assemble:` followed by one ```python block holding every recalled definition and {entries}."
+)
+_PROSE_INSTRUCTION = (
+    "Write a complete program that runs on its own: explain it in a sentence or two, then give one ```python "
+    "block holding the definition of every library function it calls and {entries}."
+)
+_JSON_INSTRUCTION = 'Answer with a ```json block holding {{"output": <the string {call} returns>}}.'
+
+
+class Formatter:
+    def __init__(self, prompt_format: str, answer_format: str):
+        check_pair(prompt_format, answer_format)
+        self.prompt_format = prompt_format
+        self.answer_format = answer_format
+        self.mode = "forward" if prompt_format == "forward" else "program"
+
+    # ------------------------------------------------------------ prompt
+
+    def prompt(self, item: Item, p: Prepared) -> str:
+        entries = p.entries
+        calls = [f"{e}({t.input!r})" for e, t in zip(entries, item.tasks)]
+        progs = "\n\n".join(p.programs)
+        if self.mode == "forward":
+            if item.is_group:
+                raise FormatError("forward rows hold one task (the answer is one output)")
+            return ("Here is a Python program:\n\n```python\n" + code_body(p.recall, p.programs)
+                    + f"\n```\n\nWhat does {calls[0]} return? " + _JSON_INSTRUCTION.format(call=calls[0]))
+        what = "programs" if item.is_group else "program"
+        run = f"It will be called as {calls[0]}." if len(calls) == 1 else f"They will be called as {_and(calls)}."
+        instruction = (_RA_INSTRUCTION if self.answer_format == "ra" else _PROSE_INSTRUCTION).format(
+            entries=_and(list(entries)))
+        if self.prompt_format == "shown":
+            head = ("Here are the library functions the " + what + " below uses:\n\n```python\n"
+                    + sources(p.recall) + "```\n\n")
+            if not p.recall:
+                head = ""
+            return head + f"```python\n{progs}\n```\n\n{run}\n\n{instruction}"
+        return (f"The Python {what} below calls library functions (func_N) whose definitions are not shown.\n\n"
+                f"```python\n{progs}\n```\n\n{run}\n\n{instruction}")
+
+    # ------------------------------------------------------------ gold answer
+
+    def answer(self, item: Item, p: Prepared) -> str:
+        if self.answer_format == "ra":
+            text = _recall_all(p.recall) + "\nAssemble:\n```python\n" + code_body(p.recall, p.programs) + "\n```"
+            if not p.recall:
+                text = "Assemble:\n```python\n" + code_body((), p.programs) + "\n```"
+        elif self.answer_format == "prose_code":
+            if p.recall:
+                named = _and([f"{o} ({ops.get(o).gloss})" for o in p.recall])
+                lead = f"The program calls {named}. Here is the complete program with their definitions."
+            else:
+                lead = "The program calls no library function. Here it is."
+            text = lead + "\n\n```python\n" + code_body(p.recall, p.programs) + "\n```"
+        else:
+            text = "```json\n" + json.dumps({"output": item.tasks[0].output}, ensure_ascii=False) + "\n```"
+        prefix = item.assistant_prefix
+        if prefix and not text.startswith(prefix):
+            # A teacher-forced prefix (probe 1b) precedes the regular answer, which continues it.
+            text = prefix + text
+        return text
+
+    # ------------------------------------------------------------ ground truth
+
+    def ground_truth(self, item: Item, p: Prepared) -> str:
+        """JSON text of docs/contracts.md's ``ground_truth``; equals ``json.dumps(obj, ensure_ascii=False)``."""
+        group = item.is_group
+        parts = []
+        for t, entry, text, prog, used, d in zip(item.tasks, p.entries, p.exprs, p.programs, p.task_ops, p.depths):
+            inp, out = _jstr(t.input), _jstr(t.output)
+            s = (f'{{"entry": "{entry}", "expr": {_jstr(text)}, "input": {inp}, "output": {out}, '
+                 f'"ops": {_ops_json(used)}, "depth": {d}')
+            if group:
+                code = _jstr(code_body(used, [prog]) + "\n")
+                s += f', "ref_code": {code}, "ref_input": {{"x": {inp}}}, "ref_output": {out}, "funcname": "{entry}"'
+            parts.append(s + "}")
+        gt = f'{{"mode": "{self.mode}", "tasks": [{", ".join(parts)}], "ops": {_ops_json(p.ops_sorted)}'
+        if not group:
+            t = item.tasks[0]
+            code = _jstr(code_body(p.recall, p.programs) + "\n")
+            gt += (f', "ref_code": {code}, "ref_input": {{"x": {_jstr(t.input)}}}, '
+                   f'"ref_output": {_jstr(t.output)}, "funcname": "main_solution"')
+        return gt + "}"

@@ -1,0 +1,263 @@
+"""Generators: a recipe split's options → one :class:`opgen.tasks.Item` per row index.
+
+Every module in this package that defines ``GENERATORS: dict[str, type[Generator]]`` is discovered
+automatically (modules sorted by name), so a new generator is one new file here. The protocol is in
+docs/contracts.md ("Generators") and docs/recipes.md ("Adding a generator").
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib
+import pkgutil
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from opgen import ops
+from opgen.rng import LOWERCASE, Rng
+from opgen.tasks import Item
+
+
+class GeneratorError(ValueError):
+    """A split whose options are wrong or whose constraints cannot be met; the message names where."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a generator knows beyond its options (everything that names a row, and the build's sets)."""
+
+    digest: str  # the split's recipe digest: changes whenever anything that shapes its rows changes
+    split: str
+    seed: int
+    role: str = "eval"
+    where: str = ""  # "<recipe file>: splits.<name>.options" — prefix for error messages
+    op_sets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+class Generator:
+    """Base class: options resolved against ``DEFAULTS``, checked against ``OPTIONS_SCHEMA``.
+
+    Subclasses implement ``count()`` and ``candidate(i, j)``; ``candidate`` returns ``None`` for a
+    candidate that breaks a local constraint, after counting the reason in ``self.rejections``.
+    """
+
+    NAME = ""
+    VERSION = 1
+    DEFAULTS: dict[str, Any] = {}
+    OPTIONS_SCHEMA: dict[str, Any] = {"type": "object"}
+    # Pool-based generators plan rows up front; drawing "the next candidate" cannot change a row,
+    # so the builder fails on a duplicate instead of redrawing.
+    REDRAWABLE = True
+
+    def __init__(self, options: Mapping[str, Any], ctx: Context):
+        self.options = dict(options)
+        self.ctx = ctx
+        self.rejections: Counter[str] = Counter()
+        self.max_attempts = int(self.options.get("max_attempts", 1000))
+
+    # ---------------------------------------------------------------- options
+
+    @classmethod
+    def resolve(cls, options: Mapping[str, Any] | None, where: str = "") -> dict[str, Any]:
+        """Defaults filled in, then checked: errors name ``where`` plus the path inside the options."""
+        merged = copy.deepcopy(cls.DEFAULTS)
+        merged.update(copy.deepcopy(dict(options or {})))
+        schema = {"type": "object", "additionalProperties": False,
+                  "properties": {"max_attempts": {"type": "integer", "minimum": 1}}}
+        schema = {**schema, **cls.OPTIONS_SCHEMA,
+                  "properties": {**schema["properties"], **cls.OPTIONS_SCHEMA.get("properties", {})}}
+        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(merged), key=lambda e: list(e.path))
+        if errors:
+            err = errors[0]
+            path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
+            raise GeneratorError(f"{where}{path}: {err.message}")
+        return merged
+
+    def op_set(self, spec: Any, key: str) -> tuple[str, ...]:
+        try:
+            return ops.resolve_set(spec)
+        except (ValueError, KeyError) as exc:
+            raise GeneratorError(f"{self.ctx.where}.{key}: {exc}") from None
+
+    def fail(self, key: str, message: str) -> GeneratorError:
+        return GeneratorError(f"{self.ctx.where}.{key}: {message}" if key else f"{self.ctx.where}: {message}")
+
+    # ---------------------------------------------------------------- protocol
+
+    def count(self) -> int:
+        raise NotImplementedError
+
+    def candidate(self, i: int, j: int) -> Item | None:
+        raise NotImplementedError
+
+    def rng(self, i: int, j: int) -> Rng:
+        """``Rng(digest, split, i, j)``: the stream of candidate ``j`` of row ``i``."""
+        maker = self.__dict__.get("_rng_maker")
+        if maker is None:
+            maker = self._rng_maker = rng_maker(self.ctx.digest, self.ctx.split)
+        return maker(i, j)
+
+    def first_valid(self, i: int, start: int = 0) -> tuple[int, Item]:
+        """The first candidate ``j >= start`` of row ``i`` that meets the local constraints."""
+        stop = start + self.max_attempts
+        for j in range(start, stop):
+            found = self.candidate(i, j)
+            if found is not None:
+                return j, found
+            if not self.REDRAWABLE:
+                break
+        seen = ", ".join(f"{k}: {v}" for k, v in sorted(self.rejections.items())) or "none"
+        raise GeneratorError(
+            f"split {self.ctx.split!r}, row {i}: no candidate met the constraints in {self.max_attempts} "
+            f"attempts (rejections so far: {seen}); loosen the options or ask for fewer rows")
+
+    def item(self, i: int) -> Item:
+        return self.first_valid(i)[1]
+
+
+# ---------------------------------------------------------------- shared sampling helpers
+
+
+def rng_maker(*prefix: object):
+    """A fast constructor of ``Rng(*prefix, i, j)``: the prefix is hashed once, not once per row.
+
+    It reproduces :func:`opgen.rng.key_of` from a copied hasher state; a self-check against
+    ``Rng`` itself guards against that module changing, falling back to plain ``Rng`` if so.
+    """
+    from opgen import rng as R
+
+    def slow(i: int, j: int) -> Rng:
+        return Rng(*prefix, i, j)
+
+    try:
+        base = hashlib.blake2b(digest_size=32, person=b"opgen-rng")
+        for part in prefix:
+            base.update(R._encode(part))
+        encode = R._encode
+
+        def fast(i: int, j: int) -> Rng:
+            h = base.copy()
+            h.update(encode(i))
+            h.update(encode(j))
+            r = Rng.__new__(Rng)
+            r._key, r._counter, r._buf, r._pos = h.digest(), 0, (), 8
+            return r
+
+        a, b = fast(7, 3), slow(7, 3)
+        if [a.word() for _ in range(10)] != [b.word() for _ in range(10)]:
+            return slow
+        return fast
+    except (AttributeError, TypeError):
+        return slow
+
+
+def sample_params(op: ops.Operator, rng: Rng) -> tuple[int | str, ...]:
+    out: list[int | str] = []
+    for p in op.params:
+        if p.kind == "int":
+            out.append(rng.integer(p.lo, p.hi))
+        elif p.kind == "choice":
+            out.append(rng.choice(p.choices))
+        else:
+            out.append(text(rng, p.lo, p.hi, LOWERCASE))
+    return tuple(out)
+
+
+_TEXT_RADIX: dict[tuple[int, int, int], int] = {}
+
+
+def text(rng: Rng, lo: int, hi: int, alphabet: str = LOWERCASE) -> str:
+    """A string of ``lo``..``hi`` characters from ``alphabet``, exactly uniform like ``Rng.text``.
+
+    One unbiased draw below ``span * len(alphabet) ** hi`` is read as mixed-radix digits (length,
+    then characters), instead of one 64-bit word per character: generation spends most of its time
+    drawing inputs and literals. Falls back to ``Rng.text`` when that number exceeds 64 bits.
+    """
+    a = len(alphabet)
+    key = (lo, hi, a)
+    m = _TEXT_RADIX.get(key)
+    if m is None:
+        m = (hi - lo + 1) * a ** hi
+        _TEXT_RADIX[key] = m if m <= 1 << 64 else 0
+        m = _TEXT_RADIX[key]
+    if not m:
+        return rng.text(lo, hi, alphabet)
+    v = rng.below(m)
+    v, extra = divmod(v, hi - lo + 1)
+    chars = []
+    for _ in range(lo + extra):
+        v, c = divmod(v, a)
+        chars.append(alphabet[c])
+    return "".join(chars)
+
+
+LENGTH_RANGE = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2}
+OP_SET = {"oneOf": [{"enum": ["train", "heldout", "all"]},
+                    {"type": "array", "items": {"type": "string", "pattern": "^func_[0-9]+$"}, "minItems": 1}]}
+
+
+def check_range(gen: Generator, key: str) -> tuple[int, int]:
+    lo, hi = gen.options[key]
+    if lo > hi:
+        raise gen.fail(key, f"range [{lo}, {hi}] is empty (expected [lo, hi] with lo <= hi)")
+    return lo, hi
+
+
+# ---------------------------------------------------------------- registry
+
+_REGISTRY: dict[str, type[Generator]] | None = None
+
+
+def registry() -> dict[str, type[Generator]]:
+    """Generator name → class, from every submodule's ``GENERATORS`` (modules in name order)."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        found: dict[str, type[Generator]] = {}
+        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            for name, cls in getattr(module, "GENERATORS", {}).items():
+                if name in found:
+                    raise RuntimeError(f"generator {name!r} defined twice "
+                                       f"({found[name].__module__}, {module.__name__})")
+                found[name] = cls
+        _REGISTRY = found
+    return _REGISTRY
+
+
+def get(name: str) -> type[Generator]:
+    reg = registry()
+    if name not in reg:
+        raise GeneratorError(f"unknown generator {name!r} (known: {', '.join(sorted(reg))})")
+    return reg[name]
+
+
+# ---------------------------------------------------------------- rows per depth
+
+DEPTH_PLAN_SCHEMA = {
+    "depths": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+    "per_depth": {"type": ["integer", "null"], "minimum": 1},
+    "rows": {"type": ["integer", "null"], "minimum": 1},
+}
+
+
+class DepthPlan:
+    """Which depth row ``i`` has: blocks of ``per_depth`` rows in ``depths`` order, or ``rows`` rows
+    cycling through ``depths`` (row i has depth ``depths[i % len(depths)]``)."""
+
+    def __init__(self, gen: Generator):
+        self.depths = tuple(gen.options["depths"])
+        self.per_depth = gen.options.get("per_depth")
+        rows = gen.options.get("rows")
+        if (self.per_depth is None) == (rows is None):
+            raise gen.fail("", "give exactly one of per_depth (rows per depth) or rows (total, depths cycled)")
+        self.total = self.per_depth * len(self.depths) if self.per_depth is not None else rows
+
+    def depth(self, i: int) -> int:
+        if self.per_depth is not None:
+            return self.depths[i // self.per_depth]
+        return self.depths[i % len(self.depths)]

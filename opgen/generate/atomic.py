@@ -1,0 +1,60 @@
+"""Atomic tasks: one operator applied to ``x`` with sampled parameters, balanced over a set.
+
+Row ``i`` uses operator ``ops[i % len(ops)]``, so every prefix of the split is balanced too. An
+interlace operator's second string input is a literal (an atomic task has one input, ``x``).
+"""
+
+from __future__ import annotations
+
+from opgen import expr as E
+from opgen import ops
+from opgen.generate import LENGTH_RANGE, OP_SET, Generator, check_range, sample_params, text
+from opgen.rng import LOWERCASE
+from opgen.tasks import Item, Task
+
+
+class Atomic(Generator):
+    NAME = "atomic"
+    VERSION = 1
+    DEFAULTS = {
+        "ops": "all", "per_op": None, "rows": None, "input_len": [3, 10], "literal_len": [3, 6],
+        "alphabet": LOWERCASE, "max_output_chars": 1000,
+    }
+    OPTIONS_SCHEMA = {"properties": {
+        "ops": OP_SET, "per_op": {"type": ["integer", "null"], "minimum": 1},
+        "rows": {"type": ["integer", "null"], "minimum": 1},
+        "input_len": LENGTH_RANGE, "literal_len": LENGTH_RANGE,
+        "alphabet": {"type": "string", "minLength": 1}, "max_output_chars": {"type": "integer", "minimum": 1},
+    }}
+
+    def __init__(self, options, ctx):
+        super().__init__(options, ctx)
+        o = self.options
+        self.members = [ops.get(op_id) for op_id in self.op_set(o["ops"], "ops")]
+        if (o["per_op"] is None) == (o["rows"] is None):
+            raise self.fail("", "give exactly one of per_op (rows per operator) or rows (total)")
+        self.total = o["per_op"] * len(self.members) if o["per_op"] is not None else o["rows"]
+        self.in_lo, self.in_hi = check_range(self, "input_len")
+        self.lit_lo, self.lit_hi = check_range(self, "literal_len")
+
+    def count(self) -> int:
+        return self.total
+
+    def candidate(self, i: int, j: int) -> Item | None:
+        op = self.members[i % len(self.members)]
+        rng = self.rng(i, j)
+        alphabet = self.options["alphabet"]
+        x = text(rng, self.in_lo, self.in_hi, alphabet)
+        args: tuple[E.Expr, ...] = (E.Var(),)
+        if op.n_inputs == 2:
+            args += (E.Lit(text(rng, self.lit_lo, self.lit_hi, alphabet)),)
+        program = E.Call(op.id, args, sample_params(op, rng))
+        try:
+            out = E.evaluate(program, x, self.options["max_output_chars"])
+        except E.OutputTooLong:
+            self.rejections["output_too_long"] += 1
+            return None
+        return Item((Task(program, x, out),))
+
+
+GENERATORS = {"atomic": Atomic}

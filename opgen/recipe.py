@@ -1,0 +1,185 @@
+"""Recipes: YAML → checked against schemas/recipe.schema.json → resolved splits with their defaults.
+
+Every error names the file, the path inside it and what was expected, before any work starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from opgen import formats, ops
+from opgen import generate as G
+from opgen.resources import recipe_path, resource_dir, schema_path
+
+SPLIT_DEFAULTS: dict[str, Any] = {
+    "kind": "rl", "prompt_format": "closed_book", "answer_format": None, "unique": "task",
+    "shard_rows": 50_000, "options": {},
+}
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be built; the message starts with ``<file>: <path>:``."""
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    name: str
+    recipe: str
+    generator: str
+    role: str
+    kind: str
+    family: str
+    prompt_format: str
+    answer_format: str
+    unique: str
+    shard_rows: int
+    options: dict[str, Any]
+    digest: str  # names this split's rows: seed, generator, its version and its resolved options
+    where: str  # "<file>: splits.<name>" for error messages
+
+    def resolved(self) -> dict[str, Any]:
+        return {"generator": self.generator, "role": self.role, "kind": self.kind, "family": self.family,
+                "prompt_format": self.prompt_format, "answer_format": self.answer_format,
+                "unique": self.unique, "shard_rows": self.shard_rows, "options": self.options}
+
+
+@dataclass
+class Recipe:
+    name: str
+    path: str  # as given, or "datasets/<name>.yaml" for a bundled recipe
+    sha256: str
+    seed: int
+    splits: list[SplitConfig]
+    heldout_ops: tuple[str, ...]
+    allow: tuple[str, ...]
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def resolved(self) -> dict[str, Any]:
+        return {"name": self.name, "seed": self.seed, "description": self.raw.get("description", ""),
+                "leakage": {"heldout_ops": list(self.heldout_ops), "allow": list(self.allow),
+                            "reason": self.raw.get("leakage", {}).get("reason", "")},
+                "splits": {s.name: s.resolved() for s in self.splits}}
+
+
+@functools.cache
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads(schema_path("recipe.schema.json").read_text()))
+
+
+def _path(parts) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def locate(spec: str) -> tuple[Path, str]:
+    """A recipe argument → (file, how the manifest names it): a path, else a bundled recipe's name."""
+    path = Path(spec)
+    if path.is_file():
+        return path, spec
+    if path.suffix in (".yaml", ".yml") and (path.parent != Path(".") or path.exists()):
+        raise RecipeError(f"{spec}: no such recipe file")
+    try:
+        found = recipe_path(spec)
+    except FileNotFoundError as exc:
+        raise RecipeError(f"{spec}: not a file, and {exc}") from None
+    return found, f"{resource_dir('datasets').name}/{found.name}"
+
+
+def load(spec: str, seed: int | None = None) -> Recipe:
+    path, shown = locate(spec)
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise RecipeError(f"{shown}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    return resolve(data, shown, hashlib.sha256(text.encode()).hexdigest(), seed)
+
+
+def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None) -> Recipe:
+    errors = sorted(_validator().iter_errors(data), key=lambda e: (len(list(e.path)), list(map(str, e.path))))
+    if errors:
+        err = errors[0]
+        raise RecipeError(f"{shown}: {_path(err.path)}: {_explain(err)}")
+    seed = data.get("seed", 0) if seed is None else seed
+    defaults = {**SPLIT_DEFAULTS, **data.get("defaults", {})}
+    leak = data.get("leakage", {})
+    try:
+        held = leak.get("heldout_ops", "heldout")
+        heldout_ops = () if held is None else ops.resolve_set(held)
+    except (ValueError, KeyError) as exc:
+        raise RecipeError(f"{shown}: leakage.heldout_ops: {exc}") from None
+    splits = []
+    for name, raw in data["splits"].items():
+        merged = copy.deepcopy(defaults)
+        merged.update(copy.deepcopy(raw))
+        merged["options"] = {**copy.deepcopy(defaults.get("options", {})), **copy.deepcopy(raw.get("options", {}))}
+        where = f"{shown}: splits.{name}"
+        for key in ("generator", "role"):
+            if key not in merged:
+                raise RecipeError(f"{where}: '{key}' is required (in the split or in defaults)")
+        try:
+            cls = G.get(merged["generator"])
+        except G.GeneratorError as exc:
+            raise RecipeError(f"{where}.generator: {exc}") from None
+        answer = merged["answer_format"] or formats.DEFAULT_ANSWER[merged["prompt_format"]]
+        try:
+            formats.check_pair(merged["prompt_format"], answer)
+        except formats.FormatError as exc:
+            raise RecipeError(f"{where}.answer_format: {exc}") from None
+        try:
+            options = cls.resolve(merged["options"], f"{where}.options")
+        except G.GeneratorError as exc:
+            raise RecipeError(str(exc)) from None
+        shaping = {"seed": seed, "generator": merged["generator"], "version": cls.VERSION, "options": options}
+        digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:32]
+        splits.append(SplitConfig(
+            name=name, recipe=data["name"], generator=merged["generator"], role=merged["role"],
+            kind=merged["kind"], family=merged.get("family") or name, prompt_format=merged["prompt_format"],
+            answer_format=answer, unique=merged["unique"], shard_rows=merged["shard_rows"], options=options,
+            digest=digest, where=where))
+    return Recipe(name=data["name"], path=shown, sha256=sha, seed=seed, splits=splits, heldout_ops=heldout_ops,
+                  allow=tuple(leak.get("allow", ())), raw=data)
+
+
+def _explain(err: jsonschema.ValidationError) -> str:
+    if err.validator == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        return f"{err.message} (expected one of: {', '.join(allowed)})"
+    if err.validator == "required":
+        return err.message
+    return f"{err.message} (expected {_expected(err.schema)})" if _expected(err.schema) else err.message
+
+
+def _expected(schema: dict) -> str:
+    if "enum" in schema:
+        return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
+    if "type" in schema:
+        t = schema["type"]
+        return " or ".join(t) if isinstance(t, list) else str(t)
+    if "pattern" in schema:
+        return f"text matching {schema['pattern']}"
+    return ""
+
+
+def build_generator(cfg: SplitConfig, recipe: Recipe) -> G.Generator:
+    ctx = G.Context(digest=cfg.digest, split=cfg.name, seed=recipe.seed, role=cfg.role,
+                    where=f"{cfg.where}.options",
+                    op_sets={"train": ops.TRAIN_IDS, "heldout": ops.HELDOUT_IDS, "all": ops.ALL_IDS,
+                             "study_heldout": recipe.heldout_ops})
+    try:
+        return G.get(cfg.generator)(cfg.options, ctx)
+    except G.GeneratorError as exc:
+        raise RecipeError(str(exc)) from None

@@ -1,0 +1,263 @@
+"""``opgen validate``: check parquet files against the row schemas and re-execute every ground truth.
+
+opgen's own rows are checked in-process without running any stored code: each task's expression is
+parsed with ``expr.parse`` (a closed grammar over the library) and evaluated, and the stored
+``ref_code`` and gold answers must equal what the renderer makes of the parsed program. Rows from
+elsewhere (native benchmark rows, any verl code-execution rows) carry arbitrary ``ref_code``; it
+runs only through the scorer's sandbox (docs/contracts.md, "Sandbox API"), never in this process.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from opgen import expr as E
+from opgen import formats, rows
+from opgen.resources import schema_path
+from opgen.tasks import Item, Task
+
+BATCH = 2048
+MAX_LISTED = 20
+
+
+@dataclass
+class FileReport:
+    path: str
+    kind: str = ""  # rl | sft | foreign
+    rows: int = 0
+    failures: list[tuple[int, str]] = field(default_factory=list)
+    n_failed: int = 0
+    error: str = ""  # a file-level problem (unreadable, wrong schema)
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.n_failed == 0
+
+    def fail(self, index: int, message: str) -> None:
+        self.n_failed += 1
+        if len(self.failures) < MAX_LISTED:
+            self.failures.append((index, message))
+
+
+@functools.cache
+def _gt_validator(name: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads(schema_path(name).read_text()))
+
+
+def _schema_problem(actual: pa.Schema, expected: pa.Schema) -> str:
+    for f in expected:
+        idx = actual.get_field_index(f.name)
+        if idx < 0:
+            return f"column {f.name!r} is missing"
+        if not actual.field(idx).type.equals(f.type):
+            return f"column {f.name!r} has type {actual.field(idx).type}, expected {f.type}"
+    return ""
+
+
+def kind_of(schema: pa.Schema) -> tuple[str, str]:
+    """(kind, problem): ``rl``/``sft`` when the file has opgen's schema exactly, ``foreign`` when it
+    has at least verl's minimal columns, else ("", why not)."""
+    plain = pa.schema(list(schema))  # without key-value metadata
+    for kind in ("sft", "rl"):
+        if plain.equals(rows.schema(kind)):
+            return kind, ""
+    if schema.get_field_index("extra_info") >= 0 and "opgen_version" in str(schema.field("extra_info").type):
+        kind = "sft" if schema.get_field_index("messages") >= 0 else "rl"
+        return "", f"opgen {kind} row schema differs: " + (_schema_problem(plain, rows.schema(kind))
+                                                            or "columns in another order or extra columns")
+    problem = _schema_problem(plain, rows.verl_minimal_schema())
+    return ("", problem) if problem else ("foreign", "")
+
+
+# ---------------------------------------------------------------- opgen rows (trusted re-execution)
+
+
+def _check_opgen_row(row: dict, kind: str) -> str:
+    try:
+        gt = json.loads(row["reward_model"]["ground_truth"])
+    except (TypeError, ValueError) as exc:
+        return f"reward_model.ground_truth is not JSON ({exc})"
+    errors = sorted(_gt_validator("ground_truth.schema.json").iter_errors(gt), key=lambda e: list(e.path))
+    if errors:
+        path = ".".join(str(p) for p in errors[0].path) or "(top level)"
+        return f"ground_truth.{path}: {errors[0].message}"
+    extra = row["extra_info"]
+    tasks = []
+    for n, t in enumerate(gt["tasks"]):
+        try:
+            program = E.parse(t["expr"])
+        except E.ExprError as exc:
+            return f"ground_truth.tasks[{n}].expr does not parse: {exc}"
+        try:
+            value = E.evaluate(program, t["input"])
+        except Exception as exc:  # an operator failing is a broken row, reported, not a crash
+            return f"ground_truth.tasks[{n}].expr fails on its input: {type(exc).__name__}: {exc}"
+        if value != t["output"]:
+            return (f"ground_truth.tasks[{n}]: expr gives {value[:60]!r} on its input, "
+                    f"stored output is {t['output'][:60]!r}")
+        tasks.append(Task(program, t["input"], value))
+    item = Item(tuple(tasks), condition=extra["condition"], assistant_prefix=extra["assistant_prefix"])
+    fmt = formats.Formatter(extra["prompt_format"], extra["answer_format"])
+    p = formats.prepare(item)
+    expected = fmt.ground_truth(item, p)
+    if json.loads(expected) != gt:
+        diff = [k for k in json.loads(expected) if json.loads(expected)[k] != gt.get(k)]
+        return f"ground_truth fields {', '.join(diff)} differ from what the parsed program gives"
+    if gt["mode"] != fmt.mode:
+        return f"ground_truth.mode {gt['mode']!r} but prompt_format {extra['prompt_format']!r}"
+    if extra["depth"] != max(p.depths) or extra["k"] != len(p.recall) or list(extra["ops"]) != list(p.ops_sorted):
+        return "extra_info depth / k / ops disagree with the program"
+    prompt = row["prompt"]
+    if not prompt or prompt[-1]["role"] != "user" or prompt[-1]["content"] != fmt.prompt(item, p):
+        return "prompt differs from the prompt format's rendering of the program"
+    if kind == "sft":
+        gold = fmt.answer(item, p)
+        if row["response"] != gold:
+            return "response differs from the gold answer of the answer format"
+        problem = check_answer(row["response"], extra["answer_format"], gt)
+        if problem:
+            return problem
+        msgs = row["messages"]
+        if [m["role"] for m in msgs] != ["user", "assistant"] or msgs[1]["content"] != gold \
+                or msgs[0]["content"] != row["prompt_text"]:
+            return "messages are not [user prompt, assistant gold answer]"
+    return ""
+
+
+_RECALL = re.compile(r"^Recall (func_\d+): (.*)\n```python\n(.*?)```\n", re.S | re.M)
+_ASSEMBLE = re.compile(r"^Assemble:\n```python\n(.*?)\n```\s*\Z", re.S | re.M)
+_JSON = re.compile(r"```json\n(.*?)\n```", re.S)
+
+
+def check_answer(text: str, answer_format: str, gt: dict) -> str:
+    """That a gold answer re-parses per docs/contracts.md and its code is the row's program."""
+    if answer_format == "json_output":
+        m = _JSON.search(text)
+        if not m:
+            return "json_output answer has no ```json block"
+        try:
+            value = json.loads(m.group(1))["output"]
+        except (ValueError, KeyError, TypeError):
+            return "json_output block is not {\"output\": ...}"
+        return "" if value == gt["tasks"][0]["output"] else "json_output value differs from the output"
+    if answer_format == "prose_code":
+        blocks = re.findall(r"```python\n(.*?)\n```", text, re.S)
+        code = blocks[0] if len(blocks) == 1 else None
+        if code is None:
+            return f"prose_code answer has {len(blocks)} python blocks, expected 1"
+    else:
+        recalls = _RECALL.findall(text)
+        wanted = []
+        for t in gt["tasks"]:
+            for o in t["ops"]:
+                if o not in wanted:
+                    wanted.append(o)
+        got = [r[0] for r in recalls]
+        if wanted and got[-len(wanted):] != wanted:
+            return f"RA recall blocks {got} do not end with the operators in order of appearance {wanted}"
+        m = _ASSEMBLE.search(text)
+        if not m:
+            return "RA answer has no final Assemble: block"
+        code = m.group(1)
+    for t in gt["tasks"]:
+        try:
+            parsed = E.parse_program(code, t["entry"])
+        except E.ExprError as exc:
+            return f"answer code: {exc}"
+        if E.render(parsed) != t["expr"]:
+            return f"answer code's {t['entry']} is not the row's program"
+    return ""
+
+
+# ---------------------------------------------------------------- foreign rows (sandboxed)
+
+
+def sandbox_runner(workers: int = 2, timeout_s: float = 5.0) -> Callable[[list[tuple[str, str, tuple]]], list]:
+    """Runs (code, entry, args) jobs through the scorer's sandbox; returns its results (status, value)."""
+
+    def run(jobs: list[tuple[str, str, tuple]]) -> list:
+        from opgen.score.sandbox import Job, Sandbox
+
+        with Sandbox(workers=workers, timeout_s=timeout_s) as box:
+            return box.run([Job(code=c, entry=e, args=a) for c, e, a in jobs])
+
+    return run
+
+
+def _foreign_jobs(batch: list[dict], first: int, report: FileReport) -> tuple[list, list]:
+    jobs, expected = [], []
+    for n, row in enumerate(batch):
+        index = first + n
+        try:
+            gt = json.loads(row["reward_model"]["ground_truth"])
+        except (TypeError, ValueError) as exc:
+            report.fail(index, f"reward_model.ground_truth is not JSON ({exc})")
+            continue
+        errors = list(_gt_validator("native_ground_truth.schema.json").iter_errors(gt))
+        if errors:
+            report.fail(index, f"ground_truth: {errors[0].message}")
+            continue
+        jobs.append((gt["ref_code"], gt["funcname"], tuple(gt["ref_input"].values())))
+        expected.append((index, gt["ref_output"]))
+    return jobs, expected
+
+
+# ---------------------------------------------------------------- files
+
+
+def _batches(pf: pq.ParquetFile) -> Iterator[list[dict]]:
+    for batch in pf.iter_batches(batch_size=BATCH):
+        yield batch.to_pylist()
+
+
+def validate_file(path: Path, run_foreign: Callable | None = None) -> FileReport:
+    report = FileReport(str(path))
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        report.error = f"not a readable parquet file ({exc})"
+        return report
+    kind, problem = kind_of(pf.schema_arrow)
+    if not kind:
+        report.error = problem
+        return report
+    report.kind = kind
+    index = 0
+    with E.recursion_headroom():
+        for batch in _batches(pf):
+            if kind == "foreign":
+                jobs, expected = _foreign_jobs(batch, index, report)
+                results = (run_foreign or sandbox_runner())(jobs) if jobs else []
+                for (i, want), res in zip(expected, results):
+                    if res.status != "ok":
+                        report.fail(i, f"ref_code on ref_input: {res.status} {res.detail}".strip())
+                    elif res.value != (want if isinstance(want, str) else str(want)):
+                        report.fail(i, f"ref_code on ref_input gives {res.value[:60]!r}, "
+                                       f"ref_output is {str(want)[:60]!r}")
+            else:
+                for n, row in enumerate(batch):
+                    problem = _check_opgen_row(row, kind)
+                    if problem:
+                        report.fail(index + n, problem)
+                    elif row["extra_info"]["index"] < 0:
+                        report.fail(index + n, "extra_info.index is negative")
+            index += len(batch)
+    report.rows = index
+    return report
+
+
+def expand(paths: list[Path]) -> list[Path]:
+    """Files as given; a directory means its parquet files (a build directory)."""
+    out = []
+    for p in paths:
+        out.extend(sorted(p.glob("*.parquet")) if p.is_dir() else [p])
+    return out

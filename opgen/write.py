@@ -1,0 +1,67 @@
+"""Parquet files: one writer configuration for every file, temporary names, sha256.
+
+The bytes of a file depend only on its rows and on these settings (row groups of a fixed size,
+zstd, no timestamps), never on which process wrote it, so builds are byte-identical across worker
+counts. Files are written under a temporary name and renamed only once the whole build succeeded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROW_GROUP_ROWS = 10_000
+COMPRESSION = "zstd"
+TMP_DIR = ".opgen-build.tmp"
+
+
+def shard_names(split: str, n_shards: int) -> list[str]:
+    if n_shards == 1:
+        return [f"{split}.parquet"]
+    return [f"{split}-{k:05d}-of-{n_shards:05d}.parquet" for k in range(n_shards)]
+
+
+def is_split_file(name: str, split: str) -> bool:
+    if name == f"{split}.parquet":
+        return True
+    rest = name[len(split) + 1:] if name.startswith(split + "-") else ""
+    parts = rest.removesuffix(".parquet").split("-of-")
+    return rest.endswith(".parquet") and len(parts) == 2 and all(p.isdigit() and len(p) == 5 for p in parts)
+
+
+def open_writer(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
+    return pq.ParquetWriter(str(path), schema, compression=COMPRESSION, use_dictionary=True,
+                            write_statistics=False)
+
+
+def write_chunk(writer: pq.ParquetWriter, table: pa.Table) -> None:
+    writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+
+
+def write_table(path: Path, table: pa.Table) -> None:
+    """Write a whole table the way the builder writes chunk by chunk (same row groups, same bytes)."""
+    table = table.combine_chunks()
+    writer = open_writer(path, table.schema)
+    try:
+        for start in range(0, max(table.num_rows, 1), ROW_GROUP_ROWS):
+            write_chunk(writer, table.slice(start, ROW_GROUP_ROWS))
+    finally:
+        writer.close()
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
