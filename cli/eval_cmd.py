@@ -111,11 +111,11 @@ def _summary_line(metrics: dict) -> str:
     for dn, entry in metrics["data"].items():
         gen = entry["generation"]
         text = f"{dn}: {gen['rows']} rows, {gen['truncated_rows']} truncated"
-        acc = (entry.get("summary") or {}).get("accuracy")
+        acc = ((entry.get("summary") or {}).get("overall") or {}).get("acc")
         if isinstance(acc, (int, float)):
             text += f", accuracy {acc:.3f}"
         dec = entry.get("decomposed") or {}
-        dacc = (dec.get("summary") or {}).get("accuracy")
+        dacc = ((dec.get("summary") or {}).get("overall") or {}).get("acc")
         if isinstance(dacc, (int, float)):
             text += f", decomposed {dacc:.3f}"
         parts.append(text)

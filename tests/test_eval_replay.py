@@ -41,7 +41,6 @@ def _lines(path: Path) -> list[dict]:
 
 
 def test_replay_grades_correct_answers_one_and_wrong_ones_zero(runner, cli, tmp_path, trees):
-    pytest.importorskip("opgen.score", reason="the scorer (opgen.score.score_files) is not merged yet")
     src = _write_jsonl(tmp_path / "answers.jsonl", _responses())
     res = _eval(runner, cli, "--model", str(src), "--data", str(trees), "--out", str(tmp_path / "out"))
     assert res.exit_code == 0, res.output
@@ -49,9 +48,11 @@ def test_replay_grades_correct_answers_one_and_wrong_ones_zero(runner, cli, tmp_
     scores = {r["index"]: r for r in _lines(model_dir / "trees" / "scores.jsonl")}
     assert sorted(scores) == list(range(len(tm.TREES)))
     for i, rec in scores.items():
-        assert rec["score"] == (1.0 if i in GOOD else 0.0), rec
+        assert (rec["acc"], rec["score"]) == ((1.0, 1.0) if i in GOOD else (0.0, 0.0)), rec
     metrics = json.loads((model_dir / "metrics.json").read_text())
-    assert metrics["data"]["trees"]["summary"]["accuracy"] == pytest.approx(len(GOOD) / len(tm.TREES))
+    assert metrics["data"]["trees"]["summary"]["overall"]["acc"] == pytest.approx(len(GOOD) / len(tm.TREES))
+    assert (model_dir / "trees" / "summary.json").is_file() and (model_dir / "trees" / "summary.csv").is_file()
+    assert f"accuracy {len(GOOD) / len(tm.TREES):.3f}" in res.output
 
 
 def test_generations_file_records_every_row_in_order(runner, cli, tmp_path, trees):
@@ -186,14 +187,17 @@ def test_decomposed_assembles_recalled_definitions_into_the_gold_answer(runner, 
     for i, (e, _x) in enumerate(tm.TREES):
         used = expr.ops_used(expr.parse(e))
         recalls = [{"op": op, "response": _recall_text(op)} for op in used]
-        if i == 1:  # a chimera: func_1's name recalled with func_3's body
+        if i == 1:  # func_1's name recalled with func_3's one-parameter body: an arity error
             recalls[0]["response"] = _recall_text("func_1", ops.get("func_3").source.replace("func_3", "func_1"))
         dec.append({"index": i, "recalls": recalls})
     _write_jsonl(replay / "trees_decomposed_generations.jsonl", dec)
     out = tmp_path / "out"
-    res = _eval(runner, cli, "--model", str(replay), "--data", str(trees), "--out", str(out), "--decomposed",
-                "--no-score")
+    res = _eval(runner, cli, "--model", str(replay), "--data", str(trees), "--out", str(out), "--decomposed")
     assert res.exit_code == 0, res.output
+    # graded like any answer: every assembled program is right except the one built on the bad recall
+    scores = {r["index"]: r for r in _lines(out / "replay" / "trees_decomposed" / "scores.jsonl")}
+    assert {i: r["acc"] for i, r in scores.items()} == {i: float(i != 1) for i in range(len(tm.TREES))}
+    assert [rc["verdict"] for rc in scores[1]["recalls"]] == ["arity", "correct"]
     lines = _lines(out / "replay" / "trees_decomposed_generations.jsonl")
     for rec in lines:
         e = tm.TREES[rec["index"]][0]

@@ -74,13 +74,10 @@ def _check_settings(path: Path, settings: dict, resume: bool) -> None:
     write_json_atomic(path, settings)
 
 
-def score(data: Path, responses: Path, out: Path, workers: int, limit: int | None) -> dict:
+def score(data: Path, responses: Path, out: Path, workers: int) -> dict:
     from opgen.score import score_files
 
-    kwargs = {"workers": workers}
-    if limit is not None:
-        kwargs["limit"] = limit
-    return score_files(data, responses, out, **kwargs)
+    return score_files(data, responses, out, workers=workers)
 
 
 def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, plan: Plan, suffix: str,
@@ -95,7 +92,7 @@ def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, 
     result = {"generations": gen_path.name, "run": stats.to_dict(), "generation": summarize_log(records)}
     if cfg.score:
         result["scores"] = name
-        result["summary"] = score(data, gen_path, model_dir / name, cfg.workers, cfg.limit)
+        result["summary"] = score(data, gen_path, model_dir / name, cfg.workers)
     return result
 
 

@@ -1,0 +1,212 @@
+"""Checkpoint sweeps: one table row per evaluated model, and plots of accuracy over checkpoints.
+
+Reads what `opgen eval` wrote for each model (metrics.json and the scorer's per-row scores.jsonl),
+so a sweep can be rebuilt from an output folder without generating again.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+_STEP = re.compile(r"(?:global_step|checkpoint|ckpt|step|iter)[-_]?(\d+)", re.IGNORECASE)
+
+PLOTS = ("sweep_accuracy.png", "sweep_depth.png")
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The training step a checkpoint name carries (rl-mda-step50 -> 50, checkpoint-200 -> 200)."""
+    found = _STEP.findall(name)
+    if found:
+        return int(found[-1])
+    return int(name) if name.isdigit() else None
+
+
+def _proportion(correct: int, n: int) -> dict:
+    from opgen.score.metrics import wilson
+
+    lo, hi = wilson(correct, n)
+    return {"n": n, "acc": correct / n if n else None, "ci_low": lo if n else None, "ci_high": hi if n else None}
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def model_records(model_dir: Path, metrics: Mapping, decomposed: bool = False) -> list[dict]:
+    """The scorer's per-response records of one model over all its data files (scores.jsonl lines),
+    each tagged with its data file; ``split`` falls back to the data file's name."""
+    records = []
+    for dn, entry in metrics["data"].items():
+        e = entry.get("decomposed") if decomposed else entry
+        if not e or "scores" not in e:
+            continue
+        for rec in _read_jsonl(model_dir / e["scores"] / "scores.jsonl"):
+            rec["data"] = dn
+            rec["split"] = rec.get("split") or dn
+            records.append(rec)
+    return records
+
+
+def _correct(rec: Mapping) -> bool:
+    return float(rec.get("acc", 0.0)) >= 1.0
+
+
+def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
+    """One model's line of the sweep: accuracy overall, by data file and by depth (95% Wilson
+    intervals), the arity-error and chimera rates over recall blocks, truncations, decomposed accuracy."""
+    recs = model_records(model_dir, metrics)
+    row: dict = {"model": name, "step": checkpoint_step(name),
+                 "overall": _proportion(sum(map(_correct, recs)), len(recs)), "by_split": {}, "by_depth": {}}
+    for key, field in (("by_split", "split"), ("by_depth", "depth")):
+        groups: dict = {}
+        for r in recs:
+            if field == "depth" and not (isinstance(r.get("depth"), int) and r["depth"] >= 0):
+                continue
+            groups.setdefault(r[field], []).append(_correct(r))
+        row[key] = {str(k): _proportion(sum(v), len(v)) for k, v in sorted(groups.items())}
+    blocks = [rc for r in recs for rc in (r.get("recalls") or [])]
+    row["recall_blocks"] = len(blocks)
+    row["arity_error_rate"] = (sum(rc.get("verdict") == "arity" for rc in blocks) / len(blocks)) if blocks else None
+    row["chimera_rate"] = (sum(rc.get("verdict") == "chimera" for rc in blocks) / len(blocks)) if blocks else None
+    samples = sum(e["generation"]["samples"] for e in metrics["data"].values())
+    cut = sum(e["generation"]["truncated_samples"] for e in metrics["data"].values())
+    row["truncated_rate"] = cut / samples if samples else None
+    dec = model_records(model_dir, metrics, decomposed=True)
+    row["decomposed"] = _proportion(sum(map(_correct, dec)), len(dec)) if dec else None
+    return row
+
+
+def build_sweep(out_dir: Path, all_metrics: Sequence[Mapping]) -> list[dict]:
+    rows = [sweep_row(m["model"], Path(out_dir) / m["model"], m) for m in all_metrics]
+    if all(r["step"] is not None for r in rows):
+        rows.sort(key=lambda r: (r["step"], r["model"]))
+    return rows
+
+
+def _flat(row: Mapping) -> dict:
+    out = {"model": row["model"], "step": "" if row["step"] is None else row["step"]}
+
+    def put(prefix: str, p: Mapping | None) -> None:
+        for k in ("acc", "ci_low", "ci_high", "n"):
+            v = None if p is None else p.get(k)
+            out[f"{prefix}{'' if k == 'acc' else '_' + k}"] = "" if v is None else (round(v, 6) if k != "n" else v)
+
+    put("accuracy", row["overall"])
+    for split, p in row["by_split"].items():
+        put(f"acc[{split}]", p)
+    for d, p in row["by_depth"].items():
+        put(f"acc[d={d}]", p)
+    for k in ("arity_error_rate", "chimera_rate", "truncated_rate"):
+        out[k] = "" if row[k] is None else round(row[k], 6)
+    put("decomposed_accuracy", row["decomposed"])
+    return out
+
+
+def to_csv(rows: Sequence[Mapping]) -> str:
+    flat = [_flat(r) for r in rows]
+    columns: list[str] = []
+    for f in flat:
+        columns.extend(c for c in f if c not in columns)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, restval="", lineterminator="\n")
+    w.writeheader()
+    w.writerows(flat)
+    return buf.getvalue()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_sweep(out_dir: Path, all_metrics: Sequence[Mapping]) -> list[Path]:
+    """DIR/sweep.csv, DIR/sweep.json and (with matplotlib) the two PNGs; returns the paths written."""
+    out_dir = Path(out_dir)
+    rows = build_sweep(out_dir, all_metrics)
+    written = [out_dir / "sweep.csv", out_dir / "sweep.json"]
+    _write_atomic(written[0], to_csv(rows).encode("utf-8"))
+    _write_atomic(written[1], (json.dumps(rows, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    written.extend(plot(rows, out_dir))
+    return written
+
+
+def plot(rows: Sequence[Mapping], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    by_step = all(r["step"] is not None for r in rows)
+    xs = [r["step"] for r in rows] if by_step else list(range(len(rows)))
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series = [("overall", [r["overall"] for r in rows])]
+    splits = sorted({s for r in rows for s in r["by_split"]})
+    if len(splits) > 1:  # one split is the overall line again
+        for split in splits:
+            series.append((split, [r["by_split"].get(split) for r in rows]))
+    if any(r["decomposed"] for r in rows):
+        series.append(("decomposed", [r["decomposed"] for r in rows]))
+    for label, props in series:
+        pts = [(x, p) for x, p in zip(xs, props) if p and p["acc"] is not None]
+        if not pts:
+            continue
+        x = [a for a, _ in pts]
+        ax.plot(x, [p["acc"] for _, p in pts], marker="o", label=label)
+        ax.fill_between(x, [p["ci_low"] for _, p in pts], [p["ci_high"] for _, p in pts], alpha=0.15)
+    ax.set_xlabel("checkpoint step" if by_step else "checkpoint")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if not by_step:
+        ax.set_xticks(xs, [r["model"] for r in rows], rotation=30, ha="right")
+    ax.set_ylabel("accuracy (95% CI)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8)
+    ax.set_title("accuracy vs checkpoint")
+    fig.tight_layout()
+    paths.append(_save(fig, out_dir / PLOTS[0]))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in rows:
+        pts = sorted((int(d), p) for d, p in r["by_depth"].items() if p["acc"] is not None)
+        if pts:
+            ax.plot([d for d, _ in pts], [p["acc"] for _, p in pts], marker="o", label=r["model"])
+    ax.set_xlabel("expression depth")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8)
+    ax.set_title("accuracy vs depth, per checkpoint")
+    fig.tight_layout()
+    paths.append(_save(fig, out_dir / PLOTS[1]))
+    return paths
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})  # no version stamp: equal inputs, equal bytes
+    plt.close(fig)
+    _write_atomic(path, buf.getvalue())
+    return path
+
+
+def load_metrics(out_dir: Path) -> list[dict]:
+    """metrics.json of every finished model under an eval output folder, in name order."""
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(out_dir).glob("*/metrics.json"))]
