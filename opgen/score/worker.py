@@ -42,6 +42,11 @@ import time
 PRELOAD = ("bisect", "collections", "functools", "heapq", "itertools", "math", "operator", "re", "string",
            "unicodedata")
 
+# Model code shares this interpreter and may replace builtins (``builtins.len = ...``); module-level
+# bindings are looked up before builtins, so the harness keeps the real ones.
+len, isinstance, type, enumerate, range, max, str, memoryview, compile, exec = (  # noqa: A001
+    len, isinstance, type, enumerate, range, max, str, memoryview, compile, exec)
+
 STATUSES = ("loaded", "ok", "syntax", "missing_name", "arity", "exception", "timeout", "memory",
             "output_too_large", "killed", "not_a_string")
 _CODE = {name: i for i, name in enumerate(STATUSES)}
@@ -59,7 +64,8 @@ _ARITY = re.compile(r"positional argument|required (keyword-only )?argument|unex
 
 def _send(fd: int, status: str, payload: str) -> None:
     data = payload.encode("utf-8", "surrogatepass")
-    frame = struct.pack(">BI", _CODE[status], len(data)) + data
+    # The sender's pid: a process the program forked inherits this pipe, and its frames are ignored.
+    frame = struct.pack(">BII", _CODE[status], os.getpid(), len(data)) + data
     view = memoryview(frame)
     while view:
         n = os.write(fd, view)
@@ -171,7 +177,7 @@ class Worker:
         self.devnull = devnull
         self.serial = 0
 
-    def _frames(self, rfd: int, n_expected: int, timeout_s: float, out: list, loaded: set) -> str:
+    def _frames(self, rfd: int, pid: int, n_expected: int, timeout_s: float, out: list, loaded: set) -> str:
         """Read frames until ``n_expected`` results or the child ends; return why reading stopped."""
         buf = b""
         limit = self.limits["max_output"] * 4 + 64
@@ -187,15 +193,17 @@ class Worker:
             if not chunk:
                 return "eof"
             buf += chunk
-            while len(buf) >= 5:
-                code, length = struct.unpack(">BI", buf[:5])
+            while len(buf) >= 9:
+                code, sender, length = struct.unpack(">BII", buf[:9])
                 if code >= len(STATUSES) or length > limit:
                     out.append(("output_too_large" if length > limit else "killed", None,
                                 "malformed result frame"))
                     return "bad"
-                if len(buf) < 5 + length:
+                if len(buf) < 9 + length:
                     break
-                payload, buf = buf[5:5 + length], buf[5 + length:]
+                payload, buf = buf[9:9 + length], buf[9 + length:]
+                if sender != pid:
+                    continue
                 status = STATUSES[code]
                 if status == "loaded":
                     loaded.add(payload.decode("ascii", "replace"))
@@ -261,7 +269,7 @@ class Worker:
             os.close(wfd)
             loaded: set = set()
             try:
-                why = self._frames(rfd, total, timeout_s, out, loaded)
+                why = self._frames(rfd, pid, total, timeout_s, out, loaded)
             finally:
                 os.close(rfd)
                 wait_status = self._reap(pid)

@@ -1,0 +1,7 @@
+# expect: exception timeout
+import os
+
+
+def main_solution(x):
+    while True:
+        os.fork()

@@ -1,0 +1,3 @@
+# expect: output_too_large
+def main_solution(x):
+    return x * 10 ** 7

@@ -1,0 +1,3 @@
+# expect: exception
+def main_solution(x):
+    raise KeyboardInterrupt

@@ -1,0 +1,3 @@
+# expect: memory
+def main_solution(x):
+    return "a" * (10 ** 11)

@@ -1,0 +1,6 @@
+# expect: killed
+import os
+
+
+def main_solution(x):
+    os._exit(0)

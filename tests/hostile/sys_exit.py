@@ -1,0 +1,6 @@
+# expect: exception
+import sys
+
+
+def main_solution(x):
+    sys.exit(0)

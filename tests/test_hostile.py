@@ -1,0 +1,88 @@
+"""The hostile corpus (tests/hostile/, one program per kind): every kind scores 0 with its error class,
+the scorer survives and grades the next response right, files outside the sandbox are untouched,
+and the wall time per program stays bounded."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from test_grade import ra_answer, truth
+
+from opgen.score import grade
+from opgen.score.sandbox import Sandbox
+
+CORPUS = Path(__file__).with_name("hostile")
+KINDS = sorted(p.stem for p in CORPUS.glob("*.py"))
+TIMEOUT_S = 1.0
+
+
+def load(kind: str, sentinel: Path) -> tuple[str, set[str]]:
+    text = (CORPUS / f"{kind}.py").read_text()
+    first = text.splitlines()[0]
+    assert first.startswith("# expect: "), f"{kind}.py must start with '# expect: <error class> ...'"
+    return text.replace("__SENTINEL__", str(sentinel)), set(first[len("# expect: "):].split())
+
+
+@pytest.fixture(scope="module")
+def box():
+    with Sandbox(workers=2, timeout_s=TIMEOUT_S) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def sentinel(tmp_path_factory):
+    path = tmp_path_factory.mktemp("outside") / "precious.txt"
+    path.write_text("do not touch")
+    return path
+
+
+def test_corpus_has_at_least_20_kinds():
+    assert len(KINDS) >= 20, KINDS
+
+
+GOLD = truth(("func_5(func_3(x), 'ab')", "hostile"))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_hostile_kind_scores_zero_with_its_class(box, sentinel, kind):
+    code, expected = load(kind, sentinel)
+    before = (sentinel.read_text(), sentinel.stat().st_mtime_ns)
+    t0 = time.monotonic()
+    g = grade(GOLD, f"```python\n{code}\n```", sandbox=box)
+    elapsed = time.monotonic() - t0
+    assert g["score"] == 0.0 and g["acc"] == 0.0, g
+    assert g["error"] in expected, (g["error"], g["tasks"])
+    # The worker bounds a call and a program's loading: two timeouts, plus the cost of cleaning up.
+    assert elapsed < 2 * TIMEOUT_S + 5, elapsed
+    assert (sentinel.read_text(), sentinel.stat().st_mtime_ns) == before
+    # The scorer is alive and still right on the next, honest response.
+    assert grade(GOLD, ra_answer(GOLD), sandbox=box)["score"] == 1.0
+
+
+def test_detached_processes_do_not_outlive_the_request(box, sentinel):
+    code, _ = load("escape_by_setsid", sentinel)
+    grade(GOLD, f"```python\n{code}\n```", sandbox=box)
+    time.sleep(1.5)  # the escapee would write after one second
+    assert sentinel.read_text() == "do not touch"
+
+
+def test_full_isolation_here_when_root():
+    if os.geteuid() != 0:
+        pytest.skip("namespaces and the uid drop need root on this machine")
+    with Sandbox(workers=1) as b:
+        assert b.level == "full", b.isolation
+
+
+@pytest.mark.parametrize("kind", ["infinite_loop", "memory_bomb", "gigantic_output", "write_outside", "os_exit",
+                                  "fork_bomb", "close_all_fds", "always_equal_object"])
+def test_without_namespaces_rlimits_still_hold(sentinel, kind):
+    code, expected = load(kind, sentinel)
+    with Sandbox(workers=1, timeout_s=TIMEOUT_S, namespaces=False) as b:
+        assert "chroot" not in b.level and "netns" not in b.level
+        g = grade(GOLD, f"```python\n{code}\n```", sandbox=b)
+        assert g["score"] == 0.0 and g["error"] in expected, g
+        assert grade(GOLD, ra_answer(GOLD), sandbox=b)["score"] == 1.0
+    assert sentinel.read_text() == "do not touch"

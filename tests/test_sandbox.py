@@ -1,0 +1,118 @@
+"""The Sandbox API of docs/contracts.md: statuses, order, isolation, threads, batching of one response."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from opgen.score.sandbox import STATUSES, Job, Sandbox, SandboxError, Unit, isolation_level
+
+
+@pytest.fixture(scope="module")
+def box():
+    with Sandbox(workers=2, timeout_s=1.0, max_output=1000) as b:
+        yield b
+
+
+def job(body: str, *args: object, entry: str = "main_solution") -> Job:
+    return Job(code=f"def {entry}(x):\n    {body}\n", entry=entry, args=args or ("abc",))
+
+
+@pytest.mark.parametrize("code,status", [
+    ("return x[::-1]", "ok"),
+    ("return x +", "syntax"),
+    ("return func_3(x)", "missing_name"),
+    ("return int(x)", "exception"),
+    ("return 3", "not_a_string"),
+    ("return x * 10000", "output_too_large"),
+    ("return 'a' * 10 ** 11", "memory"),
+    ("while True: pass", "timeout"),
+    ("import os; os._exit(3)", "killed"),
+])
+def test_status_classes(box, code, status):
+    (r,) = box.run([job(code)])
+    assert r.status == status, r
+    assert r.status in STATUSES
+    assert (r.value == "cba") if status == "ok" else r.value is None
+
+
+def test_arity_class_and_missing_entry(box):
+    r1, r2, r3 = box.run([Job("def func_24(s):\n    return s\n", "func_24", ("ab", 2)),
+                          Job("def f(s, n):\n    return s\n", "f", ("ab",)),
+                          Job("x = 1\n", "main_solution", ("ab",))])
+    assert (r1.status, r2.status, r3.status) == ("arity", "arity", "missing_name")
+
+
+def test_results_keep_job_order(box):
+    jobs = [job(f"return x + {i!r}") for i in map(str, range(40))]
+    assert [r.value for r in box.run(jobs)] == [f"abc{i}" for i in range(40)]
+
+
+def test_no_state_carries_between_jobs(box):
+    a, b = box.run([Job("import builtins\nbuiltins.leak = 'secret'\ndef f(x):\n    return x\n", "f", ("a",)),
+                    Job("def f(x):\n    return leak\n", "f", ("a",))])
+    assert a.status == "ok" and b.status == "missing_name"
+
+
+def test_unit_batches_calls_and_survives_a_timeout(box):
+    code = "def f(x):\n    if x == 'hang':\n        while True: pass\n    return x.upper()\n"
+    rs = box.run_units([Unit(code, (("f", ("a",)), ("f", ("hang",)), ("f", ("b",)))),
+                        Unit("def g(x):\n    return x * 2\n", (("g", ("z",)),))])
+    assert [(r.status, r.value) for r in rs] == [("ok", "A"), ("timeout", None), ("ok", "B"), ("ok", "zz")]
+
+
+def test_unit_that_never_loads_fails_as_a_whole_once(box):
+    rs = box.run_units([Unit("while True: pass\n", (("f", ("a",)), ("f", ("b",)), ("f", ("c",))))])
+    assert [r.status for r in rs] == ["timeout"] * 3
+
+
+def test_unit_with_syntax_error_fails_every_call(box):
+    rs = box.run_units([Unit("def f(:\n", (("f", ("a",)), ("f", ("b",))))])
+    assert [r.status for r in rs] == ["syntax", "syntax"]
+
+
+def test_child_sees_no_inherited_descriptors_environment_or_files(box):
+    code = ("import os\ndef is_open(fd):\n    try:\n        os.fstat(fd)\n        return True\n"
+            "    except OSError:\n        return False\n"
+            "def f(x):\n    fds = [fd for fd in range(1024) if is_open(fd)]\n"
+            "    return repr((os.getuid(), sorted(os.environ), os.listdir('/'), os.getcwd() != '/', fds))\n")
+    (r,) = box.run([Job(code, "f", ("",))])
+    assert r.ok, r
+    uid, env, root, private_cwd, fds = eval(r.value)  # our own test program's repr
+    if box.isolation["uid_drop"]:
+        assert uid == 65534
+    assert env == ["LANG", "PATH"]
+    if box.isolation["chroot"]:
+        assert root == ["work"]
+    assert private_cwd
+    assert fds[:3] == [0, 1, 2] and len(fds) == 4  # stdio on /dev/null and the result pipe, nothing else
+
+
+def test_usable_from_many_threads(box):
+    out: dict[int, str | None] = {}
+
+    def worker(i: int) -> None:
+        out[i] = box.run([job(f"return x + '{i}'")])[0].value
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == {i: f"abc{i}" for i in range(16)}
+
+
+def test_isolation_level_names():
+    assert isolation_level({k: True for k in ("uid_drop", "pidns", "netns", "mountns", "chroot")}) == "full"
+    assert isolation_level({"uid_drop": True}) == "partial(uid_drop)"
+    assert isolation_level({}) == "rlimits"
+
+
+def test_closed_sandbox_refuses_and_bad_workers():
+    b = Sandbox(workers=1)
+    b.close()
+    with pytest.raises(SandboxError):
+        b.run([job("return x")])
+    with pytest.raises(ValueError):
+        Sandbox(workers=0)
