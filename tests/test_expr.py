@@ -48,7 +48,7 @@ trees = st.recursive(
     max_leaves=10,
 )
 inputs = st.one_of(st.text(alphabet=AWKWARD, max_size=12), st.text(max_size=6))
-PROPS = settings(max_examples=250)
+PROPS = settings(max_examples=150)
 
 
 # ------------------------------------------------------------------ rendering and parsing
@@ -377,7 +377,7 @@ def _values(tree, x: str) -> list[str]:
     return [E.evaluate(n, x) for n in E.walk(tree)]
 
 
-@settings(max_examples=300)
+@settings(max_examples=200)
 @given(trees, inputs, st.integers(0, 40))
 def test_output_too_long_exactly_when_some_value_exceeds_the_limit(tree, x, limit):
     with E.recursion_headroom():

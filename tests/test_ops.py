@@ -92,11 +92,18 @@ def _backchain_digit(s: str, depth: int) -> str:
 
     if has_digit(s):
         return s
-    # Depth-first pre-order over transformation paths is lexicographic order with prefixes first.
     # Only exactly depth 0 stops the native search; below 0 the first step (t + "1") succeeds.
     limit = depth if depth >= 0 else 1
-    paths = sorted(p for n in range(1, limit + 1) for p in itertools.product(range(4), repeat=n))
-    for path in paths:
+
+    def paths(prefix: tuple[int, ...] = ()):
+        """Transformation paths in depth-first pre-order: a path, then its extensions."""
+        if prefix:
+            yield prefix
+        if len(prefix) < limit:
+            for i in range(4):
+                yield from paths(prefix + (i,))
+
+    for path in paths():
         t = s
         for i in path:
             t = _TRANSFORMS[i](t)
@@ -321,7 +328,7 @@ ALL = [pytest.param(op_id, id=op_id) for op_id in ops.ALL_IDS]
 
 
 @pytest.mark.parametrize("op_id", ALL)
-@settings(max_examples=60)
+@settings(max_examples=40)
 @given(data=st.data())
 def test_returns_str(op_id, data):
     args = data.draw(sample_args(op_id))
@@ -329,7 +336,7 @@ def test_returns_str(op_id, data):
 
 
 @pytest.mark.parametrize("op_id", ALL)
-@settings(max_examples=40)
+@settings(max_examples=25)
 @given(data=st.data())
 def test_deterministic(op_id, data):
     args = data.draw(sample_args(op_id))
@@ -337,7 +344,7 @@ def test_deterministic(op_id, data):
 
 
 @pytest.mark.parametrize("op_id", ALL)
-@settings(max_examples=120)
+@settings(max_examples=100)
 @given(data=st.data())
 def test_agrees_with_independent_reference(op_id, data):
     args = data.draw(sample_args(op_id))
@@ -444,9 +451,9 @@ def test_recursive_operators_handle_long_strings_under_headroom():
 def test_recursive_operators_raise_recursion_error_beyond_headroom():
     """Decided behaviour: past the headroom (20,000 frames) they raise, they never hang or crash."""
     with recursion_headroom(), pytest.raises(RecursionError):
-        ops.call("func_17", "a" * 25_000)
+        ops.call("func_17", "a" * 20_100)
     with recursion_headroom(), pytest.raises(RecursionError):
-        ops.call("func_20", "a" * 25_000, "b" * 25_000)
+        ops.call("func_20", "a" * 20_100, "b" * 20_100)
 
 
 def test_headroom_is_needed_at_the_default_limit_and_restored_after():
@@ -474,7 +481,7 @@ def test_headroom_never_lowers_a_higher_limit():
 
 # ------------------------------------------------------------------ laws
 
-LAW = settings(max_examples=80)
+LAW = settings(max_examples=60)
 nonneg = st.integers(0, 6)
 
 
