@@ -139,7 +139,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
         if own:
             box.close()
     summary = summarize(records, n_rows=len(rows), answered=len(answers))
-    summary.update({"data": str(data), "responses": str(responses), "mode": mode, "policy": policy,
+    summary.update({"data_path": str(data), "responses_path": str(responses), "mode": mode, "policy": policy,
                     "group": group, "isolation": level})
     out.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)

@@ -1,0 +1,205 @@
+"""`opgen score` end to end: build with `opgen build`, answer with gold and with wrong answers, check artifacts."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from opgen import expr as E
+
+RECIPE = """\
+name: score-e2e
+seed: 3
+defaults: {kind: rl, role: eval, prompt_format: closed_book, answer_format: ra, unique: task}
+splits:
+  heldout_trees:
+    family: heldout_trees
+    generator: trees
+    options: {ops: heldout, depths: [1, 2, 3, 4], per_depth: 4}
+  trainop_chains:
+    family: trainop_chains
+    generator: chains
+    options: {ops: train, depths: [2, 8], per_depth: 3, max_output_chars: 1000}
+  groups:
+    family: sft_eco
+    generator: sft_cell
+    kind: sft
+    options:
+      atomic: {pool: sft-atomic, per_op: 1, ops: all}
+      width: [2, 4]
+      compositions: {pool: trainop-mixed-d2-4, rows: 4, ops: train, depths: [2, 3]}
+  prose:
+    family: prose
+    generator: trees
+    answer_format: prose_code
+    options: {ops: all, depths: [2], rows: 6}
+  forward:
+    family: forward
+    generator: trees
+    prompt_format: forward
+    answer_format: json_output
+    options: {ops: all, depths: [1, 2], rows: 6}
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    from click.testing import CliRunner
+    from opgen.cli import cli
+
+    root = tmp_path_factory.mktemp("build")
+    (root / "r.yaml").write_text(RECIPE)
+    res = CliRunner().invoke(cli, ["build", str(root / "r.yaml"), "--out", str(root / "out"), "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    return root / "out"
+
+
+def gold(row: dict) -> str:
+    """The SFT rows' own ``response``; for RL rows the builder's renderer on the row's tasks."""
+    if row.get("response"):
+        return row["response"]
+    from opgen import formats
+    from opgen.tasks import Item, Task
+
+    gt = json.loads(row["reward_model"]["ground_truth"])
+    ei = row["extra_info"]
+    item = Item(tuple(Task(E.parse(t["expr"]), t["input"], t["output"]) for t in gt["tasks"]),
+                condition=ei["condition"], assistant_prefix=ei["assistant_prefix"])
+    return formats.Formatter(ei["prompt_format"], ei["answer_format"]).answer(item, formats.prepare(item))
+
+
+_RETURN = re.compile(r"(def main_solution(?:_\d+)?\(x\):\n    return )(.*)")
+
+
+def wrong(row: dict, answer: str) -> str:
+    """A deliberately wrong answer: every program's result gets a suffix; a forward value a space."""
+    if row["extra_info"]["mode"] == "forward":
+        gt = json.loads(row["reward_model"]["ground_truth"])
+        return answer.replace(json.dumps({"output": gt["tasks"][0]["output"]}, ensure_ascii=False),
+                              json.dumps({"output": gt["tasks"][0]["output"] + " "}, ensure_ascii=False))
+    return _RETURN.sub(lambda m: f"{m.group(1)}({m.group(2)}) + '!'", answer)
+
+
+def run(cli, runner, data: Path, responses: list[dict], out: Path, *extra: str):
+    rpath = out.with_suffix(".jsonl")
+    rpath.write_text("".join(json.dumps(r) + "\n" for r in responses))
+    return runner.invoke(cli, ["score", "--data", str(data), "--responses", str(rpath), "--out", str(out),
+                               "--workers", "2", *extra])
+
+
+@pytest.mark.parametrize("split", ["heldout_trees", "trainop_chains", "groups", "prose", "forward"])
+def test_every_gold_answer_scores_one_and_every_wrong_one_zero(built, cli, runner, tmp_path, split):
+    data = built / f"{split}.parquet"
+    rows = pq.read_table(data).to_pylist()
+    answers = [{"index": i, "responses": [gold(r), wrong(r, gold(r))]} for i, r in enumerate(rows)]
+    res = run(cli, runner, data, answers, tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    scores = [json.loads(line) for line in (tmp_path / "out" / "scores.jsonl").read_text().splitlines()]
+    assert len(scores) == 2 * len(rows)
+    golds = [s for s in scores if s["sample"] == 0]
+    wrongs = [s for s in scores if s["sample"] == 1]
+    assert all(s["score"] == 1.0 and s["error"] == "" and s["format_ok"] for s in golds), \
+        [(s["index"], s["error"], s["tasks"]) for s in golds if s["score"] != 1.0]
+    assert all(s["score"] == 0.0 and s["error"] == "wrong_output" for s in wrongs)
+    if split != "forward":
+        assert all(s["structure_ok"] for s in golds)
+        assert all(r["verdict"] == "correct" for s in golds for r in s["recalls"])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["overall"]["acc"] == 0.5 and summary["responses"] == 2 * len(rows)
+    assert summary["pass_at_k"] == {"pass@1": 0.5, "pass@2": 1.0}
+    assert summary["isolation"]
+
+
+def test_artifacts_tables_and_plots(built, cli, runner, tmp_path):
+    data = built / "heldout_trees.parquet"
+    rows = pq.read_table(data).to_pylist()
+    # Row 0 unanswered; row 1 answered with func_24's arity error where it is used, else wrong.
+    answers = [{"index": i, "response": gold(r)} for i, r in enumerate(rows) if i != 0]
+    res = run(cli, runner, data, answers, tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    assert "1 rows have no response" in res.output and "isolation" in res.output
+    out = tmp_path / "out"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rows_without_response"] == 1 and summary["rows"] == len(rows)
+    assert set(summary["by_depth"]) == {"1", "2", "3", "4"}
+    assert all(p["acc"] == 1.0 and p["ci_low"] < 1.0 for p in summary["by_depth"].values())
+    assert summary["recall_by_op"] and all(d["acc"] == 1.0 for d in summary["recall_by_op"].values())
+    csv_text = (out / "summary.csv").read_text()
+    assert csv_text.startswith("table,key,n,correct,acc,ci_low,ci_high\n") and "\nrecall_op,func_" in csv_text
+    for png in ("accuracy_vs_depth.png", "recall_heatmap.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_chimera_and_arity_tables(built, cli, runner, tmp_path):
+    from opgen import ops
+
+    data = built / "heldout_trees.parquet"
+    rows = pq.read_table(data).to_pylist()
+    i = next(i for i, r in enumerate(rows) if "func_2" in r["extra_info"]["ops"])
+    j = next(j for j, r in enumerate(rows) if "func_24" in r["extra_info"]["ops"] and j != i)
+    # func_14's body under func_2's name (recall and assembly alike); func_24 without its depth parameter.
+    chimera = gold(rows[i]).replace(ops.get("func_2").source, ops.get("func_14").source.replace("func_14", "func_2"))
+    arity = gold(rows[j]).replace("def func_24(s, depth):", "def func_24(s):")
+    assert chimera != gold(rows[i]) and arity != gold(rows[j])
+    res = run(cli, runner, data, [{"index": i, "response": chimera}, {"index": j, "response": arity}],
+              tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["chimera_confusion"]["func_2"] == {"func_14": 1}
+    assert summary["recall_by_op"]["func_2"]["chimera"] == 1
+    assert summary["recall_by_op"]["func_24"]["arity_rate"] == 1.0
+    assert summary["errors"]["arity"] == 1
+    assert "arity_rate,func_24,1,1,1.0," in (tmp_path / "out" / "summary.csv").read_text()
+
+
+@pytest.mark.parametrize("lines,message", [
+    (["{not json"], ":1: not JSON"),
+    ([{"response": "x"}], "'index' must be an integer"),
+    ([{"index": 999, "response": "x"}], "index 999 does not exist"),
+    ([{"index": 0, "response": "x"}, {"index": 0, "response": "y"}], ":2: duplicate index 0"),
+    ([{"index": 0, "responses": []}], "non-empty list"),
+    ([{"index": 0}], "needs 'response'"),
+])
+def test_bad_responses_are_clear_errors(built, cli, runner, tmp_path, lines, message):
+    rpath = tmp_path / "r.jsonl"
+    rpath.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    res = runner.invoke(cli, ["score", "--data", str(built / "forward.parquet"), "--responses", str(rpath),
+                              "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and message in res.output, res.output
+    assert not (tmp_path / "o" / "summary.json").exists()
+
+
+def test_missing_files_and_bad_parquet(cli, runner, tmp_path):
+    (tmp_path / "r.jsonl").write_text("")
+    res = runner.invoke(cli, ["score", "--data", str(tmp_path / "nope.parquet"), "--responses",
+                              str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "nope.parquet" in res.output
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    res = runner.invoke(cli, ["score", "--data", str(tmp_path / "bad.parquet"), "--responses",
+                              str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and "bad.parquet" in res.output
+    pq.write_table(pa.table({"x": [1]}), tmp_path / "cols.parquet")
+    res = runner.invoke(cli, ["score", "--data", str(tmp_path / "cols.parquet"), "--responses",
+                              str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and "reward_model" in res.output
+
+
+def test_native_benchmark_rows(cli, runner, tmp_path):
+    gts = [{"ref_code": "def main_solution(x):\n    return x[::-1]", "ref_input": {"x": "abc"}, "ref_output": "cba",
+            "funcname": "main_solution"},
+           {"ref_code": "def main_solution(n):\n    return [n]", "ref_input": {"n": 2}, "ref_output": [2],
+            "funcname": "main_solution"}]
+    table = pa.table({"data_source": ["codeio-forward-stage1"] * 2,
+                      "reward_model": [{"style": "rule", "ground_truth": json.dumps(g)} for g in gts]})
+    pq.write_table(table, tmp_path / "native.parquet")
+    answers = [{"index": 0, "responses": ['```json\n{"output": "cba"}\n```', '{"output": "abc"}']},
+               {"index": 1, "responses": ['{"output": [2]}', '{"output": ["2"]}']}]
+    res = run(cli, runner, tmp_path / "native.parquet", answers, tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    scores = [json.loads(s) for s in (tmp_path / "out" / "scores.jsonl").read_text().splitlines()]
+    assert [s["score"] for s in scores] == [1.0, 0.0, 1.0, 0.0]
