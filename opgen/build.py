@@ -4,12 +4,13 @@ A row is a pure function of (resolved recipe, split, row index), yet duplicates 
 the whole build. Three phases keep both, independent of the number of workers:
 
 1. **produce** (parallel over shards): row ``i`` takes its first candidate ``j`` that meets the
-   generator's own constraints, is rendered and written to a temporary shard; the worker returns
-   each row's keys (unique key, prompt and program hashes) and measures.
+   generator's own constraints and is rendered into a staged (uncompressed Arrow) shard; the
+   worker returns each row's keys (unique key, prompt and program hashes) and measures.
 2. **resolve** (main process, sequential: splits in recipe order, rows in order): a row whose
    unique key was already seen earlier in the build draws candidates ``j+1, j+2, …`` from
    ``Rng(digest, split, i, j)`` until one is new. Only these rows change; the pass is cheap.
-3. **finish** (parallel over shards): shards with redrawn rows are rewritten, every shard hashed.
+3. **finish** (parallel over shards): each staged shard is written as parquet, redrawn rows
+   swapped in, row groups of a fixed size, and hashed.
 
 Files live in ``DIR/.opgen-build.tmp/`` until the build (and its leakage check) succeeded; then
 they are renamed into place and ``manifest.json`` is written last, so an interrupted build never
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from opgen import expr as E
 from opgen import leakage, write
@@ -102,8 +104,9 @@ def _produce(uid: int) -> dict:
     buf = RowBuffer(plan.spec)
     facts: list[Facts] = []
     attempts: list[int] = []
-    writer = write.open_writer(unit.tmp, buf.schema)
-    try:
+    # Rows go to an uncompressed Arrow stream first: parquet is encoded once, in phase 3, after
+    # the few redrawn rows are known, instead of being written, read back and written again.
+    with pa.OSFile(str(unit.tmp) + ".arrow", "wb") as sink, pa.ipc.new_stream(sink, buf.schema) as stream:
         with E.recursion_headroom():
             for c0 in range(unit.start, unit.stop, write.ROW_GROUP_ROWS):
                 buf.clear()
@@ -112,10 +115,8 @@ def _produce(uid: int) -> dict:
                     j, item = gen.first_valid(i)
                     attempts.append(j)
                     facts.append(buf.add(i, item))
-                write.write_chunk(writer, buf.table())
+                stream.write_table(buf.table())
                 _TICK(c1 - c0)
-    finally:
-        writer.close()
     out = _facts_arrays(facts)
     out["attempt"] = np.array(attempts, dtype=np.int64)
     out["rejections"] = gen.rejections
@@ -125,26 +126,40 @@ def _produce(uid: int) -> dict:
 def _finish(args: tuple[int, list[tuple[int, int]]]) -> tuple[int, str, int]:
     uid, patches = args
     unit = _UNITS[uid]
+    plan = _PLANS[unit.plan]
+    staged = str(unit.tmp) + ".arrow"
+    replacement = None
     if patches:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        plan = _PLANS[unit.plan]
         buf = RowBuffer(plan.spec)
         with E.recursion_headroom():
             for local, j in patches:
                 got, item = plan.gen.first_valid(unit.start + local, j)
                 assert got == j, "a redrawn candidate must be reproducible"
                 buf.add(unit.start + local, item)
-        table = pq.read_table(unit.tmp)
-        n = table.num_rows
-        order = np.arange(n)
-        order[[local for local, _ in patches]] = n + np.arange(len(patches))
-        merged = pa.concat_tables([pa.Table.from_arrays(table.columns, schema=buf.schema), buf.table()])
-        final = merged.take(order)
-        tmp2 = unit.tmp.with_name(unit.tmp.name + ".patch")
-        write.write_table(tmp2, pa.Table.from_arrays(final.columns, schema=buf.schema))
-        os.replace(tmp2, unit.tmp)
+        replacement = buf.table()
+        where = {local: k for k, (local, _) in enumerate(patches)}
+    with pa.memory_map(staged) as source:
+        reader = pa.ipc.open_stream(source)
+        writer = write.open_writer(unit.tmp, reader.schema)
+        try:
+            offset = 0
+            for batch in reader:
+                table = pa.Table.from_batches([batch])
+                n = table.num_rows
+                if replacement is not None and any(offset <= local < offset + n for local in where):
+                    order = np.arange(n)
+                    extra = []
+                    for local, k in where.items():
+                        if offset <= local < offset + n:
+                            order[local - offset] = n + len(extra)
+                            extra.append(k)
+                    merged = pa.concat_tables([table, replacement.take(extra)])
+                    table = merged.take(order).combine_chunks()
+                write.write_chunk(writer, table)
+                offset += n
+        finally:
+            writer.close()
+    os.remove(staged)
     return uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size
 
 

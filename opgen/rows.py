@@ -93,6 +93,21 @@ class Facts:
     condition: str
 
 
+_LEAF = (E.Var, E.Lit)
+
+
+def structure_of(e: E.Expr) -> str:
+    """``expr.structure`` without walking the whole tree (tested equal)."""
+    if type(e) is not E.Call:
+        return "mixed"
+    if all(type(a) is E.Var for a in e.args):
+        return "atomic"
+    node = e
+    while type(node) is E.Call and len(node.args) == 1:
+        node = node.args[0]
+    return "chain" if type(node) is E.Var else "mixed"
+
+
 def _msg_array(offsets: list[int], roles: list[str], contents: list[str]) -> pa.Array:
     inner = pa.StructArray.from_arrays([pa.array(roles, pa.string()), pa.array(contents, pa.string())],
                                        names=["role", "content"])
@@ -108,75 +123,105 @@ class RowBuffer:
         self.schema = schema(spec.kind)
         self.data_source = f"opgen/{spec.family}"
         self.ability = "code_io" if self.fmt.mode == "forward" else "code"
-        self.structure_group = "group"
+        self.kind_sft = spec.kind == "sft"
+        self.format_id = f"{spec.prompt_format}\x00{spec.answer_format}\x00"
         self.clear()
 
     def clear(self) -> None:
         self.n = 0
-        self.p_off = [0]
-        self.p_role: list[str] = []
         self.p_content: list[str] = []
         self.gt: list[str] = []
-        self.cols: dict[str, list] = {name: [] for name in extra_info_fields()}
         self.ops_off = [0]
         self.ops_flat: list[str] = []
         self.response: list[str] = []
+        self.c_index: list[int] = []
+        self.c_depth: list[int] = []
+        self.c_k: list[int] = []
+        self.c_structure: list[str] = []
+        self.c_n_tasks: list[int] = []
+        self.c_condition: list[str] = []
+        self.c_prefix: list[str] = []
+        self.c_target: list[str] = []
+        self.c_tail_chars: list[int] = []
+        self.c_tail_calls: list[int] = []
+        self.c_row_id: list[str] = []
 
     def add(self, index: int, item: Item) -> Facts:
         p = prepare(item)
         fmt = self.fmt
         prompt = fmt.prompt(item, p)
         gt = fmt.ground_truth(item, p)
-        self.n += 1
-        self.p_role.append("user")
-        self.p_content.append(prompt)
-        self.p_off.append(len(self.p_role))
-        self.gt.append(gt)
-        if self.spec.kind == "sft":
-            self.response.append(fmt.answer(item, p))
         tasks = item.tasks
-        depth = max(p.depths)
+        self.n += 1
+        self.p_content.append(prompt)
+        self.gt.append(gt)
+        if self.kind_sft:
+            self.response.append(fmt.answer(item, p))
+        depths = p.depths
+        depth = depths[0] if len(depths) == 1 else max(depths)
         k = len(p.recall)
-        c = self.cols
-        c["index"].append(index)
-        c["depth"].append(depth)
-        c["k"].append(k)
+        self.c_index.append(index)
+        self.c_depth.append(depth)
+        self.c_k.append(k)
         self.ops_flat.extend(p.ops_sorted)
         self.ops_off.append(len(self.ops_flat))
-        structure = E.structure(tasks[0].program) if len(tasks) == 1 else self.structure_group
-        c["structure"].append(structure)
-        c["condition"].append(item.condition)
-        c["n_tasks"].append(len(tasks))
-        c["assistant_prefix"].append(item.assistant_prefix)
-        c["row_id"].append(hashlib.blake2b((prompt + "\x00" + gt).encode("utf-8"), digest_size=8).hexdigest())
-        meta = dict(item.meta) if item.meta else (dict(tasks[0].meta) if tasks[0].meta else {})
-        c["target_op"].append(str(meta.get("target_op", "")))
-        c["tail_chars"].append(int(meta.get("tail_chars", -1)))
-        c["tail_calls"].append(int(meta.get("tail_calls", -1)))
+        self.c_structure.append(structure_of(tasks[0].program) if len(tasks) == 1 else "group")
+        self.c_n_tasks.append(len(tasks))
+        condition, prefix = item.condition, item.assistant_prefix
+        self.c_condition.append(condition)
+        self.c_prefix.append(prefix)
+        meta = item.meta or tasks[0].meta
+        if meta:
+            meta = dict(meta)
+            self.c_target.append(str(meta.get("target_op", "")))
+            self.c_tail_chars.append(int(meta.get("tail_chars", -1)))
+            self.c_tail_calls.append(int(meta.get("tail_calls", -1)))
+        else:
+            self.c_target.append("")
+            self.c_tail_chars.append(-1)
+            self.c_tail_calls.append(-1)
 
+        # The prompt and ground truth are functions of (formats, programs, inputs), so short
+        # identities hash as well as the long texts and cost a fraction.
+        exprs = p.exprs
+        if len(tasks) == 1:
+            task_id = exprs[0] + "\x00" + tasks[0].input
+            prog_keys = (h64(exprs[0]),)
+        else:
+            task_id = "\x01".join(e + "\x00" + t.input for e, t in zip(exprs, tasks))
+            prog_keys = tuple(h64(e) for e in exprs)
+        prompt_id = self.format_id + task_id
+        pkey = h64(prompt_id)
+        self.c_row_id.append(hashlib.blake2b(
+            f"{prompt_id}\x02{condition}\x02{prefix}".encode(), digest_size=8).hexdigest())
         unique = self.spec.unique
-        if unique == "program":
-            ukey = h64("\x01".join(p.exprs))
-        elif unique == "task":
-            ukey = h64("\x01".join(e + "\x00" + t.input for e, t in zip(p.exprs, tasks)))
+        if unique == "task":
+            ukey = h64(task_id)
+        elif unique == "program":
+            ukey = prog_keys[0] if len(prog_keys) == 1 else h64("\x01".join(exprs))
         else:
             ukey = 0
         opmask = 0
         for o in p.recall:
             opmask |= _OP_BIT[o]
         composed = 0
+        out_len = 0
         for t, used in zip(tasks, p.task_ops):
             prog = t.program
-            single = isinstance(prog, E.Call) and all(isinstance(a, (E.Var, E.Lit)) for a in prog.args)
-            if not single:
+            if not (type(prog) is E.Call and all(type(a) in _LEAF for a in prog.args)):
                 for o in used:
                     composed |= _OP_BIT[o]
-        return Facts(ukey, h64(prompt), tuple(h64(e) for e in p.exprs), depth, k, opmask, composed,
-                     max(len(t.output) for t in tasks), item.condition)
+            if len(t.output) > out_len:
+                out_len = len(t.output)
+        return Facts(ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition)
 
     def table(self) -> pa.Table:
         n = self.n
         spec = self.spec
+        cols = {"index": self.c_index, "depth": self.c_depth, "k": self.c_k, "structure": self.c_structure,
+                "n_tasks": self.c_n_tasks, "condition": self.c_condition, "assistant_prefix": self.c_prefix,
+                "target_op": self.c_target, "tail_chars": self.c_tail_chars, "tail_calls": self.c_tail_calls,
+                "row_id": self.c_row_id}
         const = {"split": spec.split, "family": spec.family, "prompt_format": spec.prompt_format,
                  "answer_format": spec.answer_format, "mode": self.fmt.mode, "opgen_version": __version__,
                  "recipe": spec.recipe}
@@ -189,9 +234,9 @@ class RowBuffer:
             elif f.name in const:
                 arrays.append(pa.array([const[f.name]] * n, f.type))
             else:
-                arrays.append(pa.array(self.cols[f.name], f.type))
+                arrays.append(pa.array(cols[f.name], f.type))
         extra = pa.StructArray.from_arrays(arrays, fields=list(extra_type))
-        prompt = _msg_array(self.p_off, self.p_role, self.p_content)
+        prompt = _msg_array(list(range(n + 1)), ["user"] * n, self.p_content)
         reward = pa.StructArray.from_arrays([pa.array(["rule"] * n, pa.string()), pa.array(self.gt, pa.string())],
                                             names=["style", "ground_truth"])
         columns = [pa.array([self.data_source] * n, pa.string()), prompt, pa.array([self.ability] * n, pa.string()),

@@ -133,7 +133,7 @@ def _check_opgen_row(row: dict, kind: str) -> str:
     return ""
 
 
-_RECALL = re.compile(r"^Recall (func_\d+): (.*)\n```python\n(.*?)```\n", re.S | re.M)
+_RECALL = re.compile(r"^Recall (func_\d+): ([^\n]*)\n```python\n(.*?)```\n", re.S | re.M)
 _ASSEMBLE = re.compile(r"^Assemble:\n```python\n(.*?)\n```\s*\Z", re.S | re.M)
 _JSON = re.compile(r"```json\n(.*?)\n```", re.S)
 

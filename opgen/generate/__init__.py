@@ -104,9 +104,9 @@ class Generator:
 
     def first_valid(self, i: int, start: int = 0) -> tuple[int, Item]:
         """The first candidate ``j >= start`` of row ``i`` that meets the local constraints."""
-        stop = start + self.max_attempts
-        for j in range(start, stop):
-            found = self.candidate(i, j)
+        candidate = self.candidate
+        for j in range(start, start + self.max_attempts):
+            found = candidate(i, j)
             if found is not None:
                 return j, found
             if not self.REDRAWABLE:
@@ -157,6 +157,8 @@ def rng_maker(*prefix: object):
 
 
 def sample_params(op: ops.Operator, rng: Rng) -> tuple[int | str, ...]:
+    if not op.params:
+        return ()
     out: list[int | str] = []
     for p in op.params:
         if p.kind == "int":

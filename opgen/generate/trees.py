@@ -76,53 +76,66 @@ class Trees(Generator):
         if o["p_method"] > 0 and not self.methods:
             raise self.fail("methods", "p_method > 0 needs at least one method")
         self.max_len = o["max_output_chars"]
+        self.alphabet = o["alphabet"]
+        self.require_x, self.require_call = o["require_x"], o["require_call"]
+        self.t_leaf_x, self.t_binary, self.t_concat, self.t_method, self.t_param = (
+            _threshold(o[k]) for k in ("p_leaf_x", "p_binary", "p_concat", "p_method", "p_parameterised"))
 
     def count(self) -> int:
         return self.plan.total
 
     def _node(self, rng: Rng, d: int, flags: list[bool]) -> E.Expr:
-        o = self.options
+        # Coin flips compare a word's top 53 bits with p * 2**53: exactly ``rng.chance(p)``,
+        # without two method calls per flip (generation is most of a build's time).
+        word = rng.word
         if d == 0:
-            if rng.chance(o["p_leaf_x"]):
+            if (word() >> 11) < self.t_leaf_x:
                 flags[0] = True
-                return E.Var()
-            return E.Lit(text(rng, self.lit_lo, self.lit_hi, o["alphabet"]))
-        if rng.chance(o["p_binary"]):
-            if not self.interlace or rng.chance(o["p_concat"]):
+                return _X
+            return E.Lit(text(rng, self.lit_lo, self.lit_hi, self.alphabet))
+        if (word() >> 11) < self.t_binary:
+            if not self.interlace or (word() >> 11) < self.t_concat:
                 return E.Concat(self._node(rng, d - 1, flags), self._node(rng, d - 1, flags))
             op = self.interlace[rng.below(len(self.interlace))] if len(self.interlace) > 1 else self.interlace[0]
             flags[1] = True
             left = self._node(rng, d - 1, flags)
-            return E.Call(op.id, (left, self._node(rng, d - 1, flags)), sample_params(op, rng))
-        if self.methods and rng.chance(o["p_method"]):
-            return E.Method(self._node(rng, d - 1, flags), rng.choice(self.methods))
+            return E.Call(op.id, (left, self._node(rng, d - 1, flags)), ())
+        if self.methods and (word() >> 11) < self.t_method:
+            return E.Method(self._node(rng, d - 1, flags), self.methods[rng.below(len(self.methods))])
         if self.plain and self.param:
-            pool = self.param if rng.chance(o["p_parameterised"]) else self.plain
+            pool = self.param if (word() >> 11) < self.t_param else self.plain
         else:
             pool = self.plain or self.param
         op = pool[rng.below(len(pool))]
         flags[1] = True
         inner = self._node(rng, d - 1, flags)
-        return E.Call(op.id, (inner,), sample_params(op, rng))
+        return E.Call(op.id, (inner,), sample_params(op, rng) if op.params else ())
 
     def candidate(self, i: int, j: int) -> Item | None:
         rng = self.rng(i, j)
         flags = [False, False]  # uses x, calls an operator of the set
         program = self._node(rng, self.plan.depth(i), flags)
-        if self.options["require_x"] and not flags[0]:
+        if self.require_x and not flags[0]:
             self.rejections["no_x"] += 1
             return None
-        if self.options["require_call"] and not flags[1]:
+        if self.require_call and not flags[1]:
             self.rejections["no_operator_call"] += 1
             return None
         # The input is drawn after the program, so a rejected program costs no input draw.
-        x = text(rng, self.in_lo, self.in_hi, self.options["alphabet"])
+        x = text(rng, self.in_lo, self.in_hi, self.alphabet)
         try:
             out = E.evaluate(program, x, self.max_len)
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
         return Item((Task(program, x, out),))
+
+
+_X = E.Var()
+
+
+def _threshold(p: float) -> float:
+    return p * 9007199254740992.0  # 2**53: uniform() < p  <=>  (word >> 11) < p * 2**53
 
 
 GENERATORS = {"trees": Trees}
