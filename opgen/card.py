@@ -122,22 +122,43 @@ def front_matter(plan: Plan, *, license: str, pretty_name: str) -> dict:
     }
 
 
+_SHOWN = ("prompt", "reward_model", "extra_info", "messages", "response")
+
+
 def _first_row(path: Path) -> dict:
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
-    wanted = [c for c in ("prompt", "reward_model", "extra_info", "messages", "response") if c in pf.schema_arrow.names]
+    wanted = [c for c in _SHOWN if c in pf.schema_arrow.names]
     for batch in pf.iter_batches(batch_size=1, columns=wanted):
         if batch.num_rows:
-            return batch.to_pylist()[0]
+            return {"_index": 0, **batch.to_pylist()[0]}
     return {}
 
 
-def _example(s: Split, tree_root: Path) -> str:
-    row = _first_row(tree_root / s.repo_paths()[0])
+def _first_prefixed_row(paths: list[Path]) -> dict:
+    """The split's first row with a teacher-forced assistant prefix, or {} (reads one column until found)."""
+    import pyarrow.parquet as pq
+
+    offset = 0
+    for path in paths:
+        pf = pq.ParquetFile(path)
+        extra = pf.schema_arrow.field("extra_info").type if "extra_info" in pf.schema_arrow.names else None
+        if extra is None or extra.get_field_index("assistant_prefix") < 0:
+            return {}
+        prefixes = pq.read_table(path, columns=["extra_info.assistant_prefix"]).column(0).to_pylist()
+        hit = next((i for i, p in enumerate(prefixes) if p), None)
+        if hit is not None:
+            wanted = [c for c in _SHOWN if c in pf.schema_arrow.names]
+            return {"_index": offset + hit, **pq.read_table(path, columns=wanted).slice(hit, 1).to_pylist()[0]}
+        offset += len(prefixes)
+    return {}
+
+
+def _example(s: Split, row: dict) -> str:
     if not row:
         return "_(the split is empty)_"
-    parts = [f"From config `{s.config}`, split `{s.name}`, row 0:"]
+    parts = [f"From config `{s.config}`, split `{s.name}`, row {row['_index']}:"]
     for msg in row.get("prompt") or []:
         parts += [f"**prompt — {msg.get('role')}:**", _fence(_clip(str(msg.get("content", ""))))]
     prefix = (row.get("extra_info") or {}).get("assistant_prefix") or ""
@@ -158,12 +179,23 @@ def _example(s: Split, tree_root: Path) -> str:
 
 
 def _formats(plan: Plan, tree_root: Path) -> str:
-    seen: dict[tuple[str, str, str, str], Split] = {}
+    # A teacher-forced prefix (probe 1b) changes what the model is asked to do, so rows with one
+    # count as a format of their own.
+    seen: dict[tuple[str, str, str, str, bool], tuple[Split, dict]] = {}
     for s in plan.splits:
-        seen.setdefault((s.kind, s.mode, s.prompt_format, s.answer_format), s)
+        key = (s.kind, s.mode, s.prompt_format, s.answer_format)
+        row = _first_row(tree_root / s.repo_paths()[0])
+        prefixed = bool((row.get("extra_info") or {}).get("assistant_prefix"))
+        seen.setdefault((*key, prefixed), (s, row))
+        if not prefixed and (*key, True) not in seen:
+            other = _first_prefixed_row([tree_root / p for p in s.repo_paths()])
+            if other:
+                seen[(*key, True)] = (s, other)
     blocks = []
-    for (kind, mode, pf, af), s in seen.items():
-        blocks.append(f"### {kind} · {mode} · prompt `{pf}` → answer `{af}`\n\n{_example(s, tree_root)}")
+    for (kind, mode, pf, af, prefixed), (s, row) in seen.items():
+        title = f"### {kind} · {mode} · prompt `{pf}` → answer `{af}`"
+        title += " · teacher-forced prefix" if prefixed else ""
+        blocks.append(f"{title}\n\n{_example(s, row)}")
     return "\n\n".join(blocks)
 
 
@@ -220,6 +252,21 @@ def _operators() -> str:
     return _table(["id", "signature", "arity", "split", "gloss"], rows)
 
 
+def _recipe_description(plan: Plan, build_name: str) -> str:
+    for r in plan.manifest.get("recipes") or []:
+        resolved = r.get("resolved") or {}
+        split = (resolved.get("splits") or {}).get(build_name)
+        if isinstance(split, dict):  # the recipe's own description covers all its families: not used here
+            return str(split.get("description") or "").strip()
+    return ""
+
+
+def _generic(s: Split) -> str:
+    if s.mode == "forward":
+        return f"forward-prediction rows ({s.kind}): given a program and an input, predict the output"
+    return f"program rows ({s.kind}): write a standalone main_solution for the shown call"
+
+
 def _build_files(s: Split) -> str:
     if len(s.files) == 1:
         return f"`{s.files[0].path}`"
@@ -234,11 +281,21 @@ def _configs(plan: Plan) -> str:
     notes = []
     for config in plan.configs:
         what, _ = describe(config)
-        families = sorted({s.family for s in plan.splits_of(config)})
-        notes.append(f"- **`{config}`** (family {', '.join(f'`{f}`' for f in families)}): "
-                     + (what + "." if what else "a split family of this build's recipe."))
+        members = plan.splits_of(config)
+        families = sorted({s.family for s in members})
+        said = [d for d in (_recipe_description(plan, s.build_name) for s in members) if d]
+        what = what or (said[0] if said else "") or _generic(members[0])
+        notes.append(f"- **`{config}`** (family {', '.join(f'`{f}`' for f in families)}): {what.rstrip('.')}.")
     header = ["config", "split", "rows", "kind", "mode", "format (prompt → answer)", "build file", "serves"]
     return _table(header, rows) + "\n\n" + "\n".join(notes)
+
+
+def _role(s: Split) -> str:
+    """train or eval: the manifest's role, else guessed from the names (older manifests)."""
+    role = s.info.get("role")
+    if role in ("train", "eval"):
+        return role
+    return "train" if s.name == "train" or s.config.startswith(("rl", "sft", "stage")) else "eval"
 
 
 def _verl(plan: Plan, repo_id: str) -> str:
@@ -250,9 +307,7 @@ def _verl(plan: Plan, repo_id: str) -> str:
         _fence(f"hf download {repo_id} --repo-type dataset --local-dir {local}", "bash"),
     ]
     if rl:
-        # Training pools are the rl_* families or splits called train; every other rl split is an
-        # evaluation file, which verl reads as validation data.
-        pools = [s for s in rl if s.config.startswith("rl") or s.name == "train"]
+        pools = [s for s in rl if _role(s) == "train"]
         evals = [s for s in rl if s not in pools]
         train_files = ",".join(f"{local}/{p}" for s in pools for p in s.repo_paths()) or "<your RL pool>"
         val_files = ",".join(f"{local}/{p}" for s in (evals or pools)[:4] for p in s.repo_paths())
@@ -273,7 +328,7 @@ def _verl(plan: Plan, repo_id: str) -> str:
             "Validation metrics are grouped by `data_source` (`opgen/<family>`).",
         ]
     if sft:
-        s = sft[0]
+        s = next((s for s in sft if _role(s) == "train"), sft[0])
         out += [
             "SFT rows carry `messages` (the user turn and the gold assistant turn), which verl's multi-turn "
             "SFT dataset reads:",
@@ -304,8 +359,12 @@ def _provenance(plan: Plan) -> str:
                         _fence(text, "yaml"), "", "</details>"]
     leak = m.get("leakage")
     if isinstance(leak, dict):
-        out.append(f"- leakage check: ok = `{leak.get('ok')}`, checked pairs = {leak.get('checked_pairs')}, "
-                   f"violations = {len(leak.get('violations') or [])}")
+        pairs = leak.get("checked_pairs")
+        violations = leak.get("violations") or []
+        allowed = sum(1 for v in violations if isinstance(v, dict) and v.get("allowed"))
+        out.append(f"- leakage check (evaluation rows against training rows): ok = `{leak.get('ok')}`, "
+                   f"{len(pairs) if isinstance(pairs, list) else pairs} split pairs checked, "
+                   f"{len(violations)} violations ({allowed} allowed by the recipe)")
     rows = [[f"`{rel}`", f"`{f.path}`", f.rows, f.bytes, f"`{f.sha256}`"] for f, rel in plan.placements()]
     out += ["", "Every data file is the build's file byte for byte (its sha256 is the manifest's):", "",
             _table(["file", "build file", "rows", "bytes", "sha256"], rows)]

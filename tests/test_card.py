@@ -12,7 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from opgen.cli import cli
-from test_push import HAND_SPLITS, make_build
+from test_push import HAND_SPLITS, make_build, real_build
 
 from opgen import card, hub
 from opgen import ops as library
@@ -136,8 +136,17 @@ def test_unknown_family_gets_a_generic_description(tmp_path: Path):
     hub.write_tree(build, out, "org/x")
     meta, body = _split_card((out / "README.md").read_text())
     assert [c["config_name"] for c in meta["configs"]] == ["my_family"]
-    assert "a split family of this build's recipe" in body
+    assert "**`my_family`** (family `my-family`): program rows (rl): write a standalone main_solution" in body
     assert meta["pretty_name"] == "opgen hand"
+
+
+def test_a_split_description_in_the_recipe_describes_its_config(tmp_path: Path):
+    build = make_build(tmp_path / "build", [("only", "my-family", "rl", 3, 1)])
+    manifest = json.loads((build / "manifest.json").read_text())
+    manifest["recipes"][0]["resolved"]["splits"] = {"only": {"description": "rows for a side study"}}
+    (build / "manifest.json").write_text(json.dumps(manifest))
+    hub.write_tree(build, tmp_path / "tree", "org/x")
+    assert "**`my_family`** (family `my-family`): rows for a side study." in (tmp_path / "tree/README.md").read_text()
 
 
 def test_huggingface_hub_reads_the_card_metadata(tree: Path):
@@ -146,3 +155,42 @@ def test_huggingface_hub_reads_the_card_metadata(tree: Path):
     data = DatasetCard.load(tree / "README.md").data.to_dict()
     assert [c["config_name"] for c in data["configs"]] == ["heldout_trees", "probe_1b", "sft_eco"]
     assert data["license"] == "cc-by-4.0" and data["pretty_name"] == "Hand-made opgen build"
+
+
+@pytest.fixture(scope="module")
+def real_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("real-card")
+    out = root / "tree"
+    hub.write_tree(real_build(root), out, "org/opgen-e2e")
+    return out
+
+
+def test_real_build_card_shows_one_real_row_per_format(real_tree: Path):
+    body = (real_tree / "README.md").read_text()
+    plan = hub.plan(real_tree.parent / "build")
+    headings = re.findall(r"^### (rl|sft) · (\w+) · prompt `(\w+)` → answer `(\w+)`(.*)$", body, re.M)
+    formats = {(s.kind, s.mode, s.prompt_format, s.answer_format) for s in plan.splits}
+    # every format once, and probe 1b's prefixed rows as a format of their own
+    assert sorted(h[:4] for h in headings) == sorted([*formats, ("rl", "program", "closed_book", "ra")])
+    assert [h[4] for h in headings].count(" · teacher-forced prefix") == 1
+    for s in plan.splits:
+        row = _first_row(real_tree, s.repo_paths()[0])
+        if s.kind == "sft":
+            assert row["response"].rstrip("\n") in body  # the gold RA answer, inside a longer fence
+        prefix = row["extra_info"]["assistant_prefix"]
+        if prefix:  # probe 1b: the teacher-forced prefix is shown
+            assert prefix.rstrip("\n") in body
+    forward = _first_row(real_tree, "data/codeio_forward/forward_atomic-00000-of-00001.parquet")
+    assert forward["prompt"][0]["content"].rstrip("\n") in body
+
+
+def test_real_build_card_descriptions_and_verl_roles(real_tree: Path):
+    body = (real_tree / "README.md").read_text()
+    # a family the study does not name is described by its rows; known ones by the study
+    assert ("**`codeio_forward`** (family `codeio_forward`): forward-prediction rows (rl): given a program "
+            "and an input, predict the output.") in body
+    assert "definition-load probe" in body
+    # the sft split has role train; every rl split is evaluation data
+    assert "data.train_files=[<your RL pool>]" in body
+    assert re.search(r"fsdp_sft_trainer \\\n  data.train_files=\[opgen-e2e/data/sft_eco/train-00000-of-", body)
+    assert "split pairs checked" in body and "allowed by the recipe" in body

@@ -19,6 +19,72 @@ from opgen.cli import cli
 
 from opgen import hub
 
+# --- a real build: `opgen build` on a tiny recipe ---------------------------------------------------
+
+REAL_RECIPE = """\
+name: push-e2e
+description: A tiny build for the push tests.
+seed: 5
+defaults: {role: eval, kind: rl, prompt_format: closed_book, answer_format: ra, unique: task}
+leakage: {allow: [program], reason: "atomic training tasks may share depth-1 programs with the eval trees"}
+splits:
+  heldout_trees_d1-3:
+    family: heldout_trees
+    generator: trees
+    options: {ops: heldout, depths: [1, 2, 3], per_depth: 4}
+  heldout_trees_d4:
+    family: heldout_trees
+    generator: trees
+    options: {ops: heldout, depths: [4], per_depth: 3}
+  probe_1b:
+    family: probe_1b
+    generator: probe_1b
+    options: {targets: [func_24], r: [0, 2], others: [train], per_condition: 3}
+  forward-atomic:
+    family: codeio_forward
+    description: forward prediction over the held-out operators
+    generator: atomic
+    prompt_format: forward
+    answer_format: json_output
+    options: {ops: heldout, rows: 5}
+  train:
+    family: sft_eco
+    generator: sft_cell
+    role: train
+    kind: sft
+    shard_rows: 6
+    options:
+      atomic: {pool: e2e-atomic, per_op: 1, ops: all}
+      width: [1, 3]
+      compositions: {pool: e2e-comps, rows: 5, ops: train, depths: [2, 3]}
+"""
+
+
+def expected_tree(build: Path) -> list[str]:
+    """The tree docs/hub.md promises for a build, computed from its manifest alone."""
+    manifest = json.loads((build / "manifest.json").read_text())
+    paths = ["README.md", "manifest.json"]
+    for name, info in manifest["splits"].items():
+        n = len(info["files"])
+        paths += [f"data/{info['family']}/{name.replace('-', '_')}-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
+    return sorted(paths)
+
+
+def real_build(root: Path) -> Path:
+    """`opgen build` of REAL_RECIPE into root/build."""
+    recipe = root / "push-e2e.yaml"
+    recipe.write_text(REAL_RECIPE)
+    out = root / "build"
+    result = CliRunner().invoke(cli, ["build", str(recipe), "--out", str(out), "--workers", "1", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return real_build(tmp_path_factory.mktemp("real"))
+
+
 # --- a build directory written by hand, following docs/contracts.md -------------------------------
 # (for what a real build cannot show: shards, mixed kinds, damaged files, hostile manifests)
 
@@ -144,6 +210,25 @@ def files_under(root: Path) -> dict[str, bytes]:
 
 
 # --- the dry-run tree ---------------------------------------------------------------------------------
+
+def test_real_build_dry_run_loads_config_by_config(built: Path, tmp_path: Path):
+    from opgen import rows
+
+    tree = tmp_path / "tree"
+    result = run(built, "--repo-id", "org/opgen-e2e", "--dry-run", tree)
+    assert result.exit_code == 0, result.output
+    assert hub.tree_files(tree) == expected_tree(built)
+    assert "data/sft_eco/train-00001-of-" in "\n".join(hub.tree_files(tree)), "shard_rows: 6 gives several shards"
+    manifest = json.loads((built / "manifest.json").read_text())
+    expected: dict[str, dict] = {}
+    for name, info in manifest["splits"].items():
+        expected.setdefault(info["family"], {})[name.replace("-", "_")] = [info["rows"],
+                                                                          rows.schema(info["kind"]).names]
+    assert sorted(expected) == ["codeio_forward", "heldout_trees", "probe_1b", "sft_eco"]
+    assert expected["heldout_trees"]["heldout_trees_d4"][0] == 3 and expected["probe_1b"]["probe_1b"][0] == 6
+    assert load_with_datasets(tree, tmp_path) == expected
+
+
 
 def test_dry_run_writes_the_tree_and_datasets_loads_every_config(hand_build: Path, tmp_path: Path):
     tree = tmp_path / "tree"
@@ -327,22 +412,22 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch):
     return FakeHub
 
 
-def test_push_is_one_commit_of_the_dry_run_tree(hand_build: Path, tmp_path: Path, fake_hub):
+def test_push_is_one_commit_of_the_dry_run_tree(built: Path, tmp_path: Path, fake_hub):
     tree = tmp_path / "tree"
-    assert run(hand_build, "--repo-id", "org/opgen-hand", "--dry-run", tree).exit_code == 0
+    assert run(built, "--repo-id", "org/opgen-e2e", "--dry-run", tree).exit_code == 0
     assert fake_hub.calls == [], "a dry run must not talk to the Hub"
 
-    result = run(hand_build, "--repo-id", "org/opgen-hand")
+    result = run(built, "--repo-id", "org/opgen-e2e")
     assert result.exit_code == 0, result.output
     assert "one commit" in result.output and "commit/abc123" in result.output
     assert [name for name, _ in fake_hub.calls] == ["create_repo", "create_commit"]
-    assert fake_hub.calls[0][1] == {"repo_id": "org/opgen-hand", "repo_type": "dataset", "private": False,
+    assert fake_hub.calls[0][1] == {"repo_id": "org/opgen-e2e", "repo_type": "dataset", "private": False,
                                     "exist_ok": True}
     (commit,) = fake_hub.commits
     assert commit["repo_type"] == "dataset" and commit["revision"] is None
     paths = [p for p, _ in commit["files"]]
     assert len(paths) == len(set(paths)), "every file once"
-    assert sorted(paths) == HAND_TREE
+    assert sorted(paths) == expected_tree(built)
     assert dict(commit["files"]) == files_under(tree), "uploaded bytes are the dry-run tree's bytes"
     assert fake_hub.tokens == ["hf_test_token"]
 
@@ -357,11 +442,13 @@ def test_private_and_revision_are_passed_through(hand_build: Path, fake_hub):
     assert fake_hub.commits[0]["revision"] == "v2"
 
 
-def test_push_refuses_a_corrupted_build_before_touching_the_hub(hand_build: Path, fake_hub):
-    _flip_last_byte(hand_build / "heldout_trees_d1-8.parquet")
-    result = run(hand_build, "--repo-id", "org/x")
+def test_push_refuses_a_corrupted_build_before_touching_the_hub(tmp_path: Path, fake_hub):
+    build = real_build(tmp_path)
+    victim = json.loads((build / "manifest.json").read_text())["splits"]["train"]["files"][1]["path"]
+    _flip_last_byte(build / victim)
+    result = run(build, "--repo-id", "org/x")
     assert result.exit_code == 1
-    assert "heldout_trees_d1-8.parquet" in result.output and "sha256" in result.output
+    assert victim in result.output and "sha256" in result.output
     assert fake_hub.calls == []
 
 
