@@ -6,6 +6,7 @@ from the clock or the machine, so the same build gives the same card byte for by
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -140,18 +141,23 @@ def _first_prefixed_row(paths: list[Path]) -> dict:
     """The split's first row with a teacher-forced assistant prefix, or {} (reads one column until found)."""
     import pyarrow.parquet as pq
 
-    offset = 0
+    start = 0  # index of the current file's first row within the split
     for path in paths:
         pf = pq.ParquetFile(path)
-        extra = pf.schema_arrow.field("extra_info").type if "extra_info" in pf.schema_arrow.names else None
+        names = pf.schema_arrow.names
+        extra = pf.schema_arrow.field("extra_info").type if "extra_info" in names else None
         if extra is None or extra.get_field_index("assistant_prefix") < 0:
             return {}
-        prefixes = pq.read_table(path, columns=["extra_info.assistant_prefix"]).column(0).to_pylist()
-        hit = next((i for i, p in enumerate(prefixes) if p), None)
-        if hit is not None:
-            wanted = [c for c in _SHOWN if c in pf.schema_arrow.names]
-            return {"_index": offset + hit, **pq.read_table(path, columns=wanted).slice(hit, 1).to_pylist()[0]}
-        offset += len(prefixes)
+        # ParquetFile, not pq.read_table: the latter imports pyarrow.dataset and pandas (seconds).
+        # Both passes cut the file into the same batches, so (batch, offset) names one row.
+        for b, batch in enumerate(pf.iter_batches(batch_size=4096, columns=["extra_info.assistant_prefix"])):
+            prefixes = batch.column(0).field("assistant_prefix").to_pylist()
+            hit = next((i for i, p in enumerate(prefixes) if p), None)
+            if hit is not None:
+                wanted = [c for c in _SHOWN if c in names]
+                rows = next(itertools.islice(pf.iter_batches(batch_size=4096, columns=wanted), b, None))
+                return {"_index": start + hit, **rows.slice(hit, 1).to_pylist()[0]}
+            start += len(prefixes)
     return {}
 
 

@@ -194,3 +194,14 @@ def test_real_build_card_descriptions_and_verl_roles(real_tree: Path):
     assert "data.train_files=[<your RL pool>]" in body
     assert re.search(r"fsdp_sft_trainer \\\n  data.train_files=\[opgen-e2e/data/sft_eco/train-00000-of-", body)
     assert "split pairs checked" in body and "allowed by the recipe" in body
+
+
+def test_prefixed_example_is_found_deep_in_a_later_shard(tmp_path: Path):
+    # 2 shards of 6,000 rows; the first prefixed row is 11,000: shard 2, past the first 4,096-row batch
+    build = make_build(tmp_path / "build", [("probe_1b", "probe_1b", "rl", 12000, 2)], prefix_from=11000)
+    hub.write_tree(build, tmp_path / "tree", "org/x")
+    body = (tmp_path / "tree/README.md").read_text()
+    assert "From config `probe_1b`, split `probe_1b`, row 0:" in body
+    assert "From config `probe_1b`, split `probe_1b`, row 11000:" in body
+    assert "probe_1b row 11000: write main_solution" in body
+    assert "Recall func_3: sort the characters (row 11000)" in body

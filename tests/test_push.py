@@ -104,7 +104,7 @@ SFT_SCHEMA = pa.schema(list(RL_SCHEMA) + [pa.field("messages", _MSGS), pa.field(
                                           pa.field("prompt_text", pa.string())])
 
 
-def _rows(split: str, family: str, kind: str, n: int) -> list[dict]:
+def _rows(split: str, family: str, kind: str, n: int, prefix_from: int | None = None) -> list[dict]:
     out = []
     for i in range(n):
         x = f"in{i}"
@@ -119,7 +119,9 @@ def _rows(split: str, family: str, kind: str, n: int) -> list[dict]:
                "extra_info": {"index": i, "split": split, "family": family, "depth": 1 + i % 2, "k": 1,
                               "ops": ["func_3"], "structure": "atomic", "prompt_format": "closed_book",
                               "answer_format": "ra", "mode": "program", "condition": "", "n_tasks": 1,
-                              "assistant_prefix": "", "opgen_version": "0.1.0", "recipe": "hand",
+                              "assistant_prefix": "" if prefix_from is None or i < prefix_from else
+                              f"Recall func_3: sort the characters (row {i})\n",
+                              "opgen_version": "0.1.0", "recipe": "hand",
                               "row_id": f"{i:016x}", "target_op": "", "tail_chars": -1, "tail_calls": -1}}
         if kind == "sft":
             answer = f"Recall func_3: sort the characters\n```python\ndef func_3(s):\n    return s\n```\n{i}"
@@ -129,15 +131,16 @@ def _rows(split: str, family: str, kind: str, n: int) -> list[dict]:
     return out
 
 
-def make_build(root: Path, splits: list[tuple[str, str, str, int, int]]) -> Path:
-    """splits: (split name, family, kind, rows, shards) → a build directory with its manifest."""
+def make_build(root: Path, splits: list[tuple[str, str, str, int, int]], prefix_from: int | None = None) -> Path:
+    """splits: (split name, family, kind, rows, shards) → a build directory with its manifest; rows from
+    ``prefix_from`` on carry a teacher-forced assistant prefix."""
     root.mkdir(parents=True, exist_ok=True)
     manifest = {"opgen_version": "0.1.0", "seed": 7,
                 "recipes": [{"name": "hand", "path": "hand.yaml", "sha256": "a" * 64,
                              "resolved": {"name": "hand", "seed": 7, "splits": {"probe_1b": {"generator": "probe"}}}}],
                 "splits": {}, "leakage": {"ok": True, "checked_pairs": 3, "violations": [], "allowed": []}}
     for split, family, kind, n, shards in splits:
-        rows = _rows(split, family, kind, n)
+        rows = _rows(split, family, kind, n, prefix_from)
         per = -(-n // shards)
         files = []
         for k in range(shards):
