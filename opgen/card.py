@@ -231,7 +231,7 @@ def _counts(plan: Plan) -> str:
     for s in plan.splits:
         info = s.info
         counts = info.get("counts") or {}
-        lines = [f"### `{s.config}` / `{s.name}` — {s.rows} rows"]
+        lines = [f"### `{s.config}` / `{s.name}` — {s.rows:,} rows"]
         ol = info.get("output_length") or {}
         if ol:
             known = ("min", "median", "p99", "max")
@@ -282,8 +282,8 @@ def _build_files(s: Split) -> str:
 def _configs(plan: Plan) -> str:
     rows = []
     for s in plan.splits:
-        rows.append([f"`{s.config}`", f"`{s.name}`", s.rows, s.kind, s.mode, f"{s.prompt_format} → {s.answer_format}",
-                     _build_files(s), describe(s.config)[1] or "—"])
+        rows.append([f"`{s.config}`", f"`{s.name}`", f"{s.rows:,}", s.kind, s.mode,
+                     f"{s.prompt_format} → {s.answer_format}", _build_files(s), describe(s.config)[1] or "—"])
     notes = []
     for config in plan.configs:
         what, _ = describe(config)
@@ -400,7 +400,7 @@ def render(plan: Plan, tree_root: Path, repo_id: str, *, license: str = "apache-
         f"---\n{meta}---",
         f"# {pretty_name}",
         f"Synthetic compositional string-operator tasks built with opgen "
-        f"{plan.manifest.get('opgen_version')}: {total} rows in {len(plan.configs)} configs. A library of "
+        f"{plan.manifest.get('opgen_version')}: {total:,} rows in {len(plan.configs)} configs. A library of "
         f"{len(library.OPERATORS)} string operators with opaque names `func_0` … `func_{len(library.OPERATORS) - 1}` "
         f"({n_train} train, {n_held} held-out) is learned as atomic skills; models are trained on compositions "
         "of the train operators only and tested on compositions of the held-out ones. Answers follow the "
