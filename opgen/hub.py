@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -314,8 +313,7 @@ class PushResult:
 
 
 def push(build_dir: Path, repo_id: str, *, private: bool = False, revision: str | None = None,
-         token: str | None = None, license: str = "apache-2.0", pretty_name: str | None = None,
-         api_factory: Callable[..., object] | None = None) -> PushResult:
+         token: str | None = None, license: str = "apache-2.0", pretty_name: str | None = None) -> PushResult:
     """Publish a build as one commit: verify and stage the tree locally, then create the repo
     (if missing), the branch (if ``revision`` names one that is missing) and one commit holding
     every file. Nothing reaches the Hub unless the whole tree verified."""
@@ -323,12 +321,14 @@ def push(build_dir: Path, repo_id: str, *, private: bool = False, revision: str 
     token = resolve_token(token)
     from huggingface_hub import CommitOperationAdd, HfApi
 
+    # Staged in TMPDIR (room for one copy of the build): what is uploaded is what was verified,
+    # whatever happens to the build directory meanwhile.
     with tempfile.TemporaryDirectory(prefix="opgen-push-") as tmp:
         staged = Path(tmp) / "tree"
         plan_ = write_tree(build_dir, staged, repo_id, license=license, pretty_name=pretty_name)
         files = tree_files(staged)
         operations = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(staged / rel)) for rel in files]
-        api = (api_factory or HfApi)(token=token)
+        api = HfApi(token=token)
         recipes = ", ".join(r.get("name", "?") for r in plan_.manifest.get("recipes", [])) or "a build"
         rows = sum(s.rows for s in plan_.splits)
         try:
