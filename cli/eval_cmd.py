@@ -68,6 +68,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     from opgen.infer import evaluate as ev
     from opgen.infer.base import BackendError, EngineOptions, Sampling
     from opgen.infer.run import DataError, LogError
+    from opgen.score.report import ScoreInputError
 
     names = _model_names(models)
     data_names = [ev.data_name(d) for d in data_files]
@@ -75,12 +76,6 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         raise click.BadParameter(f"two data files are both named {sorted(data_names)[0]!r}", param_hint="--data")
     if decomposed and n != 1:
         raise click.UsageError("--decomposed draws one sample per recall; use it with --n 1")
-    if not no_score:
-        try:
-            from opgen.score import score_files  # noqa: F401
-        except ImportError as exc:
-            raise click.ClickException(f"grading needs opgen.score.score_files ({exc}); pass --no-score "
-                                       f"to only generate") from None
     sampling = Sampling(max_new_tokens=max_new_tokens, n=n, temperature=temperature, top_p=top_p, seed=seed,
                         max_model_len=max_model_len)
     cfg = ev.EvalConfig(
@@ -98,6 +93,8 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
             raise click.BadParameter(str(exc), param_hint="--data") from None
         except (BackendError, LogError, ev.ConfigMismatch) as exc:
             raise click.ClickException(f"{name}: {exc}") from None
+        except ScoreInputError as exc:
+            raise click.ClickException(f"{name}: scoring failed: {exc}") from None
         results.append(metrics)
         click.echo(_summary_line(metrics))
     if len(results) > 1 and not no_score:

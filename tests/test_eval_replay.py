@@ -276,3 +276,14 @@ def test_progress_reports_rows_per_second(runner, cli, tmp_path, trees):
                               "--out", str(tmp_path / "o"), "--no-score"])
     assert res.exit_code == 0
     assert "row/s" in res.stderr and "truncated=0" in res.stderr
+
+
+def test_unreadable_ground_truth_fails_scoring_with_the_row_named(runner, cli, tmp_path):
+    rows = [tm.program_row(i, "func_3(x)", "ab") for i in range(2)]
+    rows[1]["reward_model"]["ground_truth"] = "not json"
+    data = tm.write_rows(tmp_path / "broken.parquet", rows)
+    src = _write_jsonl(tmp_path / "a.jsonl", [{"index": i, "response": "x"} for i in range(2)])
+    res = _eval(runner, cli, "--model", str(src), "--data", str(data), "--out", str(tmp_path / "out"))
+    assert res.exit_code == 1
+    assert "scoring failed" in res.output and "row 1" in res.output
+    assert not (tmp_path / "out" / "a" / "metrics.json").exists()
