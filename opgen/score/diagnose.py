@@ -17,9 +17,11 @@ second block for the same operator), ``extra`` (a block for an operator the prog
 from __future__ import annotations
 
 import ast
+import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 
 from opgen import expr as E
 from opgen import ops
@@ -109,9 +111,31 @@ def _signature(code: str, name: str) -> tuple[int, int] | None | str:
     return None
 
 
+# Verdicts by (operator, exact block text). Models recall the same definitions verbatim over and
+# over; a text's verdict is a function of the text (probes are fixed), so it is computed once per
+# run and the block's probes are not re-executed. A nondeterministic definition keeps its first verdict.
+_VERDICTS: dict[tuple[str, str], tuple[str, str, str, tuple[int, int] | None]] = {}
+_VERDICTS_LOCK = threading.Lock()
+VERDICT_CACHE_SIZE = 1 << 16
+
+
+def _remember(check: RecallCheck) -> RecallCheck:
+    if check.code is not None:
+        with _VERDICTS_LOCK:
+            if len(_VERDICTS) >= VERDICT_CACHE_SIZE:
+                _VERDICTS.pop(next(iter(_VERDICTS)))
+            _VERDICTS[(check.op, check.code)] = (check.verdict, check.chimera_of, check.detail, check.arity_range)
+    return check
+
+
 def plan(recall: Recall) -> RecallCheck:
-    """Static checks of one recall block, and the probe runs it needs when they pass."""
+    """Static checks of one recall block, and the probe runs it needs when they pass (none when the
+    same text was judged before)."""
     check = RecallCheck(recall.op, recall.code)
+    known = _VERDICTS.get((recall.op, recall.code)) if recall.code is not None else None
+    if known is not None:
+        check.verdict, check.chimera_of, check.detail, check.arity_range = known
+        return check
     try:
         op = ops.get(recall.op)
     except ops.UnknownOperator:
@@ -123,10 +147,10 @@ def plan(recall: Recall) -> RecallCheck:
     sig = _signature(recall.code, op.id)
     if sig == "syntax":
         check.verdict, check.detail = "syntax", "the block does not parse"
-        return check
+        return _remember(check)
     if sig is None:
         check.verdict, check.detail = "no_definition", f"the block does not define {op.id}"
-        return check
+        return _remember(check)
     check.arity_range = sig
     lo, hi = sig
     own = _param_kind(op)
@@ -135,6 +159,7 @@ def plan(recall: Recall) -> RecallCheck:
     check.kinds = tuple(kinds)
     if not kinds:
         check.verdict, check.detail = "arity", f"takes {lo}..{hi} parameters, {op.id} takes {op.arity}"
+        return _remember(check)
     return check
 
 
@@ -152,7 +177,7 @@ def conclude(check: RecallCheck, results: Sequence[Result]) -> RecallCheck:
     arity_ok = lo <= op.arity <= hi
     if arity_ok and got.get(own) == true_outputs(op.id):
         check.verdict = "correct"
-        return check
+        return _remember(check)
     # The first operator (library order) whose every probe output the definition reproduces.
     for kind in check.kinds:
         for other in ops_of_kind(kind):
@@ -170,7 +195,7 @@ def conclude(check: RecallCheck, results: Sequence[Result]) -> RecallCheck:
         check.verdict = "wrong_body"
         failed = [r for r in results if not r.ok]
         check.detail = failed[0].detail if failed else "differs from the operator on the probes"
-    return check
+    return _remember(check)
 
 
 @dataclass
@@ -203,11 +228,39 @@ def recall_plan(recalls: Sequence[Recall], expected: Sequence[str]) -> RecallRep
     return report
 
 
+def _entry_source(code: str, entry: str) -> str | None:
+    """The text of the last top-level ``def entry`` (the one Python would call), up to the next top-level line."""
+    found = None
+    for m in re.finditer(rf"^def[ \t]+{re.escape(entry)}[ \t]*\(.*?(?=^\S|\Z)", code, re.M | re.S):
+        found = m.group(0)
+    return found
+
+
+@lru_cache(maxsize=4096)
+def _reference(expression: str) -> E.Expr | None:
+    try:
+        return E.parse(expression)
+    except E.ExprError:
+        return None
+
+
 def structure_matches(code: str | None, entry: str, expression: str) -> bool:
-    """Whether ``entry``'s returned expression in ``code`` is the reference expression, as parsed trees."""
+    """Whether ``entry``'s returned expression in ``code`` is the reference expression, as parsed trees.
+
+    Only the entry's own definition is parsed (the recalled bodies around it are not needed); when
+    that snippet does not parse alone (a multi-line string at column 0), the whole program is.
+    """
     if code is None:
         return False
-    try:
-        return E.parse_program(code, entry) == E.parse(expression)
-    except (E.ExprError, RecursionError, MemoryError, ValueError):
+    reference = _reference(expression)
+    if reference is None:
         return False
+    snippet = _entry_source(code, entry)
+    for source in ([snippet] if snippet else []) + [code]:
+        try:
+            return E.parse_program(source, entry) == reference
+        except E.ExprError:
+            continue
+        except (RecursionError, MemoryError, ValueError):
+            return False
+    return False

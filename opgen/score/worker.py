@@ -390,9 +390,57 @@ def _setup_namespaces(root_dir: str) -> None:
     os.execv(sys.executable, [sys.executable, "-I", "-S", __file__, *sys.argv[1:7], root_dir, "serve", flags])
 
 
+# Representative model code. The first compile in a process initialises the parser and grows the
+# allocator's arenas; done once here, every forked child inherits that state instead of paying
+# for it (about 2 ms of CPU per child on the project's machines, more than the fork itself).
+_WARM_UP = '''
+def func_a(s, n=2):
+    """Doc."""
+    from math import gcd
+    out = []
+    for i, ch in enumerate(s):
+        if ch.isalpha() and gcd(i + 3, 2) == 1:
+            out.append(ch.upper())
+        elif ch in 'aeiou':
+            continue
+        else:
+            out.append(f"{ch}{i}")
+    while n > 0:
+        n -= 1
+    return ''.join(sorted(out)) + s[::-1] * 2 + str(len(s) % 7)
+
+def func_b(s1, s2):
+    try:
+        return s1[0] + s2[0] + func_b(s1[1:], s2[1:]) if s1 and s2 else s1 + s2
+    except (IndexError, KeyError) as exc:
+        raise ValueError(str(exc)) from None
+
+class Helper:
+    def __init__(self, s):
+        self.s = {k: v for k, v in zip(s, range(len(s)))}
+
+def main_solution(x):
+    return func_b(func_a(x, 3), (x + 'abc').upper()) + str(len(Helper(x).s)) + ''.join(c for c in x if c != ' ')
+'''
+
+
+def _warm_up() -> None:
+    import gc
+
+    for _ in range(3):
+        namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
+        exec(compile(_WARM_UP, "<warm-up>", "exec"), namespace)
+        namespace["main_solution"]("Hello World 123")
+    gc.collect()
+    # Objects alive now are never collected in a child, so its collections don't write to (and
+    # copy) the pages that hold them.
+    gc.freeze()
+
+
 def _serve_stage(limits: dict, root_dir: str, flags: str) -> None:
     for name in PRELOAD:
         __import__(name)
+    _warm_up()
     # Requests and replies move on private descriptors; 0/1 go to /dev/null so nothing the worker
     # or a child prints can corrupt the protocol.
     rfd, wfd = os.dup(0), os.dup(1)

@@ -1,0 +1,144 @@
+"""Program-grading throughput with full isolation, side by side with one fresh `python` per program.
+
+    python benchmarks/bench_score.py [--n 2000] [--baseline-n 200] [--workers 2]
+
+Typical RA answers: gold recall-then-assemble answers of depth 2-4 trees (2-4 distinct operators),
+graded by ``opgen.score.grade`` through the warm sandbox pool (one isolated child per response,
+recall probes included), from as many threads as the pool has workers x 2. The baseline runs each
+program in a fresh ``python -I`` subprocess (the common approach), the same number in parallel.
+Prints programs/s, the ratio, and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from opgen import expr as E
+from opgen import ops
+from opgen.score import grade
+from opgen.score.sandbox import Sandbox
+
+
+def _param(p: ops.Param, rng: random.Random) -> object:
+    if p.kind == "int":
+        return rng.randint(p.lo, p.hi)
+    if p.kind == "choice":
+        return rng.choice(p.choices)
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(p.lo, p.hi)))
+
+
+def _tree(depth: int, rng: random.Random) -> E.Expr:
+    if depth == 0:
+        return E.Var()
+    op = rng.choice(ops.OPERATORS)
+    params = tuple(_param(p, rng) for p in op.params)
+    args = [_tree(depth - 1, rng)] + [_tree(rng.randint(0, depth - 1), rng) for _ in range(op.n_inputs - 1)]
+    return E.call(op.id, *args, params=params)
+
+
+def typical_rows(n: int, seed: int = 0) -> list[tuple[dict, str]]:
+    """(ground truth, gold RA answer) pairs: depth 2-4, 2-4 distinct operators, outputs <= 1,000 chars."""
+    rng = random.Random(seed)
+    rows: list[tuple[dict, str]] = []
+    while len(rows) < n:
+        tree = _tree(rng.randint(2, 4), rng)
+        used = E.ops_used(tree)
+        if not 2 <= len(used) <= 4:
+            continue
+        x = "".join(rng.choice("abcdeHIJK xyz") for _ in range(rng.randint(3, 10)))
+        try:
+            with E.recursion_headroom():
+                out = E.evaluate(tree, x, max_len=1000)
+        except (E.OutputTooLong, RecursionError):
+            continue
+        gt = {"mode": "program", "tasks": [{"entry": "main_solution", "expr": E.render(tree), "input": x,
+                                             "output": out, "ops": list(used), "depth": E.depth(tree)}]}
+        recalls = "\n".join(f"Recall {o}: {ops.get(o).gloss}\n```python\n{ops.get(o).source}```\n" for o in used)
+        code = "\n".join(ops.get(o).source for o in used) + "\n" + E.render_program(tree)
+        rows.append((gt, f"{recalls}\nAssemble:\n```python\n{code}\n```"))
+    return rows
+
+
+def _cpu(which: str = "all") -> float:
+    # The scorer's own CPU plus that of every reaped descendant (workers are reaped when the pool closes).
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    scorer, sandbox = own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+    return {"all": scorer + sandbox, "scorer": scorer}[which]
+
+
+def bench_sandbox(rows: list[tuple[dict, str]], workers: int, diagnose: bool) -> tuple[float, float, str, int]:
+    """(programs/s wall clock, CPU seconds per program over all processes, isolation level, scored 1.0)."""
+    with Sandbox(workers=workers, timeout_s=2.0) as box:
+        level = box.level
+        grade(rows[0][0], rows[0][1], sandbox=box)  # warm caches (true probe outputs)
+        c0, s0, t0 = _cpu(), _cpu("scorer"), time.perf_counter()
+        with ThreadPoolExecutor(workers * 2) as pool:
+            scores = list(pool.map(lambda r: grade(r[0], r[1], sandbox=box, diagnose=diagnose)["score"], rows))
+        dt = time.perf_counter() - t0
+        scorer = _cpu("scorer") - s0
+    cpu = _cpu() - c0  # includes the pool's shutdown, a few ms
+    print(f"  ({'with' if diagnose else 'without'} diagnostics: scorer process {scorer / len(rows) * 1e3:.2f} ms "
+          f"CPU per program, sandbox workers and children {(cpu - scorer) / len(rows) * 1e3:.2f} ms)")
+    return len(rows) / dt, cpu / len(rows), level, sum(s == 1.0 for s in scores)
+
+
+def bench_subprocess(rows: list[tuple[dict, str]], workers: int) -> tuple[float, float, int]:
+    """The baseline: write the program with a call and a print, run a fresh interpreter, compare stdout."""
+    with tempfile.TemporaryDirectory() as tmp:
+        def one(i_row: tuple[int, tuple[dict, str]]) -> bool:
+            i, (gt, answer) = i_row
+            task = gt["tasks"][0]
+            code = answer.split("Assemble:\n```python\n", 1)[1].rsplit("```", 1)[0]
+            path = Path(tmp) / f"p{i}.py"
+            path.write_text(code + f"\nimport json\nprint(json.dumps(main_solution({task['input']!r})))\n")
+            proc = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=10,
+                                  cwd=tmp)
+            return proc.returncode == 0 and json.loads(proc.stdout) == task["output"]
+
+        c0, t0 = _cpu(), time.perf_counter()
+        with ThreadPoolExecutor(workers) as pool:
+            ok = list(pool.map(one, enumerate(rows)))
+        dt = time.perf_counter() - t0
+    return len(rows) / dt, (_cpu() - c0) / len(rows), sum(ok)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=2000, help="responses for the sandbox runs")
+    ap.add_argument("--baseline-n", type=int, default=200, help="programs for the subprocess baseline")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    rows = typical_rows(args.n)
+    full, full_cpu, level, ok_full = bench_sandbox(rows, args.workers, diagnose=True)
+    bare, bare_cpu, _, ok_bare = bench_sandbox(rows, args.workers, diagnose=False)
+    base, base_cpu, ok_base = bench_subprocess(rows[: args.baseline_n], args.workers)
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    rss_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"isolation: {level}   workers: {args.workers}   typical RA answers: depth 2-4, 2-4 operators")
+    print(f"machine: {cores} CPUs, load average {load:.2f} at the end (other processes share the CPUs)")
+    print("                                          wall clock       CPU per program   CPU-bound capacity")
+    for label, rate, cpu, ok, n in (("sandbox, grade with recall diagnostics", full, full_cpu, ok_full, len(rows)),
+                                    ("sandbox, grade without diagnostics", bare, bare_cpu, ok_bare, len(rows)),
+                                    ("baseline, fresh python per program", base, base_cpu, ok_base, args.baseline_n)):
+        print(f"{label:40s} {rate:8.1f} programs/s  {cpu * 1e3:7.2f} ms  {cores / cpu:10.1f} programs/s"
+              f"   ({ok}/{n} correct)")
+    print(f"speed-up vs baseline (wall clock): {full / base:.1f}x with diagnostics, {bare / base:.1f}x without")
+    print(f"speed-up vs baseline (CPU per program): {base_cpu / full_cpu:.1f}x with diagnostics, "
+          f"{base_cpu / bare_cpu:.1f}x without")
+    print(f"peak RSS: scorer {rss_self:.0f} MiB, largest child {rss_kids:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
