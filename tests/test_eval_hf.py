@@ -113,3 +113,9 @@ def test_not_a_model_directory_is_a_clear_failure(model, tmp_path):
     empty.mkdir()
     res = _eval(empty, tmp_path / "out", trees)
     assert res.exit_code == 1 and "no config.json" in res.output
+
+
+def test_prompt_longer_than_the_context_is_a_clear_failure(model, tmp_path):
+    trees = tm.write_trees(tmp_path / "trees.parquet", n=1)
+    res = _eval(model, tmp_path / "out", trees, extra=("--max-model-len", "16"))
+    assert res.exit_code == 1 and "max model length is 16" in res.output

@@ -287,3 +287,16 @@ def test_unreadable_ground_truth_fails_scoring_with_the_row_named(runner, cli, t
     assert res.exit_code == 1
     assert "scoring failed" in res.output and "row 1" in res.output
     assert not (tmp_path / "out" / "a" / "metrics.json").exists()
+
+
+def test_resume_with_a_smaller_limit_grades_only_the_limited_rows(runner, cli, tmp_path, trees):
+    src = _write_jsonl(tmp_path / "answers.jsonl", _responses())
+    out = tmp_path / "out"
+    assert _eval(runner, cli, "--model", str(src), "--data", str(trees), "--out", str(out)).exit_code == 0
+    res = _eval(runner, cli, "--model", str(src), "--data", str(trees), "--out", str(out), "--resume", "--limit", "2")
+    assert res.exit_code == 0, res.output
+    assert len(_lines(out / "answers" / "trees_generations.jsonl")) == len(tm.TREES)  # nothing thrown away
+    assert [r["index"] for r in _lines(out / "answers" / "trees" / "scores.jsonl")] == [0, 1]
+    summary = json.loads((out / "answers" / "metrics.json").read_text())["data"]["trees"]["summary"]
+    assert summary["overall"]["n"] == 2 and summary["responses"].endswith("trees_generations.jsonl")
+    assert not list((out / "answers").glob(".trees_generations.jsonl.*"))

@@ -92,8 +92,23 @@ def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, 
     result = {"generations": gen_path.name, "run": stats.to_dict(), "generation": summarize_log(records)}
     if cfg.score:
         result["scores"] = name
-        result["summary"] = score(data, gen_path, model_dir / name, cfg.workers)
+        result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, records)
     return result
+
+
+def _score_rows(data: Path, gen_path: Path, out: Path, workers: int, records: list[dict]) -> dict:
+    """Score exactly ``records``: a file resumed under a smaller --limit holds more rows than asked for."""
+    if len(records) == len(read_log(gen_path)):
+        return score(data, gen_path, out, workers)
+    fd, tmp = tempfile.mkstemp(prefix=f".{gen_path.name}.", suffix=".jsonl", dir=gen_path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records)
+        summary = score(data, Path(tmp), out, workers)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    summary["responses"] = str(gen_path)
+    return summary
 
 
 def evaluate_model(model: Path, name: str, data_files: Sequence[Path], out: Path, cfg: EvalConfig) -> dict:

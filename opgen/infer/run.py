@@ -165,7 +165,7 @@ def run(backend: Backend, rows: Sequence[Row], out: Path, plan: Plan, *, resume:
     for idx, rec in sorted(done.items()):
         row = by_index.get(idx)
         if row is None:
-            continue  # generated under a larger --limit: kept, not graded this time
+            continue  # generated under a larger --limit: kept in the file, not graded this time
         if rec.get("prompt_sha256") and rec["prompt_sha256"] != row.sha:
             raise LogError(f"{out}: row {idx} was generated for a different prompt than the data's row {idx} "
                            f"(the data file changed?); start afresh without --resume")

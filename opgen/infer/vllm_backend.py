@@ -78,10 +78,14 @@ class VLLMBackend(Backend):
             batch = [r for r in requests if r.continues == continues]
             if not batch:
                 continue
-            outputs = self.llm.chat(
-                [r.conversation() for r in batch], params, use_tqdm=False,
-                add_generation_prompt=not continues, continue_final_message=continues,
-            )
+            try:
+                outputs = self.llm.chat(
+                    [r.conversation() for r in batch], params, use_tqdm=False,
+                    add_generation_prompt=not continues, continue_final_message=continues,
+                )
+            except ValueError as exc:  # vLLM validates every prompt first (e.g. longer than max_model_len)
+                keys = f"{batch[0].key}..{batch[-1].key}"
+                raise BackendError(f"vLLM refused a request among rows {keys}: {exc}") from None
             for req, out in zip(batch, outputs):
                 samples = sorted(out.outputs, key=lambda o: o.index)
                 results[req.key] = Generation(
