@@ -492,3 +492,21 @@ def test_launch_script_builds_data_and_composes_a_valid_verl_config(
         ds = _sft_dataset(files, tok, {**sft_data_defaults, **data}, cfg.data.max_length)
         _check_sft_items(ds, _rows(files), tok, script)
 
+
+
+@pytest.mark.verl
+def test_legacy_reward_keys_need_migration_in_verl_0_9(verl_config_dir):
+    # docs/verl.md warns that verl 0.9's main_ppo reads only reward.custom_reward_function: the
+    # pre-0.7.1 top-level keys still parse but are ignored unless migrated. This pins that claim.
+    _need("opgen.reward")
+    from verl.experimental.reward_loop import migrate_legacy_reward_impl
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    import opgen.reward
+
+    legacy = _compose(verl_config_dir, "ppo_trainer", [
+        f"custom_reward_function.path={REPO / 'opgen' / 'reward.py'}", "custom_reward_function.name=compute_score",
+        "reward_model.reward_manager=naive"])
+    assert get_custom_reward_fn(legacy) is None
+    fn = get_custom_reward_fn(migrate_legacy_reward_impl(legacy))
+    assert fn is not None and fn.args[0].__name__ == opgen.reward.compute_score.__name__
