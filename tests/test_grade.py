@@ -200,3 +200,36 @@ def test_bad_ground_truth_and_options():
         grade({"tasks": [{"entry": "main_solution"}]}, "x")
     with pytest.raises(ValueError, match="policy"):
         grade(truth(("func_3(x)", "a")), "x", policy="lenient")
+
+
+# ------------------------------------------------------------ metrics
+
+
+def test_wilson_interval_known_values():
+    from opgen.score.metrics import wilson
+
+    lo, hi = wilson(8, 10)
+    assert abs(lo - 0.4902) < 1e-3 and abs(hi - 0.9433) < 1e-3
+    assert wilson(0, 10)[0] == 0.0 and wilson(10, 10)[1] == 1.0 and wilson(0, 0) == (0.0, 1.0)
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    from math import comb
+
+    from opgen.score.metrics import pass_at_k, pass_at_k_table
+
+    for n in range(1, 9):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                assert abs(pass_at_k(n, c, k) - (1 - comb(n - c, k) / comb(n, k))) < 1e-12
+    assert pass_at_k_table({0: [True, False, False, False], 1: [False] * 4}) == \
+        {"pass@1": 0.125, "pass@2": 0.25, "pass@4": 0.5}
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+
+
+def test_grouped_sorts_numbers_numerically():
+    from opgen.score.metrics import grouped
+
+    recs = [{"depth": d, "acc": float(d % 2)} for d in (10, 2, 9, 1)]
+    assert list(grouped(recs, "depth")) == ["1", "2", "9", "10"]

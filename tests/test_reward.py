@@ -67,3 +67,21 @@ def test_loads_by_file_path_as_verl_does():
 def test_malformed_ground_truth_raises():
     with pytest.raises(ValueError, match="ground_truth"):
         compute_score("d", "x", "{")
+
+
+def test_forked_process_gets_its_own_pool_and_the_parent_keeps_its():
+    import os
+
+    assert compute_score("d", ra_answer(PROGRAM), PROGRAM)["score"] == 1.0  # the shared pool exists now
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a trainer's forked worker
+        try:
+            os.write(w, str(compute_score("d", ra_answer(PROGRAM), PROGRAM)["score"]).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 100).decode()
+    os.waitpid(pid, 0)
+    assert got == "1.0"
+    assert compute_score("d", ra_answer(PROGRAM), PROGRAM)["score"] == 1.0

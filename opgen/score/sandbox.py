@@ -155,7 +155,8 @@ class Sandbox:
         self.level = isolation_level(self.isolation)
         self.workers = workers
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="opgen-sandbox")
-        self._finalizer = weakref.finalize(self, Sandbox._shutdown, self._all, self._pool)
+        self._pid = os.getpid()
+        self._finalizer = weakref.finalize(self, Sandbox._shutdown, self._all, self._pool, self._pid)
 
     # -- running
 
@@ -163,6 +164,9 @@ class Sandbox:
         """Run the units of ONE response in one child (restarted after a timeout or crash)."""
         if self._closed:
             raise SandboxError("the sandbox is closed")
+        if os.getpid() != self._pid:
+            raise SandboxError("a Sandbox cannot be used from a forked process; create one there "
+                               "(opgen.score.sandbox.shared() does)")
         n_calls = sum(len(u.calls) for u in units)
         if n_calls == 0:
             return []
@@ -199,7 +203,9 @@ class Sandbox:
     # -- lifetime
 
     @staticmethod
-    def _shutdown(workers: list[_Worker], pool: ThreadPoolExecutor) -> None:
+    def _shutdown(workers: list[_Worker], pool: ThreadPoolExecutor, owner: int) -> None:
+        if os.getpid() != owner:
+            return  # a forked copy of the owner (a trainer's worker process): the workers are not ours
         pool.shutdown(wait=False)
         for w in workers:
             w.close()
@@ -224,7 +230,8 @@ def shared(workers: int | None = None) -> Sandbox:
     """A process-wide sandbox, started on first use (the verl reward entry point uses it)."""
     global _shared
     with _shared_lock:
-        if _shared is None or _shared._closed:
+        # A process forked after the pool started (Ray, multiprocessing) must not share its pipes.
+        if _shared is None or _shared._closed or _shared._pid != os.getpid():
             n = workers or int(os.environ.get("OPGEN_SANDBOX_WORKERS", "0")) or min(4, os.cpu_count() or 1)
             _shared = Sandbox(workers=n, timeout_s=float(os.environ.get("OPGEN_SANDBOX_TIMEOUT", "2.0")))
             atexit.register(_shared.close)
