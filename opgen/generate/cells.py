@@ -143,32 +143,54 @@ def atomic_pool(name: str = "sft-atomic", per_op: int = 400, op_set: Any = "all"
     return _atomic_pool(name, per_op, resolve_ops(op_set, f"atomic pool {name!r}: ops"), seed)
 
 
-@lru_cache(maxsize=16)
-def _comp_pool(name: str, rows: int, trees_json: str, seed: int, where: str) -> tuple[Task, ...]:
-    from opgen.generate.trees import Trees  # the native mixed-structure sampler
+class _CompPool:
+    """A composition pool grown on demand: slot i depends only on slots before it, so every count
+    is served as a prefix of one sequence (and the cells asking 12,436 and 15,979 share the work)."""
 
-    # The trees generator draws row i's candidates from Rng(ctx.digest, ctx.split, i, j): naming
-    # the pool (not the recipe) in its context is what makes the pool shared between cells.
-    opts = Trees.resolve({**json.loads(trees_json), "rows": rows}, where)
-    ctx = Context(digest=f"opgen-pool:comp:{name}:{trees_json}", split=name, seed=seed, role="train", where=where)
-    gen = Trees(opts, ctx)
-    out: list[Task] = []
-    seen: set[str] = set()
-    for i in range(rows):
-        for j in range(gen.max_attempts):
-            item = gen.candidate(i, j)
-            if item is not None and item.tasks[0].identity() not in seen:
-                seen.add(item.tasks[0].identity())
-                out.append(item.tasks[0])
-                break
-        else:
-            raise CellError(f"{where}: composition pool {name!r} found no new composition for slot {i}")
-    return tuple(out)
+    def __init__(self, name: str, trees_json: str, seed: int):
+        from opgen.generate.trees import Trees  # the native mixed-structure sampler
+
+        # The trees generator draws row i's candidates from Rng(ctx.digest, ctx.split, i, j): naming
+        # the pool (not the recipe) in its context is what makes the pool shared between cells.
+        self.name = name
+        opts = Trees.resolve({**json.loads(trees_json), "rows": 1})
+        ctx = Context(digest=f"opgen-pool:comp:{name}:{trees_json}", split=name, seed=seed, role="train")
+        self.gen = Trees(opts, ctx)
+        self.tasks: list[Task] = []
+        self.seen: set[str] = set()
+
+    def take(self, rows: int) -> tuple[Task, ...]:
+        gen = self.gen
+        for i in range(len(self.tasks), rows):
+            for j in range(gen.max_attempts):
+                item = gen.candidate(i, j)
+                if item is not None and item.tasks[0].identity() not in self.seen:
+                    self.seen.add(item.tasks[0].identity())
+                    self.tasks.append(item.tasks[0])
+                    break
+            else:
+                raise CellError(f"composition pool {self.name!r} found no new composition for slot {i} "
+                                f"in {gen.max_attempts} candidates")
+        return tuple(self.tasks[:rows])
+
+
+_COMP_POOLS: dict[tuple[str, str, int], _CompPool] = {}
 
 
 def comp_pool(name: str, rows: int, trees: Mapping[str, Any], seed: int = 1, where: str = "") -> tuple[Task, ...]:
     """The first ``rows`` distinct compositions of a named pool (trees-generator options ``trees``)."""
-    return _comp_pool(name, rows, _canon(trees), seed, where or f"composition pool {name!r}")
+    from opgen.generate.trees import Trees
+
+    trees_json = _canon(trees)
+    key = (name, trees_json, seed)
+    if key not in _COMP_POOLS:
+        # checked here so that a bad option is named from the recipe that gave it
+        Trees.resolve({**trees, "rows": 1}, f"{where}.trees" if where else f"composition pool {name!r}")
+        _COMP_POOLS[key] = _CompPool(name, trees_json, seed)
+    try:
+        return _COMP_POOLS[key].take(rows)
+    except CellError as exc:
+        raise CellError(f"{where}: {exc}" if where else str(exc)) from None
 
 
 # ---------------------------------------------------------------- option fragments
@@ -182,7 +204,6 @@ ATOMIC_SCHEMA = {
 COMPS_SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["pool", "rows"],
     "properties": {"pool": {"type": "string", "minLength": 1}, "rows": {"type": "integer", "minimum": 1},
-                   "pool_rows": {"type": "integer", "minimum": 1},
                    "ops": OP_SET,
                    "depths": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
                    "trees": {"type": "object"}},
@@ -211,14 +232,9 @@ class _PoolUser(Generator):
         trees = {"ops": spec.get("ops", "train"), "depths": spec.get("depths", [2, 3, 4]), **spec.get("trees", {})}
         if "rows" in trees or "per_depth" in trees:
             raise self.fail("compositions.trees", "the pool's size is compositions.pool_rows, not a trees option")
-        pool_rows = spec.get("pool_rows", spec["rows"])
-        if spec["rows"] > pool_rows:
-            raise self.fail("compositions.rows", f"{spec['rows']} rows asked from a pool of {pool_rows}")
-        try:
-            pool = comp_pool(spec["pool"], pool_rows, trees, self.ctx.seed, f"{self.ctx.where}.compositions")
-        except GeneratorError:
-            raise
-        return pool[:spec["rows"]]
+        # Slot i of a pool depends only on the slots before it, so the first n compositions are the
+        # same whatever count a cell asks for: a smaller cell is a prefix of a larger one.
+        return comp_pool(spec["pool"], spec["rows"], trees, self.ctx.seed, f"{self.ctx.where}.compositions")
 
     def _plan_rng(self, *parts: object) -> Rng:
         # Plans hang on the options and seed, not on the recipe digest: the same options in another
@@ -263,7 +279,10 @@ class SftCell(_PoolUser):
             groups: list[tuple[int, ...]] = [(i,) for i in range(len(self.atomic))]
         else:
             try:
-                groups = P.pack(P.labels_of(self.atomic), lo, hi, self._plan_rng("groups"))
+                # Keyed by the atomic side alone: cells that differ only in their compositions
+                # (c1 / eco) pack the very same groups.
+                key = Rng("opgen-plan", "groups", _canon({**ATOMIC_DEFAULTS, **o["atomic"]}), lo, hi, self.ctx.seed)
+                groups = P.pack(P.labels_of(self.atomic), lo, hi, key)
             except P.PackError as exc:
                 raise self.fail("width", str(exc)) from None
         entries: list[P.Entry] = [("group", g) for g in groups] + [("comp", (c,)) for c in range(len(self.comps))]
@@ -280,6 +299,49 @@ class SftCell(_PoolUser):
 
     def shared_tasks(self) -> tuple[Task, ...]:
         return self.atomic
+
+    def manifest_section(self, rows: int) -> dict[str, Any]:
+        """What the manifest should show of this cell (the whole plan; ``rows`` may be a --limit)."""
+        widths: dict[str, int] = {}
+        for kind, idx in self.entries[:rows]:
+            if kind == "group":
+                widths[str(len(idx))] = widths.get(str(len(idx)), 0) + 1
+        return {"atomic_pool": pool_summary(self.options["atomic"], self.atomic),
+                "compositions": pool_summary(self.options["compositions"], self.comps),
+                "group_widths": dict(sorted(widths.items()))}
+
+
+def pool_summary(spec: Mapping[str, Any] | None, tasks: Sequence[Task]) -> dict[str, Any] | None:
+    """A pool's name, size and task multiset hash: equal hashes across cells = the same tasks."""
+    if spec is None:
+        return None
+    return {"pool": spec["pool"], "tasks": len(tasks), "sha256": P.multiset_hash(t.identity() for t in tasks)}
+
+
+def step_hashes_of(tasks_per_row: Sequence[Sequence[str]], rows_per_step: int) -> list[str]:
+    """Per-step task multiset hashes of rows read back from a file (each row: its task identities,
+    ``expr + NUL + input``), complete steps only: what a trainer without shuffling consumes."""
+    steps = len(tasks_per_row) // rows_per_step
+    return [P.multiset_hash(i for row in tasks_per_row[s * rows_per_step:(s + 1) * rows_per_step] for i in row)
+            for s in range(steps)]
+
+
+def stream_match(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Compare the per-step hashes of the matched streams among manifest split sections
+    (``sections[split]["cell"]`` as written from ``manifest_section``); None without both streams."""
+    streams = {sec["cell"]["stream"]: (name, sec["cell"]) for name, sec in sections.items()
+               if isinstance(sec.get("cell"), Mapping) and "stream" in sec["cell"]}
+    if set(streams) != {"isolated", "grouped"}:
+        return None
+    (iso_name, iso), (grp_name, grp) = streams["isolated"], streams["grouped"]
+    n = min(len(iso["step_hashes"]), len(grp["step_hashes"]))
+    mismatched = [s for s in range(n) if iso["step_hashes"][s] != grp["step_hashes"][s]]
+    return {"isolated": iso_name, "grouped": grp_name, "steps_compared": n,
+            "equal": not mismatched and n > 0, "mismatched_steps": mismatched[:10]}
+
+
+# Both streams of one build share their plan (it is a pure function of this key).
+_PLANS: dict[tuple[str, int], P.MatchedPlan] = {}
 
 
 class MatchedStream(_PoolUser):
@@ -307,14 +369,18 @@ class MatchedStream(_PoolUser):
         self.comps = self._comps(o["compositions"]) if o["compositions"] is not None else ()
         if o["comps_per_step"] and not self.comps:
             raise self.fail("compositions", f"comps_per_step is {o['comps_per_step']} but no composition pool is given")
-        try:
-            self.plan = P.plan_matched(
-                P.labels_of(self.atomic), len(self.comps), self._plan_rng(),
-                steps=o["steps"], atomic_per_step=o["atomic_per_step"],
-                grouped_rows_per_step=o["grouped_rows_per_step"], comps_per_step=o["comps_per_step"],
-                width=_range(self, "width", o["width"]))
-        except P.PackError as exc:
-            raise self.fail("width", str(exc)) from None
+        width = _range(self, "width", o["width"])
+        key = (_canon(self.plan_options()), self.ctx.seed)
+        if key not in _PLANS:
+            try:
+                _PLANS[key] = P.plan_matched(
+                    P.labels_of(self.atomic), len(self.comps), self._plan_rng(),
+                    steps=o["steps"], atomic_per_step=o["atomic_per_step"],
+                    grouped_rows_per_step=o["grouped_rows_per_step"], comps_per_step=o["comps_per_step"],
+                    width=width)
+            except P.PackError as exc:
+                raise self.fail("width", str(exc)) from None
+        self.plan = _PLANS[key]
         self.entries = self.plan.entries(self.stream)
 
     def plan_options(self) -> Mapping[str, Any]:
@@ -346,6 +412,17 @@ class MatchedStream(_PoolUser):
 
     def shared_tasks(self) -> tuple[Task, ...]:
         return self.atomic
+
+    def manifest_section(self, rows: int) -> dict[str, Any]:
+        """The stream's plan and its per-step hashes over the complete steps among the first ``rows``."""
+        steps = min(rows // self.rows_per_step, self.plan.steps)
+        return {"stream": self.stream, "steps": self.plan.steps, "steps_in_file": steps,
+                "rows_per_step": self.rows_per_step,
+                "atomic_per_step": self.plan.atomic_per_step, "comps_per_step": self.plan.comps_per_step,
+                "grouped_rows_per_step": self.plan.grouped_rows_per_step,
+                "atomic_pool": pool_summary(self.options["atomic"], self.atomic),
+                "compositions": pool_summary(self.options["compositions"], self.comps),
+                "step_hashes": self.step_hashes()[:steps]}
 
 
 # ---------------------------------------------------------------- RL pools
