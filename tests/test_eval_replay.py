@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tests import tiny_model as tm
+import tiny_model as tm
 
 GOOD = {i for i in range(len(tm.TREES)) if i % 2 == 0}
 

@@ -11,8 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tests import tiny_model as tm
+import tiny_model as tm
 
 pytestmark = pytest.mark.vllm
 

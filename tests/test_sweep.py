@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+import tiny_model as tm
 
 from opgen import ops
 from opgen.sweep import checkpoint_step
-from tests import tiny_model as tm
 
 N = len(tm.TREES)
 RECALL_BLOCKS = 8  # recall blocks over the gold answers of tm.TREES (1+2+2+1+1+1)
