@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
+import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
+from opgen.cli import cli
 
 from opgen import expr as E
 from opgen import ops
 from opgen.formats import Formatter, prepare
 from opgen.generate import Context, GeneratorError, registry
+from opgen.tasks import Item, Task
 
 WHERE = "probes.yaml: splits.p.options"
 
@@ -158,3 +163,77 @@ def test_bad_probe_options_name_the_option(name, options, message):
     with pytest.raises(GeneratorError) as exc:
         make(name, options)
     assert WHERE in str(exc.value) and message in str(exc.value)
+
+
+# ---------------------------------------------------------------- datasets/probes.yaml through `opgen build`
+
+PROBE_ROWS = {"probe_1b": (6912, 27), "probe_1d": (1792, 7), "probe_1f": (2048, 8), "probe_1g": (1280, 5)}
+
+
+@pytest.fixture(scope="module")
+def probes_build(tmp_path_factory):
+    out = tmp_path_factory.mktemp("probes")
+    result = CliRunner().invoke(cli, ["build", "datasets/probes.yaml", "--out", str(out), "--workers", "2",
+                                      "--no-progress"])
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "manifest.json").read_text()), out
+
+
+def test_built_probe_counts_per_condition_in_the_manifest(probes_build):
+    man, out = probes_build
+    for split, (rows, conditions) in PROBE_ROWS.items():
+        sec = man["splits"][split]
+        assert sec["rows"] == rows and sec["role"] == "eval"
+        assert len(sec["counts"]["condition"]) == conditions
+        assert set(sec["counts"]["condition"].values()) == {256}
+        assert pq.read_metadata(out / f"{split}.parquet").num_rows == rows
+    assert man["leakage"]["ok"]
+
+
+def test_built_probe_rows_carry_their_measures(probes_build):
+    _, out = probes_build
+    for split in PROBE_ROWS:
+        table = pq.read_table(out / f"{split}.parquet", columns=["reward_model", "extra_info"])
+        extra = table.column("extra_info").to_pylist()
+        gts = [json.loads(r["ground_truth"]) for r in table.column("reward_model").to_pylist()]
+        for x, gt in zip(extra[::11], gts[::11]):
+            assert x["condition"] and x["target_op"] in ops.HELDOUT_IDS
+            target = gt["tasks"][-1]
+            assert x["target_op"] in target["ops"]
+            program = E.parse(target["expr"])
+            calls = [n for n in E.walk(program) if isinstance(n, E.Call)]
+            pos = next(i for i, c in enumerate(calls) if c.op == x["target_op"])
+            tail = {t.position: t for t in E.tail_distances(program)}.get(pos)
+            assert x["tail_chars"] == (tail.chars if tail else -1)
+            assert x["tail_calls"] == (tail.call_tails if tail else -1)
+            if split == "probe_1b":
+                r = int(x["condition"].split("-")[0][1:])
+                assert x["assistant_prefix"].count("Recall ") == r == len(gt["tasks"]) - 1
+                assert x["n_tasks"] == r + 1
+                if r:
+                    assert [t["entry"] for t in gt["tasks"]] == [f"main_solution_{k}" for k in range(1, r + 2)]
+            else:
+                assert x["assistant_prefix"] == "" and x["n_tasks"] == 1
+
+
+def test_a_gold_answer_continuing_the_1b_prefix_grades_correct_task_by_task(probes_build):
+    from opgen.score import grade
+
+    _, out = probes_build
+    table = pq.read_table(out / "probe_1b.parquet", columns=["reward_model", "extra_info"])
+    fmt = Formatter("closed_book", "ra")
+    rows = table.to_pylist()
+    for i in (0, 2000, 6911):
+        row = rows[i]
+        gt = json.loads(row["reward_model"]["ground_truth"])
+        prefix = row["extra_info"]["assistant_prefix"]
+        # the gold answer for the row's tasks, rebuilt from the ground truth
+        tasks = tuple(Task(E.parse(t["expr"]), t["input"], t["output"]) for t in gt["tasks"])
+        gold = fmt.answer(Item(tasks, assistant_prefix=prefix), prepare(Item(tasks)))
+        assert gold.startswith(prefix)
+        result = grade(gt, gold)
+        assert result["score"] == 1.0, result
+        # a continuation that drops func_24's parameter fails the target's task only
+        if row["extra_info"]["target_op"] == "func_24":
+            broken = gold.replace("def func_24(s, depth):", "def func_24(s):")
+            assert grade(gt, broken)["score"] < 1.0
