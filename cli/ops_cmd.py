@@ -78,9 +78,29 @@ def eval_cmd(expression: str, input_: str, as_json: bool, max_len: int) -> None:
     except Exception as exc:  # an operator failing on this input is the user's answer, not a crash
         raise click.ClickException(f"evaluation failed: {type(exc).__name__}: {exc}") from None
     if as_json:
-        click.echo(json.dumps({
+        record = {
             "expression": expr.render(tree), "input": input_, "output": value,
             "depth": expr.depth(tree), "k": expr.k_distinct(tree), "ops": list(expr.ops_used(tree)),
-        }, ensure_ascii=False))
-    else:
-        click.echo(value)
+        }
+        text = json.dumps(record, ensure_ascii=False)
+        if not _utf8_encodable(text):
+            # A lone surrogate (from a literal like '\ud800') has no UTF-8 form; JSON can escape it.
+            text = json.dumps(record)
+        click.echo(text)
+        return
+    try:
+        # surrogateescape gives back the exact bytes of an --input that was not valid UTF-8.
+        data = (value + "\n").encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise click.ClickException(
+            "the result contains a lone surrogate, which UTF-8 cannot encode; use --json to see it escaped"
+        ) from None
+    click.echo(data, nl=False)
+
+
+def _utf8_encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

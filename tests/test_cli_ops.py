@@ -190,3 +190,18 @@ def test_ops_commands_import_nothing_heavy():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_eval_result_with_a_lone_surrogate_needs_json(runner, cli):
+    plain = runner.invoke(cli, ["ops", "eval", "('\\ud800' + x)", "--input", "a"])
+    assert plain.exit_code == 1 and "lone surrogate" in plain.stderr and "--json" in plain.stderr
+    as_json = runner.invoke(cli, ["ops", "eval", "('\\ud800' + x)", "--input", "a", "--json"])
+    assert as_json.exit_code == 0
+    assert json.loads(as_json.stdout)["output"] == "\ud800a"
+
+
+def test_eval_passes_undecodable_input_bytes_through():
+    # argv bytes that are not UTF-8 reach x as surrogate escapes and come back out unchanged.
+    proc = subprocess.run([b"opgen", b"ops", b"eval", b"func_3(x)", b"--input", b"b\xffa"], capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"ab\xff\n"
