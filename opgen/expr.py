@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Union
@@ -160,14 +161,29 @@ def recursion_headroom(limit: int = 20_000) -> Iterator[None]:
     ``func_17`` and ``func_20`` recurse once per character; without headroom, whether a 950-character
     value evaluates would depend on how deep the caller's stack happens to be.
     """
-    old = sys.getrecursionlimit()
-    if old < limit:
-        sys.setrecursionlimit(limit)
+    global _headroom_holders, _headroom_saved
+    # The limit is one per interpreter, but threads (a scorer's or builder's pool) enter and leave
+    # in any order: restore the original limit only when the last holder leaves, never while
+    # another thread may still be deep in func_17.
+    with _headroom_lock:
+        if _headroom_holders == 0:
+            _headroom_saved = sys.getrecursionlimit()
+        _headroom_holders += 1
+        if sys.getrecursionlimit() < limit:
+            sys.setrecursionlimit(limit)
     try:
         yield
     finally:
-        if old < limit:
-            sys.setrecursionlimit(old)
+        with _headroom_lock:
+            _headroom_holders -= 1
+            if _headroom_holders == 0 and _headroom_saved is not None:
+                sys.setrecursionlimit(_headroom_saved)
+                _headroom_saved = None
+
+
+_headroom_lock = threading.Lock()
+_headroom_holders = 0
+_headroom_saved: int | None = None
 
 
 # ---------------------------------------------------------------- rendering

@@ -418,3 +418,43 @@ def test_output_too_long_refuses_before_allocating():
 def test_input_longer_than_the_limit_is_refused():
     with pytest.raises(E.OutputTooLong):
         E.evaluate(Var(), "abcdef", max_len=5)
+
+
+# ------------------------------------------------------------------ recursion headroom
+
+
+def test_headroom_stays_while_another_thread_still_holds_it():
+    import sys
+    import threading
+
+    base = sys.getrecursionlimit()
+    assert base < 20_000, "the test needs the default limit"
+    entered, release, seen = threading.Event(), threading.Event(), []
+
+    def worker():
+        with E.recursion_headroom():
+            entered.set()
+            release.wait(30)
+            seen.append(sys.getrecursionlimit())
+            try:
+                seen.append(len(ops.call("func_17", "a" * 5_000)))
+            except RecursionError:
+                seen.append("RecursionError")
+
+    t = threading.Thread(target=worker)
+    with E.recursion_headroom():  # holds the headroom first and leaves while the worker is inside
+        t.start()
+        assert entered.wait(30)
+    release.set()
+    t.join(30)
+    assert seen == [20_000, 5_000]
+    assert sys.getrecursionlimit() == base
+
+
+def test_headroom_nested_restores_the_original_limit():
+    import sys
+
+    base = sys.getrecursionlimit()
+    with E.recursion_headroom(), E.recursion_headroom(30_000):
+        assert sys.getrecursionlimit() == 30_000
+    assert sys.getrecursionlimit() == base
