@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import threading
+from collections.abc import Iterator
 
 import click
 
@@ -63,16 +67,20 @@ def show_cmd(op_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result and measures as JSON.")
 @click.option("--max-len", type=click.IntRange(min=0), default=1_000_000, show_default=True,
               help="Refuse any intermediate value longer than this many characters (0: no limit).")
-def eval_cmd(expression: str, input_: str, as_json: bool, max_len: int) -> None:
+@click.option("--timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="Give up after this many seconds (0: never), e.g. func_19(x, 10**12) loops that often.")
+def eval_cmd(expression: str, input_: str, as_json: bool, max_len: int, timeout: float) -> None:
     """Parse EXPRESSION (e.g. "func_3(func_1(x, 2))"), evaluate it on --input, print the result."""
     try:
         tree = expr.parse(expression)
     except expr.ExprError as exc:
         raise click.BadParameter(str(exc), param_hint="EXPRESSION") from None
     try:
-        with expr.recursion_headroom():
+        with expr.recursion_headroom(), _deadline(timeout):
             # The limit stops `func_1(x, 10**9)` before it allocates gigabytes it would then print.
             value = expr.evaluate(tree, input_, max_len=max_len or None)
+    except _TimedOut:
+        raise click.ClickException(f"evaluation failed: still running after {timeout:g}s (see --timeout)") from None
     except expr.OutputTooLong as exc:
         raise click.ClickException(f"evaluation failed: {exc} (raise --max-len to allow it)") from None
     except Exception as exc:  # an operator failing on this input is the user's answer, not a crash
@@ -96,6 +104,30 @@ def eval_cmd(expression: str, input_: str, as_json: bool, max_len: int) -> None:
             "the result contains a lone surrogate, which UTF-8 cannot encode; use --json to see it escaped"
         ) from None
     click.echo(data, nl=False)
+
+
+class _TimedOut(BaseException):  # not an Exception: no handler on the way may swallow it
+    pass
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Interrupt the evaluation after ``seconds``: the operators' loops run their parameter's count
+    of iterations, so a huge parameter is a hang, not an error, without this."""
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise _TimedOut
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _utf8_encodable(text: str) -> bool:

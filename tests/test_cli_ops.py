@@ -205,3 +205,21 @@ def test_eval_passes_undecodable_input_bytes_through():
     proc = subprocess.run([b"opgen", b"ops", b"eval", b"func_3(x)", b"--input", b"b\xffa"], capture_output=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b"ab\xff\n"
+
+
+@pytest.mark.parametrize("expression", ["func_19(x, 1000000000000)", "func_18('', 1000000000000)"])
+def test_eval_gives_up_after_the_timeout(runner, cli, expression):
+    # The loops run their parameter's count of iterations: a huge count must end, with exit 1.
+    result = runner.invoke(cli, ["ops", "eval", expression, "--input", "abc", "--timeout", "0.3"])
+    assert result.exit_code == 1
+    assert "still running after 0.3s" in result.stderr
+    assert result.stdout == ""
+
+
+def test_eval_timeout_leaves_no_alarm_behind(runner, cli):
+    import signal
+
+    before = signal.getsignal(signal.SIGALRM)
+    assert runner.invoke(cli, ["ops", "eval", "func_3(x)", "--input", "ba", "--timeout", "5"]).stdout == "ab\n"
+    assert signal.getsignal(signal.SIGALRM) == before
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
