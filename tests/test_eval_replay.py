@@ -299,3 +299,16 @@ def test_resume_with_a_smaller_limit_grades_only_the_limited_rows(runner, cli, t
     summary = json.loads((out / "answers" / "metrics.json").read_text())["data"]["trees"]["summary"]
     assert summary["overall"]["n"] == 2 and summary["responses"].endswith("trees_generations.jsonl")
     assert not list((out / "answers").glob(".trees_generations.jsonl.*"))
+
+
+def test_resume_refuses_a_generations_file_damaged_before_its_last_line(runner, cli, tmp_path, trees):
+    src = _write_jsonl(tmp_path / "answers.jsonl", _responses())
+    out = tmp_path / "out"
+    base = ["--model", str(src), "--data", str(trees), "--out", str(out), "--no-score"]
+    assert _eval(runner, cli, *base, "--limit", "3").exit_code == 0
+    gen = out / "answers" / "trees_generations.jsonl"
+    lines = gen.read_text(encoding="utf-8").splitlines(keepends=True)
+    gen.write_text(lines[0] + "{broken\n" + lines[2], encoding="utf-8")
+    res = _eval(runner, cli, *base, "--resume")
+    assert res.exit_code == 1 and "trees_generations.jsonl:2" in res.output
+    assert gen.read_text(encoding="utf-8") == lines[0] + "{broken\n" + lines[2]  # left as found

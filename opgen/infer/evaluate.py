@@ -21,7 +21,7 @@ from pathlib import Path
 from opgen import __version__
 from opgen.infer import decomposed as decomp
 from opgen.infer.base import Backend, EngineOptions, Sampling, make_backend
-from opgen.infer.run import Plan, plain_plan, read_log, read_rows, run, summarize_log
+from opgen.infer.run import SUMMARY_FIELDS, Plan, copy_rows, plain_plan, read_log, read_rows, run, summarize_log
 
 
 class ConfigMismatch(ValueError):
@@ -88,22 +88,25 @@ def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, 
     stats = run(backend, rows, gen_path, plan, resume=cfg.resume, batch_size=cfg.batch_size,
                 progress=f"{label} {name}" if cfg.progress else None)
     wanted = {r.index for r in rows}
-    records = [rec for i, rec in sorted(read_log(gen_path).items()) if i in wanted]
+    log = read_log(gen_path, keep=SUMMARY_FIELDS)
+    records = [rec for i, rec in sorted(log.items()) if i in wanted]
     result = {"generations": gen_path.name, "run": stats.to_dict(), "generation": summarize_log(records)}
     if cfg.score:
         result["scores"] = name
-        result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, records)
+        extra = len(log) > len(records)
+        result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, wanted if extra else None)
     return result
 
 
-def _score_rows(data: Path, gen_path: Path, out: Path, workers: int, records: list[dict]) -> dict:
-    """Score exactly ``records``: a file resumed under a smaller --limit holds more rows than asked for."""
-    if len(records) == len(read_log(gen_path)):
+def _score_rows(data: Path, gen_path: Path, out: Path, workers: int, only: set[int] | None) -> dict:
+    """Score the generations, or only rows ``only``: a file resumed under a smaller --limit holds
+    more rows than were asked for this time."""
+    if only is None:
         return score(data, gen_path, out, workers)
     fd, tmp = tempfile.mkstemp(prefix=f".{gen_path.name}.", suffix=".jsonl", dir=gen_path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records)
+            copy_rows(gen_path, fh, only)
         summary = score(data, Path(tmp), out, workers)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -71,41 +71,49 @@ def read_rows(path: Path, limit: int | None = None) -> list[Row]:
     return rows
 
 
-def read_log(path: Path, repair: bool = False) -> dict[int, dict]:
-    """Lines of a generations file by index. A last line cut off mid-write is dropped (and with
-    ``repair`` cut from the file); a bad line anywhere else is an error."""
+def read_log(path: Path, repair: bool = False, keep: Sequence[str] | None = None) -> dict[int, dict]:
+    """Lines of a generations file by index, read as a stream. A last line cut off mid-write is
+    dropped (and with ``repair`` cut from the file); a bad line anywhere else is an error.
+    ``keep`` names the fields to hold on to (a file of millions of long responses need not fit
+    in memory to be resumed); None keeps whole lines."""
     if not path.exists():
         return {}
     done: dict[int, dict] = {}
-    data = path.read_bytes()
     good_end = 0
-    pos = 0
-    lineno = 0
-    while pos < len(data):
-        nl = data.find(b"\n", pos)
-        end = len(data) if nl < 0 else nl + 1
-        lineno += 1
-        chunk = data[pos:end]
-        last = end >= len(data)
-        try:
-            rec = json.loads(chunk)
-            if not isinstance(rec, dict) or not isinstance(rec.get("index"), int):
-                raise ValueError("no integer 'index'")
-            if nl < 0:
-                raise ValueError("no line end")  # a write cut before its newline may still parse
-        except ValueError as exc:
-            if last:
-                break
-            raise LogError(f"{path}:{lineno}: unreadable line ({exc}); only the last line may be cut off") from None
-        if rec["index"] in done:
-            raise LogError(f"{path}:{lineno}: row {rec['index']} appears twice")
-        done[rec["index"]] = rec
-        good_end = end
-        pos = end
-    if repair and good_end < len(data):
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                if not raw.endswith(b"\n"):
+                    raise ValueError("no line end")  # a write cut before its newline may still parse
+                rec = json.loads(raw)
+                if not isinstance(rec, dict) or not isinstance(rec.get("index"), int):
+                    raise ValueError("no integer 'index'")
+            except ValueError as exc:
+                if good_end + len(raw) >= size:
+                    break
+                raise LogError(f"{path}:{lineno}: unreadable line ({exc}); only the last line may be cut off") from None
+            if rec["index"] in done:
+                raise LogError(f"{path}:{lineno}: row {rec['index']} appears twice")
+            done[rec["index"]] = rec if keep is None else {k: rec[k] for k in keep if k in rec}
+            good_end += len(raw)
+    if repair and good_end < size:
         with open(path, "r+b") as fh:
             fh.truncate(good_end)
     return done
+
+
+def copy_rows(src: Path, dst, indices: set[int]) -> None:
+    """Write the lines of ``src`` whose index is in ``indices`` to the open text file ``dst``."""
+    with open(src, encoding="utf-8") as fh:
+        for line in fh:
+            if line.endswith("\n") and json.loads(line)["index"] in indices:
+                dst.write(line)
+
+
+# what the loop and the report need from each line: not the responses
+RESUME_FIELDS = ("prompt_sha256",)
+SUMMARY_FIELDS = ("finish_reason", "finish_reasons", "prompt_tokens", "completion_tokens")
 
 
 @dataclass
@@ -160,7 +168,7 @@ def run(backend: Backend, rows: Sequence[Row], out: Path, plan: Plan, *, resume:
     """Generate every row of ``rows`` not yet in ``out``; append their lines in row order."""
     if out.exists() and not resume:
         out.unlink()
-    done = read_log(out, repair=True)
+    done = read_log(out, repair=True, keep=RESUME_FIELDS)
     by_index = {r.index: r for r in rows}
     for idx, rec in sorted(done.items()):
         row = by_index.get(idx)
