@@ -11,6 +11,9 @@ import pytest
 from opgen import __version__, ops
 from opgen import expr as E
 
+# The console script's entry point, run by this interpreter (no reliance on PATH).
+OPGEN = [sys.executable, "-c", "import sys; from opgen.cli import main; sys.argv[0] = 'opgen'; main()"]
+
 
 def test_version(runner, cli):
     result = runner.invoke(cli, ["--version"])
@@ -81,8 +84,8 @@ def test_show_prints_exactly_the_source(runner, cli, op):
 
 
 def test_show_output_runs_standalone(tmp_path):
-    # Through the installed console script: what a user pipes to a file is a working program.
-    src = subprocess.run(["opgen", "ops", "show", "func_0"], capture_output=True, text=True, check=True).stdout
+    # In a real process: what a user pipes to a file is a working program.
+    src = subprocess.run([*OPGEN, "ops", "show", "func_0"], capture_output=True, text=True, check=True).stdout
     script = tmp_path / "f.py"
     script.write_text(src + "\nprint(func_0('abcdefg'))\n", encoding="utf-8")
     out = subprocess.run([sys.executable, "-I", str(script)], capture_output=True, text=True, check=True).stdout
@@ -202,7 +205,7 @@ def test_eval_result_with_a_lone_surrogate_needs_json(runner, cli):
 
 def test_eval_passes_undecodable_input_bytes_through():
     # argv bytes that are not UTF-8 reach x as surrogate escapes and come back out unchanged.
-    proc = subprocess.run([b"opgen", b"ops", b"eval", b"func_3(x)", b"--input", b"b\xffa"], capture_output=True)
+    proc = subprocess.run([*OPGEN, b"ops", b"eval", b"func_3(x)", b"--input", b"b\xffa"], capture_output=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b"ab\xff\n"
 
