@@ -324,7 +324,8 @@ def test_build_token_report_on_a_build_dir(contract_build, tok_dir):
     report = tokens.build_token_report(contract_build, tok_dir, max_prompt_length=16)
     assert set(report["splits"]) == {"train", "eval_forward", "sft_train"}
     assert report["splits"]["train"]["rows"] == 40
-    assert report["splits"]["train"]["answer_tokens"] is None  # RL rows carry no answer text
+    # RL rows carry no answer text: it is re-rendered from the ground truth.
+    assert report["splits"]["train"]["answer_tokens"]["min"] > 1
     assert report["splits"]["sft_train"]["answer_tokens"]["min"] > 1
     assert set(report["recommended"]) == {"data.max_prompt_length", "data.max_response_length", "data.max_length"}
     assert len(report["warnings"]) == 3
@@ -333,15 +334,25 @@ def test_build_token_report_on_a_build_dir(contract_build, tok_dir):
         tokens.build_token_report(contract_build, tok_dir, splits=["nope"])
 
 
+@pytest.mark.verl
+def test_gold_answer_of_row_re_renders_every_sft_answer(real_builds):
+    # SFT rows store the gold answer the build rendered; re-rendering it from the ground truth
+    # must give the same text, so RL rows (which store none) get true answer lengths.
+    checked = 0
+    for name, build in real_builds.items():
+        for split, paths in _files(build, "sft").items():
+            for row in _rows(paths):
+                assert tokens.gold_answer_of_row(row) == row["response"], f"{name}/{split} {row['extra_info']}"
+                checked += 1
+    assert checked
+
+
 # ---------------------------------------------------------------- verl's reward path
 
 def _gold_and_wrong(row: dict) -> tuple[str, str]:
     """A correct and an incorrect response for a row, in the row's own answer format."""
-    if row.get("response"):
-        gold = row["response"]
-    else:
-        gold = H.gold_answer(json.loads(row["reward_model"]["ground_truth"]),
-                             row["extra_info"]["answer_format"])
+    gold = row["response"] if row.get("response") else tokens.gold_answer_of_row(row)
+    assert gold, f"no gold answer for row {row['extra_info']['index']} of {row['data_source']}"
     wrong = H.wrong_answer(json.loads(row["reward_model"]["ground_truth"]))
     return gold, wrong
 
