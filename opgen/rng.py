@@ -113,9 +113,11 @@ class Rng:
     def weighted(self, seq: Sequence[T], weights: Sequence[float]) -> T:
         if len(weights) != len(seq):
             raise ValueError(f"weighted() needs one weight per item, got {len(weights)} for {len(seq)}")
-        if any(w < 0 for w in weights):
+        if not all(w >= 0 for w in weights):  # also catches NaN
             raise ValueError("weighted() needs non-negative weights")
         total = float(sum(weights))
+        if not total < float("inf"):
+            raise ValueError("weighted() needs finite weights")
         if total <= 0:
             raise ValueError("weighted() needs a positive total weight")
         r = self.uniform() * total

@@ -228,7 +228,7 @@ def test_weighted_follows_the_weights_and_never_picks_zero_weight():
 
 @pytest.mark.parametrize(("weights", "message"), [
     ([0, 0], "positive total"), ([1], "one weight per item"), ([1, 2, 3], "one weight per item"),
-    ([2, -1], "non-negative"),
+    ([2, -1], "non-negative"), ([1, float("nan")], "non-negative"), ([1, float("inf")], "finite"),
 ])
 def test_weighted_rejects_bad_weights(weights, message):
     with pytest.raises(ValueError, match=message):
