@@ -86,3 +86,27 @@ def test_without_namespaces_rlimits_still_hold(sentinel, kind):
         assert g["score"] == 0.0 and g["error"] in expected, g
         assert grade(GOLD, ra_answer(GOLD), sandbox=b)["score"] == 1.0
     assert sentinel.read_text() == "do not touch"
+
+
+# ------------------------------------------------------------ responses aimed at the scorer's own parsing
+
+DEEP = "(" * 100_000 + "x" + ")" * 100_000
+
+
+@pytest.mark.parametrize("response", [
+    ra_answer(GOLD, {"func_3": f"def func_3(s):\n    return {DEEP}\n"}),  # parsed here for the signature
+    ra_answer(GOLD).replace("return func_5(func_3(x), 'ab')", f"return {DEEP}"),  # parsed here for structure
+    '{"output": [' * 200_000,
+    '{"a": ' * 200_000 + '"x"',
+    "{" * 900_000,
+    "```python\n" * 90_000,
+    "Recall func_3: sort\n```python\nx\n```\n" * 20_000,
+    "x" * 1_000_001,
+], ids=["deep_recall", "deep_assemble", "open_json_lists", "deep_json", "braces", "open_fences", "many_recalls",
+        "too_long"])
+def test_pathological_responses_are_graded_quickly(box, response):
+    t0 = time.monotonic()
+    g = grade(GOLD, response, sandbox=box)
+    assert g["score"] == 0.0
+    assert time.monotonic() - t0 < 2 * TIMEOUT_S + 5
+    assert grade(GOLD, ra_answer(GOLD), sandbox=box)["score"] == 1.0

@@ -14,6 +14,9 @@ from opgen.score import parse as P
 from opgen.score.sandbox import Result, Sandbox, Unit
 
 POLICIES = ("output", "output_structure")
+# Far beyond any generation budget (3,072 tokens is about 12,000 characters); longer text is not
+# parsed at all, so that no response can make the scorer's own parsing slow.
+MAX_RESPONSE_CHARS = 1_000_000
 GROUP_POLICIES = ("fraction", "all")
 MODES = ("auto", "forward", "program")
 
@@ -87,7 +90,7 @@ def _canonical(value: object) -> str:
 
 def _empty(truth: Truth, mode: str) -> dict:
     n = max(len(truth.tasks), 1)
-    return {"mode": mode, "score": 0.0, "acc": 0.0, "format_ok": False, "error": "no_answer",
+    return {"mode": mode, "score": 0.0, "acc": 0.0, "format_ok": False, "error": "no_answer", "detail": "",
             "structure_ok": None, "n_tasks": n, "tasks_correct": 0, "tasks": [], "recalls": [],
             "recall": D.RecallReport().counts()}
 
@@ -157,6 +160,7 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
     structure = [D.structure_matches(answer.code, t.entry, t.expr) for t in truth.tasks]
     result["structure_ok"] = all(structure)
     if answer.code is None:
+        result["detail"] = "no code block defines " + ", ".join(entries)
         return result
     return _finish(result, correct, structure, group, policy)
 
@@ -178,6 +182,10 @@ def grade(ground_truth: dict | str, response: str, *, policy: str = "output", gr
     if not isinstance(response, str):
         raise TypeError(f"response must be a string, got {type(response).__name__}")
     effective = truth.mode if mode == "auto" or truth.native else mode
+    if len(response) > MAX_RESPONSE_CHARS:
+        result = _empty(truth, effective)
+        result["detail"] = f"response of {len(response)} characters exceeds {MAX_RESPONSE_CHARS}"
+        return result
     if effective == "forward":
         return _grade_forward(truth, response, group)
     if sandbox is None:

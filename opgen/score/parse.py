@@ -6,6 +6,7 @@ never about the answer itself: values are returned exactly as written.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from dataclasses import dataclass
@@ -63,9 +64,11 @@ def parse_program_answer(text: str, entries: tuple[str, ...] = ("main_solution",
     headers.sort(key=lambda h: h[0])
     recalls: list[Recall] = []
     assemble: str | None = None
+    starts = [b.start for b in blocks]
     for i, (_pos, kind, match) in enumerate(headers):
         limit = headers[i + 1][0] if i + 1 < len(headers) else len(body)
-        block = next((b for b in blocks if match.end() <= b.start < limit), None)
+        k = bisect.bisect_left(starts, match.end())
+        block = blocks[k] if k < len(blocks) and blocks[k].start < limit else None
         if kind == "recall":
             recalls.append(Recall(match.group(1), match.group(2), block.code if block else None))
         elif block is not None:
@@ -79,26 +82,32 @@ def parse_program_answer(text: str, entries: tuple[str, ...] = ("main_solution",
 
 
 _MISSING = object()
+_OBJECT_START = re.compile(r'\{\s*"')  # an object whose first key is a string: the only candidates
+# Bounds on the work one response can cause: how far back candidates are tried, and how long one
+# candidate may be (a failed decode costs time proportional to the text it is given).
+MAX_CANDIDATES = 256
+MAX_OBJECT_CHARS = 200_000
 
 
 def parse_forward_answer(text: str) -> object:
     """The ``output`` value of the last JSON object holding an ``output`` key, or ``MISSING``.
 
-    Objects are searched in ```json blocks and bare in the text alike; the one that ends last wins.
+    Objects are searched in ```json blocks and bare in the text alike; the one that ends last wins
+    (an object nested inside another is not an answer of its own). Only the last ``MAX_CANDIDATES``
+    object openings are tried, each on at most ``MAX_OBJECT_CHARS`` characters.
     """
     body = strip_think(text)
+    starts = [m.start() for m in _OBJECT_START.finditer(body)][-MAX_CANDIDATES:]
     best_end, best = -1, _MISSING
-    pos = body.find("{")
-    while pos >= 0:
+    for pos in reversed(starts):
+        chunk = body[pos:pos + MAX_OBJECT_CHARS]
         try:
-            obj, end = _DECODER.raw_decode(body, pos)
-        except ValueError:
-            pos = body.find("{", pos + 1)
+            obj, length = _DECODER.raw_decode(chunk)
+        except (ValueError, RecursionError):
             continue
-        if isinstance(obj, dict) and "output" in obj and end > best_end:
-            best_end, best = end, obj["output"]
-        # Nested objects inside a decoded one are not answers of their own; skip past it.
-        pos = body.find("{", end if isinstance(obj, dict) else pos + 1)
+        # >= : of two objects ending at the same place, the earlier-starting one encloses the other.
+        if isinstance(obj, dict) and "output" in obj and pos + length >= best_end:
+            best_end, best = pos + length, obj["output"]
     return best
 
 
