@@ -320,18 +320,24 @@ def _verl(plan: Plan, repo_id: str) -> str:
         out += [
             "RL (GRPO/PPO) rows are graded by opgen's reward, `compute_score` in `opgen.reward` "
             "(opgen must be installed where verl runs): it runs the model's program in an isolated process "
-            "and compares its output with the ground truth. Point verl's custom reward at it:",
+            "and compares its output with the ground truth. Point verl's custom reward at it "
+            "(verl 0.7.1 and later read the `reward.*` keys):",
             _fence("\n".join([
-                'REWARD=$(python -c "import opgen.reward as r; print(r.__file__)")',
                 "python -m verl.trainer.main_ppo \\",
                 f"  data.train_files=[{train_files}] \\",
                 f"  data.val_files=[{val_files}] \\",
-                "  data.prompt_key=prompt \\",
-                '  custom_reward_function.path="$REWARD" \\',
-                "  custom_reward_function.name=compute_score \\",
+                "  data.prompt_key=prompt data.reward_fn_key=data_source data.return_raw_chat=true \\",
+                "  data.filter_overlong_prompts=true data.truncation=error \\",
+                "  reward.custom_reward_function.path=pkg://opgen.reward \\",
+                "  reward.custom_reward_function.name=compute_score \\",
+                "  reward.reward_manager.name=naive \\",
                 "  ...  # model, rollout and trainer settings",
             ]), "bash"),
-            "Validation metrics are grouped by `data_source` (`opgen/<family>`).",
+            "Older verl (before 0.7.1) reads the top-level keys instead, with a file path: "
+            "`custom_reward_function.path=$(python -c \"import opgen.reward as r; print(r.__file__)\")` and "
+            "`custom_reward_function.name=compute_score`. verl 0.9 accepts those old keys but ignores them, "
+            "so use the ones that match your verl. Validation metrics are grouped by `data_source` "
+            "(`opgen/<family>`).",
         ]
     if sft:
         s = next((s for s in sft if _role(s) == "train"), sft[0])
@@ -339,11 +345,13 @@ def _verl(plan: Plan, repo_id: str) -> str:
             "SFT rows carry `messages` (the user turn and the gold assistant turn), which verl's multi-turn "
             "SFT dataset reads:",
             _fence("\n".join([
-                "torchrun --nproc_per_node=8 -m verl.trainer.fsdp_sft_trainer \\",
+                "python -m verl.trainer.sft_trainer \\",
                 f"  data.train_files=[{','.join(f'{local}/{p}' for p in s.repo_paths())}] \\",
-                "  data.multiturn.enable=true data.multiturn.messages_key=messages \\",
-                "  ...  # model and trainer settings",
+                "  data.messages_key=messages data.truncation=error \\",
+                "  ...  # model.path and trainer settings",
             ]), "bash"),
+            "Older verl: `torchrun -m verl.trainer.fsdp_sft_trainer` with `data.multiturn.enable=true "
+            "data.multiturn.messages_key=messages`.",
         ]
     return "\n\n".join(out)
 

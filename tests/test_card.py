@@ -84,9 +84,11 @@ def test_format_examples_are_real_rows(tree: Path):
 
 def test_verl_section_points_at_real_files_and_opgen_reward(tree: Path):
     body = (tree / "README.md").read_text()
-    assert "custom_reward_function.name=compute_score" in body
-    assert "custom_reward_function.path=" in body and "opgen.reward" in body
-    assert "data.multiturn.messages_key=messages" in body
+    assert "reward.custom_reward_function.path=pkg://opgen.reward" in body
+    assert "reward.custom_reward_function.name=compute_score" in body
+    # and the top-level keys of verl before 0.7.1, with the reward's file path
+    assert 'custom_reward_function.path=$(python -c "import opgen.reward as r; print(r.__file__)")' in body
+    assert "data.messages_key=messages" in body
     mentioned = set(re.findall(r"opgen-hand/(data/[\w/.-]+\.parquet)", body))
     assert mentioned and mentioned <= set(hub.tree_files(tree))
 
@@ -192,7 +194,7 @@ def test_real_build_card_descriptions_and_verl_roles(real_tree: Path):
     assert "definition-load probe" in body
     # the sft split has role train; every rl split is evaluation data
     assert "data.train_files=[<your RL pool>]" in body
-    assert re.search(r"fsdp_sft_trainer \\\n  data.train_files=\[opgen-e2e/data/sft_eco/train-00000-of-", body)
+    assert re.search(r"verl.trainer.sft_trainer \\\n  data.train_files=\[opgen-e2e/data/sft_eco/train-00000-of-", body)
     assert "split pairs checked" in body and "allowed by the recipe" in body
 
 
