@@ -116,3 +116,18 @@ def test_closed_sandbox_refuses_and_bad_workers():
         b.run([job("return x")])
     with pytest.raises(ValueError):
         Sandbox(workers=0)
+
+
+def test_a_lost_worker_is_replaced():
+    import os
+    import signal
+    from pathlib import Path
+
+    with Sandbox(workers=1, timeout_s=1.0) as b:
+        pid = b._all[0].proc.pid
+        # With a PID namespace the serving process is the launched process's child.
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        os.kill(int(kids[0]) if kids else pid, signal.SIGKILL)
+        (r,) = b.run([job("return x")])
+        assert r.status == "killed" and "worker lost" in r.detail
+        assert b.run([job("return x")])[0].value == "abc"

@@ -203,3 +203,29 @@ def test_native_benchmark_rows(cli, runner, tmp_path):
     assert res.exit_code == 0, res.output
     scores = [json.loads(s) for s in (tmp_path / "out" / "scores.jsonl").read_text().splitlines()]
     assert [s["score"] for s in scores] == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_artifacts_are_byte_identical_across_workers_and_hash_seeds(built, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    data = built / "heldout_trees.parquet"
+    rows = pq.read_table(data).to_pylist()
+    rpath = tmp_path / "r.jsonl"
+    rpath.write_text("".join(json.dumps({"index": i, "responses": [gold(r), wrong(r, gold(r)), "nothing"]}) + "\n"
+                             for i, r in enumerate(rows)))
+    outs = []
+    for workers, seed in (("1", "0"), ("3", "12345")):
+        out = tmp_path / f"o{workers}"
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        proc = subprocess.run([sys.executable, "-m", "opgen.cli", "score", "--data", str(data), "--responses",
+                               str(rpath), "--out", str(out), "--workers", workers],
+                              capture_output=True, text=True, env=env)
+        if proc.returncode != 0 and "No module named opgen.cli.__main__" in proc.stderr:
+            proc = subprocess.run(["opgen", "score", "--data", str(data), "--responses", str(rpath), "--out",
+                                   str(out), "--workers", workers], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(out)
+    for name in ("scores.jsonl", "summary.json", "summary.csv", "accuracy_vs_depth.png", "recall_heatmap.png"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
