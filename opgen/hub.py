@@ -188,6 +188,12 @@ def plan(build_dir: Path) -> Plan:
                             str(info["prompt_format"]), str(info["answer_format"]), int(info["rows"]),
                             files, info))
     splits.sort(key=lambda s: (s.config, s.name))
+    families: dict[str, str] = {}
+    for s in splits:
+        other = families.setdefault(s.config, s.family)
+        if other != s.family:
+            raise HubError(f"{mpath}: families {other!r} and {s.family!r} both become the Hub config "
+                           f"{s.config!r}; rename one")
     seen: dict[tuple[str, str], str] = {}
     for s in splits:
         other = seen.setdefault((s.config, s.name), s.build_name)

@@ -360,6 +360,15 @@ def test_split_names_colliding_on_the_hub_are_refused(tmp_path: Path):
     assert "'a-b'" in result.output and "'a_b'" in result.output
 
 
+def test_families_colliding_on_the_hub_are_refused(tmp_path: Path):
+    # "cell" mixes kinds and becomes cell_rl + cell_sft; a family called cell_rl would share a config
+    build = make_build(tmp_path / "build", [("a", "cell", "rl", 2, 1), ("b", "cell", "sft", 2, 1),
+                                            ("c", "cell_rl", "rl", 2, 1)])
+    result = run(build, "--repo-id", "org/x", "--dry-run", tmp_path / "tree")
+    assert result.exit_code == 1
+    assert "'cell'" in result.output and "'cell_rl'" in result.output and "config" in result.output
+
+
 def test_not_a_build_directory(tmp_path: Path):
     result = run(tmp_path, "--repo-id", "org/x", "--dry-run", tmp_path / "tree")
     assert result.exit_code == 1
