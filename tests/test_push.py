@@ -346,6 +346,17 @@ def test_manifest_pointing_outside_the_build_is_refused(hand_build: Path, tmp_pa
     assert "splits.probe_1b.files[0].path" in result.output and "outside the build" in result.output
 
 
+def test_symlink_leading_outside_the_build_is_refused(hand_build: Path, tmp_path: Path):
+    outside = tmp_path / "elsewhere.parquet"
+    target = hand_build / "validation.parquet"
+    outside.write_bytes(target.read_bytes())  # same bytes, so only the location can refuse it
+    target.unlink()
+    target.symlink_to(outside)
+    result = run(hand_build, "--repo-id", "org/x", "--dry-run", tmp_path / "tree")
+    assert result.exit_code == 1
+    assert "'validation.parquet' points outside the build directory" in result.output
+
+
 def test_manifest_missing_field_is_named(hand_build: Path, tmp_path: Path):
     _edit_manifest(hand_build, lambda m: m["splits"]["train"].pop("family"))
     result = run(hand_build, "--repo-id", "org/x", "--dry-run", tmp_path / "tree")
