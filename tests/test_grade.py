@@ -233,3 +233,12 @@ def test_grouped_sorts_numbers_numerically():
 
     recs = [{"depth": d, "acc": float(d % 2)} for d in (10, 2, 9, 1)]
     assert list(grouped(recs, "depth")) == ["1", "2", "9", "10"]
+
+
+def test_mode_forward_on_program_rows_and_program_on_forward_rows(box):
+    gt = truth(("func_3(x)", "cab"))
+    assert grade(gt, json_answer("abc"), mode="forward")["score"] == 1.0
+    fwd = truth(("func_3(x)", "cab"), mode="forward")
+    code = "```python\ndef main_solution(x):\n    return ''.join(sorted(x))\n```"
+    assert grade(fwd, code, mode="program", sandbox=box)["score"] == 1.0
+    assert grade(fwd, code, sandbox=box)["error"] == "no_answer"
