@@ -45,7 +45,8 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
               help="Also run decomposed inference: one 'Recall func_N' pass per operator, assembled mechanically.")
 @click.option("--no-score", is_flag=True, help="Only generate (grade later with `opgen score`).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Rows handed to the backend at once; the generations file is flushed after each batch.")
+              help="Rows handed to the backend at once; the generations file is flushed after each batch "
+                   "(with --backend hf: at most --hf-batch-size).")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Scorer sandbox workers.")
 @click.option("--dtype", default="auto", show_default=True, help="Model dtype (auto, float32, bfloat16, ...).")
 @click.option("--gpu-memory-utilization", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=None,

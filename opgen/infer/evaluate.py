@@ -85,7 +85,10 @@ def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, 
     name = data_name(data) + suffix
     gen_path = model_dir / f"{name}_generations.jsonl"
     _check_settings(model_dir / f"{name}_generations.settings.json", _generation_settings(cfg, model), cfg.resume)
-    stats = run(backend, rows, gen_path, plan, resume=cfg.resume, batch_size=cfg.batch_size,
+    # transformers works through its sub-batches one by one anyway: flushing after each costs
+    # nothing and keeps resume and progress fine-grained
+    batch = min(cfg.batch_size, cfg.engine.batch_size) if cfg.backend == "hf" else cfg.batch_size
+    stats = run(backend, rows, gen_path, plan, resume=cfg.resume, batch_size=batch,
                 progress=f"{label} {name}" if cfg.progress else None)
     wanted = {r.index for r in rows}
     log = read_log(gen_path, keep=SUMMARY_FIELDS)
