@@ -78,20 +78,21 @@ def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, fixed: Mapping[in
     value = x
     node: E.Expr = E.Var()
     inner = ""
-    for level in range(depth - 1, -1, -1):
-        candidates = [fixed[level]] if level in fixed else [o for o in pool if not (no_repeat and o == inner)]
-        for op_id in rng.shuffled(candidates):
-            op = ops.get(op_id)
-            params = sample_params(op, rng)
-            try:
-                with E.recursion_headroom():
-                    out = E.evaluate(E.Call(op_id, (E.Var(),), params), value, max_len)
-            except E.OutputTooLong:
-                continue
-            node, value, inner = E.Call(op_id, (node,), params), out, op_id
-            break
-        else:
-            return None
+    with E.recursion_headroom():
+        for level in range(depth - 1, -1, -1):
+            left = [fixed[level]] if level in fixed else [o for o in pool if not (no_repeat and o == inner)]
+            while left:
+                # uniform among the operators not yet found too long at this level
+                op = ops.get(left.pop(rng.below(len(left))))
+                params = sample_params(op, rng)
+                try:
+                    out = E.evaluate(E.Call(op.id, (E.Var(),), params), value, max_len)
+                except E.OutputTooLong:
+                    continue
+                node, value, inner = E.Call(op.id, (node,), params), out, op.id
+                break
+            else:
+                return None
     return Task(node, x, value)
 
 
@@ -474,15 +475,15 @@ class RlPool(Generator):
 
     def candidate(self, i: int, j: int) -> Item | None:
         rng = self.rng(i, j)
+        if i % 2 == 1 and self.options["mix"] == "r1":
+            picked = rng.sample(list(self.atomic_ops), rng.integer(*self.width))
+            tasks = tuple(atomic_task(o, rng.derive("atomic", k)) for k, o in enumerate(picked))
+            return Item(tasks, meta=(("part", "atomic_group"),))
         chain = self._chain(rng.derive("chain"))
         if chain is None:
             return None
         if i % 2 == 0:
             return Item((chain,), meta=(("part", "chain"),))
-        if self.options["mix"] == "r1":
-            picked = rng.sample(list(self.atomic_ops), rng.integer(*self.width))
-            tasks = tuple(atomic_task(o, rng.derive("atomic", k)) for k, o in enumerate(picked))
-            return Item(tasks, meta=(("part", "atomic_group"),))
         picked = rng.sample(list(self.atomic_ops), rng.integer(*self.literal_tasks))
         lits = tuple(atomic_task(o, rng.derive("literal", k), first=E.Lit(rng.text(*self.literal_len)))
                      for k, o in enumerate(picked))
