@@ -129,3 +129,12 @@ def test_pathological_responses_are_graded_quickly(box, response):
     assert g["score"] == 0.0
     assert time.monotonic() - t0 < 2 * TIMEOUT_S + 5
     assert grade(GOLD, ra_answer(GOLD), sandbox=box)["score"] == 1.0
+
+
+def test_looping_recall_costs_one_timeout_not_one_per_probe(box):
+    answer = ra_answer(GOLD, {"func_5": "def func_5(s, pre):\n    while True:\n        pass\n"})
+    t0 = time.monotonic()
+    g = grade(GOLD, answer, sandbox=box)
+    assert g["error"] == "timeout"
+    assert {r["op"]: r["verdict"] for r in g["recalls"]}["func_5"] == "wrong_body"
+    assert time.monotonic() - t0 < 3 * TIMEOUT_S + 2

@@ -131,3 +131,14 @@ def test_a_lost_worker_is_replaced():
         (r,) = b.run([job("return x")])
         assert r.status == "killed" and "worker lost" in r.detail
         assert b.run([job("return x")])[0].value == "abc"
+
+
+def test_fail_fast_unit_stops_at_the_first_timeout(box):
+    import time
+
+    code = "def f(x):\n    while True: pass\n"
+    t0 = time.monotonic()
+    rs = box.run_units([Unit(code, tuple(("f", (str(i),)) for i in range(20)), fail_fast=True),
+                        Unit("def g(x):\n    return x\n", (("g", ("ok",)),))])
+    assert [r.status for r in rs] == ["timeout"] * 20 + ["ok"]
+    assert time.monotonic() - t0 < 3 * box.timeout_s

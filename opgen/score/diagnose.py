@@ -94,7 +94,8 @@ class RecallCheck:
     def unit(self) -> Unit | None:
         if not self.kinds:
             return None
-        return Unit(self.code or "", tuple((self.op, args) for k in self.kinds for args in probe_args(k)))
+        return Unit(self.code or "", tuple((self.op, args) for k in self.kinds for args in probe_args(k)),
+                    fail_fast=True)
 
 
 def _signature(code: str, name: str) -> tuple[int, int] | None | str:

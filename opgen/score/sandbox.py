@@ -45,10 +45,15 @@ class Job:
 
 @dataclass(frozen=True)
 class Unit:
-    """A program and several calls of it, run in one child (use only for calls of ONE response)."""
+    """A program and several calls of it, run in one child (use only for calls of ONE response).
+
+    ``fail_fast``: after one call times out or crashes, the unit's remaining calls get the same
+    result without running (probes of a definition that loops would otherwise cost a timeout each).
+    """
 
     code: str
     calls: tuple[tuple[str, tuple], ...] = field(default=())
+    fail_fast: bool = False
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,7 @@ class Sandbox:
         n_calls = sum(len(u.calls) for u in units)
         if n_calls == 0:
             return []
-        request = ([(u.code, [(e, tuple(a)) for e, a in u.calls]) for u in units], self.timeout_s)
+        request = ([(u.code, [(e, tuple(a)) for e, a in u.calls], u.fail_fast) for u in units], self.timeout_s)
         # The worker enforces every timeout; this one only guards against a worker that itself hangs.
         guard = self.timeout_s * (n_calls + len(units)) * 2 + 30.0
         worker = self._idle.get()

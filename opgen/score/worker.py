@@ -17,7 +17,7 @@ reported back in the hello message, so the scorer can state the level in its out
   /dev/null; every inherited descriptor closed except the result pipe.
 
 Protocol (worker <-> scorer, over stdin/stdout, trusted): 4-byte big-endian length + ``marshal``
-payload. A request is ``(units, timeout_s)`` with ``units = [(code, [(entry, args), ...]), ...]``;
+payload. A request is ``(units, timeout_s)`` with ``units = [(code, [(entry, args), ...], fail_fast), ...]``;
 the reply is a list of ``(status, value, detail)``, one per call, in order.
 Child -> worker (hostile): frames of 1 status byte + 4-byte length + UTF-8 payload, parsed
 defensively; a child can only ever lie about its own result.
@@ -90,7 +90,7 @@ def _classify(exc: BaseException) -> tuple[str, str]:
 def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:
     """Run calls from flat position ``start`` on, sending one frame per call (and one per loaded unit)."""
     position = 0
-    for unit_index, (code, calls) in enumerate(units):
+    for unit_index, (code, calls, _fail_fast) in enumerate(units):
         if position + len(calls) <= start:
             position += len(calls)
             continue
@@ -250,7 +250,7 @@ class Worker:
         return status
 
     def run(self, units: list, timeout_s: float) -> list:
-        total = sum(len(calls) for _, calls in units)
+        total = sum(len(calls) for _, calls, _ in units)
         out: list = []
         while len(out) < total:
             start = len(out)
@@ -280,15 +280,16 @@ class Worker:
             if why in ("timeout", "eof") and len(out) < total:
                 failure = self._ending(why, wait_status, timeout_s)
                 unit, unit_end = self._unit_of(units, len(out))
-                # A unit that never finished loading fails as a whole, not once per call.
-                n_fail = 1 if str(unit) in loaded else unit_end - len(out)
+                # A unit that never finished loading fails as a whole, not once per call; so does
+                # a fail-fast unit (probes of one definition) at its first timeout or crash.
+                n_fail = 1 if str(unit) in loaded and not units[unit][2] else unit_end - len(out)
                 out.extend([failure] * n_fail)
         return out
 
     @staticmethod
     def _unit_of(units: list, position: int) -> tuple[int, int]:
         end = 0
-        for index, (_, calls) in enumerate(units):
+        for index, (_, calls, _) in enumerate(units):
             end += len(calls)
             if position < end:
                 return index, end
