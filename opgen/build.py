@@ -104,6 +104,9 @@ def _produce(uid: int) -> dict:
     buf = RowBuffer(plan.spec)
     facts: list[Facts] = []
     attempts: list[int] = []
+    # Duplicates inside this shard are redrawn here at once; the main process then only judges
+    # each row against earlier shards and splits (a subset of the keys, so still no duplicates).
+    seen: set[int] = set()
     # Rows go to an uncompressed Arrow stream first: parquet is encoded once, in phase 3, after
     # the few redrawn rows are known, instead of being written, read back and written again.
     with pa.OSFile(str(unit.tmp) + ".arrow", "wb") as sink, pa.ipc.new_stream(sink, buf.schema) as stream:
@@ -113,8 +116,17 @@ def _produce(uid: int) -> dict:
                 c1 = min(c0 + write.ROW_GROUP_ROWS, unit.stop)
                 for i in range(c0, c1):
                     j, item = gen.first_valid(i)
+                    f = buf.add(i, item, seen)
+                    while f is None:
+                        gen.rejections["duplicate"] += 1
+                        if not gen.REDRAWABLE:
+                            raise BuildError(_no_redraw(plan, i))
+                        if j + 1 >= gen.max_attempts:
+                            raise BuildError(_exhausted(plan, i))
+                        j, item = gen.first_valid(i, j + 1)
+                        f = buf.add(i, item, seen)
                     attempts.append(j)
-                    facts.append(buf.add(i, item))
+                    facts.append(f)
                 stream.write_table(buf.table())
                 _TICK(c1 - c0)
     out = _facts_arrays(facts)
@@ -212,9 +224,7 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
 def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str, ...] = (),
           limit: int | None = None, seed: int | None = None, progress: bool = False) -> dict:
     """Build every split of ``recipes`` into ``out``; return the manifest (also written to out/manifest.json)."""
-    global _PLANS, _UNITS, _COUNTER, _TICK
-    from tqdm import tqdm
-
+    global _PLANS, _UNITS
     t0 = time.perf_counter()
     plans = plan_build(recipes, only, limit)
     out.mkdir(parents=True, exist_ok=True)
@@ -230,6 +240,17 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
             plan.units.append(len(units))
             units.append(Unit(p_idx, s, s * size, min((s + 1) * size, plan.rows), tmp_dir / (plan.names[s] + ".tmp")))
     _PLANS, _UNITS = plans, units
+    try:
+        return _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, t0)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+
+
+def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, t0) -> dict:
+    global _COUNTER, _TICK
+    from tqdm import tqdm
+
     total = sum(p.rows for p in plans)
     n_workers = max(1, min(workers, len(units)))
     pool = None
@@ -330,11 +351,8 @@ def _resolve(plans: list[Plan], units: list[Unit], results: list[dict]) -> tuple
 
 def _redraw(plan: Plan, i: int, start: int, seen: set[int]) -> tuple[int, Facts]:
     gen = plan.gen
-    cfg = plan.cfg
     if not gen.REDRAWABLE:
-        raise BuildError(f"{cfg.where}: row {i} repeats an earlier row of the build (unique: {cfg.unique}) and "
-                         f"generator {cfg.generator!r} plans its rows, so it cannot redraw; use unique: none "
-                         "or make the plan distinct")
+        raise BuildError(_no_redraw(plan, i))
     buf = RowBuffer(plan.spec)
     j = start
     stop = start + gen.max_attempts
@@ -349,12 +367,21 @@ def _redraw(plan: Plan, i: int, start: int, seen: set[int]) -> tuple[int, Facts]
                 return j, facts
             gen.rejections["duplicate"] += 1
             j += 1
-    raise BuildError(
-        f"{cfg.where}: row {i}: {gen.max_attempts} candidates in a row repeat earlier rows of the build "
-        f"(unique: {cfg.unique}); the split asks for more distinct "
-        f"{'programs' if cfg.unique == 'program' else 'tasks'} "
-        f"than its options can make ({plan.rows} rows requested). Ask for fewer rows, widen the options, "
-        "or set unique: task")
+    raise BuildError(_exhausted(plan, i))
+
+
+def _exhausted(plan: Plan, i: int) -> str:
+    cfg = plan.cfg
+    what = "programs" if cfg.unique == "program" else "tasks"
+    return (f"{cfg.where}: row {i}: {plan.gen.max_attempts} candidates repeat earlier rows of the build "
+            f"(unique: {cfg.unique}); the split asks for more distinct {what} than its options can make "
+            f"({plan.rows} rows requested). Ask for fewer rows, widen the options, or set unique: task")
+
+
+def _no_redraw(plan: Plan, i: int) -> str:
+    cfg = plan.cfg
+    return (f"{cfg.where}: row {i} repeats an earlier row of the build (unique: {cfg.unique}) and generator "
+            f"{cfg.generator!r} plans its rows, so it cannot redraw; use unique: none or make the plan distinct")
 
 
 def _apply(res: dict, redrawn: dict[int, Facts]) -> None:

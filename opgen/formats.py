@@ -204,7 +204,8 @@ class Formatter:
             if not p.recall:
                 head = ""
             return head + f"```python\n{progs}\n```\n\n{run}\n\n{instruction}"
-        return (f"The Python {what} below calls library functions (func_N) whose definitions are not shown.\n\n"
+        verb = "call" if item.is_group else "calls"
+        return (f"The Python {what} below {verb} library functions (func_N) whose definitions are not shown.\n\n"
                 f"```python\n{progs}\n```\n\n{run}\n\n{instruction}")
 
     # ------------------------------------------------------------ gold answer

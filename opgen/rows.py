@@ -115,7 +115,7 @@ def _msg_array(offsets: list[int], roles: list[str], contents: list[str]) -> pa.
 
 
 class RowBuffer:
-    """Accumulates one chunk of rows of one split as flat column lists."""
+    """Accumulates one chunk of rows of one split: one tuple per row, transposed into columns once."""
 
     def __init__(self, spec: RowSpec):
         self.spec = spec
@@ -128,72 +128,26 @@ class RowBuffer:
         self.clear()
 
     def clear(self) -> None:
-        self.n = 0
-        self.p_content: list[str] = []
-        self.gt: list[str] = []
-        self.ops_off = [0]
-        self.ops_flat: list[str] = []
-        self.response: list[str] = []
-        self.c_index: list[int] = []
-        self.c_depth: list[int] = []
-        self.c_k: list[int] = []
-        self.c_structure: list[str] = []
-        self.c_n_tasks: list[int] = []
-        self.c_condition: list[str] = []
-        self.c_prefix: list[str] = []
-        self.c_target: list[str] = []
-        self.c_tail_chars: list[int] = []
-        self.c_tail_calls: list[int] = []
-        self.c_row_id: list[str] = []
+        self.rows: list[tuple] = []
 
-    def add(self, index: int, item: Item) -> Facts:
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    def add(self, index: int, item: Item, seen: set[int] | None = None) -> Facts | None:
+        """Render ``item`` as row ``index``; with ``seen``, refuse (return None, add nothing) a row
+        whose unique key is in it, else add the key to it."""
         p = prepare(item)
-        fmt = self.fmt
-        prompt = fmt.prompt(item, p)
-        gt = fmt.ground_truth(item, p)
         tasks = item.tasks
-        self.n += 1
-        self.p_content.append(prompt)
-        self.gt.append(gt)
-        if self.kind_sft:
-            self.response.append(fmt.answer(item, p))
-        depths = p.depths
-        depth = depths[0] if len(depths) == 1 else max(depths)
-        k = len(p.recall)
-        self.c_index.append(index)
-        self.c_depth.append(depth)
-        self.c_k.append(k)
-        self.ops_flat.extend(p.ops_sorted)
-        self.ops_off.append(len(self.ops_flat))
-        self.c_structure.append(structure_of(tasks[0].program) if len(tasks) == 1 else "group")
-        self.c_n_tasks.append(len(tasks))
-        condition, prefix = item.condition, item.assistant_prefix
-        self.c_condition.append(condition)
-        self.c_prefix.append(prefix)
-        meta = item.meta or tasks[0].meta
-        if meta:
-            meta = dict(meta)
-            self.c_target.append(str(meta.get("target_op", "")))
-            self.c_tail_chars.append(int(meta.get("tail_chars", -1)))
-            self.c_tail_calls.append(int(meta.get("tail_calls", -1)))
-        else:
-            self.c_target.append("")
-            self.c_tail_chars.append(-1)
-            self.c_tail_calls.append(-1)
-
+        exprs = p.exprs
         # The prompt and ground truth are functions of (formats, programs, inputs), so short
         # identities hash as well as the long texts and cost a fraction.
-        exprs = p.exprs
         if len(tasks) == 1:
             task_id = exprs[0] + "\x00" + tasks[0].input
             prog_keys = (h64(exprs[0]),)
         else:
             task_id = "\x01".join(e + "\x00" + t.input for e, t in zip(exprs, tasks))
             prog_keys = tuple(h64(e) for e in exprs)
-        prompt_id = self.format_id + task_id
-        pkey = h64(prompt_id)
-        self.c_row_id.append(hashlib.blake2b(
-            f"{prompt_id}\x02{condition}\x02{prefix}".encode(), digest_size=8).hexdigest())
         unique = self.spec.unique
         if unique == "task":
             ukey = h64(task_id)
@@ -201,6 +155,36 @@ class RowBuffer:
             ukey = prog_keys[0] if len(prog_keys) == 1 else h64("\x01".join(exprs))
         else:
             ukey = 0
+        if seen is not None and unique != "none":
+            if ukey in seen:
+                return None
+            seen.add(ukey)
+
+        fmt = self.fmt
+        prompt = fmt.prompt(item, p)
+        depths = p.depths
+        depth = depths[0] if len(depths) == 1 else max(depths)
+        k = len(p.recall)
+        condition, prefix = item.condition, item.assistant_prefix
+        prompt_id = self.format_id + task_id
+        pkey = h64(prompt_id)
+        row_id = (f"{pkey:016x}" if not condition and not prefix else
+                  f"{h64(f'{prompt_id}{chr(2)}{condition}{chr(2)}{prefix}'):016x}")
+        meta = item.meta or tasks[0].meta
+        if meta:
+            meta = dict(meta)
+            target, tail_chars, tail_calls = (str(meta.get("target_op", "")), int(meta.get("tail_chars", -1)),
+                                              int(meta.get("tail_calls", -1)))
+        else:
+            target, tail_chars, tail_calls = "", -1, -1
+        self.rows.append((
+            prompt, fmt.ground_truth(item, p), fmt.answer(item, p) if self.kind_sft else None,
+            index, depth, k, p.ops_sorted,
+            structure_of(tasks[0].program) if len(tasks) == 1 else "group", len(tasks), condition, prefix,
+            row_id,
+            target, tail_chars, tail_calls,
+        ))
+
         opmask = 0
         for o in p.recall:
             opmask |= _OP_BIT[o]
@@ -216,12 +200,17 @@ class RowBuffer:
         return Facts(ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition)
 
     def table(self) -> pa.Table:
-        n = self.n
+        n = len(self.rows)
         spec = self.spec
-        cols = {"index": self.c_index, "depth": self.c_depth, "k": self.c_k, "structure": self.c_structure,
-                "n_tasks": self.c_n_tasks, "condition": self.c_condition, "assistant_prefix": self.c_prefix,
-                "target_op": self.c_target, "tail_chars": self.c_tail_chars, "tail_calls": self.c_tail_calls,
-                "row_id": self.c_row_id}
+        if n:
+            (prompts, gts, answers, index, depth, k, ops_lists, structure, n_tasks, condition, prefix, row_id,
+             target, tail_chars, tail_calls) = zip(*self.rows)
+        else:
+            prompts = gts = answers = index = depth = k = ops_lists = structure = n_tasks = condition = ()
+            prefix = row_id = target = tail_chars = tail_calls = ()
+        cols = {"index": index, "depth": depth, "k": k, "structure": structure, "n_tasks": n_tasks,
+                "condition": condition, "assistant_prefix": prefix, "target_op": target, "tail_chars": tail_chars,
+                "tail_calls": tail_calls, "row_id": row_id}
         const = {"split": spec.split, "family": spec.family, "prompt_format": spec.prompt_format,
                  "answer_format": spec.answer_format, "mode": self.fmt.mode, "opgen_version": __version__,
                  "recipe": spec.recipe}
@@ -229,23 +218,23 @@ class RowBuffer:
         arrays = []
         for f in extra_type:
             if f.name == "ops":
-                arrays.append(pa.ListArray.from_arrays(pa.array(self.ops_off, pa.int32()),
-                                                       pa.array(self.ops_flat, pa.string())))
+                offsets = [0]
+                for o in ops_lists:
+                    offsets.append(offsets[-1] + len(o))
+                flat = [o for group in ops_lists for o in group]
+                arrays.append(pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(flat, pa.string())))
             elif f.name in const:
                 arrays.append(pa.array([const[f.name]] * n, f.type))
             else:
                 arrays.append(pa.array(cols[f.name], f.type))
         extra = pa.StructArray.from_arrays(arrays, fields=list(extra_type))
-        prompt = _msg_array(list(range(n + 1)), ["user"] * n, self.p_content)
-        reward = pa.StructArray.from_arrays([pa.array(["rule"] * n, pa.string()), pa.array(self.gt, pa.string())],
+        prompt = _msg_array(list(range(n + 1)), ["user"] * n, list(prompts))
+        reward = pa.StructArray.from_arrays([pa.array(["rule"] * n, pa.string()), pa.array(gts, pa.string())],
                                             names=["style", "ground_truth"])
         columns = [pa.array([self.data_source] * n, pa.string()), prompt, pa.array([self.ability] * n, pa.string()),
                    reward, extra]
         if spec.kind == "sft":
-            roles, contents = [], []
-            for user, gold in zip(self.p_content, self.response):
-                roles += ("user", "assistant")
-                contents += (user, gold)
-            columns += [_msg_array(list(range(0, 2 * n + 1, 2)), roles, contents),
-                        pa.array(self.response, pa.string()), pa.array(self.p_content, pa.string())]
+            contents = [text for pair in zip(prompts, answers) for text in pair]
+            columns += [_msg_array(list(range(0, 2 * n + 1, 2)), ["user", "assistant"] * n, contents),
+                        pa.array(answers, pa.string()), pa.array(prompts, pa.string())]
         return pa.Table.from_arrays(columns, schema=self.schema)
