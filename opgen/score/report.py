@@ -219,6 +219,9 @@ def write_plots(summary: dict, out: Path) -> list[str]:
         ys = [p["acc"] for _, p in pts]
         err = [[p["acc"] - p["ci_low"] for _, p in pts], [p["ci_high"] - p["acc"] for _, p in pts]]
         ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=split)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("depth")
     ax.set_ylabel("accuracy (95% Wilson)")
     ax.set_ylim(-0.02, 1.02)
