@@ -23,8 +23,10 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
     ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows)."""
     from opgen.score.grade import grade
 
-    answer_format = str((extra_info or {}).get("answer_format", "") or "")
-    g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, answer_format=answer_format)
+    extra = extra_info or {}
+    g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode,
+              answer_format=str(extra.get("answer_format", "") or ""),
+              assistant_prefix=str(extra.get("assistant_prefix", "") or ""))
     rc = g["recall"]
     recall_wrong = rc["wrong_body"] + rc["no_definition"] + rc["syntax"]
     return {

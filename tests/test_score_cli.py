@@ -229,3 +229,41 @@ def test_artifacts_are_byte_identical_across_workers_and_hash_seeds(built, tmp_p
         outs.append(out)
     for name in ("scores.jsonl", "summary.json", "summary.csv", "accuracy_vs_depth.png", "recall_heatmap.png"):
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+
+
+PROBE_RECIPE = """\
+name: p1b
+seed: 1
+defaults: {role: eval, kind: rl, prompt_format: closed_book, answer_format: ra, unique: task}
+splits:
+  probe_1b:
+    generator: probe_1b
+    family: probe_1b
+    options: {targets: [func_24, func_6], r: [0, 2], others: [train], per_condition: 3}
+"""
+
+
+def test_teacher_forced_prefix_rows_grade_the_continuation(cli, runner, tmp_path):
+    (tmp_path / "p.yaml").write_text(PROBE_RECIPE)
+    res = runner.invoke(cli, ["build", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "b"), "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    data = tmp_path / "b" / "probe_1b.parquet"
+    rows = pq.read_table(data).to_pylist()
+    assert any(r["extra_info"]["assistant_prefix"] for r in rows)
+    # Backends return only the generated text: the gold answer without its prefix.
+    answers = []
+    for i, r in enumerate(rows):
+        g, prefix = gold(r), r["extra_info"]["assistant_prefix"]
+        assert g.startswith(prefix)
+        cont = g[len(prefix):]
+        answers.append({"index": i, "responses": [cont, cont.replace("def func_24(s, depth):", "def func_24(s):")]})
+    res = run(cli, runner, data, answers, tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    scores = [json.loads(s) for s in (tmp_path / "out" / "scores.jsonl").read_text().splitlines()]
+    for s in scores:
+        # Only the target's own block is judged; the prefix's blocks were given, not recalled.
+        assert s["recall"]["expected"] == 1 and s["missing"] == [], s
+        assert [r["op"] for r in s["recalls"]] == [s["target_op"]]
+    assert all(s["score"] == 1.0 for s in scores if s["sample"] == 0)
+    drifted = [s for s in scores if s["sample"] == 1 and s["target_op"] == "func_24"]
+    assert drifted and all(s["error"] == "arity" and s["recalls"][0]["verdict"] == "arity" for s in drifted)

@@ -128,11 +128,20 @@ def _finish(result: dict, correct: list[bool], structure: list[bool] | None, gro
 
 
 def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, group: str,
-                   diagnose: bool, answer_format: str) -> dict:
+                   diagnose: bool, answer_format: str, assistant_prefix: str) -> dict:
     result = _empty(truth, "program")
     entries = tuple(t.entry for t in truth.tasks)
+    # Generated text never holds a teacher-forced prefix (probe 1b); the answer is prefix + text.
+    # The prefix's recall blocks were given, not recalled: they are left out of the diagnostics.
+    given: tuple[str, ...] = ()
+    if assistant_prefix:
+        if not response.startswith(assistant_prefix):
+            response = assistant_prefix + response
+        given = tuple(r.op for r in P.parse_program_answer(assistant_prefix, entries).recalls)
     answer = P.parse_program_answer(response, entries)
-    report = D.recall_plan(answer.recalls, truth.recall_order) if diagnose else D.RecallReport()
+    own_recalls = answer.recalls[len(given):]
+    expected = tuple(op for op in truth.recall_order if op not in given)
+    report = D.recall_plan(own_recalls, expected) if diagnose else D.RecallReport()
     checks = [c for c in report.checks if c.kinds]
     units = []
     if answer.code is not None:
@@ -167,11 +176,12 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
 
 def grade(ground_truth: dict | str, response: str, *, policy: str = "output", group: str = "fraction",
           mode: str = "auto", sandbox: Sandbox | None = None, diagnose: bool = True,
-          answer_format: str = "") -> dict:
+          answer_format: str = "", assistant_prefix: str = "") -> dict:
     """Grade one response. ``policy``: reward output match only, or output and structure;
     ``group``: a group row's score as the fraction of tasks correct, or 1 only when all are;
     ``mode``: ``auto`` follows the ground truth, ``forward``/``program`` force one (native rows are
-    always forward). ``sandbox`` defaults to the process-wide one."""
+    always forward). ``sandbox`` defaults to the process-wide one. ``answer_format`` and
+    ``assistant_prefix`` are the row's ``extra_info`` fields of those names."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     if group not in GROUP_POLICIES:
@@ -192,4 +202,4 @@ def grade(ground_truth: dict | str, response: str, *, policy: str = "output", gr
         from opgen.score.sandbox import shared
 
         sandbox = shared()
-    return _grade_program(truth, response, sandbox, policy, group, diagnose, answer_format)
+    return _grade_program(truth, response, sandbox, policy, group, diagnose, answer_format, assistant_prefix)

@@ -125,7 +125,8 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
         def one(job: tuple[Row, int, str]) -> dict:
             row, sample, text = job
             g = grade(row.ground_truth, text, policy=policy, group=group, mode=mode, sandbox=box,
-                      answer_format=str(row.extra.get("answer_format", "") or ""))
+                      answer_format=str(row.extra.get("answer_format", "") or ""),
+                      assistant_prefix=str(row.extra.get("assistant_prefix", "") or ""))
             rec = {"index": row.position, "sample": sample}
             rec.update({k: row.extra.get(k, "") for k in _MEASURES})
             rec["data_source"] = row.data_source
