@@ -113,3 +113,16 @@ def test_foreign_rows_run_through_the_sandbox_and_failures_are_named(runner, cli
     assert "2 of 4 rows (foreign)" in result.output
     assert "row 1: ref_code on ref_input gives 'abc', ref_output is 'cab'" in result.output
     assert "row 2: ref_code on ref_input: timeout" in result.output
+
+
+def test_a_ground_truth_without_its_tasks_is_explained_by_the_schema(built, runner, cli, tmp_path):
+    def drop(r):
+        gt = json.loads(r["reward_model"]["ground_truth"])
+        del gt["tasks"]
+        r["reward_model"]["ground_truth"] = json.dumps(gt)
+
+    bad = tmp_path / "bad.parquet"
+    _rewrite(built / "fwd.parquet", bad, 5, drop)
+    result = runner.invoke(cli, ["validate", str(bad)])
+    assert result.exit_code == 1
+    assert "row 5: ground_truth.(top level): 'tasks' is a required property" in result.output
