@@ -1,6 +1,6 @@
 """A sandbox worker: a warm process that forks one isolated child per request and runs model code there.
 
-This file runs as a standalone script (``python -I worker.py ARGS``) and imports only the standard
+This file runs as a standalone script (``python -I -S worker.py ARGS``) and imports only the standard
 library, so a worker starts in milliseconds and its children inherit nothing of the scorer: no
 environment, no open files, no expected answers (the worker never receives them).
 
@@ -19,8 +19,9 @@ reported back in the hello message, so the scorer can state the level in its out
 Protocol (worker <-> scorer, over stdin/stdout, trusted): 4-byte big-endian length + ``marshal``
 payload. A request is ``(units, timeout_s)`` with ``units = [(code, [(entry, args), ...], fail_fast), ...]``;
 the reply is a list of ``(status, value, detail)``, one per call, in order.
-Child -> worker (hostile): frames of 1 status byte + 4-byte length + UTF-8 payload, parsed
-defensively; a child can only ever lie about its own result.
+Child -> worker (hostile): frames of 1 status byte + 4-byte sender pid + 4-byte length + UTF-8
+payload, parsed defensively; frames from any pid but the child's are dropped, so a child can only
+ever lie about its own result.
 """
 
 from __future__ import annotations
