@@ -7,6 +7,9 @@ The first part tests the generators as a library; the second drives the bundled 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -372,9 +375,13 @@ def test_built_stage1_shows_the_bodies(small_cells):
         assert r["extra_info"]["depth"] == 1
 
 
-def test_built_files_are_reproducible(tmp_path, small_cells):
+def test_built_files_are_reproducible_across_workers_and_hash_seeds(tmp_path, small_cells):
     man, _ = small_cells["sft-c1"]
-    again, _ = run_build(tmp_path, "sft-c1", "--workers", "2")
+    env = {**os.environ, "PYTHONHASHSEED": "4242"}
+    subprocess.run([sys.executable, "-c", "from opgen.cli import main; main()", "build", "datasets/sft-c1.yaml",
+                    "--out", str(tmp_path), "--workers", "2", "--no-progress"],
+                   check=True, env=env, capture_output=True)
+    again = json.loads((tmp_path / "manifest.json").read_text())
     assert [f["sha256"] for f in again["splits"]["train"]["files"]] == \
         [f["sha256"] for f in man["splits"]["train"]["files"]]
 
