@@ -49,11 +49,31 @@ def load_tokenizer(path: str | Path) -> Any:
     return tok
 
 
+def tokenizer_id(tokenizer: Any) -> dict[str, str]:
+    """``{name, sha256}`` of a loaded tokenizer's folder: machine-independent (no absolute path),
+    and the digest changes whenever the files that decide token counts change."""
+    import hashlib
+
+    folder = Path(getattr(tokenizer, "name_or_path", "") or ".")
+    h = hashlib.sha256()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "vocab.json", "merges.txt",
+                 "special_tokens_map.json"):
+        path = folder / name
+        if path.is_file():
+            h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return {"name": folder.name, "sha256": h.hexdigest()}
+
+
 def _encode_lengths(tokenizer: Any, texts: Sequence[str]) -> list[int]:
     if not texts:
         return []
     # add_special_tokens=False is what apply_chat_template(tokenize=True) does: the template
     # already wrote every special token the model sees.
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is not None:
+        # The Rust tokenizer a fast tokenizer wraps gives the same ids without building Python
+        # lists of them (a third of the time on long answers).
+        return [len(e.ids) for e in backend.encode_batch(list(texts), add_special_tokens=False)]
     ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     return [len(x) for x in ids]
 
@@ -267,7 +287,7 @@ def build_token_report(build_dir: str | Path, tokenizer: Any, *, splits: Sequenc
         measured[name] = measure_files([root / f["path"] for f in info["files"]], tokenizer,
                                        kind=info.get("kind", "rl"), gold_answer=gold_answer)
     report: dict[str, Any] = {
-        "tokenizer": getattr(tokenizer, "name_or_path", ""),
+        "tokenizer": tokenizer_id(tokenizer),
         "splits": {name: measured[name].summary() for name in chosen},
         "recommended": recommend(measured),
     }

@@ -329,7 +329,9 @@ def test_build_token_report_on_a_build_dir(contract_build, tok_dir):
     assert report["splits"]["sft_train"]["answer_tokens"]["min"] > 1
     assert set(report["recommended"]) == {"data.max_prompt_length", "data.max_response_length", "data.max_length"}
     assert len(report["warnings"]) == 3
-    json.dumps(report)
+    assert report["tokenizer"]["name"] == tok_dir.name and len(report["tokenizer"]["sha256"]) == 64
+    again = tokens.build_token_report(contract_build, tok_dir, max_prompt_length=16)
+    assert json.dumps(again, sort_keys=True) == json.dumps(report, sort_keys=True)
     with pytest.raises(KeyError, match="no split 'nope'"):
         tokens.build_token_report(contract_build, tok_dir, splits=["nope"])
 
