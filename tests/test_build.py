@@ -240,3 +240,22 @@ def test_only_and_limit(runner, cli, tmp_path):
     assert list(man["splits"]) == ["trainop_chains_d1-20"] and man["splits"]["trainop_chains_d1-20"]["rows"] == 7
     bad = runner.invoke(cli, ["build", "--out", str(tmp_path / "p"), "--only", "nope"])
     assert bad.exit_code == 2 and "nope" in bad.output
+
+
+@pytest.mark.parametrize("recipe, splits", [
+    ("native-stage1", {"stage1_l1_train", "stage1_l1_test"}),
+    ("native-stage2", {"stage2_l1_train", "stage2_l2_train", "stage2_l12_train", "stage2_l18_test"}),
+])
+def test_native_recipes_build_and_validate(runner, cli, tmp_path, recipe, splits):
+    out = tmp_path / recipe
+    result = runner.invoke(cli, ["build", recipe, "--out", str(out), "--limit", "150", "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    man = json.loads((out / "manifest.json").read_text())
+    assert set(man["splits"]) == splits and all(s["mode"] == "forward" for s in man["splits"].values())
+    leak = man["leakage"]
+    assert leak["ok"] and not [v for v in leak["violations"] if v["kind"] == "prompt"]
+    assert runner.invoke(cli, ["validate", str(out)]).exit_code == 0
+    if recipe == "native-stage2":
+        assert set(man["splits"]["stage2_l18_test"]["counts"]["op"]) <= {
+            "func_0", "func_2", "func_6", "func_7", "func_8", "func_10", "func_12", "func_14", "func_16", "func_18",
+            "func_21", "func_24"}
