@@ -84,9 +84,13 @@ class _Worker:
         self.root_dir = tempfile.mkdtemp(prefix="opgen-sandbox-")
         os.chmod(self.root_dir, 0o755)
         # A bare environment: model code must find no token, path or answer in os.environ.
-        self.proc = subprocess.Popen([*argv, self.root_dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, close_fds=True, cwd="/",
-                                     env={"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"})
+        try:
+            self.proc = subprocess.Popen([*argv, self.root_dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, close_fds=True, cwd="/",
+                                         env={"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"})
+        except OSError as exc:
+            shutil.rmtree(self.root_dir, ignore_errors=True)
+            raise SandboxError(f"cannot start a sandbox worker with {argv[0]}: {exc}") from None
         self.wfd = self.proc.stdin.fileno()
         self.rfd = self.proc.stdout.fileno()
         hello = self.receive(30.0)
