@@ -138,3 +138,35 @@ def test_looping_recall_costs_one_timeout_not_one_per_probe(box):
     assert g["error"] == "timeout"
     assert {r["op"]: r["verdict"] for r in g["recalls"]}["func_5"] == "wrong_body"
     assert time.monotonic() - t0 < 3 * TIMEOUT_S + 2
+
+
+def test_unprivileged_fallback_reports_rlimits_and_still_grades():
+    """As an ordinary user (no root, no namespaces requested) the sandbox says so and still works."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    setpriv, python = shutil.which("setpriv"), "/usr/bin/python3"
+    if os.geteuid() != 0 or not setpriv or not os.path.exists(python):
+        pytest.skip("needs root to switch to nobody, setpriv and /usr/bin/python3")
+    # pytest's own tmp_path lives under a 0700 directory that nobody cannot enter.
+    tmp_path = Path(tempfile.mkdtemp(prefix="opgen-fallback-"))
+    script = tmp_path / "fallback.py"
+    script.write_text(
+        "from opgen.score.sandbox import Job, Sandbox\n"
+        "with Sandbox(workers=1, timeout_s=1.0) as b:\n"
+        "    rs = b.run([Job('def f(x):\\n    return x[::-1]', 'f', ('ab',)),\n"
+        "                Job('def f(x):\\n    while True: pass', 'f', ('ab',)),\n"
+        "                Job('def f(x):\\n    return \"a\" * 10 ** 10', 'f', ('ab',))])\n"
+        "    print(b.level, [(r.status, r.value) for r in rs])\n")
+    script.chmod(0o644)
+    tmp_path.chmod(0o755)
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, str(script)],
+                          capture_output=True, text=True, timeout=60, cwd="/",
+                          env={"PYTHONPATH": str(repo), "HOME": "/tmp", "PATH": "/usr/bin:/bin"})
+    if proc.returncode != 0 and ("No module named" in proc.stderr or "Permission denied" in proc.stderr):
+        pytest.skip(f"the system python cannot run opgen's sandbox as nobody: {proc.stderr[-200:]}")
+    assert proc.returncode == 0, proc.stderr
+    shutil.rmtree(tmp_path, ignore_errors=True)
+    assert proc.stdout.strip() == "rlimits [('ok', 'ba'), ('timeout', None), ('memory', None)]"
