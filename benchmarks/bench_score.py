@@ -112,6 +112,34 @@ def bench_subprocess(rows: list[tuple[dict, str]], workers: int) -> tuple[float,
     return len(rows) / dt, (_cpu() - c0) / len(rows), sum(ok)
 
 
+def page_fault_cost_us(pages: int = 20_000) -> float:
+    """Microseconds per first-touch page fault on this machine: the unit cost of forking a process
+    that then writes to its memory (virtual machines pay several times bare metal's)."""
+    import mmap
+
+    m = mmap.mmap(-1, pages * 4096)
+    t0 = time.perf_counter()
+    for i in range(0, pages * 4096, 4096):
+        m[i] = 1
+    dt = time.perf_counter() - t0
+    m.close()
+    return dt / pages * 1e6
+
+
+def child_faults(rows: list[tuple[dict, str]]) -> int:
+    """Minor page faults of one sandbox child running a typical assembled program."""
+    from opgen.score.parse import parse_program_answer
+    from opgen.score.sandbox import Job
+
+    gt, answer = rows[0]
+    code = parse_program_answer(answer).code + (
+        "\nimport resource\ndef _faults(x):\n    main_solution(x)\n"
+        "    return str(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)\n")
+    with Sandbox(workers=1) as box:
+        results = box.run([Job(code, "_faults", (gt["tasks"][0]["input"],)) for _ in range(5)])
+    return int(sorted(int(r.value) for r in results if r.ok)[2])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=2000, help="responses for the sandbox runs")
@@ -138,6 +166,8 @@ def main() -> None:
     print(f"speed-up vs baseline (CPU per program): {base_cpu / full_cpu:.1f}x with diagnostics, "
           f"{base_cpu / bare_cpu:.1f}x without")
     print(f"peak RSS: scorer {rss_self:.0f} MiB, largest child {rss_kids:.0f} MiB")
+    print(f"one sandbox child: {child_faults(rows)} minor page faults; a page fault here costs "
+          f"{page_fault_cost_us():.1f} us")
 
 
 if __name__ == "__main__":
