@@ -276,7 +276,7 @@ def _check_sft_items(ds, rows, tok, where):
         assert trained == row["response"] + tok.eos_token + "\n", f"{where} row {i}"
         context = tok.decode(ids[~mask].tolist(), skip_special_tokens=False)
         assert context == tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-        assert row["messages"][-1] == {"role": "assistant", "content": row["response"]}
+        assert row["messages"] == row["prompt"] + [{"role": "assistant", "content": row["response"]}]
 
 
 @pytest.mark.verl
