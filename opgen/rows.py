@@ -125,6 +125,7 @@ class RowBuffer:
         self.ability = "code_io" if self.fmt.mode == "forward" else "code"
         self.kind_sft = spec.kind == "sft"
         self.format_id = f"{spec.prompt_format}\x00{spec.answer_format}\x00"
+        self.format_key = h64(self.format_id)
         self.clear()
 
     def clear(self) -> None:
@@ -149,8 +150,9 @@ class RowBuffer:
             task_id = "\x01".join(e + "\x00" + t.input for e, t in zip(exprs, tasks))
             prog_keys = tuple(h64(e) for e in exprs)
         unique = self.spec.unique
+        tkey = h64(task_id)
         if unique == "task":
-            ukey = h64(task_id)
+            ukey = tkey
         elif unique == "program":
             ukey = prog_keys[0] if len(prog_keys) == 1 else h64("\x01".join(exprs))
         else:
@@ -166,10 +168,10 @@ class RowBuffer:
         depth = depths[0] if len(depths) == 1 else max(depths)
         k = len(p.recall)
         condition, prefix = item.condition, item.assistant_prefix
-        prompt_id = self.format_id + task_id
-        pkey = h64(prompt_id)
+        # The prompt is a function of the formats and the tasks: its key mixes the two hashes.
+        pkey = tkey ^ self.format_key
         row_id = (f"{pkey:016x}" if not condition and not prefix else
-                  f"{h64(f'{prompt_id}{chr(2)}{condition}{chr(2)}{prefix}'):016x}")
+                  f"{h64(f'{self.format_id}{task_id}{chr(2)}{condition}{chr(2)}{prefix}'):016x}")
         meta = item.meta or tasks[0].meta
         if meta:
             meta = dict(meta)

@@ -142,6 +142,8 @@ def rng_maker(*prefix: object):
             raw = str(n).encode()
             return b"i" + len(raw).to_bytes(8, "little") + raw
 
+        small = tuple(encode(j) for j in range(64))  # most rows need candidates 0, 1, 2
+
         last: list = [None, None]  # (i, hasher after i): candidates of one row share it
 
         def fast(i: int, j: int) -> Rng:
@@ -150,7 +152,7 @@ def rng_maker(*prefix: object):
                 hi.update(encode(i))
                 last[0], last[1] = i, hi
             h = last[1].copy()
-            h.update(encode(j))
+            h.update(small[j] if j < 64 else encode(j))
             r = Rng.__new__(Rng)
             r._key, r._counter, r._buf, r._pos = h.digest(), 0, (), 8
             return r
@@ -178,7 +180,7 @@ def sample_params(op: ops.Operator, rng: Rng) -> tuple[int | str, ...]:
     return tuple(out)
 
 
-_TEXT_RADIX: dict[tuple[int, int, str], tuple[int, tuple[str, ...]]] = {}
+_TEXT_RADIX: dict[tuple[int, int, str], tuple[int, tuple[str, ...], int]] = {}
 
 
 def text(rng: Rng, lo: int, hi: int, alphabet: str = LOWERCASE) -> str:
@@ -196,12 +198,16 @@ def text(rng: Rng, lo: int, hi: int, alphabet: str = LOWERCASE) -> str:
         m = (hi - lo + 1) * a ** hi
         triples = tuple(alphabet[d % a] + alphabet[d // a % a] + alphabet[d // (a * a)] for d in range(a ** 3)) \
             if m <= 1 << 64 and a <= 64 else ()
-        entry = _TEXT_RADIX[key] = (m if m <= 1 << 64 else 0, triples)
-    m, triples = entry
+        entry = _TEXT_RADIX[key] = (m if m <= 1 << 64 else 0, triples, (1 << 64) - ((1 << 64) % m) if m else 0)
+    m, triples, limit = entry
     if not m or not triples:
         return rng.text(lo, hi, alphabet)
     a = len(alphabet)
-    v = rng.below(m)
+    # rng.below(m), inlined with its rejection limit computed once per (lo, hi, alphabet).
+    w = rng.word()
+    while w >= limit:
+        w = rng.word()
+    v = w % m
     v, extra = divmod(v, hi - lo + 1)
     n = lo + extra
     out = []
