@@ -458,7 +458,7 @@ def test_a_broken_cell_recipe_fails_naming_file_and_option(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cell, rows", [
-    ("stage1", 10_000), ("stage15b-init", 32_000), ("sft-c4", None), ("sft-c4b", None),
+    ("stage1", 10_000), ("stage15b-init", 32_000), ("sft-v1", 25_979), ("sft-c4", None), ("sft-c4b", None),
     ("sft-matched", 49_600 + 38_400), ("sft-matched-isolated", 49_600), ("sft-matched-grouped", 38_400),
     ("rl-r1", 12_800), ("rl-mda", 12_800)])
 def test_full_build(tmp_path, cell, rows):
