@@ -292,6 +292,9 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
         sections[plan.cfg.name] = M.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"],
                                                   conditions, cat["out_len"], rejections[p_idx],
                                                   "forward" if plan.cfg.prompt_format == "forward" else "program")
+        extra = plan.gen.manifest_section(plan.rows)
+        if extra is not None:
+            sections[plan.cfg.name][getattr(plan.gen, "MANIFEST_KEY", "plan")] = extra
         keys.append(leakage.SplitKeys(plan.cfg.name, plan.cfg.role, cat["pkey"], prog, prog_rows, cat["composed"]))
 
     heldout = tuple(sorted({o for r in recipes for o in r.heldout_ops}, key=lambda o: int(o.split("_")[1])))

@@ -184,11 +184,15 @@ def test_unmeetable_constraints_fail_early_with_a_clear_message(runner, cli, tmp
 
 class Boom(G.Generator):
     NAME = "boom"
+    MANIFEST_KEY = "boom_plan"
     DEFAULTS = {"rows": 30, "fail_at": 25}
     OPTIONS_SCHEMA = {"properties": {"rows": {"type": "integer"}, "fail_at": {"type": "integer"}}}
 
     def count(self):
         return self.options["rows"]
+
+    def manifest_section(self, rows):
+        return {"rows_seen": rows, "fail_at": self.options["fail_at"]}
 
     def candidate(self, i, j):
         if i == self.options["fail_at"]:
@@ -208,6 +212,8 @@ def test_a_failed_build_leaves_no_complete_looking_file_and_keeps_the_previous_b
     B.build([R.load(str(tmp_path / "b.yaml"))], out)
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert "manifest.json" in before and len(before) == 4
+    # a generator's own manifest section lands under its MANIFEST_KEY
+    assert json.loads(before["manifest.json"])["splits"]["s"]["boom_plan"] == {"rows_seen": 30, "fail_at": 99}
     (tmp_path / "b.yaml").write_text(text.replace("fail_at: 99", "fail_at: 25"))
     with pytest.raises(RuntimeError, match="crashed"):
         B.build([R.load(str(tmp_path / "b.yaml"))], out)

@@ -53,6 +53,9 @@ class Generator:
     # Pool-based generators plan rows up front; drawing "the next candidate" cannot change a row,
     # so the builder fails on a duplicate instead of redrawing.
     REDRAWABLE = True
+    # Where the build stores ``manifest_section(rows)`` (when it returns a dict) in the split's
+    # manifest entry: e.g. a shared pool's task hash or per-step hashes of matched streams.
+    MANIFEST_KEY = "plan"
 
     def __init__(self, options: Mapping[str, Any], ctx: Context):
         self.options = dict(options)
@@ -118,6 +121,10 @@ class Generator:
 
     def item(self, i: int) -> Item:
         return self.first_valid(i)[1]
+
+    def manifest_section(self, rows: int) -> dict[str, Any] | None:
+        """Facts about the whole split for the manifest (``rows``: the rows built, after --limit)."""
+        return None
 
 
 # ---------------------------------------------------------------- shared sampling helpers
