@@ -337,6 +337,22 @@ def test_build_token_report_on_a_build_dir(contract_build, tok_dir):
 
 
 @pytest.mark.verl
+def test_load_tokenizer_refuses_folders_verl_could_not_use(tok_dir, tmp_path):
+    with pytest.raises(ValueError, match="not a tokenizer folder"):
+        tokens.load_tokenizer(tmp_path)
+    bare = tmp_path / "no-template"
+    bare.mkdir()
+    for f in tok_dir.iterdir():
+        if f.name != "chat_template.jinja":
+            (bare / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((bare / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="no chat_template"):
+        tokens.load_tokenizer(bare)
+
+
+@pytest.mark.verl
 def test_gold_answer_of_row_re_renders_every_sft_answer(real_builds):
     # SFT rows store the gold answer the build rendered; re-rendering it from the ground truth
     # must give the same text, so RL rows (which store none) get true answer lengths.
