@@ -95,6 +95,7 @@ def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int) -> No
         raise click.BadParameter("no parquet files found", param_hint="PATHS")
     runner = V.sandbox_runner(workers=sandbox_workers)
     reports = [V.validate_file(f, runner) for f in files]
+    manifest_problems = [m for p in paths if p.is_dir() for m in V.check_manifest(p)]
     if as_json:
         click.echo(json.dumps([{"path": r.path, "kind": r.kind, "rows": r.rows, "ok": r.ok, "error": r.error,
                                 "failed_rows": r.n_failed,
@@ -112,9 +113,12 @@ def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int) -> No
                     click.echo(f"  … and {r.n_failed - len(r.failures)} more")
             else:
                 click.echo(f"ok   {r.path}: {r.rows} rows ({r.kind})")
+    for problem in manifest_problems:
+        click.echo(f"FAIL {problem}")
     bad = [r for r in reports if not r.ok]
-    if bad:
-        raise click.ClickException(f"{len(bad)} of {len(reports)} files failed validation")
+    if bad or manifest_problems:
+        raise click.ClickException(f"{len(bad)} of {len(reports)} files failed validation"
+                                   + (f"; {len(manifest_problems)} manifest mismatches" if manifest_problems else ""))
 
 
 @click.command()

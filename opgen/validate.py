@@ -275,3 +275,28 @@ def expand(paths: list[Path]) -> list[Path]:
     for p in paths:
         out.extend(sorted(p.glob("*.parquet")) if p.is_dir() else [p])
     return out
+
+
+def check_manifest(build_dir: Path) -> list[str]:
+    """Problems between ``DIR/manifest.json`` and the files beside it (sha256, rows, missing files)."""
+    from opgen.write import sha256_of
+
+    path = build_dir / "manifest.json"
+    if not path.is_file():
+        return []
+    try:
+        manifest = json.loads(path.read_text())
+        listed = [(name, f) for name, split in manifest["splits"].items() for f in split["files"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        return [f"{path}: not an opgen manifest ({exc})"]
+    problems = []
+    for split, f in listed:
+        file = build_dir / f["path"]
+        if not file.is_file():
+            problems.append(f"{path}: split {split!r} lists {f['path']}, which is missing")
+        elif sha256_of(file) != f["sha256"]:
+            problems.append(f"{file}: sha256 differs from the manifest's")
+        elif pq.ParquetFile(file).metadata.num_rows != f["rows"]:
+            problems.append(f"{file}: row count differs from the manifest's")
+    return problems
+

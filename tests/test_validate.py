@@ -126,3 +126,15 @@ def test_a_ground_truth_without_its_tasks_is_explained_by_the_schema(built, runn
     result = runner.invoke(cli, ["validate", str(bad)])
     assert result.exit_code == 1
     assert "row 5: ground_truth.(top level): 'tasks' is a required property" in result.output
+
+
+def test_a_build_directory_is_checked_against_its_manifest(built, runner, cli, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(built, copy)
+    assert runner.invoke(cli, ["validate", str(copy)]).exit_code == 0
+    table = pq.read_table(copy / "prose.parquet")
+    pq.write_table(table.slice(0, 29), copy / "prose.parquet")  # valid rows, but not the built file
+    result = runner.invoke(cli, ["validate", str(copy)])
+    assert result.exit_code == 1 and "prose.parquet: sha256 differs from the manifest's" in result.output
