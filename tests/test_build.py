@@ -265,3 +265,12 @@ def test_native_recipes_build_and_validate(runner, cli, tmp_path, recipe, splits
         assert set(man["splits"]["stage2_l18_test"]["counts"]["op"]) <= {
             "func_0", "func_2", "func_6", "func_7", "func_8", "func_10", "func_12", "func_14", "func_16", "func_18",
             "func_21", "func_24"}
+
+
+def test_a_build_never_imports_pandas(tmp_path):
+    # pyarrow's pa.array imports pandas on first use (0.2 s, 60 MiB per process); rows are built from buffers
+    code = ("import sys; from pathlib import Path; from opgen import build, recipe; "
+            f"build.build([recipe.load('eval-suite')], Path({str(tmp_path)!r}), limit=20); "
+            "print('pandas' in sys.modules)")
+    out = subprocess.run(["python", "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
