@@ -19,6 +19,7 @@ leaves a file that looks complete.
 
 from __future__ import annotations
 
+import heapq
 import multiprocessing as mp
 import os
 import shutil
@@ -85,12 +86,12 @@ def _facts_arrays(facts: list[Facts]) -> dict:
         "ukey": np.array([f.ukey for f in facts], dtype=np.uint64),
         "pkey": np.array([f.pkey for f in facts], dtype=np.uint64),
         "prog": np.array(prog_keys, dtype=np.uint64),
-        "prog_rows": np.array(prog_rows, dtype=np.int64),
-        "depth": np.array([f.depth for f in facts], dtype=np.int64),
-        "k": np.array([f.k for f in facts], dtype=np.int64),
+        "prog_rows": np.array(prog_rows, dtype=np.int32),
+        "depth": np.array([f.depth for f in facts], dtype=np.int16),
+        "k": np.array([f.k for f in facts], dtype=np.int16),
         "opmask": np.array([f.opmask for f in facts], dtype=np.uint32),
         "composed": np.array([f.composed for f in facts], dtype=np.uint32),
-        "out_len": np.array([f.out_len for f in facts], dtype=np.int64),
+        "out_len": np.array([f.out_len for f in facts], dtype=np.int32),
         "conditions": Counter(f.condition for f in facts if f.condition),
         "condition_of": {i: f.condition for i, f in enumerate(facts) if f.condition},
     }
@@ -130,7 +131,7 @@ def _produce(uid: int) -> dict:
                 stream.write_table(buf.table())
                 _TICK(c1 - c0)
     out = _facts_arrays(facts)
-    out["attempt"] = np.array(attempts, dtype=np.int64)
+    out["attempt"] = np.array(attempts, dtype=np.int32)
     out["rejections"] = gen.rejections
     return out
 
@@ -282,7 +283,7 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
         cat = {name: np.concatenate([r[name] for r in res]) for name in
                ("pkey", "depth", "k", "opmask", "composed", "out_len")}
         prog = np.concatenate([r["prog"] for r in res])
-        prog_rows = np.concatenate([r["prog_rows"] + units[u].start for r, u in zip(res, plan.units)])
+        prog_rows = np.concatenate([r["prog_rows"].astype(np.int64) + units[u].start for r, u in zip(res, plan.units)])
         conditions = sum((r["conditions"] for r in res), Counter())
         files = []
         for name, uid in zip(plan.names, plan.units):
@@ -321,8 +322,13 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
 
 
 def _resolve(plans: list[Plan], units: list[Unit], results: list[dict]) -> tuple[dict, list[Counter]]:
-    """Phase 2: cross-build duplicates, judged in a fixed order; returns {unit: [(local row, attempt)]}."""
-    seen: set[int] = set()
+    """Phase 2: cross-build duplicates, judged in a fixed order; returns {unit: [(local row, attempt)]}.
+
+    The rule is sequential (row i may not repeat the final key of any earlier row of the build), but
+    only rows that hit an earlier shard's key are visited: shards arrive free of inner duplicates,
+    and the keys of finished shards are kept as one sorted array (8 bytes a row, not a Python set).
+    """
+    seen = np.empty(0, dtype=np.uint64)
     patches: dict[int, list[tuple[int, int]]] = {}
     totals = []
     for plan in plans:
@@ -334,25 +340,48 @@ def _resolve(plans: list[Plan], units: list[Unit], results: list[dict]) -> tuple
             unit_rejections.update(res["rejections"])
             if plan.cfg.unique == "none":
                 continue
-            unit = units[uid]
-            attempts = res["attempt"]
-            redrawn: dict[int, tuple[int, Facts]] = {}
-            for local, key in enumerate(res["ukey"].tolist()):
-                if key not in seen:
-                    seen.add(key)
-                    continue
-                gen.rejections["duplicate"] += 1
-                j, facts = _redraw(plan, unit.start + local, int(attempts[local]) + 1, seen)
-                seen.add(facts.ukey)
-                redrawn[local] = (j, facts)
-            if redrawn:
+            keys = res["ukey"]
+            heap = np.flatnonzero(np.isin(keys, seen)).tolist()
+            if heap:
+                redrawn = _redraw_unit(plan, units[uid], res, seen, heap)
                 patches[uid] = sorted((local, j) for local, (j, _) in redrawn.items())
                 _apply(res, {local: f for local, (_, f) in redrawn.items()})
+            seen = np.union1d(seen, res["ukey"])
         totals.append(unit_rejections + gen.rejections)
     return patches, totals
 
 
-def _redraw(plan: Plan, i: int, start: int, seen: set[int]) -> tuple[int, Facts]:
+def _redraw_unit(plan: Plan, unit: Unit, res: dict, seen: np.ndarray, heap: list[int]) -> dict[int, tuple[int, Facts]]:
+    keys = res["ukey"].tolist()
+    pos = {key: local for local, key in enumerate(keys)}
+    redrawn: dict[int, tuple[int, Facts]] = {}
+    new_keys: set[int] = set()
+    heapq.heapify(heap)
+    while heap:
+        local = heapq.heappop(heap)
+        if local in redrawn:
+            continue
+
+        def taken(key: int, local: int = local) -> bool:
+            if key in new_keys:
+                return True
+            p = pos.get(key)
+            if p is not None and p < local and p not in redrawn:
+                return True
+            at = int(np.searchsorted(seen, np.uint64(key)))
+            return at < seen.size and int(seen[at]) == key
+
+        plan.gen.rejections["duplicate"] += 1
+        j, facts = _redraw(plan, unit.start + local, int(res["attempt"][local]) + 1, taken)
+        redrawn[local] = (j, facts)
+        new_keys.add(facts.ukey)
+        later = pos.get(facts.ukey)
+        if later is not None and later > local and later not in redrawn:
+            heapq.heappush(heap, later)  # its key is now an earlier row's
+    return redrawn
+
+
+def _redraw(plan: Plan, i: int, start: int, taken: Callable[[int], bool]) -> tuple[int, Facts]:
     gen = plan.gen
     if not gen.REDRAWABLE:
         raise BuildError(_no_redraw(plan, i))
@@ -366,7 +395,7 @@ def _redraw(plan: Plan, i: int, start: int, seen: set[int]) -> tuple[int, Facts]
             except GeneratorError as exc:
                 raise BuildError(str(exc)) from None
             facts = buf.add(i, item)
-            if facts.ukey not in seen:
+            if not taken(facts.ukey):
                 return j, facts
             gen.rejections["duplicate"] += 1
             j += 1
@@ -402,8 +431,8 @@ def _apply(res: dict, redrawn: dict[int, Facts]) -> None:
         if f.condition:
             res["conditions"][f.condition] += 1
             res["condition_of"][local] = f.condition
-    keep = ~np.isin(res["prog_rows"], np.array(sorted(redrawn), dtype=np.int64))
+    keep = ~np.isin(res["prog_rows"], np.array(sorted(redrawn), dtype=np.int32))
     extra_keys = [k for local in sorted(redrawn) for k in redrawn[local].prog_keys]
     extra_rows = [local for local in sorted(redrawn) for _ in redrawn[local].prog_keys]
     res["prog"] = np.concatenate([res["prog"][keep], np.array(extra_keys, dtype=np.uint64)])
-    res["prog_rows"] = np.concatenate([res["prog_rows"][keep], np.array(extra_rows, dtype=np.int64)])
+    res["prog_rows"] = np.concatenate([res["prog_rows"][keep], np.array(extra_rows, dtype=np.int32)])
