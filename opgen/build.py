@@ -4,11 +4,13 @@ A row is a pure function of (resolved recipe, split, row index), yet duplicates 
 the whole build. Three phases keep both, independent of the number of workers:
 
 1. **produce** (parallel over shards): row ``i`` takes its first candidate ``j`` that meets the
-   generator's own constraints and is rendered into a staged (uncompressed Arrow) shard; the
-   worker returns each row's keys (unique key, prompt and program hashes) and measures.
-2. **resolve** (main process, sequential: splits in recipe order, rows in order): a row whose
-   unique key was already seen earlier in the build draws candidates ``j+1, j+2, …`` from
+   generator's own constraints and is new within its shard, and is rendered into a staged
+   (uncompressed Arrow) shard; the worker returns each row's keys (unique key, prompt and program
+   hashes) and measures.
+2. **resolve** (main process, sequential: splits in recipe order, shards and rows in order): a row
+   whose unique key an earlier shard or split already holds draws candidates ``j+1, j+2, …`` from
    ``Rng(digest, split, i, j)`` until one is new. Only these rows change; the pass is cheap.
+   Shards are fixed by ``shard_rows``, never by the worker count.
 3. **finish** (parallel over shards): each staged shard is written as parquet, redrawn rows
    swapped in, row groups of a fixed size, and hashed.
 
