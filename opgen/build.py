@@ -308,6 +308,10 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
         raise BuildError("leakage check failed (the recipe may allow it explicitly under leakage.allow):\n  "
                          + "\n  ".join(leakage.describe(report)))
     man = M.manifest(recipes, seed, sections, report, limit)
+    for cls in sorted({type(plan.gen) for plan in plans}, key=lambda c: c.__name__):
+        summary = cls.summarize_build(sections) if cls.BUILD_KEY else None
+        if summary is not None:
+            man[cls.BUILD_KEY] = summary
 
     manifest_path = out / "manifest.json"
     manifest_path.unlink(missing_ok=True)  # never an old manifest beside new files

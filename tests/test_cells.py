@@ -413,12 +413,11 @@ def test_matched_single_stream_recipes_plan_the_same_steps(tmp_path, matched_bui
     assert [task_ids(gt) for gt in truths(alone, "train")] == [task_ids(gt) for gt in truths(both, "grouped")[:192]]
 
 
-@pytest.mark.xfail(strict=True, reason="needs the build to store Generator.manifest_section() in the manifest "
-                                       "(requested from the lead; see docs/cells.md)")
 def test_manifest_shows_shared_pool_and_step_hashes(matched_build, small_cells):
     man, _ = matched_build
     sections = man["splits"]
     assert C.stream_match(sections)["equal"]
+    assert man["matched_streams"]["equal"] and man["matched_streams"]["steps_compared"] > 0
     pools = {small_cells[c][0]["splits"]["train"]["cell"]["atomic_pool"]["sha256"] for c in ("sft-d1", "sft-eco")}
     assert len(pools) == 1
 

@@ -126,6 +126,15 @@ class Generator:
         """Facts about the whole split for the manifest (``rows``: the rows built, after --limit)."""
         return None
 
+    # Facts that span several splits of one build (matched streams compared step by step): the
+    # build calls ``summarize_build(sections)`` once per generator class it used and stores a
+    # non-None result in the manifest under ``BUILD_KEY``.
+    BUILD_KEY = ""
+
+    @classmethod
+    def summarize_build(cls, sections: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+        return None
+
 
 # ---------------------------------------------------------------- shared sampling helpers
 

@@ -223,6 +223,7 @@ class _PoolUser(Generator):
     """Pool-based rows: planned in the constructor, so a row cannot be redrawn."""
 
     REDRAWABLE = False
+    MANIFEST_KEY = "cell"
 
     def _atomic(self, spec: Mapping[str, Any]) -> tuple[Task, ...]:
         spec = {**ATOMIC_DEFAULTS, **spec}
@@ -350,6 +351,12 @@ class MatchedStream(_PoolUser):
     groups) and the same composition rows; both streams plan from the options minus ``stream``."""
 
     NAME = "matched_stream"
+    BUILD_KEY = "matched_streams"
+
+    @classmethod
+    def summarize_build(cls, sections: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+        return stream_match(sections)
+
     DEFAULTS = {
         "stream": "isolated", "atomic": dict(ATOMIC_DEFAULTS), "compositions": None,
         "steps": 400, "atomic_per_step": 48, "grouped_rows_per_step": 20, "comps_per_step": 76, "width": [2, 4],
