@@ -26,8 +26,11 @@ def _workers_default() -> int:
 @click.option("--only", multiple=True, metavar="SPLIT", help="Build only this split (repeatable).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N rows per split (the first N rows).")
 @click.option("--progress/--no-progress", default=None, help="Progress bars on stderr (default: when a terminal).")
+@click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A local tokenizer folder: record prompt/answer token lengths in the manifest and "
+                   "warn about prompts longer than a recipe's max_prompt_length (needs transformers).")
 def build(recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | None, only: tuple[str, ...],
-          limit: int | None, progress: bool | None) -> None:
+          limit: int | None, progress: bool | None, tokenizer: Path | None) -> None:
     """Build every split of RECIPE... (YAML files or bundled names) as verl parquet in --out.
 
     With no RECIPE, builds the bundled evaluation suite (datasets/eval-suite.yaml). Writes
@@ -42,6 +45,7 @@ def build(recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | 
     except R.RecipeError as exc:
         raise click.BadParameter(str(exc), param_hint="RECIPE") from None
     out = out or Path("out") / loaded[0].name
+    tok = _load_tokenizer(tokenizer) if tokenizer is not None else None  # fail before any work
     if progress is None:
         progress = sys.stderr.isatty()
     try:
@@ -53,6 +57,25 @@ def build(recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | 
     except R.RecipeError as exc:
         raise click.BadParameter(str(exc), param_hint="RECIPE") from None
     click.echo(summary(man, out))
+    if tok is not None:
+        from opgen import tokens as T
+
+        limits = [r.max_prompt_length for r in loaded if r.max_prompt_length is not None]
+        report = T.attach_to_build(out, tok, max_prompt_length=min(limits) if limits else None)
+        click.echo(T.render_report(report))
+        for warning in report.get("warnings", []):
+            click.echo(f"warning: {warning}", err=True)
+
+
+def _load_tokenizer(path: Path):
+    from opgen import tokens as T
+
+    try:
+        return T.load_tokenizer(path)
+    except ImportError as exc:
+        raise click.UsageError(f"--tokenizer needs transformers: pip install 'opgen[tokens]' ({exc})") from None
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--tokenizer") from None
 
 
 def summary(man: dict, out: Path) -> str:
@@ -124,20 +147,54 @@ def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int) -> No
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
-def stats(paths: tuple[Path, ...], as_json: bool) -> None:
-    """Counts (depth, k, operators, structure, conditions) and output-length histograms of parquet files."""
+@click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A local tokenizer folder: also report prompt and gold-answer token lengths per split and "
+                   "recommend verl's data.max_prompt_length / max_response_length (needs transformers).")
+@click.option("--max-prompt-length", type=click.IntRange(min=1),
+              help="With --tokenizer: warn about prompts longer than this many tokens.")
+def stats(paths: tuple[Path, ...], as_json: bool, tokenizer: Path | None, max_prompt_length: int | None) -> None:
+    """Counts (depth, k, operators, structure, conditions) and output-length histograms of parquet files.
+
+    PATHS are parquet files or build directories. With --tokenizer, token lengths are measured the
+    way verl measures them (chat template plus generation prompt): per split of a build directory
+    (its manifest names the splits), per file otherwise.
+    """
     from opgen import stats as S
     from opgen import validate as V
 
     files = V.expand(list(paths))
     if not files:
         raise click.BadParameter("no parquet files found", param_hint="PATHS")
+    if max_prompt_length is not None and tokenizer is None:
+        raise click.UsageError("--max-prompt-length needs --tokenizer")
+    token_report = None
+    if tokenizer is not None:
+        from opgen import tokens as T
+
+        tok = _load_tokenizer(tokenizer)
+        builds = [p for p in paths if p.is_dir() and (p / "manifest.json").is_file()]
+        loose = [p for p in paths if p not in builds]
+        try:
+            token_report = {str(b): T.build_token_report(b, tok, max_prompt_length=max_prompt_length)
+                            for b in builds}
+            if loose:
+                token_report["files"] = T.files_token_report(V.expand(loose), tok,
+                                                             max_prompt_length=max_prompt_length)
+        except (OSError, ValueError, KeyError) as exc:
+            raise click.ClickException(f"token statistics failed: {exc}") from None
     try:
         result = S.collect(files)
     except (OSError, ValueError, KeyError) as exc:
         raise click.ClickException(f"cannot read {', '.join(map(str, files))}: {exc}") from None
     if as_json:
         result.pop("lengths")
+        if token_report is not None:
+            result["tokens"] = token_report
         click.echo(json.dumps(result, indent=2, default=str))
     else:
         click.echo(S.render(result))
+        if token_report is not None:
+            from opgen import tokens as T
+
+            for report in token_report.values():
+                click.echo(T.render_report(report))

@@ -45,9 +45,11 @@ class SplitConfig:
     options: dict[str, Any]
     digest: str  # names this split's rows: seed, generator, its version and its resolved options
     where: str  # "<file>: splits.<name>" for error messages
+    description: str = ""  # prose for cards and manifests; not part of the digest
 
     def resolved(self) -> dict[str, Any]:
-        return {"generator": self.generator, "role": self.role, "kind": self.kind, "family": self.family,
+        return {"description": self.description,
+                "generator": self.generator, "role": self.role, "kind": self.kind, "family": self.family,
                 "prompt_format": self.prompt_format, "answer_format": self.answer_format,
                 "unique": self.unique, "shard_rows": self.shard_rows, "options": self.options}
 
@@ -63,8 +65,13 @@ class Recipe:
     allow: tuple[str, ...]
     raw: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def max_prompt_length(self) -> int | None:
+        return self.raw.get("max_prompt_length")
+
     def resolved(self) -> dict[str, Any]:
         return {"name": self.name, "seed": self.seed, "description": self.raw.get("description", ""),
+                "max_prompt_length": self.max_prompt_length,
                 "leakage": {"heldout_ops": list(self.heldout_ops), "allow": list(self.allow),
                             "reason": self.raw.get("leakage", {}).get("reason", "")},
                 "splits": {s.name: s.resolved() for s in self.splits}}
@@ -149,7 +156,7 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None) -> Re
             name=name, recipe=data["name"], generator=merged["generator"], role=merged["role"],
             kind=merged["kind"], family=merged.get("family") or name, prompt_format=merged["prompt_format"],
             answer_format=answer, unique=merged["unique"], shard_rows=merged["shard_rows"], options=options,
-            digest=digest, where=where))
+            digest=digest, where=where, description=raw.get("description", "")))
     return Recipe(name=data["name"], path=shown, sha256=sha, seed=seed, splits=splits, heldout_ops=heldout_ops,
                   allow=tuple(leak.get("allow", ())), raw=data)
 

@@ -294,3 +294,54 @@ def build_token_report(build_dir: str | Path, tokenizer: Any, *, splits: Sequenc
     if max_prompt_length is not None:
         report["warnings"] = truncation_warnings(measured, max_prompt_length)
     return report
+
+
+def attach_to_build(build_dir: str | Path, tokenizer: Any, *, max_prompt_length: int | None = None) -> dict[str, Any]:
+    """Measure a finished build and record the report under ``tokens`` in its ``manifest.json``.
+
+    The manifest is rewritten through a temporary file, so a crash leaves the old one whole.
+    """
+    from opgen import manifest as M
+    from opgen import write
+
+    root = Path(build_dir)
+    report = build_token_report(root, tokenizer, max_prompt_length=max_prompt_length)
+    manifest = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+    manifest["tokens"] = report
+    write.atomic_write_text(root / "manifest.json", M.dumps(manifest))
+    return report
+
+
+def files_token_report(paths: Sequence[str | Path], tokenizer: Any, *,
+                       max_prompt_length: int | None = None) -> dict[str, Any]:
+    """The token report of loose parquet files (no manifest): one entry per file, its kind read
+    from its columns (a ``messages`` column makes it SFT)."""
+    import pyarrow.parquet as pq
+
+    measured = {}
+    for path in paths:
+        names = set(pq.ParquetFile(str(path)).schema_arrow.names)
+        measured[str(path)] = measure_files([path], tokenizer, kind="sft" if "messages" in names else "rl")
+    report: dict[str, Any] = {
+        "tokenizer": tokenizer_id(tokenizer),
+        "splits": {name: lengths.summary() for name, lengths in measured.items()},
+        "recommended": recommend(measured),
+    }
+    if max_prompt_length is not None:
+        report["warnings"] = truncation_warnings(measured, max_prompt_length)
+    return report
+
+
+def render_report(report: Mapping[str, Any]) -> str:
+    """A short human table of a token report: per split min / median / p99 / max, then advice."""
+    lines = [f"tokens (tokenizer {report['tokenizer']['name']}, sha256 {report['tokenizer']['sha256'][:12]}):",
+             f"  {'split':<32} {'part':<13} {'min':>6} {'median':>7} {'p99':>6} {'max':>6}"]
+    for name, s in report["splits"].items():
+        for part in ("prompt_tokens", "answer_tokens", "conversation_tokens"):
+            stats = s.get(part)
+            if stats:
+                lines.append(f"  {name:<32} {part[:-7]:<13} {stats['min']:>6} {stats['median']:>7} "
+                             f"{stats['p99']:>6} {stats['max']:>6}")
+    lines += [f"  recommended {key} = {value}" for key, value in report["recommended"].items()]
+    lines += [f"  WARNING {w}" for w in report.get("warnings", [])]
+    return "\n".join(lines)
