@@ -126,20 +126,10 @@ def program_row(index: int, expression: str, x: str, *, split: str = "test", ass
 
 
 def row_schema():
-    import pyarrow as pa
+    """The RL row schema written from docs/contracts.md (one copy, shared with the verl suite)."""
+    from verl_helpers import contract_schema
 
-    msg = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-    extra = pa.struct([
-        ("index", pa.int64()), ("split", pa.string()), ("family", pa.string()), ("depth", pa.int64()),
-        ("k", pa.int64()), ("ops", pa.list_(pa.string())), ("structure", pa.string()),
-        ("prompt_format", pa.string()), ("answer_format", pa.string()), ("mode", pa.string()),
-        ("condition", pa.string()), ("n_tasks", pa.int64()), ("assistant_prefix", pa.string()),
-        ("opgen_version", pa.string()), ("recipe", pa.string()), ("row_id", pa.string()),
-        ("target_op", pa.string()), ("tail_chars", pa.int64()), ("tail_calls", pa.int64()),
-    ])
-    return pa.schema([("data_source", pa.string()), ("prompt", msg), ("ability", pa.string()),
-                      ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-                      ("extra_info", extra)])
+    return contract_schema("rl")
 
 
 def write_rows(path: Path, rows: list[dict]) -> Path:
