@@ -188,9 +188,8 @@ def test_real_build_card_shows_one_real_row_per_format(real_tree: Path):
 
 def test_real_build_card_descriptions_and_verl_roles(real_tree: Path):
     body = (real_tree / "README.md").read_text()
-    # a family the study does not name is described by its rows; known ones by the study
-    assert ("**`codeio_forward`** (family `codeio_forward`): forward-prediction rows (rl): given a program "
-            "and an input, predict the output.") in body
+    # a family the study does not name is described by its recipe's split description; known ones by the study
+    assert "**`codeio_forward`** (family `codeio_forward`): forward prediction over the held-out operators." in body
     assert "definition-load probe" in body
     # the sft split has role train; every rl split is evaluation data
     assert "data.train_files=[<your RL pool>]" in body
