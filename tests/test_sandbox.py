@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 
 import pytest
 
@@ -142,3 +143,47 @@ def test_fail_fast_unit_stops_at_the_first_timeout(box):
                         Unit("def g(x):\n    return x\n", (("g", ("ok",)),))])
     assert [r.status for r in rs] == ["timeout"] * 20 + ["ok"]
     assert time.monotonic() - t0 < 3 * box.timeout_s
+
+
+def test_code_that_does_not_compile_never_reaches_a_child(box, monkeypatch):
+    # The scorer compiles; a syntax error is answered without a worker round trip, in unit order.
+    sent = []
+    real = box._request
+    monkeypatch.setattr(box, "_request", lambda units, n: sent.append(units) or real(units, n))
+    rs = box.run_units([Unit("def f(x) return x\n", (("f", ("a",)), ("f", ("b",)))),
+                        Unit("def g(x):\n    return x + '!'\n", (("g", ("a",)),)),
+                        Unit("a = '\0'\n", (("h", ()),))])
+    assert [r.status for r in rs] == ["syntax", "syntax", "ok", "syntax"]
+    assert rs[0].detail.startswith("SyntaxError") and rs[2].value == "a!"
+    assert len(sent) == 1 and len(sent[0]) == 1 and isinstance(sent[0][0][0], bytes)
+    sent.clear()
+    assert [r.status for r in box.run_units([Unit("def f(:\n", (("f", ()),))])] == ["syntax"]
+    assert sent == []
+
+
+def test_compiled_here_runs_as_compiled_there(box, capfd):
+    # Postponed annotations (as the worker always compiled them); the model's compile-time
+    # warnings neither reach the scorer's stderr nor become errors under `-W error`.
+    code = ("def main_solution(x: Undefined) -> str:\n"
+            "    assert x is not 'zz'\n"
+            "    return str(main_solution.__annotations__['x']) + '\\d'\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (r,) = box.run([Job(code, "main_solution", ("q",))])
+    assert r.status == "ok" and r.value == "Undefined\\d"
+    assert "Warning" not in capfd.readouterr().err
+
+
+def test_code_the_scorer_cannot_compile_for_its_own_limits_goes_to_the_child(box, monkeypatch):
+    import opgen.score.sandbox as S
+
+    def too_deep(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded during compilation")
+
+    sent = []
+    real = box._request
+    monkeypatch.setattr(S, "compile", too_deep, raising=False)
+    monkeypatch.setattr(box, "_request", lambda units, n: sent.append(units) or real(units, n))
+    (r,) = box.run([Job("def main_solution(x):\n    return x * 2\n", "main_solution", ("ab",))])
+    assert r.status == "ok" and r.value == "abab"
+    assert isinstance(sent[0][0][0], str)

@@ -11,6 +11,7 @@ idle worker from a queue, so no signal handling or global state is involved.
 """
 
 from __future__ import annotations
+import __future__
 
 import atexit
 import marshal
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -69,6 +71,44 @@ class Result:
 
 class SandboxError(RuntimeError):
     """The sandbox itself failed (a worker could not start); never a verdict on model code."""
+
+
+# Model code has always been compiled with postponed annotations (the worker's own future flag);
+# compiling it here keeps that, so no grade changes with where it is compiled.
+_COMPILE_FLAGS = __future__.annotations.compiler_flag
+_warnings_lock = threading.Lock()
+
+
+def _compile(code: str) -> bytes | tuple[str, str] | None:
+    """The marshalled code object of ``code``, a ``(status, detail)`` when it cannot compile, or
+    None when the child must try itself.
+
+    Compiling is not running: the scorer already parses the same text with ``ast.parse`` (structure
+    and recall checks), and compile adds only the symbol table and code generation. Done here, each
+    child merely unmarshals (a fresh child compiling pays ~0.5 ms of page faults for the compiler's
+    memory; see docs/scoring.md). Failures that depend on the process (recursion depth, memory)
+    are left to the child, whose limits decide them as before.
+    """
+    try:
+        # Compile-time warnings (invalid escapes, ``is`` with a literal) belong to the model, not
+        # the scorer's stderr; and ``-W error`` must not turn them into syntax errors here.
+        with _warnings_lock, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = compile(code, "<answer>", "exec", flags=_COMPILE_FLAGS, dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:  # ValueError: null bytes
+        return "syntax", _describe(exc)
+    except Exception:  # RecursionError, MemoryError: the child's own limits decide
+        return None
+    return marshal.dumps(compiled)
+
+
+def _describe(exc: BaseException) -> str:
+    # The same text the worker's child gives (worker._classify).
+    name = type(exc).__name__
+    try:
+        return f"{name}: {exc}"[:500]
+    except Exception:
+        return name
 
 
 def isolation_level(isolation: dict) -> str:
@@ -179,7 +219,30 @@ class Sandbox:
         n_calls = sum(len(u.calls) for u in units)
         if n_calls == 0:
             return []
-        request = ([(u.code, [(e, tuple(a)) for e, a in u.calls], u.fail_fast) for u in units], self.timeout_s)
+        # A unit that does not compile fails every call here, without a child.
+        failed: dict[int, Result] = {}
+        sent = []
+        for i, u in enumerate(units):
+            if not u.calls:
+                continue
+            code = _compile(u.code)
+            if isinstance(code, tuple):
+                failed[i] = Result(code[0], None, code[1])
+                continue
+            sent.append((u.code if code is None else code, [(e, tuple(a)) for e, a in u.calls], u.fail_fast))
+        raw = self._request(sent, sum(len(c) for _, c, _ in sent)) if sent else []
+        out: list[Result] = []
+        position = 0
+        for i, u in enumerate(units):
+            if i in failed:
+                out.extend([failed[i]] * len(u.calls))
+            else:
+                out.extend(raw[position:position + len(u.calls)])
+                position += len(u.calls)
+        return out
+
+    def _request(self, units: list, n_calls: int) -> list[Result]:
+        request = (units, self.timeout_s)
         # The worker enforces every timeout; this one only guards against a worker that itself hangs.
         guard = self.timeout_s * (n_calls + len(units)) * 2 + 30.0
         worker = self._idle.get()

@@ -17,7 +17,8 @@ reported back in the hello message, so the scorer can state the level in its out
   /dev/null; every inherited descriptor closed except the result pipe.
 
 Protocol (worker <-> scorer, over stdin/stdout, trusted): 4-byte big-endian length + ``marshal``
-payload. A request is ``(units, timeout_s)`` with ``units = [(code, [(entry, args), ...], fail_fast), ...]``;
+payload. A request is ``(units, timeout_s)`` with ``units = [(code, [(entry, args), ...], fail_fast), ...]``
+(``code``: the marshalled code object the scorer compiled, or source text for the child to compile);
 the reply is a list of ``(status, value, detail)``, one per call, in order.
 Child -> worker (hostile): frames of 1 status byte + 4-byte sender pid + 4-byte length + UTF-8
 payload, parsed defensively; frames from any pid but the child's are dropped, so a child can only
@@ -45,8 +46,9 @@ PRELOAD = ("bisect", "collections", "functools", "heapq", "itertools", "math", "
 
 # Model code shares this interpreter and may replace builtins (``builtins.len = ...``); module-level
 # bindings are looked up before builtins, so the harness keeps the real ones.
-len, isinstance, type, enumerate, range, max, str, memoryview, compile, exec = (  # noqa: A001
-    len, isinstance, type, enumerate, range, max, str, memoryview, compile, exec)
+len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec = (  # noqa: A001
+    len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec)
+_loads = marshal.loads  # likewise: a program may replace the module's attribute
 
 STATUSES = ("loaded", "ok", "syntax", "missing_name", "arity", "exception", "timeout", "memory",
             "output_too_large", "killed", "not_a_string")
@@ -97,7 +99,9 @@ def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:
             continue
         namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
         try:
-            compiled = compile(code, "<answer>", "exec")
+            # The scorer sends the marshalled code object (compiled there, where the compiler's
+            # memory is already paged in); source text only when compiling there hit a limit.
+            compiled = _loads(code) if isinstance(code, bytes) else compile(code, "<answer>", "exec")
         except BaseException as exc:  # SyntaxError, ValueError (null bytes), RecursionError, MemoryError
             status, detail = _classify(exc)
             if isinstance(exc, (SyntaxError, ValueError)):
@@ -431,7 +435,7 @@ def _warm_up() -> None:
 
     for _ in range(3):
         namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
-        exec(compile(_WARM_UP, "<warm-up>", "exec"), namespace)
+        exec(marshal.loads(marshal.dumps(compile(_WARM_UP, "<warm-up>", "exec"))), namespace)
         namespace["main_solution"]("Hello World 123")
     gc.collect()
     # Objects alive now are never collected in a child, so its collections don't write to (and
