@@ -196,11 +196,16 @@ def sample_params(op: ops.Operator, rng: Rng) -> tuple[int | str, ...]:
     return tuple(out)
 
 
-_TEXT_RADIX: dict[tuple[int, int, str], tuple[int, tuple[str, ...], int]] = {}
+_TEXT_DRAWERS: dict[tuple[int, int, str], Any] = {}
 
 
 def text(rng: Rng, lo: int, hi: int, alphabet: str = LOWERCASE) -> str:
-    """A string of ``lo``..``hi`` characters from ``alphabet``, exactly uniform like ``Rng.text``.
+    """A string of ``lo``..``hi`` characters from ``alphabet``, exactly uniform like ``Rng.text``."""
+    return text_drawer(lo, hi, alphabet)(rng)
+
+
+def text_drawer(lo: int, hi: int, alphabet: str = LOWERCASE):
+    """``rng -> text(rng, lo, hi, alphabet)`` with everything that depends on the range made once.
 
     One unbiased draw below ``span * len(alphabet) ** hi`` is read as mixed-radix digits (length,
     then characters, three at a time through a table of every three-character string), instead of
@@ -208,33 +213,37 @@ def text(rng: Rng, lo: int, hi: int, alphabet: str = LOWERCASE) -> str:
     Falls back to ``Rng.text`` when that number exceeds 64 bits.
     """
     key = (lo, hi, alphabet)
-    entry = _TEXT_RADIX.get(key)
-    if entry is None:
-        a = len(alphabet)
-        m = (hi - lo + 1) * a ** hi
-        triples = tuple(alphabet[d % a] + alphabet[d // a % a] + alphabet[d // (a * a)] for d in range(a ** 3)) \
-            if m <= 1 << 64 and a <= 64 else ()
-        entry = _TEXT_RADIX[key] = (m if m <= 1 << 64 else 0, triples, (1 << 64) - ((1 << 64) % m) if m else 0)
-    m, triples, limit = entry
-    if not m or not triples:
-        return rng.text(lo, hi, alphabet)
+    draw = _TEXT_DRAWERS.get(key)
+    if draw is not None:
+        return draw
     a = len(alphabet)
-    # rng.below(m), inlined with its rejection limit computed once per (lo, hi, alphabet).
-    w = rng.word()
-    while w >= limit:
-        w = rng.word()
-    v = w % m
-    v, extra = divmod(v, hi - lo + 1)
-    n = lo + extra
-    out = []
-    cube = a * a * a
-    for _ in range(n // 3):
-        v, d = divmod(v, cube)
-        out.append(triples[d])
-    for _ in range(n % 3):
-        v, c = divmod(v, a)
-        out.append(alphabet[c])
-    return "".join(out)
+    span = hi - lo + 1
+    m = span * a ** hi
+    if m > 1 << 64 or a > 64:
+        def draw(rng: Rng) -> str:
+            return rng.text(lo, hi, alphabet)
+    else:
+        triples = tuple(alphabet[d % a] + alphabet[d // a % a] + alphabet[d // (a * a)] for d in range(a ** 3))
+        limit = (1 << 64) - ((1 << 64) % m)  # rng.below(m), inlined with its rejection limit
+        cube = a * a * a
+
+        def draw(rng: Rng) -> str:
+            w = rng.word()
+            while w >= limit:
+                w = rng.word()
+            v, extra = divmod(w % m, span)
+            n = lo + extra
+            out = []
+            for _ in range(n // 3):
+                v, d = divmod(v, cube)
+                out.append(triples[d])
+            for _ in range(n % 3):
+                v, c = divmod(v, a)
+                out.append(alphabet[c])
+            return "".join(out)
+
+    _TEXT_DRAWERS[key] = draw
+    return draw
 
 
 LENGTH_RANGE = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2}

@@ -14,6 +14,8 @@ stage 1), and ``max_output_chars`` rejects explosive programs (native outputs re
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from opgen import expr as E
 from opgen import ops
 from opgen.generate import (
@@ -24,7 +26,7 @@ from opgen.generate import (
     Generator,
     check_range,
     sample_params,
-    text,
+    text_drawer,
 )
 from opgen.rng import LOWERCASE, Rng
 from opgen.tasks import Item, Task
@@ -78,60 +80,145 @@ class Trees(Generator):
         self.max_len = o["max_output_chars"]
         self.alphabet = o["alphabet"]
         self.require_x, self.require_call = o["require_x"], o["require_call"]
-        self.t_leaf_x, self.t_binary, self.t_concat, self.t_method, self.t_param = (
-            _threshold(o[k]) for k in ("p_leaf_x", "p_binary", "p_concat", "p_method", "p_parameterised"))
+        self.t_param = _threshold(o["p_parameterised"])
+        self._shape_tables(o)
+        self._input = text_drawer(self.in_lo, self.in_hi, self.alphabet)
+        self._literal = text_drawer(self.lit_lo, self.lit_hi, self.alphabet)
 
     def count(self) -> int:
         return self.plan.total
 
-    def _node(self, rng: Rng, d: int, flags: list[bool]) -> E.Expr:
-        # Coin flips compare a word's top 53 bits with p * 2**53: exactly ``rng.chance(p)``,
-        # without two method calls per flip (generation is most of a build's time).
-        word = rng.word
-        if d == 0:
-            if (word() >> 11) < self.t_leaf_x:
-                flags[0] = True
-                return _X
-            return E.Lit(text(rng, self.lit_lo, self.lit_hi, self.alphabet))
-        if (word() >> 11) < self.t_binary:
-            if not self.interlace or (word() >> 11) < self.t_concat:
-                return E.Concat(self._node(rng, d - 1, flags), self._node(rng, d - 1, flags))
+    # A candidate is drawn in two passes. The shape (node kinds, leaf kinds) comes first: a subtree of
+    # depth <= 2 is one word, read against the cumulative probabilities of every such shape (the
+    # native generator's coin flips, multiplied out), and deeper levels one word per node. So a
+    # candidate that cannot meet ``require_x`` / ``require_call`` (about half of all depth-1
+    # candidates) costs one word and is rejected before any operator, parameter, literal or input
+    # is drawn. The second pass draws those details in pre-order and evaluates on the way up, so a
+    # value over the cap stops the candidate at once and no separate evaluation walks the tree.
+
+    def _shape(self, word, d: int, out: list[int]) -> None:
+        thresholds, kinds = self._node_kinds
+        kind = kinds[bisect_right(thresholds, word() >> 11)]
+        out.append(kind)
+        for _ in range(2 if kind <= _INTERLACE else 1):
+            if d - 1 <= _TABLE_DEPTH:
+                thresholds_d, shapes, _ = self._tables[d - 1]
+                out.extend(shapes[bisect_right(thresholds_d, word() >> 11)])
+            else:
+                self._shape(word, d - 1, out)
+
+    def _detail(self, rng: Rng, kinds, x: str) -> tuple[E.Expr, str]:
+        kind = next(kinds)
+        max_len = self.max_len
+        if kind == _LEAF_X:
+            return _X, x
+        if kind == _OP:
+            if self.plain and self.param:
+                pool = self.param if (rng.word() >> 11) < self.t_param else self.plain
+            else:
+                pool = self.plain or self.param
+            op = pool[rng.below(len(pool))] if len(pool) > 1 else pool[0]
+            inner, value = self._detail(rng, kinds, x)
+            if op.params:
+                node = E.Call(op.id, (inner,), sample_params(op, rng))
+                _precheck(node, (value,), max_len)
+                value = op.fn(value, *node.params)
+            else:
+                node = E.Call(op.id, (inner,), ())
+                value = op.fn(value)
+        elif kind == _LEAF_LIT:
+            value = self._literal(rng)
+            node = E.Lit(value)
+        elif kind == _CONCAT:
+            left, lv = self._detail(rng, kinds, x)
+            right, rv = self._detail(rng, kinds, x)
+            node, value = E.Concat(left, right), lv + rv
+        elif kind == _INTERLACE:
             op = self.interlace[rng.below(len(self.interlace))] if len(self.interlace) > 1 else self.interlace[0]
-            flags[1] = True
-            left = self._node(rng, d - 1, flags)
-            return E.Call(op.id, (left, self._node(rng, d - 1, flags)), ())
-        if self.methods and (word() >> 11) < self.t_method:
-            return E.Method(self._node(rng, d - 1, flags), self.methods[rng.below(len(self.methods))])
-        if self.plain and self.param:
-            pool = self.param if (word() >> 11) < self.t_param else self.plain
+            left, lv = self._detail(rng, kinds, x)
+            right, rv = self._detail(rng, kinds, x)
+            node, value = E.Call(op.id, (left, right), ()), op.fn(lv, rv)
         else:
-            pool = self.plain or self.param
-        op = pool[rng.below(len(pool))]
-        flags[1] = True
-        inner = self._node(rng, d - 1, flags)
-        return E.Call(op.id, (inner,), sample_params(op, rng) if op.params else ())
+            name = self.methods[rng.below(len(self.methods))]
+            inner, value = self._detail(rng, kinds, x)
+            node, value = E.Method(inner, name), getattr(value, name)()
+        if len(value) > max_len:
+            raise E.OutputTooLong(len(value), max_len)
+        return node, value
 
     def candidate(self, i: int, j: int) -> Item | None:
         rng = self.rng(i, j)
-        flags = [False, False]  # uses x, calls an operator of the set
-        program = self._node(rng, self.plan.depth(i), flags)
-        if self.require_x and not flags[0]:
-            self.rejections["no_x"] += 1
-            return None
-        if self.require_call and not flags[1]:
-            self.rejections["no_operator_call"] += 1
-            return None
-        # The input is drawn after the program, so a rejected program costs no input draw.
-        x = text(rng, self.in_lo, self.in_hi, self.alphabet)
+        d = self.plan.depth(i)
+        if d <= _TABLE_DEPTH:
+            thresholds, shapes, verdicts = self._tables[d]
+            k = bisect_right(thresholds, rng.word() >> 11)
+            if verdicts[k]:
+                self.rejections[verdicts[k]] += 1
+                return None
+            kinds = shapes[k]
+        else:
+            kinds = []
+            self._shape(rng.word, d, kinds)
+            verdict = self._verdict(kinds)
+            if verdict:
+                self.rejections[verdict] += 1
+                return None
+        x = self._input(rng)
         try:
-            out = E.evaluate(program, x, self.max_len)
+            if len(x) > self.max_len:
+                raise E.OutputTooLong(len(x), self.max_len)
+            program, out = self._detail(rng, iter(kinds), x)
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
         return Item((Task(program, x, out),))
 
+    def _verdict(self, kinds) -> str:
+        if self.require_x and _LEAF_X not in kinds:
+            return "no_x"
+        if self.require_call and _OP not in kinds and _INTERLACE not in kinds:
+            return "no_operator_call"
+        return ""
+
+    def _shape_tables(self, o) -> None:
+        pc = o["p_concat"] if self.interlace else 1.0
+        pm = o["p_method"] if self.methods else 0.0
+        pb, px = o["p_binary"], o["p_leaf_x"]
+        node = ((_CONCAT, pb * pc), (_INTERLACE, pb * (1 - pc)), (_METHOD, (1 - pb) * pm), (_OP, (1 - pb) * (1 - pm)))
+        self._node_kinds = _cumulative([(kind, p) for kind, p in node])
+        levels = [[((_LEAF_X,), px), ((_LEAF_LIT,), 1 - px)]]
+        for _ in range(_TABLE_DEPTH):
+            below, shapes = levels[-1], []
+            for kind, p in node:
+                if kind <= _INTERLACE:
+                    shapes += [((kind, *a, *b), p * qa * qb) for a, qa in below for b, qb in below]
+                else:
+                    shapes += [((kind, *a), p * qa) for a, qa in below]
+            levels.append(shapes)
+        self._tables = []
+        for shapes in levels:
+            thresholds, kinds = _cumulative(shapes)
+            self._tables.append((thresholds, kinds, [self._verdict(k) for k in kinds]))
+
+
+def _cumulative(weighted: list) -> tuple[list[float], list]:
+    """Thresholds on a word's top 53 bits that pick each outcome with its probability (zero ones never)."""
+    weighted = [(v, p) for v, p in weighted if p > 0]
+    total = sum(p for _, p in weighted)
+    thresholds, acc = [], 0.0
+    for _, p in weighted[:-1]:
+        acc += p
+        thresholds.append(acc / total * 9007199254740992.0)  # 2**53
+    return thresholds, [v for v, _ in weighted]
+
 
 _X = E.Var()
+# Binary kinds first: ``kind <= _INTERLACE`` means two children.
+_CONCAT, _INTERLACE, _METHOD, _OP, _LEAF_X, _LEAF_LIT = range(6)
+_TABLE_DEPTH = 2  # 312 shapes of depth 2 with the default options; depth 3 would have ~10^5
+# The evaluator's guard against calls that would build a huge string (func_1 with a large n),
+# applied before the call as ``expr.evaluate`` does.
+_precheck = E._precheck
 
 
 def _threshold(p: float) -> float:
