@@ -123,3 +123,22 @@ def test_sft_rows_carry_messages_and_flat_strings():
     assert row["prompt"] == [{"role": "user", "content": row["prompt_text"]}]
     assert row["data_source"] == "opgen/fam" and row["ability"] == "code"
     assert row["extra_info"]["structure"] == "atomic" and row["extra_info"]["ops"] == ["func_3"]
+
+
+@pytest.mark.parametrize("pf,af", [(pf, af) for pf, afs in F.COMPATIBLE.items() for af in afs])
+def test_single_task_fast_path_writes_the_same_row_as_the_generic_renderer(pf, af):
+    cls = G.get("trees")
+    gen = cls(cls.resolve({"ops": "all", "depths": [1, 2, 3, 5], "per_depth": 25, "p_method": 0.2,
+                           "p_binary": 0.4}), G.Context("d", "s", 0))
+    items = [gen.item(i) for i in range(gen.count())]
+    items += [Item((task("('ab' + 'cd').upper()", "q"),)), Item((task("x", "it's \"q\"\n"),)),
+              Item((task("func_3(x)", "abc"),), condition="c1"),
+              Item((task("func_3(x)", "abd"),), meta=(("target_op", "func_3"), ("tail_calls", 2)))]
+    for kind in ("rl", "sft"):
+        for unique in ("task", "program", "none"):
+            fast = RowBuffer(RowSpec("s", "f", kind, pf, af, "r", unique))
+            slow = RowBuffer(RowSpec("s", "f", kind, pf, af, "r", unique))
+            for i, item in enumerate(items):
+                assert fast.add(i, item) == slow._add_general(i, item)
+                assert fast.rows[-1] == slow.rows[-1]
+            assert fast.table().equals(slow.table())
