@@ -2,6 +2,10 @@
 
     python benchmarks/bench_build.py            # the three native splits + 500k split, 1 vs 2 workers
     python benchmarks/bench_build.py --quick    # smaller sizes, for a smoke run
+    python benchmarks/bench_build.py --opgen "/path/to/other/opgen"   # another checkout, same machine
+
+The ``opgen`` run is the console script installed beside this Python, not a version manager's
+shim found on PATH (a pyenv shim is a bash script that adds 0.15-0.3 s to every process).
 
 Each build runs as its own `opgen build` process (start-up included) under a helper process, so
 ``resource.getrusage(RUSAGE_CHILDREN)`` gives that build's CPU time and peak RSS alone. CPU rows/s
@@ -16,6 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,8 +51,16 @@ def child(argv: list[str]) -> None:
                       "rss_mib": use.ru_maxrss / 1024, "stderr": proc.stderr[-2000:]}))
 
 
+OPGEN = ["opgen"]
+
+
+def default_opgen() -> list[str]:
+    script = Path(sys.executable).parent / "opgen"
+    return [str(script)] if script.exists() else ["opgen"]
+
+
 def measure(recipe: str, split: str, out: Path, workers: int, limit: int | None = None) -> dict:
-    argv = ["opgen", "build", recipe, "--only", split, "--out", str(out), "--workers", str(workers), "--no-progress"]
+    argv = [*OPGEN, "build", recipe, "--only", split, "--out", str(out), "--workers", str(workers), "--no-progress"]
     if limit:
         argv += ["--limit", str(limit)]
     res = subprocess.run([sys.executable, __file__, "--child", json.dumps(argv)], capture_output=True, text=True,
@@ -57,6 +71,14 @@ def measure(recipe: str, split: str, out: Path, workers: int, limit: int | None 
     manifest = json.loads((out / "manifest.json").read_text())
     data["rows"] = manifest["splits"][split]["rows"]
     return data
+
+
+def median_of(n: int, *args) -> dict:
+    runs = [measure(*args) for _ in range(max(1, n))]
+    out = dict(runs[0])
+    for key in ("wall", "cpu", "rss_mib"):
+        out[key] = statistics.median(r[key] for r in runs)
+    return out
 
 
 def row(label: str, d: dict, native: float | None = None) -> str:
@@ -71,10 +93,15 @@ def main() -> None:
     ap.add_argument("--child")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--big", type=int, default=500_000, help="rows of the split built with 1 and 2 workers")
+    ap.add_argument("--opgen", help="command that runs opgen (default: the console script beside this Python)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each build; the median wall/cpu/RSS is printed")
+    ap.add_argument("--no-big", action="store_true", help="skip the 1-vs-2-worker split")
     args = ap.parse_args()
     if args.child:
         child(json.loads(args.child))
         return
+    global OPGEN
+    OPGEN = shlex.split(args.opgen) if args.opgen else default_opgen()
     big_rows = 100_000 if args.quick else args.big
     limit = 10_000 if args.quick else None
     print(f"{'build':<34} {'rows':>9} {'wall s':>8} {'cpu s':>8} {'rows/s wall':>11} {'rows/s cpu':>11} "
@@ -83,15 +110,17 @@ def main() -> None:
         tmp = Path(tmp)
         for recipe, split in (("native-stage1", "stage1_l1_train"), ("native-stage2", "stage2_l12_train"),
                               ("native-stage2", "stage2_l18_test")):
-            d = measure(recipe, split, tmp / split, 1, limit)
+            d = median_of(args.repeat, recipe, split, tmp / split, 1, limit)
             print(row(f"{split} (1 worker)", d, NATIVE[split]), flush=True)
-        d = measure("eval-suite", "heldout_trees_d1-8", tmp / "suite", 1)
+        d = median_of(args.repeat, "eval-suite", "heldout_trees_d1-8", tmp / "suite", 1)
         print(row("heldout_trees_d1-8 (1 worker)", d), flush=True)
+        if args.no_big:
+            return
         big = tmp / "big.yaml"
         big.write_text(BIG.format(rows=big_rows))
-        one = measure(str(big), "big_train", tmp / "big1", 1)
+        one = median_of(args.repeat, str(big), "big_train", tmp / "big1", 1)
         print(row("big_train (1 worker)", one), flush=True)
-        two = measure(str(big), "big_train", tmp / "big2", 2)
+        two = median_of(args.repeat, str(big), "big_train", tmp / "big2", 2)
         print(row("big_train (2 workers)", two), flush=True)
         same = all(a["sha256"] == b["sha256"] for a, b in zip(
             json.loads((tmp / "big1" / "manifest.json").read_text())["splits"]["big_train"]["files"],

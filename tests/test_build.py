@@ -274,3 +274,29 @@ def test_a_build_never_imports_pandas(tmp_path):
             "print('pandas' in sys.modules)")
     out = subprocess.run(["python", "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_key_set_helpers_equal_numpys_set_operations():
+    import numpy as np
+
+    from opgen import leakage
+    from opgen.rng import Rng
+
+    rng = Rng("keys")
+    for n, m, span in ((0, 5, 10), (7, 0, 10), (50, 40, 30), (1000, 700, 2**64 - 1), (3, 3, 1)):
+        a = np.array([rng.below(span + 1) for _ in range(n)], dtype=np.uint64)
+        b = np.array([rng.below(span + 1) for _ in range(m)], dtype=np.uint64)
+        assert leakage.member(a, b).tolist() == np.isin(a, b).tolist()
+        assert leakage.member(a, np.sort(b)).tolist() == np.isin(a, b).tolist()
+        assert leakage.sorted_union(a, b).tolist() == np.union1d(a, b).tolist()
+
+
+def test_a_build_without_progress_bar_imports_neither_tqdm_nor_numpy_ma(tmp_path):
+    import sys
+
+    code = ("import sys; from click.testing import CliRunner; from opgen.cli import cli; "
+            f"r = CliRunner().invoke(cli, ['build', 'native-stage2', '--out', {str(tmp_path)!r}, '--limit', '50', "
+            "'--workers', '1', '--no-progress']); assert r.exit_code == 0, r.output; "
+            "print(sorted(m for m in ('tqdm', 'numpy.ma', 'multiprocessing') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
