@@ -142,29 +142,25 @@ def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:
         position += len(calls)
 
 
-def _child(wfd: int, devnull: int, workdir: str, units: list, start: int, limits: dict, as_nobody: bool) -> None:
+def _child(wfd: int, workdir: str, units: list, start: int, cpu_s: int, rlimits: tuple, max_output: int,
+           as_nobody: bool) -> None:
+    # Every step here pays page faults for what it touches (the dominant cost of a child): what
+    # the worker could do once for all children (descriptors 0-2 on /dev/null, the file-size and
+    # core limits, SIGXFSZ ignored) it did, and inherited it is.
     try:
         os.setsid()
-        for target in (0, 1, 2):
-            os.dup2(devnull, target)
         os.closerange(3, wfd)
         os.closerange(wfd + 1, 1 << 16)
         os.chdir(workdir)
-        cpu = limits["cpu_s"]
-        for res, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)),
-                           (resource.RLIMIT_AS, (limits["as_bytes"],) * 2),
-                           (resource.RLIMIT_FSIZE, (limits["fsize_bytes"],) * 2),
-                           (resource.RLIMIT_NOFILE, (limits["nofile"],) * 2),
-                           (resource.RLIMIT_NPROC, (limits["nproc"],) * 2),
-                           (resource.RLIMIT_CORE, (0, 0))):
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+        for res, value in rlimits:  # address space, open files, processes
             resource.setrlimit(res, value)
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write raises OSError instead of killing
         if as_nobody:
             os.setgroups([])
             os.setresgid(NOBODY, NOBODY, NOBODY)
             os.setresuid(NOBODY, NOBODY, NOBODY)
         sys.setrecursionlimit(20_000)  # the library's recursive operators recurse once per character
-        _run_calls(wfd, units, start, limits["max_output"])
+        _run_calls(wfd, units, start, max_output)
     finally:
         os._exit(0)
 
@@ -173,14 +169,22 @@ def _child(wfd: int, devnull: int, workdir: str, units: list, start: int, limits
 
 
 class Worker:
-    def __init__(self, limits: dict, root_dir: str, isolation: dict, devnull: int):
+    def __init__(self, limits: dict, root_dir: str, isolation: dict):
         self.limits = limits
         self.isolation = isolation
         self.as_nobody = isolation["uid_drop"]
         self.workroot = "/work" if isolation["chroot"] else os.path.join(root_dir, "work")
         os.makedirs(self.workroot, mode=0o711, exist_ok=True)
-        self.devnull = devnull
         self.serial = 0
+        # Limits that cannot hinder the worker are set on it once and inherited by every child.
+        # RLIMIT_NPROC stays per child: it counts every process of the user, and without root the
+        # worker's own forks would fail on a busy account.
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits["fsize_bytes"],) * 2)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write raises OSError instead of killing
+        self.rlimits = ((resource.RLIMIT_AS, (limits["as_bytes"],) * 2),
+                        (resource.RLIMIT_NOFILE, (limits["nofile"],) * 2),
+                        (resource.RLIMIT_NPROC, (limits["nproc"],) * 2))
 
     def _frames(self, rfd: int, pid: int, n_expected: int, timeout_s: float, out: list, loaded: set) -> str:
         """Read frames until ``n_expected`` results or the child ends; return why reading stopped."""
@@ -264,13 +268,12 @@ class Worker:
             os.mkdir(workdir, 0o700)
             if self.as_nobody:
                 os.chown(workdir, NOBODY, NOBODY)
-            limits = dict(self.limits)
-            limits["cpu_s"] = int(timeout_s * (total - start + len(units))) + 1
+            cpu_s = int(timeout_s * (total - start + len(units))) + 1
             rfd, wfd = os.pipe()
             pid = os.fork()
             if pid == 0:
                 os.close(rfd)
-                _child(wfd, self.devnull, workdir, units, start, limits, self.as_nobody)
+                _child(wfd, workdir, units, start, cpu_s, self.rlimits, self.limits["max_output"], self.as_nobody)
             os.close(wfd)
             loaded: set = set()
             try:
@@ -451,8 +454,8 @@ def _serve_stage(limits: dict, root_dir: str, flags: str) -> None:
     # or a child prints can corrupt the protocol.
     rfd, wfd = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
+    for target in (0, 1, 2):  # inherited by every child
+        os.dup2(devnull, target)
     # RLIMIT_AS is set relative to the worker's own size, known only before /proc disappears.
     with open("/proc/self/statm") as fh:
         vm_bytes = int(fh.read().split()[0]) * resource.getpagesize()
@@ -469,7 +472,7 @@ def _serve_stage(limits: dict, root_dir: str, flags: str) -> None:
             pass
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
-        _serve(Worker(limits, root_dir, isolation, devnull), rfd, wfd)
+        _serve(Worker(limits, root_dir, isolation), rfd, wfd)
     finally:
         if not isolation["mountns"]:
             _rmtree("/work" if isolation["chroot"] else os.path.join(root_dir, "work"))
