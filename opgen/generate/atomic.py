@@ -49,8 +49,17 @@ class Atomic(Generator):
         if op.n_inputs == 2:
             args += (E.Lit(text(rng, self.lit_lo, self.lit_hi, alphabet)),)
         program = E.Call(op.id, args, sample_params(op, rng))
+        # One operator call on known strings: evaluated here directly, with the evaluator's guards
+        # (the size precheck before the call, the cap on every value), not by walking the tree.
+        max_len = self.options["max_output_chars"]
         try:
-            out = E.evaluate(program, x, self.options["max_output_chars"])
+            inputs = (x,) if len(args) == 1 else (x, args[1].value)
+            if max(map(len, inputs)) > max_len:
+                raise E.OutputTooLong(max(map(len, inputs)), max_len)
+            E._precheck(program, list(inputs), max_len)
+            out = op.fn(*inputs, *program.params)
+            if len(out) > max_len:
+                raise E.OutputTooLong(len(out), max_len)
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None

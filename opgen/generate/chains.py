@@ -56,21 +56,30 @@ class Chains(Generator):
         program: E.Expr = E.Var()
         previous = None
         n = len(self.unary)
-        for _ in range(self.plan.depth(i)):  # innermost call first
-            if self.options["no_repeat"] and previous is not None:
-                k = rng.below(n - 1)
-                op = self.unary[k if k < previous else k + 1]
-                previous = k if k < previous else k + 1
-            else:
-                previous = rng.below(n)
-                op = self.unary[previous]
-            program = E.Call(op.id, (program,), sample_params(op, rng))
+        max_len = self.max_len
+        # The value is computed as the chain grows (innermost call first), with the evaluator's
+        # guards: a call that would exceed the cap stops the candidate before the rest is drawn.
+        value = x
         try:
-            out = E.evaluate(program, x, self.max_len)
+            if len(value) > max_len:
+                raise E.OutputTooLong(len(value), max_len)
+            for _ in range(self.plan.depth(i)):
+                if self.options["no_repeat"] and previous is not None:
+                    k = rng.below(n - 1)
+                    op = self.unary[k if k < previous else k + 1]
+                    previous = k if k < previous else k + 1
+                else:
+                    previous = rng.below(n)
+                    op = self.unary[previous]
+                program = E.Call(op.id, (program,), sample_params(op, rng))
+                E._precheck(program, [value], max_len)
+                value = op.fn(value, *program.params)
+                if len(value) > max_len:
+                    raise E.OutputTooLong(len(value), max_len)
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
-        return Item((Task(program, x, out),))
+        return Item((Task(program, x, value),))
 
 
 GENERATORS = {"chains": Chains}

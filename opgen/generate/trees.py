@@ -119,13 +119,9 @@ class Trees(Generator):
                 pool = self.plain or self.param
             op = pool[rng.below(len(pool))] if len(pool) > 1 else pool[0]
             inner, value = self._detail(rng, kinds, x)
-            if op.params:
-                node = E.Call(op.id, (inner,), sample_params(op, rng))
-                _precheck(node, (value,), max_len)
-                value = op.fn(value, *node.params)
-            else:
-                node = E.Call(op.id, (inner,), ())
-                value = op.fn(value)
+            node = E.Call(op.id, (inner,), sample_params(op, rng) if op.params else ())
+            _precheck(node, (value,), max_len)
+            value = op.fn(value, *node.params)
         elif kind == _LEAF_LIT:
             value = self._literal(rng)
             node = E.Lit(value)
