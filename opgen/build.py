@@ -80,22 +80,28 @@ _TICK: Callable[[int], None] = _no_tick
 
 
 def _facts_arrays(facts: list[Facts]) -> dict:
-    prog_keys, prog_rows = [], []
-    for local, f in enumerate(facts):
-        prog_keys.extend(f.prog_keys)
-        prog_rows.extend([local] * len(f.prog_keys))
+    if facts:
+        ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition = zip(*facts)
+    else:
+        ukey = pkey = prog_keys = depth = k = opmask = composed = out_len = condition = ()
+    if all(len(p) == 1 for p in prog_keys):
+        prog = [p[0] for p in prog_keys]
+        prog_rows = np.arange(len(prog), dtype=np.int32)
+    else:
+        prog = [key for p in prog_keys for key in p]
+        prog_rows = np.repeat(np.arange(len(prog_keys), dtype=np.int32), [len(p) for p in prog_keys])
     return {
-        "ukey": np.array([f.ukey for f in facts], dtype=np.uint64),
-        "pkey": np.array([f.pkey for f in facts], dtype=np.uint64),
-        "prog": np.array(prog_keys, dtype=np.uint64),
-        "prog_rows": np.array(prog_rows, dtype=np.int32),
-        "depth": np.array([f.depth for f in facts], dtype=np.int16),
-        "k": np.array([f.k for f in facts], dtype=np.int16),
-        "opmask": np.array([f.opmask for f in facts], dtype=np.uint32),
-        "composed": np.array([f.composed for f in facts], dtype=np.uint32),
-        "out_len": np.array([f.out_len for f in facts], dtype=np.int32),
-        "conditions": Counter(f.condition for f in facts if f.condition),
-        "condition_of": {i: f.condition for i, f in enumerate(facts) if f.condition},
+        "ukey": np.array(ukey, dtype=np.uint64),
+        "pkey": np.array(pkey, dtype=np.uint64),
+        "prog": np.array(prog, dtype=np.uint64),
+        "prog_rows": prog_rows.astype(np.int32),
+        "depth": np.array(depth, dtype=np.int16),
+        "k": np.array(k, dtype=np.int16),
+        "opmask": np.array(opmask, dtype=np.uint32),
+        "composed": np.array(composed, dtype=np.uint32),
+        "out_len": np.array(out_len, dtype=np.int32),
+        "conditions": Counter(c for c in condition if c),
+        "condition_of": {i: c for i, c in enumerate(condition) if c},
     }
 
 

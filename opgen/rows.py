@@ -11,7 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -80,9 +80,12 @@ class RowSpec:
     unique: str = "program"  # program | task | none
 
 
-@dataclass
-class Facts:
-    """What the builder needs to know of a row without reading it back: keys and measures."""
+class Facts(NamedTuple):
+    """What the builder needs to know of a row without reading it back: keys and measures.
+
+    A named tuple (one per row, built in the hot loop): cheaper to make than a dataclass, and a
+    shard's facts transpose into columns with one ``zip``.
+    """
 
     ukey: int
     pkey: int
@@ -243,14 +246,19 @@ class RowBuffer:
             target, tail_chars, tail_calls = "", -1, -1
         prog = task.program
         k = len(t.recall)
+        opmask = _mask(t.recall)
+        if depth == 1 and type(prog) is E.Call:  # one call on leaves: not composed
+            composed = 0
+            structure = "atomic" if all(type(a) is E.Var for a in prog.args) else "mixed"
+        else:
+            structure = structure_of(prog)
+            composed = 0 if type(prog) is E.Call and all(type(a) in _LEAF for a in prog.args) else opmask
         self.rows.append((
             single.prompt(t, program, x), single.ground_truth(t, expr, program, depth, x, out),
             single.answer(t, program, out) if self.kind_sft else None,
-            index, depth, k, t.ops_sorted, structure_of(prog), 1, condition, "", row_id,
+            index, depth, k, t.ops_sorted, structure, 1, condition, "", row_id,
             target, tail_chars, tail_calls,
         ))
-        opmask = _mask(t.recall)
-        composed = 0 if type(prog) is E.Call and all(type(a) in _LEAF for a in prog.args) else opmask
         return Facts(ukey, pkey, (pk,), depth, k, opmask, composed, len(out), condition)
 
     def table(self) -> pa.Table:
