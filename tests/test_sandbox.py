@@ -187,3 +187,65 @@ def test_code_the_scorer_cannot_compile_for_its_own_limits_goes_to_the_child(box
     (r,) = box.run([Job("def main_solution(x):\n    return x * 2\n", "main_solution", ("ab",))])
     assert r.status == "ok" and r.value == "abab"
     assert isinstance(sent[0][0][0], str)
+
+
+_BLOCKS = '''def a():
+    return 'x y!'
+
+def b():
+    return 'x y!'
+
+def c():
+    return -0.0
+
+def line():
+    import sys
+    return sys._getframe().f_lineno
+
+def main_solution(x):
+    import math
+    return f"{a() is b()} {math.copysign(1, c())} {line()} {main_solution.__code__.co_firstlineno}"
+'''
+
+
+def test_programs_compiled_by_blocks_run_as_compiled_whole(box, monkeypatch):
+    import opgen.score.sandbox as S
+
+    # What compiling the whole text gives, in this process: constants shared across functions,
+    # -0.0 kept apart from 0.0, line numbers of the whole text.
+    whole: dict = {}
+    exec(compile(_BLOCKS, "<answer>", "exec"), whole)
+    expected = whole["main_solution"]("q")
+    assert expected == "True -1.0 12 14"
+    assert S._compile_chunks(_BLOCKS) is not None
+    (r,) = box.run([Job(_BLOCKS, "main_solution", ("q",))])
+    assert r.value == expected
+    # The same blocks cached, then met again lower in another program: lines still the program's.
+    shifted = "PAD = 1\n\n\n" + _BLOCKS
+    (r,) = box.run([Job(shifted, "main_solution", ("q",))])
+    assert r.value == "True -1.0 15 17"
+
+
+@pytest.mark.parametrize("code", [
+    # a column-0 "def" inside a string: the first block does not compile alone
+    'def main_solution(x):\n    return """\ndef f():\n""" + x\n',
+    # module-level compound statements and annotations: compiled whole
+    'if True:\n    y: int = 3\ndef main_solution(x):\n    return x + str(y) + str(__annotations__)\n',
+    'from __future__ import annotations\ndef main_solution(x: int) -> str:\n    return x + "!"\n',
+    # a decorator stays with its function
+    'def dec(f):\n    return lambda x: f(x) * 2\n@dec\ndef main_solution(x):\n    return x\n',
+])
+def test_programs_that_must_compile_whole_still_run(box, code):
+    whole: dict = {}
+    exec(compile(code, "<answer>", "exec"), whole)
+    (r,) = box.run([Job(code, "main_solution", ("ab",))])
+    assert r.status == "ok" and r.value == whole["main_solution"]("ab"), r
+
+
+def test_a_block_error_is_the_whole_programs_error(box):
+    code = "def f(x):\n    return x\ndef main_solution(x)\n    return f(x)\n"
+    (r,) = box.run([Job(code, "main_solution", ("a",))])
+    try:
+        compile(code, "<answer>", "exec")
+    except SyntaxError as exc:
+        assert r.status == "syntax" and r.detail == f"SyntaxError: {exc}"[:500]

@@ -15,8 +15,10 @@ import __future__
 
 import atexit
 import marshal
+import math
 import os
 import queue
+import re
 import select
 import shutil
 import struct
@@ -30,6 +32,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import CodeType
 
 WORKER = Path(__file__).with_name("worker.py")
 STATUSES = ("ok", "syntax", "missing_name", "arity", "exception", "timeout", "memory",
@@ -80,8 +83,8 @@ _warnings_lock = threading.Lock()
 
 
 def _compile(code: str) -> bytes | tuple[str, str] | None:
-    """The marshalled code object of ``code``, a ``(status, detail)`` when it cannot compile, or
-    None when the child must try itself.
+    """The marshalled code of ``code``, a ``(status, detail)`` when it cannot compile, or None
+    when the child must try itself.
 
     Compiling is not running: the scorer already parses the same text with ``ast.parse`` (structure
     and recall checks), and compile adds only the symbol table and code generation. Done here, each
@@ -89,17 +92,92 @@ def _compile(code: str) -> bytes | tuple[str, str] | None:
     memory; see docs/scoring.md). Failures that depend on the process (recursion depth, memory)
     are left to the child, whose limits decide them as before.
     """
-    try:
-        # Compile-time warnings (invalid escapes, ``is`` with a literal) belong to the model, not
-        # the scorer's stderr; and ``-W error`` must not turn them into syntax errors here.
-        with _warnings_lock, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compiled = compile(code, "<answer>", "exec", flags=_COMPILE_FLAGS, dont_inherit=True)
-    except (SyntaxError, ValueError) as exc:  # ValueError: null bytes
-        return "syntax", _describe(exc)
-    except Exception:  # RecursionError, MemoryError: the child's own limits decide
+    # Compile-time warnings (invalid escapes, ``is`` with a literal) belong to the model, not the
+    # scorer's stderr; and ``-W error`` must not turn them into syntax errors here.
+    with _warnings_lock, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            chunks = _compile_chunks(code)
+            if chunks is not None:
+                return marshal.dumps(chunks)
+            return marshal.dumps(compile(code, "<answer>", "exec", flags=_COMPILE_FLAGS, dont_inherit=True))
+        except (SyntaxError, ValueError) as exc:  # ValueError: null bytes
+            return "syntax", _describe(exc)
+        except Exception:  # RecursionError, MemoryError: the child's own limits decide
+            return None
+
+
+# Top-level definitions, compiled once per exact text: models recall operator bodies verbatim, so
+# of a typical program only its own main function is new (compiling all of it costs ~0.2 ms).
+_CHUNK_START = re.compile(r"(?:def|class|async[ \t]+def)\b")
+# Module-level lines that would make separate compilation differ from compiling the whole: future
+# imports, ``global``/``nonlocal``, and any other compound or annotated statement (module-level
+# annotations are set up once per module). Programs with them are compiled whole.
+_NOT_CHUNKABLE = re.compile(r"^(?!(?:def|class|async[ \t]+def)\b)(?:[^\s#].*:|global\b|nonlocal\b)|__future__",
+                            re.M)
+_CHUNKS: dict[str, CodeType] = {}
+CHUNK_CACHE_SIZE = 4096
+
+
+def _compile_chunks(code: str) -> tuple[CodeType, ...] | None:
+    """``code`` as code objects of its top-level blocks, to run in order in one namespace; None
+    unless that is exactly running ``code`` (then it is compiled whole).
+
+    Blocks start at column-0 ``def``/``class`` lines (decorators stay with theirs). A block that
+    does not compile alone (a split inside a string, a dangling decorator) sends the whole program
+    to ``compile``, which gives the error it would. Line numbers are the whole program's, and
+    equal constants are shared across blocks, as one compilation shares them.
+    """
+    if _NOT_CHUNKABLE.search(code):
         return None
-    return marshal.dumps(compiled)
+    lines = code.splitlines(keepends=True)
+    starts = [0] + [i for i, line in enumerate(lines) if i and _CHUNK_START.match(line)
+                    and not lines[i - 1].startswith("@")]
+    if len(starts) < 2:
+        return None
+    canon: dict = {}
+    out = []
+    for first, end in zip(starts, starts[1:] + [len(lines)]):
+        text = "".join(lines[first:end])
+        chunk = _CHUNKS.get(text)
+        if chunk is None:
+            try:
+                chunk = compile(text, "<answer>", "exec", flags=_COMPILE_FLAGS, dont_inherit=True)
+            except (SyntaxError, ValueError):
+                return None
+            if len(_CHUNKS) >= CHUNK_CACHE_SIZE:
+                _CHUNKS.pop(next(iter(_CHUNKS)))
+            _CHUNKS[text] = chunk
+        out.append(_relocated(chunk, first, canon))
+    return tuple(out)
+
+
+def _relocated(code: CodeType, offset: int, canon: dict) -> CodeType:
+    """``code`` moved down ``offset`` lines, its constants replaced by the program's shared ones."""
+    consts = tuple(_relocated(c, offset, canon) if isinstance(c, CodeType) else _shared_const(c, canon)
+                   for c in code.co_consts)
+    return code.replace(co_firstlineno=code.co_firstlineno + offset, co_consts=consts)
+
+
+def _shared_const(value: object, canon: dict) -> object:
+    # The compiler's own rule (one constant object per equal value and type, -0.0 apart from 0.0,
+    # NaN never merged), so that ``is`` between constants of two blocks answers as it would.
+    kind = type(value)
+    if kind is tuple:
+        value = tuple(_shared_const(v, canon) for v in value)
+        key = (kind, tuple(id(v) for v in value))
+    elif kind is frozenset:
+        value = frozenset(_shared_const(v, canon) for v in value)
+        key = (kind, frozenset(id(v) for v in value))
+    elif kind is float and value == value:
+        key = (kind, value, math.copysign(1.0, value))
+    elif kind is complex and value == value:
+        key = (kind, value.real, value.imag, math.copysign(1.0, value.real), math.copysign(1.0, value.imag))
+    elif kind in (str, bytes, int, bool):
+        key = (kind, value)
+    else:  # None, Ellipsis, NaN: themselves
+        return value
+    return canon.setdefault(key, value)
 
 
 def _describe(exc: BaseException) -> str:

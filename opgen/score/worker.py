@@ -99,8 +99,9 @@ def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:
             continue
         namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
         try:
-            # The scorer sends the marshalled code object (compiled there, where the compiler's
-            # memory is already paged in); source text only when compiling there hit a limit.
+            # The scorer sends marshalled code (compiled there, where the compiler's memory is
+            # already paged in): one code object, or its top-level blocks to run in order; source
+            # text only when compiling there hit a limit.
             compiled = _loads(code) if isinstance(code, bytes) else compile(code, "<answer>", "exec")
         except BaseException as exc:  # SyntaxError, ValueError (null bytes), RecursionError, MemoryError
             status, detail = _classify(exc)
@@ -111,7 +112,11 @@ def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:
             position += len(calls)
             continue
         try:
-            exec(compiled, namespace)
+            if type(compiled) is tuple:
+                for block in compiled:
+                    exec(block, namespace)
+            else:
+                exec(compiled, namespace)
         except BaseException as exc:
             status, detail = _classify(exc)
             for _ in range(max(start - position, 0), len(calls)):
