@@ -171,7 +171,8 @@ def _finish(args: tuple[int, list[tuple[int, int]]]) -> tuple[int, str, int]:
                 buf.add(unit.start + local, item)
         replacement = buf.table()
         where = {local: k for k, (local, _) in enumerate(patches)}
-    with pa.memory_map(staged) as source:
+    # Read batch by batch into the heap (a memory map would leave the whole staged shard resident).
+    with pa.OSFile(staged) as source:
         reader = pa.ipc.open_stream(source)
         writer = write.open_writer(unit.tmp, reader.schema)
         try:
@@ -193,6 +194,9 @@ def _finish(args: tuple[int, list[tuple[int, int]]]) -> tuple[int, str, int]:
         finally:
             writer.close()
     os.remove(staged)
+    # Arrow's allocator keeps freed buffers for reuse; handing them back after each shard keeps a
+    # build's peak memory that of one shard, not a slowly rising one.
+    pa.default_memory_pool().release_unused()
     return uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size
 
 

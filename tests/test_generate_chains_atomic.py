@@ -65,3 +65,18 @@ def test_atomic_interlace_gets_a_literal_second_input():
     gen = make("atomic", {"ops": ["func_7"], "rows": 5})
     prog = gen.item(0).tasks[0].program
     assert isinstance(prog.args[1], E.Lit) and 3 <= len(prog.args[1].value) <= 6
+
+
+def test_atomic_and_chain_outputs_are_the_evaluators_and_the_cap_rejects():
+    for name, options in (("atomic", {"ops": "all", "rows": 300}),
+                          ("chains", {"ops": "heldout", "depths": [1, 4, 9], "per_depth": 40}),
+                          ("atomic", {"ops": ["func_1", "func_15"], "rows": 200, "max_output_chars": 12}),
+                          ("chains", {"ops": ["func_1", "func_15"], "depths": [3], "per_depth": 40,
+                                      "max_output_chars": 40, "no_repeat": False})):
+        cls = G.get(name)
+        gen = cls(cls.resolve(options), G.Context("d", "s", 0))
+        for i in range(gen.count()):
+            task = gen.item(i).tasks[0]
+            assert E.evaluate(task.program, task.input, options.get("max_output_chars", 1000)) == task.output
+        if "max_output_chars" in options:
+            assert gen.rejections["output_too_long"] > 0

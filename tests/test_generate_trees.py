@@ -92,3 +92,20 @@ def test_fast_text_is_uniform_over_lengths_and_letters():
 def test_bad_options_name_where(options, fragment):
     with pytest.raises(G.GeneratorError, match=fragment.replace(".", r"\.")):
         make(options)
+
+
+def test_shape_draws_keep_the_native_probabilities():
+    # depth 1, ops "all" (so interlace operators exist): a candidate has no x with probability
+    # 0.8 * 0.5 (unary over a literal) + 0.2 * 0.25 (binary over two literals) = 0.45, and no
+    # operator call (a concatenation holding x) with 0.2 * 0.5 * 0.75 = 0.075.
+    gen = make({"ops": "all", "depths": [1], "rows": 1})
+    n = 20_000
+    for j in range(n):
+        gen.candidate(0, j)
+    assert abs(gen.rejections["no_x"] / n - 0.45) < 0.015
+    assert abs(gen.rejections["no_operator_call"] / n - 0.075) < 0.008
+    # depth 3 goes through the per-node draws above the depth-2 tables: every path still has 3 levels
+    deep = make({"ops": "all", "depths": [3], "rows": 200, "p_binary": 0.6, "p_method": 0.3})
+    for i in range(200):
+        prog = deep.item(i).tasks[0].program
+        assert E.depth(prog) == E.min_depth(prog) == 3
