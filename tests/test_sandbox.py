@@ -82,7 +82,7 @@ def test_child_sees_no_inherited_descriptors_environment_or_files(box):
     assert r.ok, r
     uid, env, root, private_cwd, fds = eval(r.value)  # our own test program's repr
     if box.isolation["uid_drop"]:
-        assert uid == 65534
+        assert uid == box.isolation["uid"] >= 2_000_000_000
     assert env == ["LANG", "PATH"]
     if box.isolation["chroot"]:
         assert root == ["work"]
@@ -249,3 +249,15 @@ def test_a_block_error_is_the_whole_programs_error(box):
         compile(code, "<answer>", "exec")
     except SyntaxError as exc:
         assert r.status == "syntax" and r.detail == f"SyntaxError: {exc}"[:500]
+
+
+def test_each_worker_runs_its_children_under_a_uid_of_its_own():
+    """A shared uid (nobody's) would pool RLIMIT_NPROC across sandboxes: one scorer's fork bomb
+    would make another scorer's children fail to start threads."""
+    code = "import os\ndef f(x):\n    return str(os.getuid())\n"
+    with Sandbox(workers=1, timeout_s=2.0) as a, Sandbox(workers=1, timeout_s=2.0) as b:
+        if not a.isolation["uid_drop"]:
+            pytest.skip("not root: children keep the scorer's uid")
+        (ra,), (rb,) = a.run([Job(code, "f", ("",))]), b.run([Job(code, "f", ("",))])
+        assert int(ra.value) == a.isolation["uid"] and int(rb.value) == b.isolation["uid"]
+        assert a.isolation["uid"] != b.isolation["uid"]

@@ -11,8 +11,10 @@ reported back in the hello message, so the scorer can state the level in its out
   whatever the program forked, double-forked or daemonised;
 - a network namespace (no interfaces but a down loopback) and a mount namespace with a private
   tmpfs that the worker ``chroot``s into: model code sees no file of the machine at all;
-- per child: its own session and process group, uid/gid 65534 (``nobody``) when we are root, so
-  that ``RLIMIT_NPROC`` binds and root-owned files are out of reach; rlimits on CPU, address
+- per child: its own session and process group, when we are root a uid/gid of this worker's own
+  (``UID_BASE`` + the host pid of the worker's first stage: unique among live workers, owner of no
+  file), so that ``RLIMIT_NPROC`` binds, counts only this worker's children — a fork bomb in one
+  worker cannot starve another scorer's children — and root-owned files are out of reach; rlimits on CPU, address
   space, file size, open files and processes; a private working directory; stdin/stdout/stderr on
   /dev/null; every inherited descriptor closed except the result pipe.
 
@@ -54,7 +56,9 @@ STATUSES = ("loaded", "ok", "syntax", "missing_name", "arity", "exception", "tim
             "output_too_large", "killed", "not_a_string")
 _CODE = {name: i for i, name in enumerate(STATUSES)}
 
-NOBODY = 65534
+# Children of a worker run as UID_BASE + the worker's host pid (pid_max is at most 2**22), a range
+# no account uses: a shared uid such as nobody's would pool RLIMIT_NPROC across every sandbox.
+UID_BASE = 2_000_000_000
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 0x4000, 1 << 18
 
@@ -148,7 +152,7 @@ def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:
 
 
 def _child(wfd: int, workdir: str, units: list, start: int, cpu_s: int, rlimits: tuple, max_output: int,
-           as_nobody: bool) -> None:
+           uid: int | None) -> None:
     # Every step here pays page faults for what it touches (the dominant cost of a child): what
     # the worker could do once for all children (descriptors 0-2 on /dev/null, the file-size and
     # core limits, SIGXFSZ ignored) it did, and inherited it is.
@@ -160,10 +164,10 @@ def _child(wfd: int, workdir: str, units: list, start: int, cpu_s: int, rlimits:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
         for res, value in rlimits:  # address space, open files, processes
             resource.setrlimit(res, value)
-        if as_nobody:
+        if uid is not None:
             os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
         sys.setrecursionlimit(20_000)  # the library's recursive operators recurse once per character
         _run_calls(wfd, units, start, max_output)
     finally:
@@ -177,7 +181,7 @@ class Worker:
     def __init__(self, limits: dict, root_dir: str, isolation: dict):
         self.limits = limits
         self.isolation = isolation
-        self.as_nobody = isolation["uid_drop"]
+        self.uid = isolation["uid"] if isolation["uid_drop"] else None
         self.workroot = "/work" if isolation["chroot"] else os.path.join(root_dir, "work")
         os.makedirs(self.workroot, mode=0o711, exist_ok=True)
         self.serial = 0
@@ -271,14 +275,14 @@ class Worker:
             self.serial += 1
             workdir = os.path.join(self.workroot, str(self.serial))
             os.mkdir(workdir, 0o700)
-            if self.as_nobody:
-                os.chown(workdir, NOBODY, NOBODY)
+            if self.uid is not None:
+                os.chown(workdir, self.uid, self.uid)
             cpu_s = int(timeout_s * (total - start + len(units))) + 1
             rfd, wfd = os.pipe()
             pid = os.fork()
             if pid == 0:
                 os.close(rfd)
-                _child(wfd, workdir, units, start, cpu_s, self.rlimits, self.limits["max_output"], self.as_nobody)
+                _child(wfd, workdir, units, start, cpu_s, self.rlimits, self.limits["max_output"], self.uid)
             os.close(wfd)
             loaded: set = set()
             try:
@@ -371,7 +375,7 @@ def _rmtree(path: str) -> None:
         pass
 
 
-def _setup_namespaces(root_dir: str) -> None:
+def _setup_namespaces(root_dir: str, uid: int) -> None:
     """Stage one: enter namespaces (needs ctypes), then exec a lean interpreter to serve in them.
 
     ctypes and its libraries would make every later fork slower, and they are needed only here, so
@@ -401,7 +405,8 @@ def _setup_namespaces(root_dir: str) -> None:
     if unshare(CLONE_NEWNS) and mount(None, b"/", None, MS_REC | MS_PRIVATE, None):
         got["mountns"] = mount(b"tmpfs", root_dir.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=0755")
     flags = ",".join(k for k, v in got.items() if v) or "-"
-    os.execv(sys.executable, [sys.executable, "-I", "-S", __file__, *sys.argv[1:7], root_dir, "serve", flags])
+    os.execv(sys.executable,
+             [sys.executable, "-I", "-S", __file__, *sys.argv[1:7], root_dir, "serve", flags, str(uid)])
 
 
 # Representative model code. The first compile in a process initialises the parser and grows the
@@ -451,7 +456,7 @@ def _warm_up() -> None:
     gc.freeze()
 
 
-def _serve_stage(limits: dict, root_dir: str, flags: str) -> None:
+def _serve_stage(limits: dict, root_dir: str, flags: str, uid: int) -> None:
     for name in PRELOAD:
         __import__(name)
     _warm_up()
@@ -466,7 +471,8 @@ def _serve_stage(limits: dict, root_dir: str, flags: str) -> None:
         vm_bytes = int(fh.read().split()[0]) * resource.getpagesize()
     limits["as_bytes"] += vm_bytes + (64 << 20)
     got = set(flags.split(","))
-    isolation = {"uid_drop": os.geteuid() == 0, "pidns": "pidns" in got and os.getpid() == 1,
+    root = os.geteuid() == 0
+    isolation = {"uid_drop": root, "uid": uid if root else os.geteuid(), "pidns": "pidns" in got and os.getpid() == 1,
                  "netns": "netns" in got, "mountns": "mountns" in got, "chroot": False}
     if os.geteuid() == 0 and flags != "off":
         try:
@@ -485,16 +491,16 @@ def _serve_stage(limits: dict, root_dir: str, flags: str) -> None:
 
 
 def main() -> None:
-    """argv: AS_BYTES FSIZE NOFILE NPROC MAX_OUTPUT NAMESPACES(0|1) ROOT_DIR [serve FLAGS]."""
+    """argv: AS_BYTES FSIZE NOFILE NPROC MAX_OUTPUT NAMESPACES(0|1) ROOT_DIR [serve FLAGS UID]."""
     limits = {"as_bytes": int(sys.argv[1]), "fsize_bytes": int(sys.argv[2]), "nofile": int(sys.argv[3]),
               "nproc": int(sys.argv[4]), "max_output": int(sys.argv[5])}
     want_ns, root_dir = sys.argv[6] == "1", sys.argv[7]
-    if len(sys.argv) > 9 and sys.argv[8] == "serve":
-        _serve_stage(limits, root_dir, sys.argv[9])
+    if len(sys.argv) > 10 and sys.argv[8] == "serve":
+        _serve_stage(limits, root_dir, sys.argv[9], int(sys.argv[10]))
     elif want_ns:
-        _setup_namespaces(root_dir)
+        _setup_namespaces(root_dir, UID_BASE + os.getpid())
     else:
-        _serve_stage(limits, root_dir, "off")
+        _serve_stage(limits, root_dir, "off", UID_BASE + os.getpid())
 
 
 if __name__ == "__main__":
