@@ -140,8 +140,12 @@ def test_chimera_and_arity_tables(built, cli, runner, tmp_path):
 
     data = built / "heldout_trees.parquet"
     rows = pq.read_table(data).to_pylist()
-    i = next(i for i, r in enumerate(rows) if "func_2" in r["extra_info"]["ops"])
-    j = next(j for j, r in enumerate(rows) if "func_24" in r["extra_info"]["ops"] and j != i)
+    # Each wrong answer carries exactly one fault: the chimera row holds no func_24 (whose correct
+    # recall would otherwise count in its arity rate) and the arity row no func_2.
+    i = next(i for i, r in enumerate(rows) if "func_2" in r["extra_info"]["ops"]
+             and "func_24" not in r["extra_info"]["ops"])
+    j = next(j for j, r in enumerate(rows) if "func_24" in r["extra_info"]["ops"]
+             and "func_2" not in r["extra_info"]["ops"])
     # func_14's body under func_2's name (recall and assembly alike); func_24 without its depth parameter.
     chimera = gold(rows[i]).replace(ops.get("func_2").source, ops.get("func_14").source.replace("func_14", "func_2"))
     arity = gold(rows[j]).replace("def func_24(s, depth):", "def func_24(s):")
