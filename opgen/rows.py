@@ -67,6 +67,14 @@ def h64(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
 
 
+def _probe_measures(meta: tuple) -> tuple[str, int, int]:
+    """The probe measures that have columns of their own: (target_op, tail_chars, tail_calls)."""
+    if not meta:
+        return "", -1, -1
+    found = dict(meta)
+    return str(found.get("target_op", "")), int(found.get("tail_chars", -1)), int(found.get("tail_calls", -1))
+
+
 @dataclass(frozen=True)
 class RowSpec:
     """How a split's items become rows (everything but the item itself)."""
@@ -186,13 +194,7 @@ class RowBuffer:
         pkey = tkey ^ self.format_key
         row_id = (f"{pkey:016x}" if not condition and not prefix else
                   f"{h64(f'{self.format_id}{task_id}{chr(2)}{condition}{chr(2)}{prefix}'):016x}")
-        meta = item.meta or tasks[0].meta
-        if meta:
-            meta = dict(meta)
-            target, tail_chars, tail_calls = (str(meta.get("target_op", "")), int(meta.get("tail_chars", -1)),
-                                              int(meta.get("tail_calls", -1)))
-        else:
-            target, tail_chars, tail_calls = "", -1, -1
+        target, tail_chars, tail_calls = _probe_measures(item.meta or tasks[0].meta)
         self.rows.append((
             prompt, fmt.ground_truth(item, p), fmt.answer(item, p) if self.kind_sft else None,
             index, depth, k, p.ops_sorted,
@@ -237,13 +239,7 @@ class RowBuffer:
         pkey = tkey ^ self.format_key
         row_id = (f"{pkey:016x}" if not condition else
                   f"{h64(f'{self.format_id}{task_id}{chr(2)}{condition}{chr(2)}'):016x}")
-        meta = item.meta or task.meta
-        if meta:
-            meta = dict(meta)
-            target, tail_chars, tail_calls = (str(meta.get("target_op", "")), int(meta.get("tail_chars", -1)),
-                                              int(meta.get("tail_calls", -1)))
-        else:
-            target, tail_chars, tail_calls = "", -1, -1
+        target, tail_chars, tail_calls = _probe_measures(item.meta or task.meta)
         prog = task.program
         k = len(t.recall)
         opmask = _mask(t.recall)
