@@ -278,7 +278,9 @@ class Sandbox:
         for w in started:
             self._all.append(w)
             self._idle.put(w)
-        self.isolation: dict = dict(started[0].isolation)
+        self.isolation: dict = {k: v for k, v in started[0].isolation.items() if k != "uid"}
+        # Each worker's children run under a uid of that worker's own (see worker.py).
+        self.uids: tuple[int, ...] = tuple(int(w.isolation["uid"]) for w in started)
         self.level = isolation_level(self.isolation)
         self.workers = workers
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="opgen-sandbox")
