@@ -19,6 +19,12 @@ class BackendError(RuntimeError):
     """A backend could not be started or could not answer (missing package, bad model dir, ...)."""
 
 
+def check_model_dir(model: Path) -> None:
+    """A model backend's folder must be a Hugging Face model directory (it has a config.json)."""
+    if not (Path(model) / "config.json").is_file():
+        raise BackendError(f"{model} is not a model directory (no config.json)")
+
+
 @dataclass(frozen=True)
 class Sampling:
     """Sampling parameters, always passed explicitly: vLLM's own default of 16 new tokens would

@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from opgen.infer.base import LENGTH, STOP, Backend, BackendError, EngineOptions, Generation, Request, Sampling
+from opgen.infer.base import (
+    LENGTH,
+    STOP,
+    Backend,
+    BackendError,
+    EngineOptions,
+    Generation,
+    Request,
+    Sampling,
+    check_model_dir,
+)
 
 
 class HFBackend(Backend):
@@ -18,8 +28,7 @@ class HFBackend(Backend):
         except ImportError as exc:
             raise BackendError(f"the hf backend needs torch and transformers (pip install 'opgen[hf]'): "
                                f"{exc}") from None
-        if not (Path(model) / "config.json").is_file():
-            raise BackendError(f"{model} is not a model directory (no config.json)")
+        check_model_dir(model)
         self.torch = torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = options.dtype

