@@ -211,10 +211,27 @@ def render_program(e: Expr, entry: str = "main_solution") -> str:
 # ---------------------------------------------------------------- parsing
 
 
+def parse_python(source: str, mode: str = "exec") -> ast.AST:
+    """``ast.parse``, one call at a time across the process's threads.
+
+    CPython 3.11 keeps the recursion counter of its AST-object builder in state shared by every
+    thread. When a thread switch happens in the middle of building a tree (a garbage-collection
+    finalizer running Python code is enough), two concurrent parses corrupt each other's counter
+    and one of them raises ``SystemError: AST constructor recursion depth mismatch`` on perfectly
+    good source. The scorer parses from a thread pool, so every parse in opgen goes through here.
+    The lock is re-entrant: a finalizer that parses on the thread already holding it must not hang.
+    """
+    with _parse_lock:
+        return ast.parse(source, mode=mode)
+
+
+_parse_lock = threading.RLock()
+
+
 def parse(source: str) -> Expr:
     """Parse expression source (``func_3(func_1(x, 2))``) into a tree; reject anything else."""
     try:
-        tree = ast.parse(source.strip(), mode="eval")
+        tree = parse_python(source.strip(), mode="eval")
         return _from_ast(tree.body)
     except SyntaxError as exc:
         raise ExprError(f"not a Python expression: {exc.msg} in {_clip(source)}") from None
@@ -231,7 +248,7 @@ def _clip(source: str, limit: int = 200) -> str:
 def parse_program(source: str, entry: str = "main_solution") -> Expr:
     """Parse ``def <entry>(x): return <expr>`` (the only statement of the function) into a tree."""
     try:
-        module = ast.parse(source)
+        module = parse_python(source)
         # Python binds the last definition of a name, so a program that defines the entry twice
         # runs the second one: parse that one too.
         defs = [node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == entry]

@@ -458,3 +458,42 @@ def test_headroom_nested_restores_the_original_limit():
     with E.recursion_headroom(), E.recursion_headroom(30_000):
         assert sys.getrecursionlimit() == 30_000
     assert sys.getrecursionlimit() == base
+
+
+def test_parsing_from_many_threads_never_trips_cpythons_shared_ast_counter():
+    """CPython 3.11 shares the AST builder's recursion counter between threads; a thread switch in the
+    middle of a parse (here: finalizers that release the GIL, run by the garbage collector) made the
+    scorer's thread pool raise ``SystemError: AST constructor recursion depth mismatch`` in CI."""
+    import gc
+    import threading
+    import time
+
+    class Finalized:
+        def __del__(self):
+            time.sleep(0)  # gives the GIL away in the middle of whatever the collector interrupted
+
+    program = "def main_solution(x):\n    return " + "func_3(" * 30 + "x" + ")" * 30
+    errors: list[BaseException] = []
+
+    def parse_many():
+        for _ in range(1000):
+            a, b = Finalized(), Finalized()
+            a.other, b.other = b, a  # a cycle: only the collector frees it, at an arbitrary moment
+            del a, b
+            try:
+                E.parse_program(program)
+            except SystemError as exc:
+                errors.append(exc)
+                return
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(50, 1, 1)
+    try:
+        threads = [threading.Thread(target=parse_many) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        gc.set_threshold(*thresholds)
+    assert not errors, errors[0]

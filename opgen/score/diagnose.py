@@ -101,7 +101,7 @@ class RecallCheck:
 def _signature(code: str, name: str) -> tuple[int, int] | None | str:
     """(min, max) positional parameters of ``def name`` in ``code``; None if absent; "syntax" if unparsable."""
     try:
-        module = ast.parse(code)
+        module = E.parse_python(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return "syntax"
     for node in module.body:
