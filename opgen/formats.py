@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from opgen import expr as E
 from opgen import ops
@@ -280,6 +281,17 @@ def ops_text(recall: tuple[str, ...]) -> OpsText:
     return OpsText(recall, ops_sorted, _ops_json(recall), _ops_json(ops_sorted), head, _jstr(head)[:-1])
 
 
+class ProgramParts(NamedTuple):
+    """A single-task row's texts around its input and output (see :meth:`SingleRenderer.parts`)."""
+
+    p0: str  # prompt up to the input's repr
+    p1: str  # prompt after it (forward: up to the input's second repr)
+    p2: str
+    g0: str  # ground truth up to the JSON input
+    g2: str  # ground truth from the task's ops to ref_input's JSON input
+    answer: str | None  # the gold answer when it does not hold the output
+
+
 class SingleRenderer:
     """Prompt, ground truth and gold answer of a one-task row without an assistant prefix.
 
@@ -325,6 +337,38 @@ class SingleRenderer:
         return (f'{self.gt_head}{_jstr(expr)}, "input": {inp}, "output": {jout}, "ops": {t.ops_json}, '
                 f'"depth": {depth}}}], "ops": {t.sorted_json}, "ref_code": {t.jcode_head}{jcode[1:]}, '
                 f'"ref_input": {{"x": {inp}}}, "ref_output": {jout}, "funcname": "main_solution"}}')
+
+    def parts(self, t: OpsText, expr: str, program: str, depth: int) -> ProgramParts:
+        """Every fragment of a row that depends only on its program, for :meth:`render`."""
+        call_at = _JSON_INSTRUCTION.index("{call}")
+        if self.mode == "forward":
+            p0 = self.head(t) + program + "\n```\n\nWhat does main_solution("
+            p1 = ") return? " + _JSON_INSTRUCTION[:call_at].replace("{{", "{") + "main_solution("
+            p2 = ")" + _JSON_INSTRUCTION[call_at + 6:].replace("}}", "}")
+        else:
+            p0 = self.head(t) + program + "\n```\n\nIt will be called as main_solution("
+            p1, p2 = ").", self.tail
+        jcode = _jstr(program + "\n")
+        g0 = f'{self.gt_head}{_jstr(expr)}, "input": '
+        g2 = (f', "ops": {t.ops_json}, "depth": {depth}}}], "ops": {t.sorted_json}, '
+              f'"ref_code": {t.jcode_head}{jcode[1:]}, "ref_input": {{"x": ')
+        answer = None if self.fmt.answer_format == "json_output" else self.answer(t, program, "")
+        return ProgramParts(p0, p1, p2, g0, g2, answer)
+
+    def render(self, parts: ProgramParts, x: str, out: str, sft: bool) -> tuple[str, str, str | None]:
+        """(prompt, ground truth, gold answer or None): what prompt/ground_truth/answer write, from parts."""
+        r = repr(x)
+        if self.mode == "forward":
+            prompt = parts.p0 + r + parts.p1 + r + parts.p2
+        else:
+            prompt = parts.p0 + r + parts.p1 + parts.p2
+        inp, jout = _jstr(x), _jstr(out)
+        gt = (parts.g0 + inp + ', "output": ' + jout + parts.g2 + inp + '}, "ref_output": ' + jout
+              + ', "funcname": "main_solution"}')
+        if not sft:
+            return prompt, gt, None
+        answer = parts.answer if parts.answer is not None else '```json\n{"output": ' + jout + "}\n```"
+        return prompt, gt, answer
 
     def answer(self, t: OpsText, program: str, out: str) -> str:
         af = self.fmt.answer_format

@@ -107,6 +107,9 @@ class Facts(NamedTuple):
 
 
 _LEAF = (E.Var, E.Lit)
+_Call, _Var = E.Call, E.Var
+_NO_PROBE = ("", -1, -1)
+_PROGRAM_CACHE = 65536  # distinct one-call programs kept per buffer (a few hundred at depth 1)
 
 
 def structure_of(e: E.Expr) -> str:
@@ -142,6 +145,7 @@ class RowBuffer:
         self.format_id = f"{spec.prompt_format}\x00{spec.answer_format}\x00"
         self.format_key = h64(self.format_id)
         self.single = SingleRenderer(self.fmt)
+        self._programs: dict[tuple, tuple] = {}
         self.clear()
 
     def clear(self) -> None:
@@ -219,12 +223,21 @@ class RowBuffer:
 
     def _add_single(self, index: int, item: Item, task, seen: set[int] | None) -> Facts | None:
         """``add`` for the common row (one task, no teacher-forced prefix): the same row, fewer steps."""
-        used: dict[str, None] = {}
-        expr, depth = scan(task.program, used)
-        t = ops_text(tuple(used))
+        prog = task.program
+        # One call on x alone (most depth-1 rows) repeats across a split: its texts and measures are
+        # made once per (operator, parameters).
+        if type(prog) is _Call and len(prog.args) == 1 and type(prog.args[0]) is _Var:
+            key = (prog.op, prog.params, prog.args[0].name)
+            facts = self._programs.get(key)
+            if facts is None:
+                if len(self._programs) >= _PROGRAM_CACHE:
+                    self._programs.clear()
+                facts = self._programs[key] = self._program_facts(prog)
+        else:
+            facts = self._program_facts(prog)
+        expr, depth, pk, k, opmask, composed, structure, ops_sorted, parts = facts
         x = task.input
         task_id = expr + "\x00" + x
-        pk = h64(expr)
         tkey = h64(task_id)
         unique = self.spec.unique
         ukey = tkey if unique == "task" else pk if unique == "program" else 0
@@ -232,15 +245,22 @@ class RowBuffer:
             if ukey in seen:
                 return None
             seen.add(ukey)
-        program = "def main_solution(x):\n    return " + expr
         out = task.output
-        single = self.single
         condition = item.condition
         pkey = tkey ^ self.format_key
         row_id = (f"{pkey:016x}" if not condition else
                   f"{h64(f'{self.format_id}{task_id}{chr(2)}{condition}{chr(2)}'):016x}")
-        target, tail_chars, tail_calls = _probe_measures(item.meta or task.meta)
-        prog = task.program
+        meta = item.meta or task.meta
+        target, tail_chars, tail_calls = _probe_measures(meta) if meta else _NO_PROBE
+        prompt, gt, answer = self.single.render(parts, x, out, self.kind_sft)
+        self.rows.append((prompt, gt, answer, index, depth, k, ops_sorted, structure, 1, condition, "", row_id,
+                          target, tail_chars, tail_calls))
+        return Facts(ukey, pkey, (pk,), depth, k, opmask, composed, len(out), condition)
+
+    def _program_facts(self, prog: E.Expr) -> tuple:
+        used: dict[str, None] = {}
+        expr, depth = scan(prog, used)
+        t = ops_text(tuple(used))
         k = len(t.recall)
         opmask = _mask(t.recall)
         if depth == 1 and type(prog) is E.Call:  # one call on leaves: not composed
@@ -249,13 +269,9 @@ class RowBuffer:
         else:
             structure = structure_of(prog)
             composed = 0 if type(prog) is E.Call and all(type(a) in _LEAF for a in prog.args) else opmask
-        self.rows.append((
-            single.prompt(t, program, x), single.ground_truth(t, expr, program, depth, x, out),
-            single.answer(t, program, out) if self.kind_sft else None,
-            index, depth, k, t.ops_sorted, structure, 1, condition, "", row_id,
-            target, tail_chars, tail_calls,
-        ))
-        return Facts(ukey, pkey, (pk,), depth, k, opmask, composed, len(out), condition)
+        program = "def main_solution(x):\n    return " + expr
+        parts = self.single.parts(t, expr, program, depth)
+        return expr, depth, h64(expr), k, opmask, composed, structure, t.ops_sorted, parts
 
     def table(self) -> pa.Table:
         n = len(self.rows)
@@ -284,13 +300,14 @@ class RowBuffer:
             else:
                 arrays.append(_strings(cols[f.name]))
         extra = pa.StructArray.from_arrays(arrays, fields=list(extra_type))
-        prompt = _messages(_repeat("user", n), _strings(prompts), 1)
+        prompt_texts = _strings(prompts)
+        prompt = _messages(_repeat("user", n), prompt_texts, 1)
         reward = pa.StructArray.from_arrays([_repeat("rule", n), _strings(gts)], names=["style", "ground_truth"])
         columns = [_repeat(self.data_source, n), prompt, _repeat(self.ability, n), reward, extra]
         if spec.kind == "sft":
             contents = [text for pair in zip(prompts, answers) for text in pair]
             roles = _strings(["user", "assistant"] * n)
-            columns += [_messages(roles, _strings(contents), 2), _strings(answers), _strings(prompts)]
+            columns += [_messages(roles, _strings(contents), 2), _strings(answers), prompt_texts]
         return pa.Table.from_arrays(columns, schema=self.schema)
 
 
@@ -299,12 +316,17 @@ class RowBuffer:
 
 
 def _strings(values) -> pa.Array:
-    encoded = [v.encode("utf-8") for v in values]
-    offsets = np.fromiter(accumulate(map(len, encoded), initial=0), dtype=np.int64, count=len(encoded) + 1)
+    joined = "".join(values)
+    if joined.isascii():  # one encode for the column: characters are bytes, so str lengths are offsets
+        data, lengths = joined.encode("ascii"), map(len, values)
+    else:
+        encoded = [v.encode("utf-8") for v in values]
+        data, lengths = b"".join(encoded), map(len, encoded)
+    offsets = np.fromiter(accumulate(lengths, initial=0), dtype=np.int64, count=len(values) + 1)
     if offsets[-1] >= 2**31:
         return pa.array(list(values), pa.string())
-    return pa.Array.from_buffers(pa.string(), len(encoded),
-                                 [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))])
+    return pa.Array.from_buffers(pa.string(), len(values),
+                                 [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
 
 
 def _repeat(value: str, n: int) -> pa.Array:

@@ -114,8 +114,11 @@ class Generator:
                 return j, found
             if not self.REDRAWABLE:
                 break
+        raise self.no_candidate(i)
+
+    def no_candidate(self, i: int) -> GeneratorError:
         seen = ", ".join(f"{k}: {v}" for k, v in sorted(self.rejections.items())) or "none"
-        raise GeneratorError(
+        return GeneratorError(
             f"split {self.ctx.split!r}, row {i}: no candidate met the constraints in {self.max_attempts} "
             f"attempts (rejections so far: {seen}); loosen the options or ask for fewer rows")
 
@@ -145,45 +148,72 @@ def rng_maker(*prefix: object):
     It reproduces :func:`opgen.rng.key_of` from a copied hasher state; a self-check against
     ``Rng`` itself guards against that module changing, falling back to plain ``Rng`` if so.
     """
-    from opgen import rng as R
+    blocks = block_maker(*prefix)
 
     def slow(i: int, j: int) -> Rng:
         return Rng(*prefix, i, j)
+
+    if blocks is None:
+        return slow
+
+    def fast(i: int, j: int) -> Rng:
+        key, words = blocks(i, j)
+        return resume(key, words, 0)
+
+    return fast
+
+
+def block_maker(*prefix: object):
+    """``(i, j) -> (key, words)``: the key of ``Rng(*prefix, i, j)`` and its first eight words.
+
+    Every candidate reads at least one word, so its first block is made with its key; a generator
+    that decides a rejection from the first words alone never builds an ``Rng`` for it
+    (:func:`resume` continues the stream). Returns None when the self-check against ``Rng``
+    fails (the rng module changed): callers then use ``Rng`` itself.
+    """
+    from opgen import rng as R
 
     try:
         base = hashlib.blake2b(digest_size=32, person=b"opgen-rng")
         for part in prefix:
             base.update(R._encode(part))
+
         def encode(n: int) -> bytes:  # R._encode of an int, inlined (checked below)
             raw = str(n).encode()
             return b"i" + len(raw).to_bytes(8, "little") + raw
 
         small = tuple(encode(j) for j in range(64))  # most rows need candidates 0, 1, 2
-
         last: list = [None, None]  # (i, hasher after i): candidates of one row share it
-        new, unpack, blake2b, zero = Rng.__new__, R._WORDS.unpack, hashlib.blake2b, (0).to_bytes(8, "little")
+        unpack, blake2b, zero = R._WORDS.unpack, hashlib.blake2b, (0).to_bytes(8, "little")
 
-        def fast(i: int, j: int) -> Rng:
+        def blocks(i: int, j: int) -> tuple[bytes, tuple[int, ...]]:
             if last[0] != i:
                 hi = base.copy()
                 hi.update(encode(i))
                 last[0], last[1] = i, hi
             h = last[1].copy()
             h.update(small[j] if j < 64 else encode(j))
-            r = new(Rng)
-            # Every candidate reads at least one word: its first block is made here, as
-            # ``Rng.word`` would make it (checked below), without a method call.
-            r._key = key = h.digest()
-            r._buf, r._counter, r._pos = unpack(blake2b(zero, key=key, digest_size=64).digest()), 1, 0
-            return r
+            key = h.digest()
+            return key, unpack(blake2b(zero, key=key, digest_size=64).digest())
 
         for i, j in ((7, 3), (7, 4), (123456789, 0), (5, 70)):
-            a, b = fast(i, j), slow(i, j)
+            key, words = blocks(i, j)
+            a, b = resume(key, words, 0), Rng(*prefix, i, j)
             if [a.word() for _ in range(20)] != [b.word() for _ in range(20)]:
-                return slow
-        return fast
+                return None
+        return blocks
     except (AttributeError, TypeError):
-        return slow
+        return None
+
+
+_new_rng = Rng.__new__
+
+
+def resume(key: bytes, words: tuple[int, ...], pos: int) -> Rng:
+    """The stream of ``key`` whose first block is ``words``, ``pos`` of them already read."""
+    r = _new_rng(Rng)
+    r._key, r._buf, r._counter, r._pos = key, words, 1, pos
+    return r
 
 
 def sample_params(op: ops.Operator, rng: Rng) -> tuple[int | str, ...]:

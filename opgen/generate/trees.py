@@ -24,7 +24,9 @@ from opgen.generate import (
     OP_SET,
     DepthPlan,
     Generator,
+    block_maker,
     check_range,
+    resume,
     sample_params,
     text_drawer,
 )
@@ -36,7 +38,7 @@ _P = {"type": "number", "minimum": 0, "maximum": 1}
 
 class Trees(Generator):
     NAME = "trees"
-    VERSION = 1
+    VERSION = 2  # 2: a unary call's operator and integer/choice parameters in one draw
     DEFAULTS = {
         "ops": "train", "depths": [1], "per_depth": None, "rows": None,
         "p_binary": 0.2, "p_concat": 0.5, "p_method": 0.02, "p_parameterised": 0.5, "p_leaf_x": 0.5,
@@ -80,7 +82,7 @@ class Trees(Generator):
         self.max_len = o["max_output_chars"]
         self.alphabet = o["alphabet"]
         self.require_x, self.require_call = o["require_x"], o["require_call"]
-        self.t_param = _threshold(o["p_parameterised"])
+        self._call_table(o["p_parameterised"])
         self._shape_tables(o)
         self._input = text_drawer(self.in_lo, self.in_hi, self.alphabet)
         self._literal = text_drawer(self.lit_lo, self.lit_hi, self.alphabet)
@@ -113,15 +115,15 @@ class Trees(Generator):
         if kind == _LEAF_X:
             return _X, x
         if kind == _OP:
-            if self.plain and self.param:
-                pool = self.param if (rng.word() >> 11) < self.t_param else self.plain
-            else:
-                pool = self.plain or self.param
-            op = pool[rng.below(len(pool))] if len(pool) > 1 else pool[0]
+            # Operator and parameters in one draw (see _call_table); letter parameters after it.
+            op, params, on_x = self._calls[bisect_right(self._call_thresholds, rng.word() >> 11)]
+            if params is None:
+                params = sample_params(op, rng)
+                on_x = None
             inner, value = self._detail(rng, kinds, x)
-            node = E.Call(op.id, (inner,), sample_params(op, rng) if op.params else ())
+            node = on_x if on_x is not None and inner is _X else E.Call(op.id, (inner,), params)
             _precheck(node, (value,), max_len)
-            value = op.fn(value, *node.params)
+            value = op.fn(value, *params)
         elif kind == _LEAF_LIT:
             value = self._literal(rng)
             node = E.Lit(value)
@@ -143,22 +145,45 @@ class Trees(Generator):
         return node, value
 
     def candidate(self, i: int, j: int) -> Item | None:
-        rng = self.rng(i, j)
+        for _, found in self._candidates(i, j, j + 1):
+            return found
+        return None
+
+    def first_valid(self, i: int, start: int = 0) -> tuple[int, Item]:
+        for j, found in self._candidates(i, start, start + self.max_attempts):
+            if found is not None:
+                return j, found
+        raise self.no_candidate(i)
+
+    def _candidates(self, i: int, start: int, stop: int):
+        """``(j, candidate j of row i or None)`` for j in [start, stop); a rejected shape yields nothing."""
+        blocks = self.__dict__.get("_blocks")
+        if blocks is None:
+            blocks = self._blocks = block_maker(self.ctx.digest, self.ctx.split) or self._slow_blocks
         d = self.plan.depth(i)
+        rejections = self.rejections
         if d <= _TABLE_DEPTH:
             thresholds, shapes, verdicts = self._tables[d]
-            k = bisect_right(thresholds, rng.word() >> 11)
-            if verdicts[k]:
-                self.rejections[verdicts[k]] += 1
-                return None
-            kinds = shapes[k]
+            for j in range(start, stop):
+                key, words = blocks(i, j)
+                k = bisect_right(thresholds, words[0] >> 11)
+                if verdicts[k]:  # decided by the first word: no Rng is made for this candidate
+                    rejections[verdicts[k]] += 1
+                    continue
+                yield j, self._details(resume(key, words, 1), shapes[k])
         else:
-            kinds = []
-            self._shape(rng.word, d, kinds)
-            verdict = self._verdict(kinds)
-            if verdict:
-                self.rejections[verdict] += 1
-                return None
+            for j in range(start, stop):
+                key, words = blocks(i, j)
+                rng = resume(key, words, 0)
+                kinds: list[int] = []
+                self._shape(rng.word, d, kinds)
+                verdict = self._verdict(kinds)
+                if verdict:
+                    rejections[verdict] += 1
+                    continue
+                yield j, self._details(rng, kinds)
+
+    def _details(self, rng: Rng, kinds) -> Item | None:
         x = self._input(rng)
         try:
             if len(x) > self.max_len:
@@ -168,6 +193,37 @@ class Trees(Generator):
             self.rejections["output_too_long"] += 1
             return None
         return Item((Task(program, x, out),))
+
+    def _slow_blocks(self, i: int, j: int) -> tuple[bytes, tuple[int, ...]]:
+        rng = Rng(self.ctx.digest, self.ctx.split, i, j)
+        return rng._key, tuple(rng.word() for _ in range(8))
+
+    def _call_table(self, p_parameterised: float) -> None:
+        """One word picks a unary call: its operator and every integer/choice parameter at once.
+
+        The same distribution as the native draws one after another (parameterised vs
+        parameterless with ``p_parameterised`` when the set has both, an operator uniform in its
+        group, each parameter uniform in its range), multiplied out into cumulative thresholds. An
+        operator with a letters parameter is one entry whose parameters are drawn after it. A call
+        on ``x`` itself is built once per entry and shared (trees are immutable).
+        """
+        groups = [(self.param, p_parameterised), (self.plain, 1 - p_parameterised)]
+        if not (self.plain and self.param):
+            groups = [(self.plain or self.param, 1.0)]
+        entries = []
+        for members, p_group in groups:
+            for op in members:
+                p_op = p_group / len(members)
+                if any(p.kind not in ("int", "choice") for p in op.params):
+                    entries.append(((op, None, None), p_op))
+                    continue
+                combos: list[tuple] = [()]
+                for p in op.params:
+                    values = list(range(p.lo, p.hi + 1)) if p.kind == "int" else list(p.choices)
+                    combos = [c + (v,) for c in combos for v in values]
+                for params in combos:
+                    entries.append(((op, params, E.Call(op.id, (_X,), params)), p_op / len(combos)))
+        self._call_thresholds, self._calls = _cumulative(entries)
 
     def _verdict(self, kinds) -> str:
         if self.require_x and _LEAF_X not in kinds:
@@ -216,9 +272,6 @@ _TABLE_DEPTH = 2  # 312 shapes of depth 2 with the default options; depth 3 woul
 # applied before the call as ``expr.evaluate`` does.
 _precheck = E._precheck
 
-
-def _threshold(p: float) -> float:
-    return p * 9007199254740992.0  # 2**53: uniform() < p  <=>  (word >> 11) < p * 2**53
 
 
 GENERATORS = {"trees": Trees}
