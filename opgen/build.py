@@ -191,7 +191,9 @@ def _patch(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> None:
     try:
         offset = 0
         for g in range(source.num_row_groups):
-            table = source.read_row_group(g).cast(buf.schema)  # parquet names list items "element"
+            # Read back, list items are named "element", not "item": the writer's schema decides
+            # what is written, so the bytes are the same without a cast (and without its import).
+            table = source.read_row_group(g)
             n = table.num_rows
             inside = sorted((local - offset, k) for local, k in where.items() if offset <= local < offset + n)
             if inside:  # zero-copy slices around the redrawn rows, copied once into one chunk

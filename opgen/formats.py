@@ -282,14 +282,19 @@ def ops_text(recall: tuple[str, ...]) -> OpsText:
 
 
 class ProgramParts(NamedTuple):
-    """A single-task row's texts around its input and output (see :meth:`SingleRenderer.parts`)."""
+    """A single-task row's texts that do not depend on its input or output (:meth:`SingleRenderer.parts`).
 
-    p0: str  # prompt up to the input's repr
-    p1: str  # prompt after it (forward: up to the input's second repr)
-    p2: str
+    Long fragments (operator sources, escaped or not) are shared per operator tuple, so a cache
+    of these holds little more than the program's own text.
+    """
+
+    head: str  # the prompt before the program
+    program: str  # def main_solution(x): ...
     g0: str  # ground truth up to the JSON input
-    g2: str  # ground truth from the task's ops to ref_input's JSON input
-    answer: str | None  # the gold answer when it does not hold the output
+    g2: str  # ground truth from the task's ops to ref_code's text
+    jhead: str  # ref_code's escaped sources (no closing quote)
+    jprog: str  # ref_code's escaped program, with its closing quote
+    answer_head: str  # the gold program answer before the program ("" for json_output)
 
 
 class SingleRenderer:
@@ -308,6 +313,15 @@ class SingleRenderer:
             entries="main_solution")
         self.tail = "\n\n" + instruction
         self._heads: dict[tuple[str, ...], str] = {}
+        self._answer_heads: dict[tuple[str, ...], str] = {}
+        # The prompt after the program: q1, the input's repr, q2 (forward: the repr again, q3).
+        if self.mode == "forward":
+            at = _JSON_INSTRUCTION.index("{call}")
+            self.q1 = "\n```\n\nWhat does main_solution("
+            self.q2 = ") return? " + _JSON_INSTRUCTION[:at].replace("{{", "{") + "main_solution("
+            self.q3: str | None = ")" + _JSON_INSTRUCTION[at + 6:].replace("}}", "}")
+        else:
+            self.q1, self.q2, self.q3 = "\n```\n\nIt will be called as main_solution(", ")." + self.tail, None
 
     def head(self, t: OpsText) -> str:
         """The prompt's text before the program's ``def`` line."""
@@ -340,35 +354,31 @@ class SingleRenderer:
 
     def parts(self, t: OpsText, expr: str, program: str, depth: int) -> ProgramParts:
         """Every fragment of a row that depends only on its program, for :meth:`render`."""
-        call_at = _JSON_INSTRUCTION.index("{call}")
-        if self.mode == "forward":
-            p0 = self.head(t) + program + "\n```\n\nWhat does main_solution("
-            p1 = ") return? " + _JSON_INSTRUCTION[:call_at].replace("{{", "{") + "main_solution("
-            p2 = ")" + _JSON_INSTRUCTION[call_at + 6:].replace("}}", "}")
-        else:
-            p0 = self.head(t) + program + "\n```\n\nIt will be called as main_solution("
-            p1, p2 = ").", self.tail
-        jcode = _jstr(program + "\n")
         g0 = f'{self.gt_head}{_jstr(expr)}, "input": '
-        g2 = (f', "ops": {t.ops_json}, "depth": {depth}}}], "ops": {t.sorted_json}, '
-              f'"ref_code": {t.jcode_head}{jcode[1:]}, "ref_input": {{"x": ')
-        answer = None if self.fmt.answer_format == "json_output" else self.answer(t, program, "")
-        return ProgramParts(p0, p1, p2, g0, g2, answer)
+        g2 = f', "ops": {t.ops_json}, "depth": {depth}}}], "ops": {t.sorted_json}, "ref_code": '
+        answer_head = self._answer_heads.get(t.recall)
+        if answer_head is None:
+            # the answer is its head, the program, then "\n```" for both program formats
+            answer_head = "" if self.fmt.answer_format == "json_output" else self.answer(t, "", "")[:-4]
+            self._answer_heads[t.recall] = answer_head
+        return ProgramParts(self.head(t), program, g0, g2, t.jcode_head, _jstr(program + "\n")[1:], answer_head)
 
     def render(self, parts: ProgramParts, x: str, out: str, sft: bool) -> tuple[str, str, str | None]:
         """(prompt, ground truth, gold answer or None): what prompt/ground_truth/answer write, from parts."""
         r = repr(x)
-        if self.mode == "forward":
-            prompt = parts.p0 + r + parts.p1 + r + parts.p2
+        head, program, q1, q2 = parts.head, parts.program, self.q1, self.q2
+        if self.q3 is None:
+            prompt = f"{head}{program}{q1}{r}{q2}"
         else:
-            prompt = parts.p0 + r + parts.p1 + parts.p2
+            prompt = f"{head}{program}{q1}{r}{q2}{r}{self.q3}"
         inp, jout = _jstr(x), _jstr(out)
-        gt = (parts.g0 + inp + ', "output": ' + jout + parts.g2 + inp + '}, "ref_output": ' + jout
-              + ', "funcname": "main_solution"}')
+        gt = (f'{parts.g0}{inp}, "output": {jout}{parts.g2}{parts.jhead}{parts.jprog}, "ref_input": {{"x": {inp}}}, '
+              f'"ref_output": {jout}, "funcname": "main_solution"}}')
         if not sft:
             return prompt, gt, None
-        answer = parts.answer if parts.answer is not None else '```json\n{"output": ' + jout + "}\n```"
-        return prompt, gt, answer
+        if parts.answer_head:
+            return prompt, gt, f"{parts.answer_head}{program}\n```"
+        return prompt, gt, '```json\n{"output": ' + jout + "}\n```"
 
     def answer(self, t: OpsText, program: str, out: str) -> str:
         af = self.fmt.answer_format

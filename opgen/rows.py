@@ -109,7 +109,7 @@ class Facts(NamedTuple):
 _LEAF = (E.Var, E.Lit)
 _Call, _Var = E.Call, E.Var
 _NO_PROBE = ("", -1, -1)
-_PROGRAM_CACHE = 65536  # distinct one-call programs kept per buffer (a few hundred at depth 1)
+_PROGRAM_CACHE = 16384  # programs kept per buffer (a few hundred bytes each; cleared when full)
 
 
 def structure_of(e: E.Expr) -> str:
@@ -224,17 +224,22 @@ class RowBuffer:
     def _add_single(self, index: int, item: Item, task, seen: set[int] | None) -> Facts | None:
         """``add`` for the common row (one task, no teacher-forced prefix): the same row, fewer steps."""
         prog = task.program
-        # One call on x alone (most depth-1 rows) repeats across a split: its texts and measures are
-        # made once per (operator, parameters).
+        programs = self._programs
+        # Programs repeat across a split (most depth-1 ones, many without literals): their texts and
+        # measures are made once. One call on x alone is known by (operator, parameters) without
+        # rendering it; any other program by its text.
         if type(prog) is _Call and len(prog.args) == 1 and type(prog.args[0]) is _Var:
-            key = (prog.op, prog.params, prog.args[0].name)
-            facts = self._programs.get(key)
+            key: Any = (prog.op, prog.params, prog.args[0].name)
+            facts = programs.get(key)
             if facts is None:
-                if len(self._programs) >= _PROGRAM_CACHE:
-                    self._programs.clear()
-                facts = self._programs[key] = self._program_facts(prog)
+                used: dict[str, None] = {}
+                facts = self._remember(key, self._program_facts(prog, *scan(prog, used), used))
         else:
-            facts = self._program_facts(prog)
+            used = {}
+            key, depth = scan(prog, used)
+            facts = programs.get(key)
+            if facts is None:
+                facts = self._remember(key, self._program_facts(prog, key, depth, used))
         expr, depth, pk, k, opmask, composed, structure, ops_sorted, parts = facts
         x = task.input
         task_id = expr + "\x00" + x
@@ -257,9 +262,7 @@ class RowBuffer:
                           target, tail_chars, tail_calls))
         return Facts(ukey, pkey, (pk,), depth, k, opmask, composed, len(out), condition)
 
-    def _program_facts(self, prog: E.Expr) -> tuple:
-        used: dict[str, None] = {}
-        expr, depth = scan(prog, used)
+    def _program_facts(self, prog: E.Expr, expr: str, depth: int, used: dict[str, None]) -> tuple:
         t = ops_text(tuple(used))
         k = len(t.recall)
         opmask = _mask(t.recall)
@@ -272,6 +275,12 @@ class RowBuffer:
         program = "def main_solution(x):\n    return " + expr
         parts = self.single.parts(t, expr, program, depth)
         return expr, depth, h64(expr), k, opmask, composed, structure, t.ops_sorted, parts
+
+    def _remember(self, key: Any, facts: tuple) -> tuple:
+        if len(self._programs) >= _PROGRAM_CACHE:
+            self._programs.clear()
+        self._programs[key] = facts
+        return facts
 
     def table(self) -> pa.Table:
         n = len(self.rows)

@@ -59,12 +59,14 @@ def test_integer_and_choice_parameters_are_uniform_and_letters_stay_in_range():
     assert by_op["func_3"] == Counter({(): sum(by_op["func_3"].values())})
 
 
-def test_shared_call_nodes_render_like_fresh_ones_and_repeat_rows_render_alike():
+def test_repeated_programs_render_like_the_generic_renderer():
     # one-call rows reuse cached texts per (operator, parameters); a repeated program with another
     # input, a non-ASCII input and a repeated row must still equal the generic renderer's rows
     prog = E.Call("func_1", (E.Var(),), (3,))
     items = [Item((Task(prog, x, ops.get("func_1").fn(x, 3)),)) for x in ("ab", "é\"q", "ab", "x\n")]
     items.append(Item((Task(E.Call("func_1", (E.Var(),), (3,)), "zz", "zzzzzz"),)))
+    nested = E.Call("func_3", (E.Call("func_1", (E.Var(),), (2,)),), ())  # known by its text
+    items += [Item((Task(nested, x, E.evaluate(nested, x)),)) for x in ("ba", "ü", "ba")]
     for pf, af in (("forward", "json_output"), ("shown", "ra"), ("closed_book", "prose_code")):
         for kind in ("rl", "sft"):
             fast, slow = RowBuffer(RowSpec("s", "f", kind, pf, af, "r", "none")), \
