@@ -133,6 +133,7 @@ def _produce_rows(uid: int) -> dict:
     # Rows are encoded as parquet here, in the parallel phase: most shards never change again, and
     # the few that get a redrawn row are rewritten from their own row groups in phase 3.
     writer = write.open_writer(unit.tmp, buf.schema)
+    pool = pa.default_memory_pool()
     try:
         with E.recursion_headroom():
             for c0 in range(unit.start, unit.stop, write.ROW_GROUP_ROWS):
@@ -151,7 +152,11 @@ def _produce_rows(uid: int) -> dict:
                         f = buf.add(i, item, seen)
                     attempts.append(j)
                     facts.append(f)
-                write.write_chunk(writer, buf.table())
+                table = buf.table()
+                buf.clear()  # the rows' texts, now copied into the table
+                write.write_chunk(writer, table)
+                del table
+                pool.release_unused()
                 _TICK(c1 - c0)
     finally:
         writer.close()
@@ -193,7 +198,7 @@ def _patch(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> None:
         for g in range(source.num_row_groups):
             # Read back, list items are named "element", not "item": the writer's schema decides
             # what is written, so the bytes are the same without a cast (and without its import).
-            table = source.read_row_group(g)
+            table = source.read_row_group(g, use_threads=False)
             n = table.num_rows
             inside = sorted((local - offset, k) for local, k in where.items() if offset <= local < offset + n)
             if inside:  # zero-copy slices around the redrawn rows, copied once into one chunk
