@@ -120,6 +120,11 @@ def main() -> None:
         big.write_text(BIG.format(rows=big_rows))
         one = median_of(args.repeat, str(big), "big_train", tmp / "big1", 1)
         print(row("big_train (1 worker)", one), flush=True)
+        # The same split at a tenth of the rows: peak memory should not grow with the row count.
+        small = tmp / "small.yaml"
+        small.write_text(BIG.format(rows=big_rows // 10))
+        tenth = median_of(args.repeat, str(small), "big_train", tmp / "small1", 1)
+        print(row("big_train, a tenth (1 worker)", tenth), flush=True)
         two = median_of(args.repeat, str(big), "big_train", tmp / "big2", 2)
         print(row("big_train (2 workers)", two), flush=True)
         same = all(a["sha256"] == b["sha256"] for a, b in zip(
@@ -127,6 +132,8 @@ def main() -> None:
             json.loads((tmp / "big2" / "manifest.json").read_text())["splits"]["big_train"]["files"]))
         print(f"2 workers vs 1 on {big_rows:,} rows: {one['wall'] / two['wall']:.2f}x wall "
               f"(files identical: {same})")
+        print(f"peak RSS, 1 worker: {tenth['rss_mib']:.0f} MiB at {big_rows // 10:,} rows, "
+              f"{one['rss_mib']:.0f} MiB at {big_rows:,} rows ({one['rss_mib'] / tenth['rss_mib']:.2f}x)")
 
 
 if __name__ == "__main__":
