@@ -20,7 +20,8 @@ reported back in the hello message, so the scorer can state the level in its out
 
 Protocol (worker <-> scorer, over stdin/stdout, trusted): 4-byte big-endian length + ``marshal``
 payload. A request is ``(units, timeout_s)`` with ``units = [(code, [(entry, args), ...], fail_fast), ...]``
-(``code``: the marshalled code object the scorer compiled, or source text for the child to compile);
+(``code``: the marshalled code the scorer compiled, which the worker unmarshals before forking, or
+source text for the child to compile);
 the reply is a list of ``(status, value, detail)``, one per call, in order.
 Child -> worker (hostile): frames of 1 status byte + 4-byte sender pid + 4-byte length + UTF-8
 payload, parsed defensively; frames from any pid but the child's are dropped, so a child can only
@@ -103,10 +104,13 @@ def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:
             continue
         namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
         try:
-            # The scorer sends marshalled code (compiled there, where the compiler's memory is
-            # already paged in): one code object, or its top-level blocks to run in order; source
-            # text only when compiling there hit a limit.
-            compiled = _loads(code) if isinstance(code, bytes) else compile(code, "<answer>", "exec")
+            # The scorer compiles (where the compiler's memory is already paged in) and the worker
+            # unmarshals before forking (see Worker.run): one code object, or its top-level blocks
+            # to run in order. Source text only when compiling there hit a limit; bytes only when
+            # the worker could not unmarshal them (this child then fails as it would have).
+            kind = type(code)
+            compiled = (compile(code, "<answer>", "exec") if kind is str
+                        else _loads(code) if kind is bytes else code)
         except BaseException as exc:  # SyntaxError, ValueError (null bytes), RecursionError, MemoryError
             status, detail = _classify(exc)
             if isinstance(exc, (SyntaxError, ValueError)):
@@ -195,8 +199,14 @@ class Worker:
                         (resource.RLIMIT_NOFILE, (limits["nofile"],) * 2),
                         (resource.RLIMIT_NPROC, (limits["nproc"],) * 2))
 
-    def _frames(self, rfd: int, pid: int, n_expected: int, timeout_s: float, out: list, loaded: set) -> str:
-        """Read frames until ``n_expected`` results or the child ends; return why reading stopped."""
+    def _frames(self, rfd: int, pid: int, units: list, n_expected: int, timeout_s: float, out: list,
+                loaded: set) -> str:
+        """Read frames until ``n_expected`` results or the child ends; return why reading stopped.
+
+        A unit's loading has ``timeout_s``, and so has each call from the previous result or load
+        report on. A load report counts once, for the unit whose call is due: repeated reports
+        (the program holds the pipe) must not keep the wall clock from running out.
+        """
         buf = b""
         limit = self.limits["max_output"] * 4 + 64
         deadline = time.monotonic() + timeout_s
@@ -224,8 +234,10 @@ class Worker:
                     continue
                 status = STATUSES[code]
                 if status == "loaded":
-                    loaded.add(payload.decode("ascii", "replace"))
-                    deadline = time.monotonic() + timeout_s
+                    unit = str(self._unit_of(units, len(out))[0])
+                    if unit not in loaded and payload == unit.encode():
+                        loaded.add(unit)
+                        deadline = time.monotonic() + timeout_s
                     continue
                 try:
                     text = payload.decode("utf-8", "surrogatepass")
@@ -269,6 +281,10 @@ class Worker:
 
     def run(self, units: list, timeout_s: float) -> list:
         total = sum(len(calls) for _, calls, _ in units)
+        # Unmarshalled here, once, not in each child: a child creating the code objects writes to
+        # ~65 copy-on-write pages of the heap (~0.25 ms); here they land on pages the worker
+        # writes to anyway, and a child only reads them (and touches their reference counts).
+        units = [(_unmarshalled(code), calls, fail_fast) for code, calls, fail_fast in units]
         out: list = []
         while len(out) < total:
             start = len(out)
@@ -286,7 +302,7 @@ class Worker:
             os.close(wfd)
             loaded: set = set()
             try:
-                why = self._frames(rfd, pid, total, timeout_s, out, loaded)
+                why = self._frames(rfd, pid, units, total, timeout_s, out, loaded)
             finally:
                 os.close(rfd)
                 wait_status = self._reap(pid)
@@ -324,6 +340,17 @@ class Worker:
             return ("killed", None, f"killed by {name}")
         code = os.WEXITSTATUS(wait_status) if wait_status is not None and os.WIFEXITED(wait_status) else -1
         return ("killed", None, f"exited (code {code}) without a result")
+
+
+def _unmarshalled(code: object) -> object:
+    # The scorer's own marshal output (trusted, like the rest of the request); left as it is when
+    # it will not load, so that the child reports the failure as it always did.
+    if type(code) is not bytes:
+        return code
+    try:
+        return _loads(code)
+    except Exception:
+        return code
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:

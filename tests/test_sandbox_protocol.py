@@ -1,0 +1,91 @@
+"""The worker's side of the speed work: code unmarshalled before forking, load reports counted once
+per unit, and the structure check's render shortcut agreeing with the full comparison."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from opgen import expr as E
+from opgen import ops
+from opgen.score import diagnose as D
+from opgen.score.sandbox import Job, Sandbox, Unit
+
+
+@pytest.fixture(scope="module")
+def box():
+    with Sandbox(workers=1, timeout_s=1.0, max_output=1000) as b:
+        yield b
+
+
+def test_code_the_worker_cannot_unmarshal_fails_in_the_child_as_syntax(box):
+    # Only the scorer's own marshal output reaches the worker; anything else still gets a verdict
+    # (from the child), never a lost worker.
+    (r,) = box._request([(b"\xffnot marshal", [("f", ("a",))], False)], 1)
+    assert r.status == "syntax" and r.detail.startswith(("ValueError", "EOFError")), r
+    (ok,) = box.run([Job("def f(x):\n    return x * 2\n", "f", ("ab",))])
+    assert ok.value == "abab"
+
+
+def test_first_call_that_hangs_after_loading_fails_alone(box):
+    # The unit reported itself loaded, so the hang is the call's, not the unit's.
+    code = "def f(x):\n    if x == 'hang':\n        while True: pass\n    return x.upper()\n"
+    rs = box.run_units([Unit(code, (("f", ("hang",)), ("f", ("b",))))])
+    assert [(r.status, r.value) for r in rs] == [("timeout", None), ("ok", "B")]
+
+
+def test_slow_loading_and_slow_call_each_have_their_own_window(box):
+    code = ("import time\ntime.sleep(0.6)\n"
+            "def f(x):\n    time.sleep(0.6)\n    return x\n")
+    (r,) = box.run_units([Unit(code, (("f", ("q",)),))])
+    assert (r.status, r.value) == ("ok", "q")
+
+
+_FORGER = '''
+import os, struct, time
+
+def f(x):
+    # Keep announcing "unit 0 loaded" on every descriptor, as if to restart the wall clock.
+    frame = struct.pack(">BII", 0, os.getpid(), 1) + b"0"
+    for _ in range(40):
+        for fd in range(3, 16):
+            try:
+                os.write(fd, frame)
+            except OSError:
+                pass
+        time.sleep(0.1)
+    return "outlived the wall clock"
+'''
+
+
+def test_repeated_load_reports_do_not_extend_the_wall_clock(box):
+    t0 = time.monotonic()
+    (r,) = box.run([Job(_FORGER, "f", ("a",))])
+    assert r.status == "timeout", r
+    assert time.monotonic() - t0 < 3.0
+
+
+def _random_tree(rng: random.Random, depth: int) -> E.Expr:
+    if depth == 0:
+        return E.Var() if rng.random() < 0.8 else E.Lit(rng.choice(["a", "q'\"\\", ""]))
+    op = rng.choice(ops.OPERATORS)
+    params = tuple(rng.randint(p.lo, p.hi) if p.kind == "int" else
+                   rng.choice(p.choices) if p.kind == "choice" else "ab" for p in op.params)
+    kids = [_random_tree(rng, depth - 1) for _ in range(op.n_inputs)]
+    return E.call(op.id, *kids, params=params)
+
+
+def test_structure_shortcut_agrees_with_comparing_parsed_trees():
+    rng = random.Random(7)
+    for _ in range(300):
+        tree = _random_tree(rng, rng.randint(1, 3))
+        other = _random_tree(rng, rng.randint(1, 3))
+        code = "def helper(s):\n    return s\n\n" + E.render_program(tree)
+        text = E.render(tree)
+        assert D.structure_matches(code, "main_solution", text)
+        # The same tree written with other spacing: not the rendered text, still the same tree.
+        assert D.structure_matches(code, "main_solution", " " + text.replace(", ", " ,  ") + " ")
+        assert D.structure_matches(code, "main_solution", E.render(other)) == (other == tree)
+    assert not D.structure_matches("def main_solution(x):\n    return x\n", "main_solution", "func_0(")
