@@ -4,16 +4,17 @@ A row is a pure function of (resolved recipe, split, row index), yet duplicates 
 the whole build. Three phases keep both, independent of the number of workers:
 
 1. **produce** (parallel over shards): row ``i`` takes its first candidate ``j`` that meets the
-   generator's own constraints and is new within its shard, and is rendered and written to its
-   shard's temporary parquet file; the worker returns each row's keys (unique key, prompt and
-   program hashes) and measures.
+   generator's own constraints and is new within its shard, and is rendered into a staged
+   (uncompressed Arrow) shard — or straight into parquet for a shard phase 2 can never change (the
+   build's first, or one of a split with ``unique: none``); the worker returns each row's keys
+   (unique key, prompt and program hashes) and measures.
 2. **resolve** (main process, sequential: splits in recipe order, shards and rows in order): a row
    whose unique key an earlier shard or split already holds draws candidates ``j+1, j+2, …`` from
    ``Rng(digest, split, i, j)`` until one is new. Only these rows change; the pass is cheap.
    Shards are fixed by ``shard_rows``, never by the worker count.
-3. **finish** (parallel over shards): a shard holding redrawn rows is rewritten with them swapped
-   in (row groups of a fixed size, so the bytes are those of writing its final rows at once); every
-   shard is hashed.
+3. **finish** (parallel over shards): each staged shard is written as parquet, redrawn rows
+   swapped in, row groups of a fixed size (so either way a file's bytes are those of its final
+   rows), and hashed.
 
 Files live in ``DIR/.opgen-build.tmp/`` until the build (and its leakage check) succeeded; then
 they are renamed into place and ``manifest.json`` is written last, so an interrupted build never
@@ -22,6 +23,7 @@ leaves a file that looks complete.
 
 from __future__ import annotations
 
+import functools
 import gc
 import heapq
 import os
@@ -35,7 +37,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from opgen import expr as E
 from opgen import leakage, write
@@ -130,10 +131,18 @@ def _produce_rows(uid: int) -> dict:
     # Duplicates inside this shard are redrawn here at once; the main process then only judges
     # each row against earlier shards and splits (a subset of the keys, so still no duplicates).
     seen: set[int] = set()
-    # Rows are encoded as parquet here, in the parallel phase: most shards never change again, and
-    # the few that get a redrawn row are rewritten from their own row groups in phase 3.
-    writer = write.open_writer(unit.tmp, buf.schema)
+    # A shard that can never hold a row redrawn in phase 2 (the build's first, or a split without
+    # duplicate checks) is encoded as parquet here at once. Any other goes to an uncompressed Arrow
+    # stream first, and parquet is encoded once, in phase 3, with the redrawn rows swapped in:
+    # cheaper than decoding and re-encoding a parquet shard.
     pool = pa.default_memory_pool()
+    if _final_in_produce(uid):
+        writer = write.open_writer(unit.tmp, buf.schema)
+        put = functools.partial(write.write_chunk, writer)
+    else:
+        sink = pa.OSFile(_staged(unit), "wb")
+        writer = pa.ipc.new_stream(sink, buf.schema)
+        put = writer.write_table
     try:
         with E.recursion_headroom():
             for c0 in range(unit.start, unit.stop, write.ROW_GROUP_ROWS):
@@ -154,70 +163,80 @@ def _produce_rows(uid: int) -> dict:
                     facts.append(f)
                 table = buf.table()
                 buf.clear()  # the rows' texts, now copied into the table
-                write.write_chunk(writer, table)
+                put(table)
                 del table
                 pool.release_unused()
                 _TICK(c1 - c0)
     finally:
         writer.close()
+        if not _final_in_produce(uid):
+            sink.close()
     out = _facts_arrays(facts)
     out["attempt"] = np.array(attempts, dtype=np.int32)
     out["rejections"] = gen.rejections
     return out
 
 
+def _final_in_produce(uid: int) -> bool:
+    return uid == 0 or _PLANS[_UNITS[uid].plan].cfg.unique == "none"
+
+
+def _staged(unit: Unit) -> str:
+    return str(unit.tmp) + ".arrow"
+
+
 def _finish(args: tuple[int, list[tuple[int, int]]]) -> tuple[int, str, int]:
     uid, patches = args
     unit = _UNITS[uid]
-    if patches:
-        _patch(unit, _PLANS[unit.plan], patches)
+    if not _final_in_produce(uid):
+        _encode(unit, _PLANS[unit.plan], patches)
+    else:
+        assert not patches, "the build's first shard and shards without duplicate checks are never redrawn"
     # Arrow's allocator keeps freed buffers for reuse; handing them back after each shard keeps a
     # build's peak memory that of one shard, not a slowly rising one.
     pa.default_memory_pool().release_unused()
     return uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size
 
 
-def _patch(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> None:
-    """Rewrite a shard with its redrawn rows swapped in: the same bytes as writing those rows at once,
-    since a file's bytes depend only on its rows and the writer's settings (row groups of a fixed size)."""
-    buf = RowBuffer(plan.spec)
-    with E.recursion_headroom():
-        for local, j in patches:
-            got, item = plan.gen.first_valid(unit.start + local, j)
-            assert got == j, "a redrawn candidate must be reproducible"
-            buf.add(unit.start + local, item)
-    replacement = buf.table()
-    where = {local: k for k, (local, _) in enumerate(patches)}
-    patched = unit.tmp.with_name(unit.tmp.name + ".patched")
-    # Row group by row group (never the whole shard in memory).
-    source = pq.ParquetFile(unit.tmp)
+def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> None:
+    """A staged shard as parquet, with its redrawn rows swapped in."""
+    replacement = None
+    if patches:
+        buf = RowBuffer(plan.spec)
+        with E.recursion_headroom():
+            for local, j in patches:
+                got, item = plan.gen.first_valid(unit.start + local, j)
+                assert got == j, "a redrawn candidate must be reproducible"
+                buf.add(unit.start + local, item)
+        replacement = buf.table()
+        where = {local: k for k, (local, _) in enumerate(patches)}
     pool = pa.default_memory_pool()
-    writer = write.open_writer(patched, buf.schema)
-    try:
-        offset = 0
-        for g in range(source.num_row_groups):
-            # Read back, list items are named "element", not "item": the writer's schema decides
-            # what is written, so the bytes are the same without a cast (and without its import).
-            table = source.read_row_group(g, use_threads=False)
-            n = table.num_rows
-            inside = sorted((local - offset, k) for local, k in where.items() if offset <= local < offset + n)
-            if inside:  # zero-copy slices around the redrawn rows, copied once into one chunk
-                pieces, at = [], 0
-                for row, k in inside:
-                    pieces += [table.slice(at, row - at), replacement.slice(k, 1)]
-                    at = row + 1
-                pieces.append(table.slice(at))
-                table = pa.concat_tables(pieces).combine_chunks()
-            write.write_chunk(writer, table)
-            offset += n
-            del table
-            # Decoded row groups leave freed buffers in Arrow's pool; without handing them back
-            # each one adds tens of MiB to the peak (a 500k-row build: +140 MiB).
-            pool.release_unused()
-    finally:
-        writer.close()
-        source.close()
-    os.replace(patched, unit.tmp)
+    staged = _staged(unit)
+    # Read batch by batch into the heap (a memory map would leave the whole staged shard resident).
+    with pa.OSFile(staged) as source:
+        reader = pa.ipc.open_stream(source)
+        writer = write.open_writer(unit.tmp, reader.schema)
+        try:
+            offset = 0
+            for batch in reader:
+                table = pa.Table.from_batches([batch])
+                n = table.num_rows
+                inside = [] if replacement is None else \
+                    sorted((local - offset, k) for local, k in where.items() if offset <= local < offset + n)
+                if inside:  # zero-copy slices around the redrawn rows, copied once into one chunk
+                    pieces, at = [], 0
+                    for row, k in inside:
+                        pieces += [table.slice(at, row - at), replacement.slice(k, 1)]
+                        at = row + 1
+                    pieces.append(table.slice(at))
+                    table = pa.concat_tables(pieces).combine_chunks()
+                write.write_chunk(writer, table)
+                offset += n
+                del table, batch
+                pool.release_unused()
+        finally:
+            writer.close()
+    os.remove(staged)
 
 
 def _run(pool, fn, args: list, bar) -> list:
