@@ -75,3 +75,15 @@ def test_repeated_programs_render_like_the_generic_renderer():
                 assert fast.add(i, item) == slow._add_general(i, item)
                 assert fast.rows[-1] == slow.rows[-1]
             assert fast.table().equals(slow.table())
+
+
+def test_the_call_on_x_shortcut_draws_what_the_generic_walk_draws(monkeypatch):
+    from opgen.generate import trees
+
+    options = {"ops": "all", "depths": [1, 2], "rows": 600, "max_output_chars": 12}  # cap: some rejections
+    fast = make(options)
+    fast_items = [fast.item(i) for i in range(600)]
+    monkeypatch.setattr(trees, "_CALL_ON_X", ())  # no shape equals it: every candidate walks
+    slow = make(options)
+    assert [slow.item(i) for i in range(600)] == fast_items
+    assert slow.rejections == fast.rejections and fast.rejections["output_too_long"] > 0

@@ -170,7 +170,11 @@ class Trees(Generator):
                 if verdicts[k]:  # decided by the first word: no Rng is made for this candidate
                     rejections[verdicts[k]] += 1
                     continue
-                yield j, self._details(resume(key, words, 1), shapes[k])
+                kinds = shapes[k]
+                if kinds == _CALL_ON_X:  # the commonest accepted shape: its details without the walk
+                    yield j, self._call_on_x(resume(key, words, 1))
+                else:
+                    yield j, self._details(resume(key, words, 1), kinds)
         else:
             for j in range(start, stop):
                 key, words = blocks(i, j)
@@ -193,6 +197,26 @@ class Trees(Generator):
             self.rejections["output_too_long"] += 1
             return None
         return Item((Task(program, x, out),))
+
+    def _call_on_x(self, rng: Rng) -> Item | None:
+        """``_details`` of the shape (operator call, x): the same draws in the same order."""
+        x = self._input(rng)
+        max_len = self.max_len
+        op, params, node = self._calls[bisect_right(self._call_thresholds, rng.word() >> 11)]
+        if params is None:
+            params = sample_params(op, rng)
+            node = E.Call(op.id, (_X,), params)
+        try:
+            if len(x) > max_len:
+                raise E.OutputTooLong(len(x), max_len)
+            _precheck(node, (x,), max_len)
+            value = op.fn(x, *params)
+            if len(value) > max_len:
+                raise E.OutputTooLong(len(value), max_len)
+        except E.OutputTooLong:
+            self.rejections["output_too_long"] += 1
+            return None
+        return Item((Task(node, x, value),))
 
     def _slow_blocks(self, i: int, j: int) -> tuple[bytes, tuple[int, ...]]:
         rng = Rng(self.ctx.digest, self.ctx.split, i, j)
@@ -267,6 +291,7 @@ def _cumulative(weighted: list) -> tuple[list[float], list]:
 _X = E.Var()
 # Binary kinds first: ``kind <= _INTERLACE`` means two children.
 _CONCAT, _INTERLACE, _METHOD, _OP, _LEAF_X, _LEAF_LIT = range(6)
+_CALL_ON_X = (_OP, _LEAF_X)
 _TABLE_DEPTH = 2  # 312 shapes of depth 2 with the default options; depth 3 would have ~10^5
 # The evaluator's guard against calls that would build a huge string (func_1 with a large n),
 # applied before the call as ``expr.evaluate`` does.
