@@ -141,6 +141,30 @@ def child_faults(rows: list[tuple[dict, str]]) -> int:
     return int(sorted(int(r.value) for r in results if r.ok)[2])
 
 
+def worker_faults(rows: list[tuple[dict, str]], n: int = 300) -> float:
+    """Minor page faults of a sandbox worker per response: after each fork every page the worker
+    writes faults once more (copy-on-write), so this is the worker's share of a child's cost."""
+    from opgen.score.parse import parse_program_answer
+    from opgen.score.sandbox import Unit
+
+    def minflt(pid: int) -> int:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+
+    units = [Unit(parse_program_answer(a).code, (("main_solution", (gt["tasks"][0]["input"],)),))
+             for gt, a in rows[:50]]
+    with Sandbox(workers=1) as box:
+        pid = box._all[0].proc.pid
+        # With namespaces the serving worker is the first stage's only child (see worker.py).
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        serving = int(kids[0]) if kids else pid
+        for u in units:
+            box.run_units([u])
+        before = minflt(serving)
+        for i in range(n):
+            box.run_units([units[i % len(units)]])
+        return (minflt(serving) - before) / n
+
+
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[len(ordered) // 2]
@@ -189,8 +213,8 @@ def main() -> None:
     print(f"targets (>= 1,000 programs/s and >= 30x the baseline, with diagnostics): "
           f"{'met' if full >= 1000 and ratio >= 30 else 'NOT met'} ({full:.0f} programs/s, {ratio:.1f}x)")
     print(f"peak RSS: scorer {rss_self:.0f} MiB, largest child {rss_kids:.0f} MiB")
-    print(f"one sandbox child: {child_faults(rows)} minor page faults; a page fault here costs "
-          f"{page_fault_cost_us():.1f} us")
+    print(f"one sandbox child: {child_faults(rows)} minor page faults, its worker {worker_faults(rows):.0f} per "
+          f"response; a page fault here costs {page_fault_cost_us():.1f} us")
 
 
 if __name__ == "__main__":
