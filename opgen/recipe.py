@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from opgen import formats, ops
+from opgen import formats, ops, schemacheck
 from opgen import generate as G
 from opgen.resources import recipe_path, resource_dir, schema_path
 
@@ -122,7 +122,7 @@ def load(spec: str, seed: int | None = None) -> Recipe:
 
 
 def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None) -> Recipe:
-    errors = [] if G.surely_valid(_schema(), data) else \
+    errors = [] if schemacheck.surely_valid(_schema(), data) else \
         sorted(_validator().iter_errors(data), key=lambda e: (len(list(e.path)), list(map(str, e.path))))
     if errors:
         err = errors[0]

@@ -14,6 +14,7 @@ import yaml
 
 from opgen import generate as G
 from opgen import recipe as R
+from opgen import schemacheck
 from opgen.resources import resource_dir, schema_path
 from opgen.rng import Rng
 
@@ -29,10 +30,10 @@ def test_every_bundled_recipe_and_its_resolved_options_pass_the_fast_check():
     assert BUNDLED
     for path in BUNDLED:
         doc = yaml.safe_load(path.read_text())
-        assert G.surely_valid(RECIPE_SCHEMA, doc), path.name
+        assert schemacheck.surely_valid(RECIPE_SCHEMA, doc), path.name
         for cfg in R.load(str(path)).splits:
             cls = G.get(cfg.generator)
-            assert G.surely_valid(cls.options_schema(), cfg.options), (path.name, cfg.name)
+            assert schemacheck.surely_valid(cls.options_schema(), cfg.options), (path.name, cfg.name)
 
 
 _ODD_VALUES = [None, True, False, 0, -1, 1, 1.0, 2.5, "", "x", "func_3", "train", "-bad name", [], [1], ["func_3"],
@@ -83,7 +84,7 @@ def test_the_fast_check_never_vouches_for_a_recipe_jsonschema_rejects():
     for path in BUNDLED:
         doc = yaml.safe_load(path.read_text())
         for mutant in _mutants(doc, rng, 150):
-            fast, slow = G.surely_valid(RECIPE_SCHEMA, mutant), _jsonschema_valid(RECIPE_SCHEMA, mutant)
+            fast, slow = schemacheck.surely_valid(RECIPE_SCHEMA, mutant), _jsonschema_valid(RECIPE_SCHEMA, mutant)
             assert not (fast and not slow), json.dumps(mutant, default=str)[:500]
             agreed += fast == slow
             rejected += not slow
@@ -99,7 +100,7 @@ def test_the_fast_check_never_vouches_for_options_jsonschema_rejects(name):
     rng = Rng("schema-check", name)
     rejected = 0
     for mutant in _mutants(doc, rng, 600):
-        fast, slow = G.surely_valid(schema, mutant), _jsonschema_valid(schema, mutant)
+        fast, slow = schemacheck.surely_valid(schema, mutant), _jsonschema_valid(schema, mutant)
         assert not (fast and not slow), mutant
         rejected += not slow
     assert rejected > 100
