@@ -14,7 +14,7 @@ import ast
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Union
 
@@ -137,10 +137,27 @@ def evaluate(e: Expr, x: str, max_len: int | None = None) -> str:
     return value
 
 
+def call_capped(node: Call, fn, inputs: tuple[str, ...], max_len: int) -> str:
+    """``node``'s operator (``fn``) applied to known input values, with ``evaluate``'s guards.
+
+    Generators that compute a value as they draw (one call on ``x``, a chain growing outwards) use
+    this instead of walking the finished tree: an input or output over ``max_len``, or a call that
+    would build one, raises :class:`OutputTooLong` before anything larger is allocated.
+    """
+    for value in inputs:
+        if len(value) > max_len:
+            raise OutputTooLong(len(value), max_len)
+    _precheck(node, inputs, max_len)
+    value = fn(*inputs, *node.params)
+    if len(value) > max_len:
+        raise OutputTooLong(len(value), max_len)
+    return value
+
+
 # The exact output length of the operators that grow their input by a factor, so that a call which
 # would build a huge string (func_1 with n=4 on a 10^6-character value) is refused before it runs.
 # Operators absent here grow at most twofold and are checked after they return.
-def _precheck(node: Call, args: list[str], max_len: int) -> None:
+def _precheck(node: Call, args: Sequence[str], max_len: int) -> None:
     n = len(args[0])
     if node.op in ("func_1", "func_18"):
         out = n * max(int(node.params[0]), 0)

@@ -53,13 +53,7 @@ class Atomic(Generator):
         # (the size precheck before the call, the cap on every value), not by walking the tree.
         max_len = self.options["max_output_chars"]
         try:
-            inputs = (x,) if len(args) == 1 else (x, args[1].value)
-            if max(map(len, inputs)) > max_len:
-                raise E.OutputTooLong(max(map(len, inputs)), max_len)
-            E._precheck(program, list(inputs), max_len)
-            out = op.fn(*inputs, *program.params)
-            if len(out) > max_len:
-                raise E.OutputTooLong(len(out), max_len)
+            out = E.call_capped(program, op.fn, (x,) if len(args) == 1 else (x, args[1].value), max_len)
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None

@@ -72,10 +72,7 @@ class Chains(Generator):
                     previous = rng.below(n)
                     op = self.unary[previous]
                 program = E.Call(op.id, (program,), sample_params(op, rng))
-                E._precheck(program, [value], max_len)
-                value = op.fn(value, *program.params)
-                if len(value) > max_len:
-                    raise E.OutputTooLong(len(value), max_len)
+                value = E.call_capped(program, op.fn, (value,), max_len)
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None

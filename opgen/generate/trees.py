@@ -207,12 +207,7 @@ class Trees(Generator):
             params = sample_params(op, rng)
             node = E.Call(op.id, (_X,), params)
         try:
-            if len(x) > max_len:
-                raise E.OutputTooLong(len(x), max_len)
-            _precheck(node, (x,), max_len)
-            value = op.fn(x, *params)
-            if len(value) > max_len:
-                raise E.OutputTooLong(len(value), max_len)
+            value = E.call_capped(node, op.fn, (x,), max_len)
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
