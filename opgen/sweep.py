@@ -174,12 +174,7 @@ def plot(rows: Sequence[Mapping], out_dir: Path) -> list[Path]:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if not by_step:
         ax.set_xticks(xs, [r["model"] for r in rows], rotation=30, ha="right")
-    ax.set_ylabel("accuracy (95% CI)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=8)
-    ax.set_title("accuracy vs checkpoint")
-    fig.tight_layout()
-    paths.append(_save(fig, out_dir / PLOTS[0]))
+    paths.append(_finish(fig, ax, "accuracy (95% CI)", "accuracy vs checkpoint", out_dir / PLOTS[0]))
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in rows:
@@ -188,13 +183,18 @@ def plot(rows: Sequence[Mapping], out_dir: Path) -> list[Path]:
             ax.plot([d for d, _ in pts], [p["acc"] for _, p in pts], marker="o", label=r["model"])
     ax.set_xlabel("expression depth")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("accuracy")
+    paths.append(_finish(fig, ax, "accuracy", "accuracy vs depth, per checkpoint", out_dir / PLOTS[1]))
+    return paths
+
+
+def _finish(fig, ax, ylabel: str, title: str, path: Path) -> Path:
+    """The accuracy axis, legend and title both plots share, then the file."""
+    ax.set_ylabel(ylabel)
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=8)
-    ax.set_title("accuracy vs depth, per checkpoint")
+    ax.set_title(title)
     fig.tight_layout()
-    paths.append(_save(fig, out_dir / PLOTS[1]))
-    return paths
+    return _save(fig, path)
 
 
 def _save(fig, path: Path) -> Path:

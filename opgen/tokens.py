@@ -80,26 +80,22 @@ def _encode_lengths(tokenizer: Any, texts: Sequence[str]) -> list[int]:
 
 def prompt_lengths(tokenizer: Any, prompts: Iterable[Sequence[Mapping[str, str]]]) -> list[int]:
     """Tokens of each chat prompt with the generation header, as verl's RLHFDataset counts them."""
-    out: list[int] = []
-    batch: list[str] = []
-    for messages in prompts:
-        batch.append(tokenizer.apply_chat_template(
-            [{"role": m["role"], "content": m["content"]} for m in messages],
-            add_generation_prompt=True, tokenize=False))
-        if len(batch) == _BATCH:
-            out += _encode_lengths(tokenizer, batch)
-            batch = []
-    return out + _encode_lengths(tokenizer, batch)
+    return _chat_lengths(tokenizer, prompts, add_generation_prompt=True)
 
 
 def conversation_lengths(tokenizer: Any, conversations: Iterable[Sequence[Mapping[str, str]]]) -> list[int]:
     """Tokens of each whole conversation (SFT ``messages``), which verl's SFT ``data.max_length`` bounds."""
+    return _chat_lengths(tokenizer, conversations, add_generation_prompt=False)
+
+
+def _chat_lengths(tokenizer: Any, chats: Iterable[Sequence[Mapping[str, str]]],
+                  add_generation_prompt: bool) -> list[int]:
     out: list[int] = []
     batch: list[str] = []
-    for messages in conversations:
+    for messages in chats:
         batch.append(tokenizer.apply_chat_template(
             [{"role": m["role"], "content": m["content"]} for m in messages],
-            add_generation_prompt=False, tokenize=False))
+            add_generation_prompt=add_generation_prompt, tokenize=False))
         if len(batch) == _BATCH:
             out += _encode_lengths(tokenizer, batch)
             batch = []
