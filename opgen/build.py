@@ -148,8 +148,7 @@ def _produce_rows(uid: int) -> dict:
             for c0 in range(unit.start, unit.stop, write.ROW_GROUP_ROWS):
                 buf.clear()
                 c1 = min(c0 + write.ROW_GROUP_ROWS, unit.stop)
-                for i in range(c0, c1):
-                    j, item = gen.first_valid(i)
+                for i, (j, item) in enumerate(gen.first_valid_many(c0, c1), c0):
                     f = buf.add(i, item, seen)
                     while f is None:
                         gen.rejections["duplicate"] += 1

@@ -497,3 +497,23 @@ def test_parsing_from_many_threads_never_trips_cpythons_shared_ast_counter():
     finally:
         gc.set_threshold(*thresholds)
     assert not errors, errors[0]
+
+
+def test_node_constructors_build_what_the_dataclasses_would():
+    import dataclasses
+
+    cases = [(E.Var, (), {}), (E.Var, ("y",), {}), (E.Lit, ("ab",), {}), (E.Call, ("func_3", (E.Var(),)), {}),
+             (E.Call, ("func_1", (E.Var(),)), {"params": (2,)}), (E.Concat, (E.Var(), E.Lit("q")), {}),
+             (E.Method, (E.Var(),), {"name": "upper"})]
+    for cls, args, kwargs in cases:
+        made = cls(*args, **kwargs)
+        generated = object.__new__(cls)
+        fields = dataclasses.fields(cls)
+        values = [*args, *[kwargs.get(f.name, f.default) for f in fields[len(args):]]]
+        for f, value in zip(fields, values):
+            object.__setattr__(generated, f.name, value)
+        assert made == generated and hash(made) == hash(generated) and repr(made) == repr(generated)
+        assert list(vars(made)) == [f.name for f in fields]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            made.__setattr__(fields[0].name, None)
+    assert E.render(E.Call("func_1", (E.Concat(E.Var(), E.Lit("ab")),), (3,))) == "func_1((x + 'ab'), 3)"

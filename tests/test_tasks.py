@@ -72,3 +72,23 @@ def test_items_are_hashable_values():
     assert Item((t,), assistant_prefix="Recall func_3:") == Item((t,), assistant_prefix="Recall func_3:")
     assert Item((t,)) != Item((t,), condition="c")
     assert len({Item((t,)), Item((t,))}) == 1
+
+
+def test_fast_constructors_build_what_the_dataclass_would():
+    # Task and Item write their fields straight into __dict__ (a build makes one of each per row):
+    # positional and keyword calls, defaults, replace() and field order must be the dataclass's.
+    prog = E.parse("func_3(x)")
+    cases = [(Task, (prog, "ab", "ba"), {}), (Task, (prog, "ab"), {"output": "ba", "meta": (("k", 1),)}),
+             (Item, ((_task("func_3(x)", "ab"),),), {}),
+             (Item, ((),), {"condition": "near", "assistant_prefix": "Recall", "meta": (("m", 2),)})]
+    for cls, args, kwargs in cases:
+        made = cls(*args, **kwargs)
+        generated = object.__new__(cls)
+        for f, value in zip(dataclasses.fields(cls), [*args, *[kwargs.get(f.name, f.default) for f in
+                                                               dataclasses.fields(cls)[len(args):]]]):
+            object.__setattr__(generated, f.name, value)
+        assert made == generated and hash(made) == hash(generated) and repr(made) == repr(generated)
+        assert list(vars(made)) == [f.name for f in dataclasses.fields(cls)]
+    assert dataclasses.replace(Task(prog, "ab", "ba"), input="cd") == Task(prog, "cd", "ba")
+    with pytest.raises(TypeError):
+        Task(prog, "ab")  # output has no default

@@ -123,6 +123,10 @@ class Generator:
                 break
         raise self.no_candidate(i)
 
+    def first_valid_many(self, start: int, stop: int) -> list[tuple[int, Item]]:
+        """``[first_valid(i) for i in range(start, stop)]``; a generator may draw them in bulk."""
+        return [self.first_valid(i) for i in range(start, stop)]
+
     def no_candidate(self, i: int) -> GeneratorError:
         seen = ", ".join(f"{k}: {v}" for k, v in sorted(self.rejections.items())) or "none"
         return GeneratorError(
@@ -284,6 +288,42 @@ def text_drawer(lo: int, hi: int, alphabet: str = LOWERCASE):
             return "".join(out)
 
     _TEXT_DRAWERS[key] = draw
+    return draw
+
+
+def text_vectorizer(lo: int, hi: int, alphabet: str = LOWERCASE):
+    """``text_drawer``'s draw for many first words at once (a numpy uint64 array), or None when
+    the alphabet or the range needs another path (non-ASCII letters, over 64 bits).
+
+    Returns ``(flat, begins, lengths, ok)``: row r's text is ``flat[begins[r]:begins[r] + lengths[r]]``
+    where ``ok[r]``; a word the drawer would reject (it then reads the next one) has ``ok`` False.
+    The same mixed-radix digits as ``text_drawer``, least significant first.
+    """
+    a = len(alphabet)
+    span = hi - lo + 1
+    m = span * a ** hi
+    if m >= 1 << 64 or a > 64 or not alphabet.isascii():
+        return None
+    import numpy as np
+
+    u = np.uint64
+    limit = (1 << 64) - ((1 << 64) % m)
+    letters = np.frombuffer(alphabet.encode("ascii"), dtype=np.uint8)
+    positions = np.arange(hi)
+
+    def draw(words):
+        ok = words < u(limit) if limit < 1 << 64 else np.ones(len(words), dtype=bool)
+        q = words % u(m)
+        lengths = (q % u(span)).astype(np.int64) + lo
+        v = q // u(span)
+        digits = np.empty((len(words), hi), dtype=np.uint8)
+        for p in range(hi):
+            digits[:, p] = letters[(v % u(a)).astype(np.intp)]
+            v //= u(a)
+        flat = digits[positions[None, :] < lengths[:, None]].tobytes().decode("ascii")
+        ends = np.cumsum(lengths)
+        return flat, (ends - lengths).tolist(), lengths.tolist(), ok.tolist()
+
     return draw
 
 

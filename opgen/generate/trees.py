@@ -24,13 +24,12 @@ from opgen.generate import (
     OP_SET,
     DepthPlan,
     Generator,
-    block_maker,
     check_range,
-    resume,
     sample_params,
     text_drawer,
+    text_vectorizer,
 )
-from opgen.rng import LOWERCASE, Rng
+from opgen.rng import LOWERCASE, CounterRng, Rng, counter_blocks, counter_key
 from opgen.tasks import Item, Task
 
 _P = {"type": "number", "minimum": 0, "maximum": 1}
@@ -38,7 +37,9 @@ _P = {"type": "number", "minimum": 0, "maximum": 1}
 
 class Trees(Generator):
     NAME = "trees"
-    VERSION = 2  # 2: a unary call's operator and integer/choice parameters in one draw
+    # 2: a unary call's operator and integer/choice parameters in one draw; 3: counter streams
+    # (opgen.rng.CounterRng), drawn for a chunk of rows at once
+    VERSION = 3
     DEFAULTS = {
         "ops": "train", "depths": [1], "per_depth": None, "rows": None,
         "p_binary": 0.2, "p_concat": 0.5, "p_method": 0.02, "p_parameterised": 0.5, "p_leaf_x": 0.5,
@@ -85,7 +86,11 @@ class Trees(Generator):
         self._call_table(o["p_parameterised"])
         self._shape_tables(o)
         self._input = text_drawer(self.in_lo, self.in_hi, self.alphabet)
+        self._inputs = text_vectorizer(self.in_lo, self.in_hi, self.alphabet)
         self._literal = text_drawer(self.lit_lo, self.lit_hi, self.alphabet)
+        # Candidate j of row i draws from CounterRng(key, i, j): SplitMix64 over a key of the
+        # recipe digest and split, so a chunk of rows can draw its first words with numpy.
+        self._key = counter_key(ctx.digest, ctx.split)
 
     def count(self) -> int:
         return self.plan.total
@@ -149,36 +154,40 @@ class Trees(Generator):
             return found
         return None
 
+    def rng(self, i: int, j: int) -> CounterRng:
+        """The stream of candidate ``j`` of row ``i``."""
+        return CounterRng(self._key, i, j)
+
     def first_valid(self, i: int, start: int = 0) -> tuple[int, Item]:
-        for j, found in self._candidates(i, start, start + self.max_attempts):
+        return self._first_in(i, start, start + self.max_attempts)
+
+    def _first_in(self, i: int, start: int, stop: int) -> tuple[int, Item]:
+        for j, found in self._candidates(i, start, stop):
             if found is not None:
                 return j, found
         raise self.no_candidate(i)
 
     def _candidates(self, i: int, start: int, stop: int):
         """``(j, candidate j of row i or None)`` for j in [start, stop); a rejected shape yields nothing."""
-        blocks = self.__dict__.get("_blocks")
-        if blocks is None:
-            blocks = self._blocks = block_maker(self.ctx.digest, self.ctx.split) or self._slow_blocks
+        key = self._key
         d = self.plan.depth(i)
         rejections = self.rejections
         if d <= _TABLE_DEPTH:
             thresholds, shapes, verdicts = self._tables[d]
             for j in range(start, stop):
-                key, words = blocks(i, j)
-                k = bisect_right(thresholds, words[0] >> 11)
-                if verdicts[k]:  # decided by the first word: no Rng is made for this candidate
+                rng = CounterRng(key, i, j)
+                k = bisect_right(thresholds, rng.word() >> 11)
+                if verdicts[k]:  # decided by the first word
                     rejections[verdicts[k]] += 1
                     continue
                 kinds = shapes[k]
                 if kinds == _CALL_ON_X:  # the commonest accepted shape: its details without the walk
-                    yield j, self._call_on_x(resume(key, words, 1))
+                    yield j, self._call_on_x(rng)
                 else:
-                    yield j, self._details(resume(key, words, 1), kinds)
+                    yield j, self._details(rng, kinds)
         else:
             for j in range(start, stop):
-                key, words = blocks(i, j)
-                rng = resume(key, words, 0)
+                rng = CounterRng(key, i, j)
                 kinds: list[int] = []
                 self._shape(rng.word, d, kinds)
                 verdict = self._verdict(kinds)
@@ -186,6 +195,108 @@ class Trees(Generator):
                     rejections[verdict] += 1
                     continue
                 yield j, self._details(rng, kinds)
+
+    def first_valid_many(self, start: int, stop: int) -> list[tuple[int, Item]]:
+        """``[first_valid(i) for i in range(start, stop)]``, the same draws, made in bulk.
+
+        Rows of a tabled depth draw their candidates' first eight words with numpy and judge
+        their shapes together (rejected ones move on to the next candidate together); a call on
+        ``x`` also takes its input and its operator from those words at once. Anything else (a
+        shape with more nodes, letter parameters, a rare input redraw, an output over the cap)
+        continues that row's own stream exactly as ``first_valid`` does.
+        """
+        import numpy as np
+
+        out: list = [None] * (stop - start)
+        by_depth: dict[int, list[int]] = {}
+        for i in range(start, stop):
+            by_depth.setdefault(self.plan.depth(i), []).append(i)
+        for d, rows in sorted(by_depth.items()):
+            if d > _TABLE_DEPTH:
+                for i in rows:
+                    out[i - start] = self.first_valid(i)
+                continue
+            idx = np.array(rows, dtype=np.int64)
+            j, seeds, words, k = self._accepted_shapes(idx, d, np)
+            self._details_many(idx, j, seeds, words, k, d, out, start, np)
+        return out
+
+    def _accepted_shapes(self, idx, d: int, np):
+        """Per row, the first candidate whose shape passes the verdicts: (j, seeds, words, shape)."""
+        thresholds, shapes, verdicts = self._tables[d]
+        tables = self.__dict__.setdefault("_np_tables", {})
+        if d not in tables:
+            names = sorted({v for v in verdicts if v})
+            codes = np.array([0 if not v else 1 + names.index(v) for v in verdicts], dtype=np.int64)
+            tables[d] = (np.array(thresholds, dtype=np.float64), codes, names)
+        th, codes, names = tables[d]
+        j = np.zeros(len(idx), dtype=np.int64)
+        seeds, words = counter_blocks(self._key, idx, j)
+        k = np.searchsorted(th, (words[:, 0] >> np.uint64(11)).astype(np.float64), side="right")
+        pending = np.flatnonzero(codes[k])
+        while pending.size:
+            for code, n in enumerate(np.bincount(codes[k[pending]]).tolist()):
+                if code and n:
+                    self.rejections[names[code - 1]] += n
+            j[pending] += 1
+            if int(j[pending].max()) >= self.max_attempts:
+                raise self.no_candidate(int(idx[pending[j[pending] >= self.max_attempts][0]]))
+            s2, w2 = counter_blocks(self._key, idx[pending], j[pending])
+            seeds[pending], words[pending] = s2, w2
+            k[pending] = np.searchsorted(th, (w2[:, 0] >> np.uint64(11)).astype(np.float64), side="right")
+            pending = pending[codes[k[pending]] != 0]
+        return j, seeds, words, k
+
+    def _details_many(self, idx, j, seeds, words, k, d: int, out: list, start: int, np) -> None:
+        shapes = self._tables[d][1]
+        bulk = self.__dict__.get("_bulk")
+        if bulk is None:
+            # per call entry: (fn, params, node, the growth guard applies); per shape: a call on x?
+            bulk = self._bulk = (
+                [(op.fn, params, node, op.id in E.PRECHECKED) for op, params, node in self._calls],
+                np.array(self._call_thresholds, dtype=np.float64),
+                {dd: np.array([kinds == _CALL_ON_X for kinds in self._tables[dd][1]], dtype=bool)
+                 for dd in range(_TABLE_DEPTH + 1)})
+        calls, call_thresholds, on_x_of = bulk
+        n = len(idx)
+        # Inputs come first in every candidate's details (word 1); a call on x then picks its
+        # operator with word 2. A word the input drawer would reject sends the row one by one.
+        texts = self._inputs(words[:, 1]) if self._inputs is not None else None
+        flat, begins, lengths, ok = texts if texts is not None else ("", [0] * n, [0] * n, [False] * n)
+        picks = np.searchsorted(call_thresholds, (words[:, 2] >> np.uint64(11)).astype(np.float64),
+                                side="right").tolist()
+        max_len, precheck, rejections = self.max_len, _precheck, self.rejections
+        check_input = self.in_hi > max_len
+        table_calls, on_x = self._calls, on_x_of[d][k].tolist()
+        for r, (i, jj, shape, seed, first) in enumerate(zip(idx.tolist(), j.tolist(), k.tolist(), seeds.tolist(),
+                                                            words.tolist())):
+            found = None
+            if not ok[r]:
+                rng = CounterRng.resume(seed, tuple(first), 1)
+                found = self._call_on_x(rng) if on_x[r] else self._details(rng, shapes[shape])
+            else:
+                x = flat[begins[r]:begins[r] + lengths[r]]
+                try:
+                    if check_input and len(x) > max_len:
+                        raise E.OutputTooLong(len(x), max_len)
+                    if on_x[r]:
+                        fn, params, node, guarded = calls[picks[r]]
+                        if params is None:
+                            op = table_calls[picks[r]][0]
+                            params = sample_params(op, CounterRng.resume(seed, tuple(first), 3))
+                            node = E.Call(op.id, (_X,), params)
+                        if guarded:
+                            precheck(node, (x,), max_len)
+                        value = fn(x, *params)
+                        if len(value) > max_len:
+                            raise E.OutputTooLong(len(value), max_len)
+                        found = Item((Task(node, x, value),))
+                    else:
+                        program, value = self._detail(CounterRng.resume(seed, tuple(first), 2), iter(shapes[shape]), x)
+                        found = Item((Task(program, x, value),))
+                except E.OutputTooLong:
+                    rejections["output_too_long"] += 1
+            out[i - start] = (jj, found) if found is not None else self._first_in(i, jj + 1, self.max_attempts)
 
     def _details(self, rng: Rng, kinds) -> Item | None:
         x = self._input(rng)
@@ -212,10 +323,6 @@ class Trees(Generator):
             self.rejections["output_too_long"] += 1
             return None
         return Item((Task(node, x, value),))
-
-    def _slow_blocks(self, i: int, j: int) -> tuple[bytes, tuple[int, ...]]:
-        rng = Rng(self.ctx.digest, self.ctx.split, i, j)
-        return rng._key, tuple(rng.word() for _ in range(8))
 
     def _call_table(self, p_parameterised: float) -> None:
         """One word picks a unary call: its operator and every integer/choice parameter at once.
