@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Union
 
 from opgen import expr as E
 from opgen import ops
@@ -281,6 +281,15 @@ def ops_text(recall: tuple[str, ...]) -> OpsText:
     return OpsText(recall, ops_sorted, _ops_json(recall), _ops_json(ops_sorted), head, _jstr(head)[:-1])
 
 
+# A row's text: a str, or pieces (before, shared, after) whose concatenation is the text.
+Text = Union[str, tuple[str, str, str]]
+
+
+def text(value: Text) -> str:
+    """The text a value of :data:`Text` stands for."""
+    return value if type(value) is str else "".join(value)
+
+
 class ProgramParts(NamedTuple):
     """A single-task row's texts that do not depend on its input or output (:meth:`SingleRenderer.parts`).
 
@@ -363,21 +372,26 @@ class SingleRenderer:
             self._answer_heads[t.recall] = answer_head
         return ProgramParts(self.head(t), program, g0, g2, t.jcode_head, _jstr(program + "\n")[1:], answer_head)
 
-    def render(self, parts: ProgramParts, x: str, out: str, sft: bool) -> tuple[str, str, str | None]:
-        """(prompt, ground truth, gold answer or None): what prompt/ground_truth/answer write, from parts."""
+    def render(self, parts: ProgramParts, x: str, out: str, sft: bool) -> tuple[Text, Text, Text | None]:
+        """(prompt, ground truth, gold answer or None): what prompt/ground_truth/answer write, from parts.
+
+        Long texts come as pieces ``(before, shared, after)`` (see :func:`text`): the shared piece
+        (operator sources, escaped or not) is one object for every row of an operator tuple, so
+        writing a column encodes it once instead of copying it into every row's string.
+        """
         r = repr(x)
         head, program, q1, q2 = parts.head, parts.program, self.q1, self.q2
         if self.q3 is None:
-            prompt = f"{head}{program}{q1}{r}{q2}"
+            prompt = ("", head, f"{program}{q1}{r}{q2}")
         else:
-            prompt = f"{head}{program}{q1}{r}{q2}{r}{self.q3}"
+            prompt = ("", head, f"{program}{q1}{r}{q2}{r}{self.q3}")
         inp, jout = _jstr(x), _jstr(out)
-        gt = (f'{parts.g0}{inp}, "output": {jout}{parts.g2}{parts.jhead}{parts.jprog}, "ref_input": {{"x": {inp}}}, '
-              f'"ref_output": {jout}, "funcname": "main_solution"}}')
+        gt = (f'{parts.g0}{inp}, "output": {jout}{parts.g2}', parts.jhead,
+              f'{parts.jprog}, "ref_input": {{"x": {inp}}}, "ref_output": {jout}, "funcname": "main_solution"}}')
         if not sft:
             return prompt, gt, None
         if parts.answer_head:
-            return prompt, gt, f"{parts.answer_head}{program}\n```"
+            return prompt, gt, ("", parts.answer_head, f"{program}\n```")
         return prompt, gt, '```json\n{"output": ' + jout + "}\n```"
 
     def answer(self, t: OpsText, program: str, out: str) -> str:

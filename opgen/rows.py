@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from opgen import __version__, ops
 from opgen import expr as E
-from opgen.formats import Formatter, SingleRenderer, ops_text, prepare, scan
+from opgen.formats import Formatter, SingleRenderer, ops_text, prepare, scan, text
 from opgen.resources import schema_path
 from opgen.tasks import Item
 
@@ -146,10 +146,11 @@ class RowBuffer:
         self.format_key = h64(self.format_id)
         self.single = SingleRenderer(self.fmt)
         self._programs: dict[tuple, tuple] = {}
-        self.clear()
+        self.rows: list[tuple] = []
+        self._add_single = self._single_adder()
 
     def clear(self) -> None:
-        self.rows: list[tuple] = []
+        self.rows.clear()  # in place: the single-row adder keeps the list
 
     @property
     def n(self) -> int:
@@ -221,46 +222,56 @@ class RowBuffer:
                 out_len = len(t.output)
         return Facts(ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition)
 
-    def _add_single(self, index: int, item: Item, task, seen: set[int] | None) -> Facts | None:
-        """``add`` for the common row (one task, no teacher-forced prefix): the same row, fewer steps."""
-        prog = task.program
-        programs = self._programs
-        # Programs repeat across a split (most depth-1 ones, many without literals): their texts and
-        # measures are made once. One call on x alone is known by (operator, parameters) without
-        # rendering it; any other program by its text.
-        if type(prog) is _Call and len(prog.args) == 1 and type(prog.args[0]) is _Var:
-            key: Any = (prog.op, prog.params, prog.args[0].name)
-            facts = programs.get(key)
-            if facts is None:
-                used: dict[str, None] = {}
-                facts = self._remember(key, self._program_facts(prog, *scan(prog, used), used))
-        else:
-            used = {}
-            key, depth = scan(prog, used)
-            facts = programs.get(key)
-            if facts is None:
-                facts = self._remember(key, self._program_facts(prog, key, depth, used))
-        expr, depth, pk, k, opmask, composed, structure, ops_sorted, parts = facts
-        x = task.input
-        task_id = expr + "\x00" + x
-        tkey = h64(task_id)
-        unique = self.spec.unique
-        ukey = tkey if unique == "task" else pk if unique == "program" else 0
-        if seen is not None and unique != "none":
-            if ukey in seen:
-                return None
-            seen.add(ukey)
-        out = task.output
-        condition = item.condition
-        pkey = tkey ^ self.format_key
-        row_id = (f"{pkey:016x}" if not condition else
-                  f"{h64(f'{self.format_id}{task_id}{chr(2)}{condition}{chr(2)}'):016x}")
-        meta = item.meta or task.meta
-        target, tail_chars, tail_calls = _probe_measures(meta) if meta else _NO_PROBE
-        prompt, gt, answer = self.single.render(parts, x, out, self.kind_sft)
-        self.rows.append((prompt, gt, answer, index, depth, k, ops_sorted, structure, 1, condition, "", row_id,
-                          target, tail_chars, tail_calls))
-        return Facts(ukey, pkey, (pk,), depth, k, opmask, composed, len(out), condition)
+    def _single_adder(self):
+        """``add`` for the common row (one task, no teacher-forced prefix): the same row, fewer steps.
+
+        A closure over everything that is fixed per buffer, because it runs once per row.
+        """
+        programs, rows_append = self._programs, self.rows.append
+        remember, program_facts, render = self._remember, self._program_facts, self.single.render
+        unique, format_key, format_id, sft = self.spec.unique, self.format_key, self.format_id, self.kind_sft
+        checked = unique != "none"
+        blake2b, from_bytes = hashlib.blake2b, int.from_bytes
+
+        def add_single(index: int, item: Item, task, seen: set[int] | None) -> Facts | None:
+            prog = task.program
+            # Programs repeat across a split (most depth-1 ones, many without literals): their texts
+            # and measures are made once. One call on x alone is known by (operator, parameters)
+            # without rendering it; any other program by its text.
+            if type(prog) is _Call and len(prog.args) == 1 and type(prog.args[0]) is _Var:
+                key: Any = (prog.op, prog.params, prog.args[0].name)
+                facts = programs.get(key)
+                if facts is None:
+                    used: dict[str, None] = {}
+                    facts = remember(key, program_facts(prog, *scan(prog, used), used))
+            else:
+                used = {}
+                key, depth = scan(prog, used)
+                facts = programs.get(key)
+                if facts is None:
+                    facts = remember(key, program_facts(prog, key, depth, used))
+            expr, depth, pk, k, opmask, composed, structure, ops_sorted, parts = facts
+            x = task.input
+            task_id = expr + "\x00" + x
+            tkey = from_bytes(blake2b(task_id.encode("utf-8"), digest_size=8).digest(), "little")  # h64
+            ukey = tkey if unique == "task" else pk if unique == "program" else 0
+            if seen is not None and checked:
+                if ukey in seen:
+                    return None
+                seen.add(ukey)
+            out = task.output
+            condition = item.condition
+            pkey = tkey ^ format_key
+            row_id = (f"{pkey:016x}" if not condition else
+                      f"{h64(f'{format_id}{task_id}{chr(2)}{condition}{chr(2)}'):016x}")
+            meta = item.meta or task.meta
+            target, tail_chars, tail_calls = _probe_measures(meta) if meta else _NO_PROBE
+            prompt, gt, answer = render(parts, x, out, sft)
+            rows_append((prompt, gt, answer, index, depth, k, ops_sorted, structure, 1, condition, "", row_id,
+                         target, tail_chars, tail_calls))
+            return Facts(ukey, pkey, (pk,), depth, k, opmask, composed, len(out), condition)
+
+        return add_single
 
     def _program_facts(self, prog: E.Expr, expr: str, depth: int, used: dict[str, None]) -> tuple:
         t = ops_text(tuple(used))
@@ -309,14 +320,14 @@ class RowBuffer:
             else:
                 arrays.append(_strings(cols[f.name]))
         extra = pa.StructArray.from_arrays(arrays, fields=list(extra_type))
-        prompt_texts = _strings(prompts)
+        prompt_texts = _texts(prompts)
         prompt = _messages(_repeat("user", n), prompt_texts, 1)
-        reward = pa.StructArray.from_arrays([_repeat("rule", n), _strings(gts)], names=["style", "ground_truth"])
+        reward = pa.StructArray.from_arrays([_repeat("rule", n), _texts(gts)], names=["style", "ground_truth"])
         columns = [_repeat(self.data_source, n), prompt, _repeat(self.ability, n), reward, extra]
         if spec.kind == "sft":
-            contents = [text for pair in zip(prompts, answers) for text in pair]
+            contents = [t for pair in zip(prompts, answers) for t in pair]
             roles = _strings(["user", "assistant"] * n)
-            columns += [_messages(roles, _strings(contents), 2), _strings(answers), prompt_texts]
+            columns += [_messages(roles, _texts(contents), 2), _texts(answers), prompt_texts]
         return pa.Table.from_arrays(columns, schema=self.schema)
 
 
@@ -325,17 +336,52 @@ class RowBuffer:
 
 
 def _strings(values) -> pa.Array:
+    # One encode for the column. Offsets are byte lengths: a value's str length when it is ASCII
+    # (str.isascii() is a flag check), else its encoded length; most prompts are ASCII even in
+    # a column that is not (one operator's shown source has non-ASCII quotes).
     joined = "".join(values)
-    if joined.isascii():  # one encode for the column: characters are bytes, so str lengths are offsets
-        data, lengths = joined.encode("ascii"), map(len, values)
+    data = joined.encode("utf-8")
+    if len(data) == len(joined):
+        lengths = map(len, values)
     else:
-        encoded = [v.encode("utf-8") for v in values]
-        data, lengths = b"".join(encoded), map(len, encoded)
+        lengths = (len(v) if v.isascii() else len(v.encode("utf-8")) for v in values)
     offsets = np.fromiter(accumulate(lengths, initial=0), dtype=np.int64, count=len(values) + 1)
     if offsets[-1] >= 2**31:
         return pa.array(list(values), pa.string())
     return pa.Array.from_buffers(pa.string(), len(values),
                                  [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
+
+
+def _texts(values) -> pa.Array:
+    """A string array of :data:`opgen.formats.Text` values (str, or pieces before/shared/after).
+
+    A shared piece (a few operator tuples' sources, each ~1 KiB, in every row) is encoded once per
+    column and the bytes are joined once: no row's full text is ever built as a str.
+    """
+    encoded: dict[str, bytes] = {}
+    chunks: list[bytes] = []
+    lengths: list[int] = []
+    put, measure, get = chunks.append, lengths.append, encoded.get
+    for v in values:
+        if type(v) is str:
+            b = v.encode("utf-8")
+            put(b)
+            measure(len(b))
+            continue
+        before, shared, after = v
+        s = get(shared)
+        if s is None:
+            s = encoded[shared] = shared.encode("utf-8")
+        b0, b2 = before.encode("utf-8"), after.encode("utf-8")
+        put(b0)
+        put(s)
+        put(b2)
+        measure(len(b0) + len(s) + len(b2))
+    offsets = np.fromiter(accumulate(lengths, initial=0), dtype=np.int64, count=len(lengths) + 1)
+    if offsets[-1] >= 2**31:
+        return pa.array([text(v) for v in values], pa.string())
+    return pa.Array.from_buffers(pa.string(), len(lengths),
+                                 [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(chunks))])
 
 
 def _repeat(value: str, n: int) -> pa.Array:

@@ -140,5 +140,11 @@ def test_single_task_fast_path_writes_the_same_row_as_the_generic_renderer(pf, a
             slow = RowBuffer(RowSpec("s", "f", kind, pf, af, "r", unique))
             for i, item in enumerate(items):
                 assert fast.add(i, item) == slow._add_general(i, item)
-                assert fast.rows[-1] == slow.rows[-1]
+                assert _texts_joined(fast.rows[-1]) == slow.rows[-1]
             assert fast.table().equals(slow.table())
+
+
+def _texts_joined(row: tuple) -> tuple:
+    """A buffered row with its prompt, ground truth and answer as whole strings (the fast path
+    keeps long texts as pieces until a column is written)."""
+    return tuple(F.text(v) if k < 3 and v is not None else v for k, v in enumerate(row))
