@@ -159,30 +159,10 @@ def rng_maker(*prefix: object):
     It reproduces :func:`opgen.rng.key_of` from a copied hasher state; a self-check against
     ``Rng`` itself guards against that module changing, falling back to plain ``Rng`` if so.
     """
-    blocks = block_maker(*prefix)
+    from opgen import rng as R
 
     def slow(i: int, j: int) -> Rng:
         return Rng(*prefix, i, j)
-
-    if blocks is None:
-        return slow
-
-    def fast(i: int, j: int) -> Rng:
-        key, words = blocks(i, j)
-        return resume(key, words, 0)
-
-    return fast
-
-
-def block_maker(*prefix: object):
-    """``(i, j) -> (key, words)``: the key of ``Rng(*prefix, i, j)`` and its first eight words.
-
-    Every candidate reads at least one word, so its first block is made with its key; a generator
-    that decides a rejection from the first words alone never builds an ``Rng`` for it
-    (:func:`resume` continues the stream). Returns None when the self-check against ``Rng``
-    fails (the rng module changed): callers then use ``Rng`` itself.
-    """
-    from opgen import rng as R
 
     try:
         base = hashlib.blake2b(digest_size=32, person=b"opgen-rng")
@@ -195,36 +175,29 @@ def block_maker(*prefix: object):
 
         small = tuple(encode(j) for j in range(64))  # most rows need candidates 0, 1, 2
         last: list = [None, None]  # (i, hasher after i): candidates of one row share it
-        unpack, blake2b, zero = R._WORDS.unpack, hashlib.blake2b, (0).to_bytes(8, "little")
+        new, unpack, blake2b, zero = Rng.__new__, R._WORDS.unpack, hashlib.blake2b, (0).to_bytes(8, "little")
 
-        def blocks(i: int, j: int) -> tuple[bytes, tuple[int, ...]]:
+        def fast(i: int, j: int) -> Rng:
             if last[0] != i:
                 hi = base.copy()
                 hi.update(encode(i))
                 last[0], last[1] = i, hi
             h = last[1].copy()
             h.update(small[j] if j < 64 else encode(j))
-            key = h.digest()
-            return key, unpack(blake2b(zero, key=key, digest_size=64).digest())
+            r = new(Rng)
+            # Every candidate reads at least one word: its first block is made here, as
+            # ``Rng.word`` would make it (checked below), without a method call.
+            r._key = key = h.digest()
+            r._buf, r._counter, r._pos = unpack(blake2b(zero, key=key, digest_size=64).digest()), 1, 0
+            return r
 
         for i, j in ((7, 3), (7, 4), (123456789, 0), (5, 70)):
-            key, words = blocks(i, j)
-            a, b = resume(key, words, 0), Rng(*prefix, i, j)
+            a, b = fast(i, j), slow(i, j)
             if [a.word() for _ in range(20)] != [b.word() for _ in range(20)]:
-                return None
-        return blocks
+                return slow
+        return fast
     except (AttributeError, TypeError):
-        return None
-
-
-_new_rng = Rng.__new__
-
-
-def resume(key: bytes, words: tuple[int, ...], pos: int) -> Rng:
-    """The stream of ``key`` whose first block is ``words``, ``pos`` of them already read."""
-    r = _new_rng(Rng)
-    r._key, r._buf, r._counter, r._pos = key, words, 1, pos
-    return r
+        return slow
 
 
 def sample_params(op: ops.Operator, rng: Rng) -> tuple[int | str, ...]:
