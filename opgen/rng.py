@@ -200,10 +200,7 @@ class CounterRng(Rng):
         self._pos = p + 1
         if p < len(self._buf):
             return self._buf[p]
-        z = (self._key + (p + 1) * GAMMA) & _MASK
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-        return z ^ (z >> 31)
+        return mix64((self._key + (p + 1) * GAMMA) & _MASK)
 
     def derive(self, *parts: object) -> Rng:
         return Rng(self._key.to_bytes(8, "little"), *parts)

@@ -231,7 +231,6 @@ class RowBuffer:
         remember, program_facts, render = self._remember, self._program_facts, self.single.render
         unique, format_key, format_id, sft = self.spec.unique, self.format_key, self.format_id, self.kind_sft
         checked = unique != "none"
-        blake2b, from_bytes = hashlib.blake2b, int.from_bytes
 
         def add_single(index: int, item: Item, task, seen: set[int] | None) -> Facts | None:
             prog = task.program
@@ -253,7 +252,7 @@ class RowBuffer:
             expr, depth, pk, k, opmask, composed, structure, ops_sorted, parts = facts
             x = task.input
             task_id = expr + "\x00" + x
-            tkey = from_bytes(blake2b(task_id.encode("utf-8"), digest_size=8).digest(), "little")  # h64
+            tkey = h64(task_id)
             ukey = tkey if unique == "task" else pk if unique == "program" else 0
             if seen is not None and checked:
                 if ukey in seen:
@@ -336,18 +335,22 @@ class RowBuffer:
 
 
 def _strings(values) -> pa.Array:
-    # One encode for the column. Offsets are byte lengths: a value's str length when it is ASCII
-    # (str.isascii() is a flag check), else its encoded length; most prompts are ASCII even in
-    # a column that is not (one operator's shown source has non-ASCII quotes).
+    """A string array of short values (the long row texts go through :func:`_texts`)."""
     joined = "".join(values)
-    data = joined.encode("utf-8")
-    if len(data) == len(joined):
-        lengths = map(len, values)
+    if joined.isascii():  # one encode for the column: characters are bytes, so str lengths are offsets
+        data, lengths = joined.encode("ascii"), map(len, values)
     else:
-        lengths = (len(v) if v.isascii() else len(v.encode("utf-8")) for v in values)
-    offsets = np.fromiter(accumulate(lengths, initial=0), dtype=np.int64, count=len(values) + 1)
+        encoded = [v.encode("utf-8") for v in values]
+        data, lengths = b"".join(encoded), map(len, encoded)
+    return _string_array(values, lengths, data)
+
+
+def _string_array(values, byte_lengths, data: bytes) -> pa.Array:
+    """Arrow strings from ``data`` cut at ``byte_lengths``; ``values`` (str or :data:`Text`) only
+    when the column is too large for 32-bit offsets."""
+    offsets = np.fromiter(accumulate(byte_lengths, initial=0), dtype=np.int64, count=len(values) + 1)
     if offsets[-1] >= 2**31:
-        return pa.array(list(values), pa.string())
+        return pa.array([text(v) for v in values], pa.string())
     return pa.Array.from_buffers(pa.string(), len(values),
                                  [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
 
@@ -377,11 +380,7 @@ def _texts(values) -> pa.Array:
         put(s)
         put(b2)
         measure(len(b0) + len(s) + len(b2))
-    offsets = np.fromiter(accumulate(lengths, initial=0), dtype=np.int64, count=len(lengths) + 1)
-    if offsets[-1] >= 2**31:
-        return pa.array([text(v) for v in values], pa.string())
-    return pa.Array.from_buffers(pa.string(), len(lengths),
-                                 [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(chunks))])
+    return _string_array(values, lengths, b"".join(chunks))
 
 
 def _repeat(value: str, n: int) -> pa.Array:

@@ -223,13 +223,7 @@ class Trees(Generator):
 
     def _accepted_shapes(self, idx, d: int, np):
         """Per row, the first candidate whose shape passes the verdicts: (j, seeds, words, shape)."""
-        thresholds, shapes, verdicts = self._tables[d]
-        tables = self.__dict__.setdefault("_np_tables", {})
-        if d not in tables:
-            names = sorted({v for v in verdicts if v})
-            codes = np.array([0 if not v else 1 + names.index(v) for v in verdicts], dtype=np.int64)
-            tables[d] = (np.array(thresholds, dtype=np.float64), codes, names)
-        th, codes, names = tables[d]
+        th, codes, names, _ = self._bulk_tables(np)[2][d]
         j = np.zeros(len(idx), dtype=np.int64)
         seeds, words = counter_blocks(self._key, idx, j)
         k = np.searchsorted(th, (words[:, 0] >> np.uint64(11)).astype(np.float64), side="right")
@@ -247,17 +241,25 @@ class Trees(Generator):
             pending = pending[codes[k[pending]] != 0]
         return j, seeds, words, k
 
-    def _details_many(self, idx, j, seeds, words, k, d: int, out: list, start: int, np) -> None:
-        shapes = self._tables[d][1]
+    def _bulk_tables(self, np) -> tuple:
+        """The tables as numpy arrays, made on first use: per call entry (op, params, node, whether
+        the growth guard applies) and the entries' thresholds; per tabled depth the shape
+        thresholds, each shape's verdict code (0: accepted), the verdict names, a call on x?"""
         bulk = self.__dict__.get("_bulk")
         if bulk is None:
-            # per call entry: (fn, params, node, the growth guard applies); per shape: a call on x?
-            bulk = self._bulk = (
-                [(op.fn, params, node, op.id in E.PRECHECKED) for op, params, node in self._calls],
-                np.array(self._call_thresholds, dtype=np.float64),
-                {dd: np.array([kinds == _CALL_ON_X for kinds in self._tables[dd][1]], dtype=bool)
-                 for dd in range(_TABLE_DEPTH + 1)})
-        calls, call_thresholds, on_x_of = bulk
+            depths = {}
+            for d, (thresholds, shapes, verdicts) in enumerate(self._tables):
+                names = sorted({v for v in verdicts if v})
+                codes = np.array([0 if not v else 1 + names.index(v) for v in verdicts], dtype=np.int64)
+                on_x = np.array([kinds == _CALL_ON_X for kinds in shapes], dtype=bool)
+                depths[d] = (np.array(thresholds, dtype=np.float64), codes, names, on_x)
+            bulk = self._bulk = ([(op, params, node, op.id in E.PRECHECKED) for op, params, node in self._calls],
+                                 np.array(self._call_thresholds, dtype=np.float64), depths)
+        return bulk
+
+    def _details_many(self, idx, j, seeds, words, k, d: int, out: list, start: int, np) -> None:
+        shapes = self._tables[d][1]
+        calls, call_thresholds, depths = self._bulk_tables(np)
         n = len(idx)
         # Inputs come first in every candidate's details (word 1); a call on x then picks its
         # operator with word 2. A word the input drawer would reject sends the row one by one.
@@ -267,7 +269,7 @@ class Trees(Generator):
                                 side="right").tolist()
         max_len, precheck, rejections = self.max_len, _precheck, self.rejections
         check_input = self.in_hi > max_len
-        table_calls, on_x = self._calls, on_x_of[d][k].tolist()
+        on_x = depths[d][3][k].tolist()
         for r, (i, jj, shape, seed, first) in enumerate(zip(idx.tolist(), j.tolist(), k.tolist(), seeds.tolist(),
                                                             words.tolist())):
             found = None
@@ -280,14 +282,13 @@ class Trees(Generator):
                     if check_input and len(x) > max_len:
                         raise E.OutputTooLong(len(x), max_len)
                     if on_x[r]:
-                        fn, params, node, guarded = calls[picks[r]]
+                        op, params, node, guarded = calls[picks[r]]
                         if params is None:
-                            op = table_calls[picks[r]][0]
                             params = sample_params(op, CounterRng.resume(seed, tuple(first), 3))
                             node = E.Call(op.id, (_X,), params)
                         if guarded:
                             precheck(node, (x,), max_len)
-                        value = fn(x, *params)
+                        value = op.fn(x, *params)
                         if len(value) > max_len:
                             raise E.OutputTooLong(len(value), max_len)
                         found = Item((Task(node, x, value),))
