@@ -1,8 +1,11 @@
-"""Suite-wide settings: reproducible property tests and a CLI runner."""
+"""Suite-wide settings: reproducible property tests, a CLI runner, a build's imports."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -28,3 +31,19 @@ def cli():
     from opgen.cli import cli as group
 
     return group
+
+
+@pytest.fixture
+def modules_after_build(tmp_path):
+    """``(recipe, limit, names) -> sorted names among ``names`` that a one-worker ``opgen build``
+    without a progress bar left imported, in a fresh interpreter (the build runs in-process there)."""
+
+    def run(recipe: str, limit: int, names: tuple[str, ...]) -> list[str]:
+        code = ("import json, sys; from click.testing import CliRunner; from opgen.cli import cli; "
+                f"r = CliRunner().invoke(cli, ['build', {recipe!r}, '--out', {str(tmp_path / 'out')!r}, "
+                f"'--limit', '{limit}', '--workers', '1', '--no-progress']); assert r.exit_code == 0, r.output; "
+                f"print(json.dumps(sorted(m for m in {names!r} if m in sys.modules)))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        return json.loads(out)
+
+    return run
