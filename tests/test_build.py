@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -98,8 +99,8 @@ splits:
 
 def _build(recipe: Path, out: Path, workers: int, hashseed: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONHASHSEED": hashseed}
-    subprocess.run(["opgen", "build", str(recipe), "--out", str(out), "--workers", str(workers), "--no-progress"],
-                   check=True, env=env, capture_output=True)
+    subprocess.run([sys.executable, "-m", "opgen", "build", str(recipe), "--out", str(out), "--workers", str(workers),
+                    "--no-progress"], check=True, env=env, capture_output=True)
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir()) if p.is_file()}
 
 
@@ -226,7 +227,7 @@ def test_a_killed_build_leaves_only_temporary_files(tmp_path):
     recipe.write_text("name: big\nsplits:\n  s:\n    generator: trees\n    role: eval\n"
                       "    options: {ops: all, depths: [2], rows: 2000000}\n")
     out = tmp_path / "o"
-    proc = subprocess.Popen(["opgen", "build", str(recipe), "--out", str(out), "--workers", "1"],
+    proc = subprocess.Popen([sys.executable, "-m", "opgen", "build", str(recipe), "--out", str(out), "--workers", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list((out / ".opgen-build.tmp").glob("*")):
@@ -272,7 +273,7 @@ def test_a_build_never_imports_pandas(tmp_path):
     code = ("import sys; from pathlib import Path; from opgen import build, recipe; "
             f"build.build([recipe.load('eval-suite')], Path({str(tmp_path)!r}), limit=20); "
             "print('pandas' in sys.modules)")
-    out = subprocess.run(["python", "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
 

@@ -30,3 +30,23 @@ def test_bundled_data_is_declared():
     assert list((ROOT / "schemas").glob("*.json")) and "*.json" in data["opgen.schemas"]
     assert list((ROOT / "datasets").glob("*.yaml")) and "*.yaml" in data["opgen.recipes"]
     assert not (ROOT / "datasets" / "__init__.py").exists(), "datasets/ must never shadow the datasets package"
+
+
+def test_the_version_lives_in_one_place():
+    import importlib.metadata
+
+    import opgen
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert importlib.metadata.version("opgen") == opgen.__version__
+
+
+def test_python_dash_m_opgen_runs_the_cli():
+    import subprocess
+    import sys
+
+    import opgen
+
+    proc = subprocess.run([sys.executable, "-m", "opgen", "--version"], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == f"opgen, version {opgen.__version__}"

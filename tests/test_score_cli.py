@@ -223,12 +223,9 @@ def test_artifacts_are_byte_identical_across_workers_and_hash_seeds(built, tmp_p
     for workers, seed in (("1", "0"), ("3", "12345")):
         out = tmp_path / f"o{workers}"
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        proc = subprocess.run([sys.executable, "-m", "opgen.cli", "score", "--data", str(data), "--responses",
+        proc = subprocess.run([sys.executable, "-m", "opgen", "score", "--data", str(data), "--responses",
                                str(rpath), "--out", str(out), "--workers", workers],
                               capture_output=True, text=True, env=env)
-        if proc.returncode != 0 and "No module named opgen.cli.__main__" in proc.stderr:
-            proc = subprocess.run(["opgen", "score", "--data", str(data), "--responses", str(rpath), "--out",
-                                   str(out), "--workers", workers], capture_output=True, text=True, env=env)
         assert proc.returncode == 0, proc.stderr
         outs.append(out)
     for name in ("scores.jsonl", "summary.json", "summary.csv", "accuracy_vs_depth.png", "recall_heatmap.png"):
