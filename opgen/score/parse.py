@@ -183,8 +183,27 @@ MAX_CANDIDATES = 256
 MAX_OBJECT_CHARS = 200_000
 
 
-def parse_forward_answer(text: str) -> object:
-    """The ``output`` value of the last JSON object holding an ``output`` key, or ``MISSING``.
+# Deeper JSON values are the error class ``nesting`` (grade.py): far beyond any answer (outputs
+# are strings; native ``ref_output`` values are shallow), and shallow enough that comparing them
+# never nears the interpreter's recursion limit.
+MAX_JSON_DEPTH = 100
+
+
+def _too_deep(value: object, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (list, dict)):
+            if depth > limit:
+                return True
+            stack.extend((c, depth + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return False
+
+
+def parse_forward(text: str) -> tuple[object, bool]:
+    """``(value, too_deep)``: the ``output`` value of the last JSON object holding an ``output`` key
+    (or ``MISSING``), and whether any candidate object nests deeper than ``MAX_JSON_DEPTH`` (or
+    deeper than the decoder's recursion limit), which makes the answer the error ``nesting``.
 
     Objects are searched in ```json blocks and bare in the text alike; the one that ends last wins
     (an object nested inside another is not an answer of its own). Only the last ``MAX_CANDIDATES``
@@ -193,16 +212,29 @@ def parse_forward_answer(text: str) -> object:
     body = strip_think(text)
     starts = [m.start() for m in _OBJECT_START.finditer(body)][-MAX_CANDIDATES:]
     best_end, best = -1, _MISSING
+    too_deep = False
     for pos in reversed(starts):
         chunk = body[pos:pos + MAX_OBJECT_CHARS]
         try:
             obj, length = _DECODER.raw_decode(chunk)
-        except (ValueError, RecursionError):
+        except RecursionError:
+            too_deep = True
+            continue
+        except ValueError:
+            continue
+        if _too_deep(obj, MAX_JSON_DEPTH):
+            too_deep = True
             continue
         # >= : of two objects ending at the same place, the earlier-starting one encloses the other.
         if isinstance(obj, dict) and "output" in obj and pos + length >= best_end:
             best_end, best = pos + length, obj["output"]
-    return best
+    return best, too_deep
+
+
+def parse_forward_answer(text: str) -> object:
+    """The ``output`` value of :func:`parse_forward` (``MISSING`` when none, or when too deep)."""
+    value, too_deep = parse_forward(text)
+    return _MISSING if too_deep else value
 
 
 MISSING = _MISSING
