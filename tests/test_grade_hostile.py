@@ -41,6 +41,8 @@ REBINDINGS = {
     "for_loop": f"for main_solution in [lambda x: {OUTPUT!r}]:\n    pass\n",
     "import_alias": "from os.path import basename as main_solution\n",
     "walrus": f"(main_solution := lambda x: {OUTPUT!r})\n",
+    # NFKC folds fullwidth letters into ``globals``: the text's fast path must not miss it.
+    "fullwidth_globals": f"\uff47\uff4c\uff4f\uff42\uff41\uff4c\uff53()['main_solution'] = lambda x: {OUTPUT!r}\n",
 }
 
 
@@ -49,8 +51,7 @@ def test_structure_follows_the_binding_that_is_called(box, kind):
     honest = ra_answer(GOLD)
     assert grade(GOLD, honest, sandbox=box, policy="output_structure")["score"] == 1.0
     # The checked def is the reference expression, but what runs is bound after it.
-    attack = honest.replace("\n```", "\n" + REBINDINGS[kind] + "```", 1) if False else \
-        honest[:honest.rindex("```")] + "\n" + REBINDINGS[kind] + "```"
+    attack = honest[:honest.rindex("```")] + "\n" + REBINDINGS[kind] + "```"
     g = grade(GOLD, attack, sandbox=box, policy="output_structure")
     assert g["structure_ok"] is False, kind
     assert g["score"] == 0.0, kind
@@ -61,6 +62,11 @@ def test_decorated_entry_fails_structure(box):
                                      f"def d(f):\n    return lambda x: {OUTPUT!r}\n\n@d\ndef main_solution(x):")
     g = grade(GOLD, answer, sandbox=box, policy="output_structure")
     assert g["acc"] == 1.0 and g["structure_ok"] is False and g["score"] == 0.0
+
+
+def test_honest_mentions_of_the_entry_still_pass(box):
+    answer = ra_answer(GOLD).replace("def main_solution(x):", "# main_solution composes the two\ndef main_solution(x):")
+    assert grade(GOLD, answer, sandbox=box, policy="output_structure")["score"] == 1.0
 
 
 def test_a_redefinition_as_a_def_is_followed():

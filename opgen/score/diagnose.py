@@ -17,6 +17,7 @@ second block for the same operator), ``extra`` (a block for an operator the prog
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -312,9 +313,14 @@ _DYNAMIC_MODULES = frozenset({"sys", "__main__", "builtins", "inspect", "importl
                               "operator", "functools", "runpy", "code", "codeop", "pickle", "marshal"})
 _FRAME_ATTRS = frozenset({"f_globals", "f_locals", "f_back", "f_builtins", "tb_frame", "gi_frame", "cr_frame",
                           "ag_frame"})
+# Any of those words (or a dunder) in the text: only then is the whole tree walked. Sound for ASCII
+# text only (the parser folds non-ASCII identifiers with NFKC: a fullwidth ``ｇｌｏｂａｌｓ`` is
+# ``globals``), so other text is always walked. Literal alternatives between word boundaries: each
+# attempt is bounded by the longest word, the scan linear.
+_TRIGGERS = re.compile(r"__|\b(?:" + "|".join(sorted(_DYNAMIC_NAMES | _DYNAMIC_MODULES | _FRAME_ATTRS)) + r")\b")
 
 
-def called_def(tree: ast.Module, entry: str) -> ast.FunctionDef | None:
+def called_def(tree: ast.Module, entry: str, code: str | None = None) -> ast.FunctionDef | None:
     """The module-level ``def entry`` that a call of ``entry`` after loading reaches, or None when
     the tree cannot promise one.
 
@@ -323,13 +329,23 @@ def called_def(tree: ast.Module, entry: str) -> ast.FunctionDef | None:
     class, or a compound statement), the last of them an undecorated ``def``; and nothing in the
     program may rebind names behind the tree's back (``globals()``, ``vars``, ``exec``/``eval``,
     ``setattr``, a ``global`` declaration of the entry, a dunder or frame attribute such as
-    ``f.__globals__``, an import of ``sys``, ``builtins``, ``inspect`` and the like).
+    ``f.__globals__``, an import of ``sys``, ``builtins``, ``inspect`` and the like). ``code``, the
+    tree's source, lets the common case skip the walk over the tree.
     """
     top = {id(node) for node in tree.body}
     last = None
+    n_top = 0
     for node in tree.body:
         if _binds(node, entry):
             last = node
+            n_top += 1
+    if not isinstance(last, ast.FunctionDef) or last.decorator_list:
+        return None
+    # The common case, decided without walking the tree: ASCII text, no trigger word, and the entry's
+    # name written only in its top-level defs (so nothing else can bind it).
+    if (code is not None and code.isascii() and not _TRIGGERS.search(code) and code.count(entry) == n_top
+            and all(isinstance(n, ast.FunctionDef) for n in tree.body if _binds(n, entry))):
+        return last
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in _DYNAMIC_NAMES:
             return None
@@ -343,8 +359,6 @@ def called_def(tree: ast.Module, entry: str) -> ast.FunctionDef | None:
             return None
         if id(node) not in top and _binds(node, entry):
             return None
-    if not isinstance(last, ast.FunctionDef) or last.decorator_list:
-        return None
     return last
 
 
@@ -408,7 +422,7 @@ def structure_matches(code: str | None, entry: str, expression: str, tree: ast.M
         if tree is None:
             return False
     try:
-        fn = called_def(tree, entry)
+        fn = called_def(tree, entry, code)
         if fn is None:
             return False
         found = E.expression_of(fn)
