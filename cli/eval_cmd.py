@@ -55,10 +55,13 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--hf-batch-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="transformers: prompts per generate() call.")
+@click.option("--namespace", type=click.Choice(["strict", "native"]), default="strict", show_default=True,
+              help="Scorer: strict runs programs on their own; native with what the native benchmark's module "
+                   "had imported (gcd from math; see docs/scoring.md).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
-          tensor_parallel_size, hf_batch_size, quiet) -> None:
+          tensor_parallel_size, hf_batch_size, namespace, quiet) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -69,7 +72,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     from opgen.infer import evaluate as ev
     from opgen.infer.base import BackendError, EngineOptions, Sampling
     from opgen.infer.run import DataError, LogError
-    from opgen.score.report import ScoreInputError
+    from opgen.score.report import ScoreInputError, missing_import_warning
 
     names = _model_names(models)
     data_names = [ev.data_name(d) for d in data_files]
@@ -81,7 +84,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
                         max_model_len=max_model_len)
     cfg = ev.EvalConfig(
         backend=backend, sampling=sampling, limit=limit, resume=resume, decomposed=decomposed, score=not no_score,
-        batch_size=batch_size, workers=workers, progress=not quiet,
+        batch_size=batch_size, workers=workers, progress=not quiet, namespace=namespace,
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                              enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
                              batch_size=hf_batch_size),
@@ -98,6 +101,10 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
             raise click.ClickException(f"{name}: scoring failed: {exc}") from None
         results.append(metrics)
         click.echo(_summary_line(metrics))
+        for dn, entry in metrics["data"].items():
+            warning = missing_import_warning(entry.get("summary") or {})
+            if warning:
+                click.echo(f"{name}: {dn}: {warning}", err=True)
     if len(results) > 1 and not no_score:
         from opgen import sweep
         written = sweep.write_sweep(out_dir, results)

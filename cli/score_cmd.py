@@ -25,11 +25,14 @@ import click
               help="A group row's score: the fraction of its tasks correct, or 1 only when all are.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
               help="Wall-clock seconds per program call.")
+@click.option("--namespace", type=click.Choice(["strict", "native"]), default="strict", show_default=True,
+              help="strict: programs run on their own; native: with what the native benchmark's module had "
+                   "imported (gcd from math; see docs/scoring.md).")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
-          timeout_s: float, no_plots: bool) -> None:
+          timeout_s: float, namespace: str, no_plots: bool) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
-    from opgen.score.report import ScoreInputError, score_files
+    from opgen.score.report import ScoreInputError, missing_import_warning, score_files
     from opgen.score.sandbox import SandboxError
 
     for path, opt in ((data, "--data"), (responses, "--responses")):
@@ -37,7 +40,7 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
             raise click.BadParameter(f"{path} does not exist or is not a file", param_hint=opt)
     try:
         summary = score_files(data, responses, out, mode=mode, workers=workers, policy=policy, group=group,
-                              timeout_s=timeout_s, plots=not no_plots)
+                              timeout_s=timeout_s, plots=not no_plots, namespace=namespace)
     except ScoreInputError as exc:
         raise click.ClickException(str(exc)) from None
     except SandboxError as exc:
@@ -50,5 +53,8 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
     if summary["pass_at_k"]:
         click.echo("  ".join(f"{k} {v:.4f}" for k, v in summary["pass_at_k"].items()))
     click.echo("errors: " + json.dumps(summary["errors"]))
+    warning = missing_import_warning(summary)
+    if warning:
+        click.echo(warning, err=True)
     click.echo(f"wrote {out}/scores.jsonl, summary.json, summary.csv" +
                "".join(f", {p}" for p in summary["plots"]))

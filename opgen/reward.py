@@ -12,19 +12,21 @@ from __future__ import annotations
 # failed early must still carry all of them (numbers, except ``error``).
 KEYS = ("score", "acc", "format_ok", "error", "structure_ok", "n_tasks", "tasks_correct", "recall_expected",
         "recall_correct", "recall_chimera", "recall_arity", "recall_wrong_body", "recall_missing",
-        "recall_duplicated", "recall_extra")
+        "recall_duplicated", "recall_extra", "recall_missing_import")
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str | dict, extra_info: dict | None = None,
-                  policy: str = "output", group: str = "fraction", mode: str = "auto", **kwargs: object) -> dict:
+                  policy: str = "output", group: str = "fraction", mode: str = "auto", namespace: str = "strict",
+                  **kwargs: object) -> dict:
     """Score one sample. ``policy``: "output" (default) or "output_structure"; ``group``: "fraction"
-    (default) or "all"; ``mode``: "auto" (default), "forward" or "program".
+    (default) or "all"; ``mode``: "auto" (default), "forward" or "program"; ``namespace``: "strict"
+    (default: programs run on their own) or "native" (with the native module's imports, ``gcd``).
 
     ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows)."""
     from opgen.score.grade import grade
 
     extra = extra_info or {}
-    g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode,
+    g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, namespace=namespace,
               answer_format=str(extra.get("answer_format", "") or ""),
               assistant_prefix=str(extra.get("assistant_prefix", "") or ""))
     rc = g["recall"]
@@ -45,4 +47,5 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
         "recall_missing": float(rc["missing"]),
         "recall_duplicated": float(rc["duplicated"]),
         "recall_extra": float(rc["extra"]),
+        "recall_missing_import": float(rc["missing_import"]),
     }

@@ -76,6 +76,11 @@ def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
     row["recall_blocks"] = len(blocks)
     row["arity_error_rate"] = (sum(rc.get("verdict") == "arity" for rc in blocks) / len(blocks)) if blocks else None
     row["chimera_rate"] = (sum(rc.get("verdict") == "chimera" for rc in blocks) / len(blocks)) if blocks else None
+    # Program responses that fail only for want of the native module's imports (opgen score
+    # --namespace native runs them with those names): a large share means the wrong namespace.
+    programs = [r for r in recs if r.get("mode") == "program"]
+    row["missing_import_rate"] = (sum(r.get("error") == "missing_import" for r in programs) / len(programs)
+                                  if programs else None)
     samples = sum(e["generation"]["samples"] for e in metrics["data"].values())
     cut = sum(e["generation"]["truncated_samples"] for e in metrics["data"].values())
     row["truncated_rate"] = cut / samples if samples else None
@@ -104,7 +109,7 @@ def _flat(row: Mapping) -> dict:
         put(f"acc[{split}]", p)
     for d, p in row["by_depth"].items():
         put(f"acc[d={d}]", p)
-    for k in ("arity_error_rate", "chimera_rate", "truncated_rate"):
+    for k in ("arity_error_rate", "chimera_rate", "missing_import_rate", "truncated_rate"):
         out[k] = "" if row[k] is None else round(row[k], 6)
     put("decomposed_accuracy", row["decomposed"])
     return out

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import ast
 import re
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache
 
 from opgen import expr as E
 from opgen import ops
+from opgen.score.cache import BoundedCache
 from opgen.score.parse import Recall
 from opgen.score.sandbox import Result, Unit
 
@@ -33,7 +33,51 @@ PROBE_INTS = (1, 2, 3)
 PROBE_STRS = ("-", "ab", "xyz")
 PROBE_PAIRS = (("abc", "xy"), ("", "hello"), ("Hi there", "QR"), ("aeiou", "12345"))
 
-RECALL_CLASSES = ("correct", "chimera", "arity", "wrong_body", "no_definition", "syntax")
+RECALL_CLASSES = ("correct", "chimera", "arity", "wrong_body", "no_definition", "syntax", "missing_import")
+NAMESPACES = ("strict", "native")
+
+
+@cache
+def native_imports() -> tuple[tuple[str, str], ...]:
+    """``(module, name)`` of every name the native benchmark's module had in scope beyond the
+    builtins: what the operators' shown sources import inside their bodies (the native module
+    imported them once at its top, and its shown ``func_0`` calls ``gcd`` with no import).
+    Derived from the library's sources: today ``(("math", "gcd"),)``."""
+    found: set[tuple[str, str]] = set()
+    for op in ops.OPERATORS:
+        for node in ast.walk(ast.parse(op.source)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.update((node.module, a.name) for a in node.names if a.asname is None)
+    return tuple(sorted(found))
+
+
+def native_names() -> frozenset[str]:
+    return frozenset(name for _, name in native_imports())
+
+
+def needs_native_names(code: str | None, tree: ast.Module | None = None) -> bool:
+    """Whether ``code`` reads a native-scope name (``gcd``) that nothing in it binds or imports."""
+    if code is None:
+        return False
+    names = native_names()
+    if not any(n in code for n in names):
+        return False
+    if tree is None:
+        try:
+            tree = E.parse_python(code)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+    read, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in names:
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return bool(read - bound)
 
 
 def _param_kind(op: ops.Operator) -> str:
@@ -90,12 +134,26 @@ class RecallCheck:
     verdict: str = ""
     chimera_of: str = ""
     detail: str = ""
+    namespace: str = "strict"
+    # strict namespace, a block that reads ``gcd`` without importing it: its probes run a second
+    # time with the native names provided, to tell ``missing_import`` from ``wrong_body``.
+    with_native: bool = False
 
     def unit(self) -> Unit | None:
         if not self.kinds:
             return None
+        imports = native_imports() if self.namespace == "native" else ()
         return Unit(self.code or "", tuple((self.op, args) for k in self.kinds for args in probe_args(k)),
-                    fail_fast=True)
+                    fail_fast=True, imports=imports)
+
+    def units(self) -> list[Unit]:
+        """What to run for this check (none, the probes, or the probes twice), in order."""
+        first = self.unit()
+        if first is None:
+            return []
+        if not self.with_native:
+            return [first]
+        return [first, Unit(first.code, first.calls, fail_fast=True, imports=native_imports())]
 
 
 def _signature(code: str, name: str) -> tuple[int, int] | None | str:
@@ -112,28 +170,34 @@ def _signature(code: str, name: str) -> tuple[int, int] | None | str:
     return None
 
 
-# Verdicts by (operator, exact block text). Models recall the same definitions verbatim over and
-# over; a text's verdict is a function of the text (probes are fixed), so it is computed once per
-# run and the block's probes are not re-executed. A nondeterministic definition keeps its first verdict.
-_VERDICTS: dict[tuple[str, str], tuple[str, str, str, tuple[int, int] | None]] = {}
-_VERDICTS_LOCK = threading.Lock()
-VERDICT_CACHE_SIZE = 1 << 16
+# Verdicts by (operator, exact block text, namespace). Models recall the same definitions verbatim
+# over and over, so a text judged once is not probed again. Only trusted conclusions are kept:
+# the static ones (syntax, no definition, arity by signature), and probe verdicts of a block whose
+# probes ran FIRST in their child (grade runs the recall probes before the program, and caches only
+# the first check's). A unit that runs after another in the same child (the program, another
+# block) could have changed what the later one's probes return (patched builtins, forged frames),
+# so its verdict holds for its own response only and is never cached: no response can poison the
+# verdict of another response's identical block. A nondeterministic definition keeps the verdict
+# of the first clean run. Bounded in bytes: an entry is charged 4 bytes per character of its text
+# and detail, plus 200.
+VERDICT_CACHE_BYTES = 32 << 20
+_VERDICTS: BoundedCache[tuple[str, str, str], tuple[str, str, str, tuple[int, int] | None]] = \
+    BoundedCache(VERDICT_CACHE_BYTES)
 
 
-def _remember(check: RecallCheck) -> RecallCheck:
-    if check.code is not None:
-        with _VERDICTS_LOCK:
-            if len(_VERDICTS) >= VERDICT_CACHE_SIZE:
-                _VERDICTS.pop(next(iter(_VERDICTS)))
-            _VERDICTS[(check.op, check.code)] = (check.verdict, check.chimera_of, check.detail, check.arity_range)
+def _remember(check: RecallCheck, cache: bool = True) -> RecallCheck:
+    if check.code is not None and cache:
+        _VERDICTS.put((check.op, check.code, check.namespace),
+                      (check.verdict, check.chimera_of, check.detail, check.arity_range),
+                      4 * (len(check.code) + len(check.detail) + len(check.op)) + 200)
     return check
 
 
-def plan(recall: Recall) -> RecallCheck:
+def plan(recall: Recall, namespace: str = "strict") -> RecallCheck:
     """Static checks of one recall block, and the probe runs it needs when they pass (none when the
     same text was judged before)."""
-    check = RecallCheck(recall.op, recall.code)
-    known = _VERDICTS.get((recall.op, recall.code)) if recall.code is not None else None
+    check = RecallCheck(recall.op, recall.code, namespace=namespace)
+    known = _VERDICTS.get((recall.op, recall.code, namespace)) if recall.code is not None else None
     if known is not None:
         check.verdict, check.chimera_of, check.detail, check.arity_range = known
         return check
@@ -161,11 +225,17 @@ def plan(recall: Recall) -> RecallCheck:
     if not kinds:
         check.verdict, check.detail = "arity", f"takes {lo}..{hi} parameters, {op.id} takes {op.arity}"
         return _remember(check)
+    check.with_native = namespace == "strict" and needs_native_names(recall.code)
     return check
 
 
-def conclude(check: RecallCheck, results: Sequence[Result]) -> RecallCheck:
-    """Compare the probe results with every true operator's outputs; set the verdict."""
+def conclude(check: RecallCheck, results: Sequence[Result], cache: bool = True) -> RecallCheck:
+    """Compare the probe results with every true operator's outputs; set the verdict. ``cache``:
+    the results come from a clean child (this check's probes ran first in it), so the verdict may
+    be kept for later identical blocks."""
+    n_probe = sum(len(probe_args(k)) for k in check.kinds)
+    native_results = results[n_probe:2 * n_probe] if check.with_native else ()
+    results = results[:n_probe]
     got: dict[str, tuple] = {}
     i = 0
     for kind in check.kinds:
@@ -178,7 +248,7 @@ def conclude(check: RecallCheck, results: Sequence[Result]) -> RecallCheck:
     arity_ok = lo <= op.arity <= hi
     if arity_ok and got.get(own) == true_outputs(op.id):
         check.verdict = "correct"
-        return _remember(check)
+        return _remember(check, cache)
     # The first operator (library order) whose every probe output the definition reproduces.
     for kind in check.kinds:
         for other in ops_of_kind(kind):
@@ -192,11 +262,17 @@ def conclude(check: RecallCheck, results: Sequence[Result]) -> RecallCheck:
         check.detail = f"takes {lo}..{hi} parameters, {op.id} takes {op.arity}"
     elif check.chimera_of:
         check.verdict, check.detail = "chimera", f"behaves as {check.chimera_of}"
+    elif native_results and own in check.kinds and tuple(
+            r.value if r.ok else None for r in native_results[:len(probe_args(own))]) == true_outputs(op.id):
+        # kinds[0] is the own kind when the arity fits: the first probes are the operator's own.
+        names = ", ".join(f"from {m} import {n}" for m, n in native_imports())
+        check.verdict = "missing_import"
+        check.detail = f"correct once the native module's imports are in scope ({names}); namespace strict"
     else:
         check.verdict = "wrong_body"
         failed = [r for r in results if not r.ok]
         check.detail = failed[0].detail if failed else "differs from the operator on the probes"
-    return _remember(check)
+    return _remember(check, cache)
 
 
 @dataclass
@@ -215,54 +291,146 @@ class RecallReport:
                 "duplicated": len(self.duplicated), "extra": len(self.extra)}
 
 
-def recall_plan(recalls: Sequence[Recall], expected: Sequence[str]) -> RecallReport:
+def recall_plan(recalls: Sequence[Recall], expected: Sequence[str], namespace: str = "strict") -> RecallReport:
     """One check per first block of each expected operator; the rest are counted as duplicates/extras."""
     report = RecallReport(expected=tuple(expected))
     seen: dict[str, int] = {}
     for r in recalls:
         seen[r.op] = seen.get(r.op, 0) + 1
         if r.op in expected and seen[r.op] == 1:
-            report.checks.append(plan(r))
+            report.checks.append(plan(r, namespace))
     report.missing = tuple(op for op in expected if op not in seen)
     report.duplicated = tuple(op for op, n in seen.items() if n > 1)
     report.extra = tuple(op for op in seen if op not in expected)
     return report
 
 
-def _entry_source(code: str, entry: str) -> str | None:
-    """The text of the last top-level ``def entry`` (the one Python would call), up to the next top-level line."""
-    found = None
-    for m in re.finditer(rf"^def[ \t]+{re.escape(entry)}[ \t]*\(.*?(?=^\S|\Z)", code, re.M | re.S):
-        found = m.group(0)
-    return found
+# Names and attributes through which a program reaches its module's namespace (or a frame's) at
+# run time, so that the function called may not be the one the tree shows.
+_DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "exec", "eval", "compile", "setattr", "delattr", "getattr",
+                            "__import__", "__builtins__", "breakpoint", "open"})
+_DYNAMIC_MODULES = frozenset({"sys", "__main__", "builtins", "inspect", "importlib", "gc", "ctypes", "types",
+                              "operator", "functools", "runpy", "code", "codeop", "pickle", "marshal"})
+_FRAME_ATTRS = frozenset({"f_globals", "f_locals", "f_back", "f_builtins", "tb_frame", "gi_frame", "cr_frame",
+                          "ag_frame"})
+# Any of those words (or a dunder) in the text: only then is the whole tree walked. Sound for ASCII
+# text only (the parser folds non-ASCII identifiers with NFKC: a fullwidth ``ｇｌｏｂａｌｓ`` is
+# ``globals``), so other text is always walked. Literal alternatives between word boundaries: each
+# attempt is bounded by the longest word, the scan linear.
+_TRIGGERS = re.compile(r"__|\b(?:" + "|".join(sorted(_DYNAMIC_NAMES | _DYNAMIC_MODULES | _FRAME_ATTRS)) + r")\b")
 
 
-@lru_cache(maxsize=4096)
-def _reference(expression: str) -> E.Expr | None:
-    try:
-        return E.parse(expression)
-    except E.ExprError:
-        return None
+def called_def(tree: ast.Module, entry: str, code: str | None = None) -> ast.FunctionDef | None:
+    """The module-level ``def entry`` that a call of ``entry`` after loading reaches, or None when
+    the tree cannot promise one.
 
-
-def structure_matches(code: str | None, entry: str, expression: str) -> bool:
-    """Whether ``entry``'s returned expression in ``code`` is the reference expression, as parsed trees.
-
-    Only the entry's own definition is parsed (the recalled bodies around it are not needed); when
-    that snippet does not parse alone (a multi-line string at column 0), the whole program is.
+    Python calls whatever the name is bound to last, so the check follows the bindings: every
+    binding of ``entry`` must be a statement of the module itself (not nested in a function, a
+    class, or a compound statement), the last of them an undecorated ``def``; and nothing in the
+    program may rebind names behind the tree's back (``globals()``, ``vars``, ``exec``/``eval``,
+    ``setattr``, a ``global`` declaration of the entry, a dunder or frame attribute such as
+    ``f.__globals__``, an import of ``sys``, ``builtins``, ``inspect`` and the like). ``code``, the
+    tree's source, lets the common case skip the walk over the tree.
     """
+    top = {id(node) for node in tree.body}
+    last = None
+    n_top = 0
+    for node in tree.body:
+        if _binds(node, entry):
+            last = node
+            n_top += 1
+    if not isinstance(last, ast.FunctionDef) or last.decorator_list:
+        return None
+    # The common case, decided without walking the tree: ASCII text, no trigger word, and the entry's
+    # name written only in its top-level defs (so nothing else can bind it).
+    if (code is not None and code.isascii() and not _TRIGGERS.search(code) and code.count(entry) == n_top
+            and all(isinstance(n, ast.FunctionDef) for n in tree.body if _binds(n, entry))):
+        return last
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in _DYNAMIC_NAMES:
+            return None
+        if isinstance(node, ast.Attribute) and (node.attr.startswith("__") or node.attr in _FRAME_ATTRS):
+            return None
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(m.split(".")[0] in _DYNAMIC_MODULES for m in modules):
+                return None
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and entry in node.names:
+            return None
+        if id(node) not in top and _binds(node, entry):
+            return None
+    return last
+
+
+def _binds(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` itself (not its children) binds ``name`` in the scope it sits in."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name == name
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return any((a.asname or a.name.split(".")[0]) == name or a.name == "*" for a in node.names)
+    if isinstance(node, ast.Name):
+        return node.id == name and isinstance(node.ctx, (ast.Store, ast.Del))
+    if isinstance(node, (ast.MatchAs, ast.MatchStar)):
+        return node.name == name
+    if isinstance(node, ast.MatchMapping):
+        return node.rest == name
+    if isinstance(node, ast.ExceptHandler):
+        return node.name == name
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith,
+                         ast.Delete, ast.Expr)):
+        # A module statement binds through its targets (or a walrus anywhere in it).
+        return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, (ast.Store, ast.Del))
+                   for n in ast.walk(node))
+    return False
+
+
+def parse_tree(code: str | None) -> ast.Module | None:
+    """``ast.parse`` of a whole program (the scorer's one parse of it), None when it does not parse."""
+    if code is None:
+        return None
+    try:
+        tree = E.parse_python(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return tree if isinstance(tree, ast.Module) else None
+
+
+# Reference trees by ground-truth expression text (trusted), bounded in bytes: 64 bytes per character.
+_REFERENCES: BoundedCache[str, tuple[E.Expr | None]] = BoundedCache(16 << 20)
+
+
+def _reference(expression: str) -> E.Expr | None:
+    hit = _REFERENCES.get(expression)
+    if hit is None:
+        try:
+            hit = (E.parse(expression),)
+        except E.ExprError:
+            hit = (None,)
+        _REFERENCES.put(expression, hit, 64 * len(expression) + 200)
+    return hit[0]
+
+
+def structure_matches(code: str | None, entry: str, expression: str, tree: ast.Module | None = None) -> bool:
+    """Whether the ``entry`` that a call reaches returns the reference expression, as parsed trees.
+
+    ``tree`` is the program's parse (parsed here when not given): the whole program is parsed, so
+    that the function checked is the binding Python calls (:func:`called_def`)."""
     if code is None:
         return False
-    snippet = _entry_source(code, entry)
-    for source in ([snippet] if snippet else []) + [code]:
-        try:
-            tree = E.parse_program(source, entry)
-            # Parsing is rendering's inverse (tests/test_expr.py's round trips): a tree that
-            # renders to the reference text IS the reference's tree, whose parse (~0.1 ms, most
-            # of this check for a row seen once) is then not needed.
-            return E.render(tree) == expression or tree == _reference(expression)
-        except E.ExprError:
-            continue
-        except (RecursionError, MemoryError, ValueError):
+    if tree is None:
+        tree = parse_tree(code)
+        if tree is None:
             return False
-    return False
+    try:
+        fn = called_def(tree, entry, code)
+        if fn is None:
+            return False
+        found = E.expression_of(fn)
+        # Parsing is rendering's inverse (tests/test_expr.py's round trips): a tree that renders
+        # to the reference text IS the reference's tree, whose parse (~0.1 ms, most of this check
+        # for a row seen once) is then not needed.
+        return E.render(found) == expression or found == _reference(expression)
+    except E.ExprError:
+        return False
+    except (RecursionError, MemoryError, ValueError):
+        return False

@@ -7,6 +7,7 @@ the comparison (exact: case and whitespace included) happens in this process.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 
 from opgen.score import diagnose as D
@@ -21,8 +22,9 @@ GROUP_POLICIES = ("fraction", "all")
 MODES = ("auto", "forward", "program")
 
 # Error classes a graded response can end with ("" when it is correct).
-ERRORS = ("", "no_answer", "wrong_output", "syntax", "missing_name", "arity", "exception", "timeout", "memory",
-          "output_too_large", "killed", "not_a_string")
+ERRORS = ("", "no_answer", "wrong_output", "syntax", "missing_name", "missing_import", "arity", "exception",
+          "timeout", "memory", "output_too_large", "killed", "not_a_string", "nesting")
+NAMESPACES = D.NAMESPACES
 
 
 class GroundTruthError(ValueError):
@@ -97,7 +99,17 @@ def _empty(truth: Truth, mode: str) -> dict:
 
 def _grade_forward(truth: Truth, response: str, group: str) -> dict:
     result = _empty(truth, "forward")
-    got = P.parse_forward_answer(response)
+    # A JSON value nested deeper than the parser's limit is an error class of its own, decided the
+    # same way whatever the caller's stack depth: text with many brackets is parsed on a thread of
+    # its own (a fixed, shallow stack), where the decoder's recursion limit is always the same.
+    if response.count("[") + response.count("{") >= P.MAX_JSON_DEPTH:
+        got, too_deep = _fixed_stack().submit(P.parse_forward, response).result()
+    else:
+        got, too_deep = P.parse_forward(response)
+    if too_deep:
+        result["error"] = "nesting"
+        result["detail"] = f"a JSON value nested deeper than {P.MAX_JSON_DEPTH} levels"
+        return result
     if got is P.MISSING:
         return result
     result["format_ok"] = True
@@ -114,6 +126,20 @@ def _grade_forward(truth: Truth, response: str, group: str) -> dict:
     return _finish(result, correct, None, group, "output")
 
 
+_fixed_stack_pool = None
+_fixed_stack_lock = threading.Lock()
+
+
+def _fixed_stack():
+    global _fixed_stack_pool
+    with _fixed_stack_lock:
+        if _fixed_stack_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _fixed_stack_pool = ThreadPoolExecutor(1, thread_name_prefix="opgen-json")
+        return _fixed_stack_pool
+
+
 def _finish(result: dict, correct: list[bool], structure: list[bool] | None, group: str, policy: str) -> dict:
     rewarded = correct if policy == "output" or structure is None else [c and s for c, s in zip(correct, structure)]
     result["tasks_correct"] = sum(correct)
@@ -127,8 +153,16 @@ def _finish(result: dict, correct: list[bool], structure: list[bool] | None, gro
     return result
 
 
+def _native_status(r: Result, names: frozenset[str]) -> Result:
+    # A NameError for a name the native module had imported (``gcd``): the program lacks an import
+    # the native benchmark's text never shows, which is not the same failure as a wrong body.
+    if r.status == "missing_name" and any(r.detail == f"NameError: name '{n}' is not defined" for n in names):
+        return Result("missing_import", r.value, r.detail)
+    return r
+
+
 def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, group: str,
-                   diagnose: bool, answer_format: str, assistant_prefix: str) -> dict:
+                   diagnose: bool, answer_format: str, assistant_prefix: str, namespace: str = "strict") -> dict:
     result = _empty(truth, "program")
     entries = tuple(t.entry for t in truth.tasks)
     # Generated text never holds a teacher-forced prefix (probe 1b); the answer is prefix + text.
@@ -141,21 +175,29 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
     answer = P.parse_program_answer(response, entries)
     own_recalls = answer.recalls[len(given):]
     expected = tuple(op for op in truth.recall_order if op not in given)
-    report = D.recall_plan(own_recalls, expected) if diagnose else D.RecallReport()
+    report = D.recall_plan(own_recalls, expected, namespace) if diagnose else D.RecallReport()
     checks = [c for c in report.checks if c.kinds]
-    units = []
+    # One parse of the whole program decides what runs (the sandbox's blocks) and what is checked
+    # (the structure of the binding a call reaches).
+    tree = D.parse_tree(answer.code)
+    imports = D.native_imports() if namespace == "native" else ()
+    # Recall probes run first, the program last: only the first check's probes ran in a child that
+    # nothing else had touched, so only its verdict may be cached (see diagnose._VERDICTS).
+    units = [u for c in checks for u in c.units()]
     if answer.code is not None:
-        units.append(Unit(answer.code, tuple((t.entry, (t.input,)) for t in truth.tasks)))
-    units += [c.unit() for c in checks]
+        units.append(Unit(answer.code, tuple((t.entry, (t.input,)) for t in truth.tasks), tree=tree,
+                          imports=imports))
     results: list[Result] = sandbox.run_units(units) if units else []
+    for k, check in enumerate(checks):
+        n = sum(len(u.calls) for u in check.units())
+        D.conclude(check, results[:n], cache=k == 0)
+        results = results[n:]
     if answer.code is not None:
-        main, results = results[:len(entries)], results[len(entries):]
+        main = results[:len(entries)]
+        if namespace == "strict":
+            main = [_native_status(r, D.native_names()) for r in main]
     else:
         main = [Result("no_answer", None, "no code block defines " + ", ".join(entries))] * len(entries)
-    for check in checks:
-        n = len(check.unit().calls)
-        D.conclude(check, results[:n])
-        results = results[n:]
     ra_wanted = answer_format == "ra" or (answer_format == "" and (answer.recalls or answer.has_assemble))
     result["format_ok"] = answer.code is not None and (not ra_wanted or answer.source == "assemble")
     result["recalls"] = [{"op": c.op, "verdict": c.verdict, "chimera_of": c.chimera_of, "detail": c.detail}
@@ -166,7 +208,7 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
     correct = [r.ok and r.value == t.output for r, t in zip(main, truth.tasks)]
     result["tasks"] = [{"entry": t.entry, "status": r.status, "correct": c, "detail": r.detail}
                        for t, r, c in zip(truth.tasks, main, correct)]
-    structure = [D.structure_matches(answer.code, t.entry, t.expr) for t in truth.tasks]
+    structure = [tree is not None and D.structure_matches(answer.code, t.entry, t.expr, tree) for t in truth.tasks]
     result["structure_ok"] = all(structure)
     if answer.code is None:
         result["detail"] = "no code block defines " + ", ".join(entries)
@@ -176,18 +218,22 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
 
 def grade(ground_truth: dict | str, response: str, *, policy: str = "output", group: str = "fraction",
           mode: str = "auto", sandbox: Sandbox | None = None, diagnose: bool = True,
-          answer_format: str = "", assistant_prefix: str = "") -> dict:
+          answer_format: str = "", assistant_prefix: str = "", namespace: str = "strict") -> dict:
     """Grade one response. ``policy``: reward output match only, or output and structure;
     ``group``: a group row's score as the fraction of tasks correct, or 1 only when all are;
     ``mode``: ``auto`` follows the ground truth, ``forward``/``program`` force one (native rows are
     always forward). ``sandbox`` defaults to the process-wide one. ``answer_format`` and
-    ``assistant_prefix`` are the row's ``extra_info`` fields of those names."""
+    ``assistant_prefix`` are the row's ``extra_info`` fields of those names. ``namespace``:
+    ``strict`` runs programs on their own (as the prompts say); ``native`` binds first what the
+    native benchmark's module had imported (:func:`opgen.score.diagnose.native_imports`)."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     if group not in GROUP_POLICIES:
         raise ValueError(f"group must be one of {GROUP_POLICIES}, got {group!r}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if namespace not in NAMESPACES:
+        raise ValueError(f"namespace must be one of {NAMESPACES}, got {namespace!r}")
     truth = load_truth(ground_truth)
     if not isinstance(response, str):
         raise TypeError(f"response must be a string, got {type(response).__name__}")
@@ -202,4 +248,5 @@ def grade(ground_truth: dict | str, response: str, *, policy: str = "output", gr
         from opgen.score.sandbox import shared
 
         sandbox = shared()
-    return _grade_program(truth, response, sandbox, policy, group, diagnose, answer_format, assistant_prefix)
+    return _grade_program(truth, response, sandbox, policy, group, diagnose, answer_format, assistant_prefix,
+                          namespace)

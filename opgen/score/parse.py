@@ -11,9 +11,16 @@ import json
 import re
 from dataclasses import dataclass
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.S)
-_RECALL = re.compile(r"^[ \t]*Recall[ \t]+(func_\d+)[ \t]*:[ \t]*(.*?)[ \t]*$", re.M)
-_ASSEMBLE = re.compile(r"^[ \t]*Assemble[ \t]*:[ \t]*$", re.M)
+# Every scan below over model text is linear in its length: no regex with a backtracking construct
+# runs over unbounded model text (the old ``re`` patterns for fences and headers were quadratic on
+# runs of blanks: a 999 KB gloss of blanks took minutes, holding the GIL). They are hand-written
+# scanners with exactly the old patterns' semantics (tests/test_parse_linear.py holds the old
+# patterns as the reference and checks both agree):
+#   fence:    ```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```   (re.S)
+#   recall:   ^[ \t]*Recall[ \t]+(func_\d+)[ \t]*:[ \t]*(.*?)[ \t]*$   (re.M)
+#   assemble: ^[ \t]*Assemble[ \t]*:[ \t]*$   (re.M)
+_BLANKS = " \t"
+
 _CODE_LANGS = ("python", "py", "python3", "")
 _DECODER = json.JSONDecoder()
 
@@ -32,12 +39,100 @@ class Block:
     end: int  # offset just past the closing fence
 
 
+# A fence's opening line, each run atomic (``(?=(X*))\\N`` is an atomic ``X*`` in any Python's
+# ``re``: a lookahead's match is never re-entered). A failed attempt gives nothing back, so it is
+# one forward scan that stops at the first character outside its classes, never past the next
+# backtick; the attempts of one search together visit each character a bounded number of times.
+# The closing fence is found with ``str.find``.
+_OPEN = re.compile(r"```(?=([ \t]*))\1(?=([A-Za-z0-9_+-]*))\2(?=([ \t]*))\3\n")
+_BLANK_RUN = re.compile(r"[ \t]*")  # one class, nothing after it: a single forward scan
+
+
 def code_blocks(text: str) -> list[Block]:
-    return [Block(m.group(1).lower(), m.group(2), m.start(), m.end()) for m in _FENCE.finditer(text)]
+    """Every fenced block, as ``re.finditer`` of the fence pattern above would find them."""
+    out: list[Block] = []
+    pos = 0
+    while True:
+        m = _OPEN.search(text, pos)
+        if m is None:
+            return out
+        close = text.find("```", m.end())
+        if close < 0:
+            # No fence closes after this opening, so none opened later could close either.
+            return out
+        out.append(Block(m.group(2).lower(), text[m.end():close], m.start(), close + 3))
+        pos = close + 3
+
+
+def _recall_header(line: str) -> tuple[str, str] | None:
+    s = line.lstrip(_BLANKS)
+    if not s.startswith("Recall"):
+        return None
+    rest = s[6:]
+    t = rest.lstrip(_BLANKS)
+    if len(t) == len(rest) or not t.startswith("func_"):
+        return None
+    k = 5
+    while k < len(t) and t[k].isdecimal():  # re's \d: any Unicode decimal digit (category Nd)
+        k += 1
+    if k == 5:
+        return None
+    after = t[k:].lstrip(_BLANKS)
+    if not after.startswith(":"):
+        return None
+    return t[:k], after[1:].strip(_BLANKS)
+
+
+def _is_assemble(line: str) -> bool:
+    s = line.lstrip(_BLANKS)
+    if not s.startswith("Assemble"):
+        return False
+    rest = s[8:].lstrip(_BLANKS)
+    return rest.startswith(":") and not rest[1:].strip(_BLANKS)
+
+
+def _headers(body: str) -> list[tuple[int, int, str, tuple[str, str] | None]]:
+    """(line start, line end, kind, (op, gloss)) of every Recall/Assemble header line, in order.
+
+    Lines are those of ``re.M`` (split at ``\\n`` only). Only lines holding one of the two words
+    are looked at; the next occurrence of each word is searched for again only once the scan has
+    passed it, so every character is visited a bounded number of times."""
+    out: list[tuple[int, int, str, tuple[str, str] | None]] = []
+    cur, n = 0, len(body)
+    nxt = {"Recall": body.find("Recall"), "Assemble": body.find("Assemble")}
+    while True:
+        for word in nxt:
+            if 0 <= nxt[word] < cur:
+                nxt[word] = body.find(word, cur)
+        hits = [k for k in nxt.values() if k >= 0]
+        if not hits:
+            return out
+        k = min(hits)
+        start = body.rfind("\n", cur, k) + 1 or cur
+        end = body.find("\n", k)
+        end = n if end < 0 else end
+        line = body[start:end]
+        found = _recall_header(line)
+        if found is not None:
+            out.append((start, end, "recall", found))
+        elif _is_assemble(line):
+            out.append((start, end, "assemble", None))
+        cur = end + 1
 
 
 def defines(code: str, name: str) -> bool:
-    return re.search(rf"^def[ \t]+{re.escape(name)}[ \t]*\(", code, re.M) is not None
+    """Whether a line starts ``def <name>(`` (blanks allowed around the name), as the regex
+    ``^def[ \\t]+<name>[ \\t]*\\(`` (re.M) says."""
+    pos = code.find("def")
+    while pos >= 0:
+        if pos == 0 or code[pos - 1] == "\n":
+            i = _BLANK_RUN.match(code, pos + 3).end()
+            if i > pos + 3 and code.startswith(name, i):
+                j = _BLANK_RUN.match(code, i + len(name)).end()
+                if j < len(code) and code[j] == "(":
+                    return True
+        pos = code.find("def", pos + 3)
+    return False
 
 
 @dataclass(frozen=True)
@@ -59,18 +154,17 @@ def parse_program_answer(text: str, entries: tuple[str, ...] = ("main_solution",
     """The RA structure when present, else the last python block that defines every entry point."""
     body = strip_think(text)
     blocks = [b for b in code_blocks(body) if b.lang in _CODE_LANGS]
-    headers = [(m.start(), "recall", m) for m in _RECALL.finditer(body)]
-    headers += [(m.start(), "assemble", m) for m in _ASSEMBLE.finditer(body)]
-    headers.sort(key=lambda h: h[0])
+    headers = _headers(body)
     recalls: list[Recall] = []
     assemble: str | None = None
     starts = [b.start for b in blocks]
-    for i, (_pos, kind, match) in enumerate(headers):
+    for i, (_pos, header_end, kind, found) in enumerate(headers):
         limit = headers[i + 1][0] if i + 1 < len(headers) else len(body)
-        k = bisect.bisect_left(starts, match.end())
+        k = bisect.bisect_left(starts, header_end)
         block = blocks[k] if k < len(blocks) and blocks[k].start < limit else None
         if kind == "recall":
-            recalls.append(Recall(match.group(1), match.group(2), block.code if block else None))
+            assert found is not None
+            recalls.append(Recall(found[0], found[1], block.code if block else None))
         elif block is not None:
             assemble = block.code  # the last Assemble block wins, like the last code block would
     if assemble is not None and all(defines(assemble, e) for e in entries):
@@ -89,8 +183,27 @@ MAX_CANDIDATES = 256
 MAX_OBJECT_CHARS = 200_000
 
 
-def parse_forward_answer(text: str) -> object:
-    """The ``output`` value of the last JSON object holding an ``output`` key, or ``MISSING``.
+# Deeper JSON values are the error class ``nesting`` (grade.py): far beyond any answer (outputs
+# are strings; native ``ref_output`` values are shallow), and shallow enough that comparing them
+# never nears the interpreter's recursion limit.
+MAX_JSON_DEPTH = 100
+
+
+def _too_deep(value: object, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (list, dict)):
+            if depth > limit:
+                return True
+            stack.extend((c, depth + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return False
+
+
+def parse_forward(text: str) -> tuple[object, bool]:
+    """``(value, too_deep)``: the ``output`` value of the last JSON object holding an ``output`` key
+    (or ``MISSING``), and whether any candidate object nests deeper than ``MAX_JSON_DEPTH`` (or
+    deeper than the decoder's recursion limit), which makes the answer the error ``nesting``.
 
     Objects are searched in ```json blocks and bare in the text alike; the one that ends last wins
     (an object nested inside another is not an answer of its own). Only the last ``MAX_CANDIDATES``
@@ -99,16 +212,29 @@ def parse_forward_answer(text: str) -> object:
     body = strip_think(text)
     starts = [m.start() for m in _OBJECT_START.finditer(body)][-MAX_CANDIDATES:]
     best_end, best = -1, _MISSING
+    too_deep = False
     for pos in reversed(starts):
         chunk = body[pos:pos + MAX_OBJECT_CHARS]
         try:
             obj, length = _DECODER.raw_decode(chunk)
-        except (ValueError, RecursionError):
+        except RecursionError:
+            too_deep = True
+            continue
+        except ValueError:
+            continue
+        if _too_deep(obj, MAX_JSON_DEPTH):
+            too_deep = True
             continue
         # >= : of two objects ending at the same place, the earlier-starting one encloses the other.
         if isinstance(obj, dict) and "output" in obj and pos + length >= best_end:
             best_end, best = pos + length, obj["output"]
-    return best
+    return best, too_deep
+
+
+def parse_forward_answer(text: str) -> object:
+    """The ``output`` value of :func:`parse_forward` (``MISSING`` when none, or when too deep)."""
+    value, too_deep = parse_forward(text)
+    return _MISSING if too_deep else value
 
 
 MISSING = _MISSING

@@ -6,6 +6,7 @@ are errors naming the line; rows without a response are counted in the summary.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -90,6 +91,23 @@ def read_responses(path: Path, n_rows: int) -> dict[int, list[str]]:
     return out
 
 
+def _json_escape(err: UnicodeError) -> tuple[str, int]:
+    # A lone surrogate (a model's exception message can hold one) is written as its JSON escape
+    # ``\udXXX``: the file stays valid UTF-8 and valid JSON, and reads back as the same string.
+    # JSON's own syntax is ASCII, so the character can only be inside a string literal.
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    return "".join(f"\\u{ord(c):04x}" for c in err.object[err.start:err.end]), err.end
+
+
+codecs.register_error("opgen-json-escape", _json_escape)
+
+
+def encode_json_text(text: str) -> bytes:
+    """UTF-8 of JSON text; characters UTF-8 cannot hold (lone surrogates) as JSON escapes."""
+    return text.encode("utf-8", "opgen-json-escape")
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
@@ -107,7 +125,7 @@ def _jobs(rows: list[Row], responses: dict[int, list[str]]) -> Iterator[tuple[Ro
 
 def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", workers: int = 2,
                 policy: str = "output", group: str = "fraction", sandbox: Sandbox | None = None,
-                timeout_s: float = 2.0, plots: bool = True) -> dict:
+                timeout_s: float = 2.0, plots: bool = True, namespace: str = "strict") -> dict:
     """Grade every response, write the report into ``out``, return the summary."""
     data, responses, out = Path(data), Path(responses), Path(out)
     rows = read_rows(data)
@@ -124,7 +142,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     try:
         def one(job: tuple[Row, int, str]) -> dict:
             row, sample, text = job
-            g = grade(row.ground_truth, text, policy=policy, group=group, mode=mode, sandbox=box,
+            g = grade(row.ground_truth, text, policy=policy, group=group, mode=mode, sandbox=box, namespace=namespace,
                       answer_format=str(row.extra.get("answer_format", "") or ""),
                       assistant_prefix=str(row.extra.get("assistant_prefix", "") or ""))
             rec = {"index": row.position, "sample": sample}
@@ -141,13 +159,13 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
             box.close()
     summary = summarize(records, n_rows=len(rows), answered=len(answers))
     summary.update({"data_path": str(data), "responses_path": str(responses), "mode": mode, "policy": policy,
-                    "group": group, "isolation": level})
+                    "group": group, "namespace": namespace, "isolation": level})
     out.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    _write_atomic(out / "scores.jsonl", lines.encode("utf-8"))
+    _write_atomic(out / "scores.jsonl", encode_json_text(lines))
     summary["plots"] = write_plots(summary, out) if plots else []
-    _write_atomic(out / "summary.csv", summary_csv(summary).encode("utf-8"))
-    _write_atomic(out / "summary.json", (json.dumps(summary, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    _write_atomic(out / "summary.csv", summary_csv(summary).encode("utf-8", "backslashreplace"))
+    _write_atomic(out / "summary.json", encode_json_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n"))
     return summary
 
 
@@ -175,7 +193,35 @@ def summarize(records: list[dict], n_rows: int, answered: int) -> dict:
         "errors": {e: errors[e] for e in ERRORS if errors.get(e)},
     }
     summary.update(M.recall_tables(records))
+    summary["missing_import"] = missing_import_counts(records)
     return summary
+
+
+# ``opgen score``/``opgen eval`` warn when more than this share of program responses fail only for
+# want of the native module's imports (``gcd``): then ``--namespace native`` is what was meant.
+MISSING_IMPORT_WARN_RATE = 0.05
+
+
+def missing_import_counts(records: list[dict]) -> dict:
+    """Program responses whose error is ``missing_import``, and recall blocks with that verdict."""
+    programs = [r for r in records if r.get("mode") == "program"]
+    n = sum(r.get("error") == "missing_import" for r in programs)
+    blocks = sum(rc.get("verdict") == "missing_import" for r in records for rc in (r.get("recalls") or ()))
+    return {"programs": len(programs), "responses": n, "rate": n / len(programs) if programs else 0.0,
+            "recall_blocks": blocks}
+
+
+def missing_import_warning(summary: dict) -> str | None:
+    """The warning line to print when ``missing_import`` is frequent, else None."""
+    mi = summary.get("missing_import") or {}
+    if summary.get("namespace", "strict") != "strict" or mi.get("rate", 0.0) <= MISSING_IMPORT_WARN_RATE:
+        return None
+    from opgen.score.diagnose import native_imports
+
+    names = ", ".join(f"from {m} import {n}" for m, n in native_imports())
+    return (f"warning: {mi['responses']} of {mi['programs']} programs ({mi['rate']:.1%}) fail only for want of "
+            f"the native module's imports ({names}); the native benchmark shows its definitions without them. "
+            f"Grade with --namespace native to run programs with those names in scope.")
 
 
 def summary_csv(summary: dict) -> str:

@@ -13,6 +13,7 @@ idle worker from a queue, so no signal handling or global state is involved.
 from __future__ import annotations
 import __future__
 
+import ast
 import atexit
 import marshal
 import math
@@ -33,6 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType
+
+from opgen.score.cache import BoundedCache
 
 WORKER = Path(__file__).with_name("worker.py")
 STATUSES = ("ok", "syntax", "missing_name", "arity", "exception", "timeout", "memory",
@@ -59,6 +62,12 @@ class Unit:
     code: str
     calls: tuple[tuple[str, tuple], ...] = field(default=())
     fail_fast: bool = False
+    # The trusted side's own parse of ``code`` (``ast.parse`` of the whole text), when it has one:
+    # chunk boundaries are taken from it, so what runs is what was checked, parsed once.
+    tree: ast.Module | None = field(default=None, compare=False, repr=False)
+    # ``(module, name)`` pairs bound before the program runs (``namespace="native"``: the names the
+    # native benchmark's module had imported at its top), as ``from module import name`` would.
+    imports: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,8 @@ _COMPILE_FLAGS = __future__.annotations.compiler_flag
 _warnings_lock = threading.Lock()
 
 
-def _compile(code: str) -> bytes | tuple[str, str] | None:
+def _compile(code: str, tree: ast.Module | None = None,
+             imports: tuple[tuple[str, str], ...] = ()) -> bytes | tuple[str, str] | None:
     """The marshalled code of ``code``, a ``(status, detail)`` when it cannot compile, or None
     when the child must try itself.
 
@@ -90,65 +100,112 @@ def _compile(code: str) -> bytes | tuple[str, str] | None:
     and recall checks), and compile adds only the symbol table and code generation. Done here, each
     child merely unmarshals (a fresh child compiling pays ~0.5 ms of page faults for the compiler's
     memory; see docs/scoring.md). Failures that depend on the process (recursion depth, memory)
-    are left to the child, whose limits decide them as before.
+    are left to the child, whose limits decide them as before. ``imports`` run first, in the
+    program's namespace, as their own block (the program's line numbers do not move).
     """
     # Compile-time warnings (invalid escapes, ``is`` with a literal) belong to the model, not the
     # scorer's stderr; and ``-W error`` must not turn them into syntax errors here.
     with _warnings_lock, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            chunks = _compile_chunks(code)
-            if chunks is not None:
-                return marshal.dumps(chunks)
-            return marshal.dumps(compile(code, "<answer>", "exec", flags=_COMPILE_FLAGS, dont_inherit=True))
+            blocks = _compile_chunks(code, tree)
+            if blocks is None:
+                blocks = (compile(code, "<answer>", "exec", flags=_COMPILE_FLAGS, dont_inherit=True),)
+            if imports:
+                blocks = (_prelude(imports), *blocks)
+            return marshal.dumps(blocks if len(blocks) > 1 else blocks[0])
         except (SyntaxError, ValueError) as exc:  # ValueError: null bytes
             return "syntax", _describe(exc)
         except Exception:  # RecursionError, MemoryError: the child's own limits decide
             return None
 
 
+def _prelude(imports: tuple[tuple[str, str], ...]) -> CodeType:
+    text = "".join(f"from {module} import {name}\n" for module, name in imports)
+    return compile(text, "<namespace>", "exec", dont_inherit=True)
+
+
 # Top-level definitions, compiled once per exact text: models recall operator bodies verbatim, so
 # of a typical program only its own main function is new (compiling all of it costs ~0.2 ms).
-_CHUNK_START = re.compile(r"(?:def|class|async[ \t]+def)\b")
-# Module-level lines that would make separate compilation differ from compiling the whole: future
-# imports, ``global``/``nonlocal``, and any other compound or annotated statement (module-level
-# annotations are set up once per module). Programs with them are compiled whole.
-_NOT_CHUNKABLE = re.compile(r"^(?!(?:def|class|async[ \t]+def)\b)(?:[^\s#].*:|global\b|nonlocal\b)|__future__",
-                            re.M)
-_CHUNKS: dict[str, CodeType] = {}
-CHUNK_CACHE_SIZE = 4096
+#
+# What runs is decided by ONE parse of the whole program (``ast``, the scorer's own, shared with the
+# structure check): a block starts at the first line (decorators included) of a top-level ``def``/
+# ``class`` statement, lines counted as Python counts them (``\n``, ``\r\n`` and ``\r`` end a line;
+# a form feed, ``\v``, ``\x1c``-``\x1e``, ``\x85``, ``\u2028``/``\u2029`` do not, although
+# ``str.splitlines`` breaks at them: splitting there ran code that Python reads as a comment).
+# Programs with module-level statements whose separate compilation would differ from compiling the
+# whole (future imports, ``global``/``nonlocal``, module-level annotations, any compound statement
+# other than a definition) are compiled whole.
+_LINE_END = re.compile(r"\r\n?|\n")  # fixed length: one forward scan
+_SIMPLE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AugAssign, ast.Expr, ast.Import,
+           ast.ImportFrom, ast.Pass, ast.Delete, ast.Assert, ast.Raise)
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# Bounded in bytes (opgen/score/cache.py): each entry is charged 4 bytes per character of its text
+# (the key) plus 4x its marshalled code (a code object in memory is a few times its marshal); the
+# oldest entries go first. A chunk is a pure function of its text: nothing a program does can change
+# what is cached for another.
+CHUNK_CACHE_BYTES = 32 << 20
+_CHUNKS: BoundedCache[str, CodeType] = BoundedCache(CHUNK_CACHE_BYTES)
 
 
-def _compile_chunks(code: str) -> tuple[CodeType, ...] | None:
+def _parse(code: str) -> ast.Module | None:
+    from opgen.expr import parse_python
+
+    try:
+        tree = parse_python(code)
+    except Exception:  # SyntaxError, ValueError, RecursionError, MemoryError: compiled whole
+        return None
+    return tree if isinstance(tree, ast.Module) else None
+
+
+def _chunk_lines(tree: ast.Module) -> list[int] | None:
+    """The first line (1-based) of each block, or None when the program must be compiled whole."""
+    body = tree.body
+    starts = [1]
+    prev_end = 0
+    for node in body:
+        if not isinstance(node, _SIMPLE) or (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            return None
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
+        if isinstance(node, _DEFS) and first > prev_end and first > 1:
+            starts.append(first)
+        prev_end = max(prev_end, node.end_lineno or node.lineno)
+    return starts if len(starts) >= 2 else None
+
+
+def _compile_chunks(code: str, tree: ast.Module | None = None) -> tuple[CodeType, ...] | None:
     """``code`` as code objects of its top-level blocks, to run in order in one namespace; None
     unless that is exactly running ``code`` (then it is compiled whole).
 
-    Blocks start at column-0 ``def``/``class`` lines (decorators stay with theirs). A block that
-    does not compile alone (a split inside a string, a dangling decorator) sends the whole program
+    ``tree`` is the caller's ``ast.parse`` of ``code`` (parsed here when not given). A block that
+    does not compile alone (an error the compiler, not the parser, finds) sends the whole program
     to ``compile``, which gives the error it would. Line numbers are the whole program's, and
     equal constants are shared across blocks, as one compilation shares them.
     """
-    if _NOT_CHUNKABLE.search(code):
+    if tree is None:
+        tree = _parse(code)
+        if tree is None:
+            return None
+    starts = _chunk_lines(tree)
+    if starts is None:
         return None
-    lines = code.splitlines(keepends=True)
-    starts = [0] + [i for i, line in enumerate(lines) if i and _CHUNK_START.match(line)
-                    and not lines[i - 1].startswith("@")]
-    if len(starts) < 2:
+    offsets = [0]
+    offsets += [m.end() for m in _LINE_END.finditer(code)]
+    if starts[-1] > len(offsets):
         return None
+    bounds = [offsets[line - 1] for line in starts] + [len(code)]
     canon: dict = {}
     out = []
-    for first, end in zip(starts, starts[1:] + [len(lines)]):
-        text = "".join(lines[first:end])
+    for first_line, lo, hi in zip(starts, bounds, bounds[1:]):
+        text = code[lo:hi]
         chunk = _CHUNKS.get(text)
         if chunk is None:
             try:
                 chunk = compile(text, "<answer>", "exec", flags=_COMPILE_FLAGS, dont_inherit=True)
             except (SyntaxError, ValueError):
                 return None
-            if len(_CHUNKS) >= CHUNK_CACHE_SIZE:
-                _CHUNKS.pop(next(iter(_CHUNKS)))
-            _CHUNKS[text] = chunk
-        out.append(_relocated(chunk, first, canon))
+            _CHUNKS.put(text, chunk, 4 * len(text) + 4 * len(marshal.dumps(chunk)) + 200)
+        out.append(_relocated(chunk, first_line - 1, canon))
     return tuple(out)
 
 
@@ -305,7 +362,7 @@ class Sandbox:
         for i, u in enumerate(units):
             if not u.calls:
                 continue
-            code = _compile(u.code)
+            code = _compile(u.code, u.tree, u.imports)
             if isinstance(code, tuple):
                 failed[i] = Result(code[0], None, code[1])
                 continue
