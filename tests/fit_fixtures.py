@@ -41,3 +41,55 @@ def write_reference(root: Path, seed: int = 0) -> Path:
     (root / "results" / "t2" / "rl_100m_1B_s50.json").write_text(json.dumps({"summary": {"pass1_mean_overall": 0.9}}))
     (root / "results" / "t2" / "notes.json").write_text("{}")
     return root
+
+
+def synthetic(curve, steps, n_prompts: int, n_runs: int, seed: int, *, clusters: bool = True, seeds: int = 1,
+              split: str = "test"):
+    """Observations of ``n_runs`` independent runs whose accuracy at step s is ``curve(s)``: every prompt
+    answers each checkpoint correctly with that probability, independently (binomial noise). Each run
+    has prompts of its own (cluster "r<i>#p<j>"), or no prompt identity at all (``clusters=False``)."""
+    from opgen.fit.inputs import RUN_FIELDS, Observations
+
+    rng = np.random.default_rng(seed)
+    p = np.array([curve(s) for s in steps])
+    obs = Observations("synthetic", counts=True, cluster_by="prompt" if clusters else None)
+    for i in range(n_runs):
+        run = f"r{i:03d}"
+        obs.runs[run] = {f: None for f in RUN_FIELDS}
+        for sd in range(seeds):
+            correct = rng.random((n_prompts, len(steps))) < p[None, :]
+            for t, s in enumerate(steps):
+                if clusters:
+                    for j in range(n_prompts):
+                        obs.add((split, run, sd, s, None, f"{run}#p{j}"), int(correct[j, t]), 1)
+                else:
+                    obs.add((split, run, sd, s, None, None), int(correct[:, t].sum()), n_prompts)
+    return obs
+
+
+def replay_sweep(root: Path, curves: dict, steps, n_rows: int = 24, seed: int = 0,
+                 prompt_tokens: int = 100, completion_tokens: int = 300) -> tuple[Path, list[Path]]:
+    """A program data file and, per run and step, a replay folder of responses: at step s exactly
+    round(n_rows · curves[run](s)) rows (a fixed random subset) carry the gold answer, the rest a wrong one."""
+    import tiny_model as tm
+
+    data = tm.write_trees(root / "trees.parquet", n=n_rows)
+    rng = np.random.default_rng(seed)
+    order = {run: rng.permutation(n_rows) for run in curves}
+    models = []
+    for run, curve in curves.items():
+        for s in steps:
+            folder = root / "replay" / run / f"step{s}"
+            folder.mkdir(parents=True)
+            good = set(order[run][: int(round(n_rows * curve(s)))].tolist())
+            lines = []
+            for i in range(n_rows):
+                e, _x = tm.TREES[i % len(tm.TREES)]
+                answer = tm.ra_answer(e)
+                if i not in good:
+                    answer = answer.replace(f"return {e}", "return func_3(x) + 'wrong'")
+                lines.append(json.dumps({"index": i, "response": answer, "prompt_tokens": prompt_tokens,
+                                         "completion_tokens": [completion_tokens]}) + "\n")
+            (folder / "trees_generations.jsonl").write_text("".join(lines), encoding="utf-8")
+            models.append(folder)
+    return data, models

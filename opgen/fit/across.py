@@ -46,6 +46,9 @@ def correlation(kind: str, x: np.ndarray, y: np.ndarray, reps: np.ndarray | None
     if n < 3:
         out["warning"] = f"{n} runs: too few for a correlation"
         return out
+    if np.ptp(x) == 0 or np.ptp(y) <= 1e-12 * max(1.0, float(np.max(np.abs(y)))):
+        out["warning"] = "constant values: no correlation is defined"
+        return out
     if kind == "spearman":
         r, p = stats.spearmanr(x, y)
         se = math.sqrt((1 + r * r / 2) / (n - 3)) if n > 3 else math.inf
@@ -53,7 +56,10 @@ def correlation(kind: str, x: np.ndarray, y: np.ndarray, reps: np.ndarray | None
         r, p = stats.pearsonr(x, y)
         se = 1 / math.sqrt(n - 3) if n > 3 else math.inf
     out["estimate"] = float(r)
-    out["ci_runs"] = _z_interval(float(r), se, level) if n > 3 else None
+    if n > 3 and abs(r) < 1:
+        out["ci_runs"] = _z_interval(float(r), se, level)
+    elif n > 3:
+        out["warning"] = "a perfect (rank) correlation: the Fisher interval is undefined; read n"
     if reps is not None:
         if kind == "spearman":
             rv = _rowwise_pearson(stats.rankdata(x), stats.rankdata(reps, axis=1))
@@ -64,8 +70,8 @@ def correlation(kind: str, x: np.ndarray, y: np.ndarray, reps: np.ndarray | None
     if n >= min_n:
         out["p"] = float(p)
     else:
-        out["warning"] = (f"only {n} runs (< --min-n {min_n}): read the estimate with its interval; "
-                          f"no p-value is given")
+        few = f"only {n} runs (< --min-n {min_n}): read the estimate with its interval; no p-value is given"
+        out["warning"] = f"{out['warning']}; {few}" if out["warning"] else few
     return out
 
 
@@ -111,5 +117,6 @@ def exponential(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: fl
     bounded = not (prof["open_low"] or prof["open_high"])
     out["beta"].update({"profile_low": prof["low"], "profile_high": prof["high"], "bounded": bounded})
     if not bounded:
+        out["beta"].update({"ci_low": prof["low"], "ci_high": prof["high"], "method": "profile"})
         out["warning"] = "beta is not bounded by the data (its profile reaches the edge of the searched range)"
     return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -71,6 +72,16 @@ def windows_csv(result: Mapping) -> str:
     return buf.getvalue()
 
 
+def validate(result: Mapping) -> None:
+    """fit.json against schemas/fit.schema.json (a failure here is a bug in opgen, not in the input)."""
+    import jsonschema
+
+    from opgen.resources import schema_path
+
+    schema = json.loads(schema_path("fit.schema.json").read_text(encoding="utf-8"))
+    jsonschema.validate(result, schema)
+
+
 def _blank(v):
     return "" if v is None else v
 
@@ -90,6 +101,7 @@ def write(out: Path, result: Mapping, plots: bool = True) -> list[Path]:
     if plots:
         written.extend(plot_all(result, out))
     result = dict(result, outputs=sorted(p.name for p in written))
+    validate(result)
     write_json_atomic(final, result)
     return [final, *written]
 
