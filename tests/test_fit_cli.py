@@ -74,6 +74,7 @@ def test_eval_then_fit_writes_every_output_and_fit_json_validates(runner, cli, s
         assert r["acc"] == pytest.approx([round(N_ROWS * curve(s)) / N_ROWS for s in STEPS])
         # C_RL = step x 10 N x prompts x group x (prompt + response tokens), token means from metrics.json
         per_step = doc["compute"]["per_run"][run]["per_step"]
+        assert doc["compute"]["per_run"][run]["from_metrics_json"] == ["prompt_tokens", "response_tokens"]
         assert per_step == pytest.approx(10 * 20.5e6 * 64 * 4 * (100 + 300))
         assert r["compute"] == pytest.approx([s * per_step for s in STEPS])
         lin = r["forms"]["linear_log"]["params"]
@@ -173,6 +174,18 @@ def test_tidy_table_with_given_compute(runner, cli, tmp_path):
     assert doc["splits"]["all"]["runs"][0]["c_ref_decades_beyond_data"] == pytest.approx(20 - math.log10(1.6e19))
 
 
+def test_fit_window_keeps_only_the_steps_inside_it(runner, cli, tmp_path):
+    rows = [[run, s, "all", 10 + j * 5 + i, 100, None, None] for i, run in enumerate("ab")
+            for j, s in enumerate((10, 20, 40, 80, 160))]
+    path = _tidy(tmp_path / "t.csv", rows)
+    res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o"), "--compute", "step", "--min-step", "20",
+               "--max-step", "80", "--resamples", "20", "--no-plots", "--forms", "linear_log")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "o" / "fit.json").read_text())
+    assert doc["window"] == {"min_step": 20, "max_step": 80}
+    assert [r["steps"] for r in doc["splits"]["all"]["runs"]] == [[20, 40, 80], [20, 40, 80]]
+
+
 @pytest.mark.parametrize("rows,header,needle", [
     ([["a", 10, "x", 3, 10]], ("run", "step", "split", "n_correct"), "no 'n_total' column"),
     ([["a", 10, "x", 11, 10]], ("run", "step", "split", "n_correct", "n_total"), "row 2: n_correct = 11"),
@@ -240,3 +253,21 @@ def test_hub_repo_reads_the_reference_layout_through_huggingface_hub(runner, cli
     assert calls == [("ORG/results", "dataset", ("results/t2/*", "results/t2b/*", "results/loss/loss_model_20m_*"))]
     doc = json.loads((tmp_path / "o" / "fit.json").read_text())
     assert doc["source"] == "hub:ORG/results" and sorted(doc["splits"]) == ["b1b2", "b3b4"]
+
+
+def test_scipy_is_imported_only_inside_opgen_fit():
+    import re
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    pattern = re.compile(r"^\s*(import scipy|from scipy)", re.MULTILINE)
+    offenders = [str(p.relative_to(root)) for folder in ("opgen", "cli") for p in (root / folder).rglob("*.py")
+                 if "fit" not in p.relative_to(root).parts[1:2] and pattern.search(p.read_text(encoding="utf-8"))]
+    assert offenders == []
+    code = ("import sys; from click.testing import CliRunner; from opgen.cli import cli; "
+            "r = CliRunner().invoke(cli, ['--help']); assert r.exit_code == 0 and 'fit' in r.output; "
+            "r = CliRunner().invoke(cli, ['fit', '--help']); assert r.exit_code == 0; "
+            "print('scipy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

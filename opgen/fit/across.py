@@ -96,7 +96,7 @@ def exponential(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: fl
     """gamma + alpha·exp(−beta·L) by least squares: beta over a dense grid with (gamma, alpha) in
     closed form, then refined — no starting point. beta is flagged when its profile runs to the edge
     of the range (the data cannot tell an exponential from a line or a step there)."""
-    if len(L) < 4:
+    if len(L) < 4 or np.ptp(y) == 0:
         return None
     form = M.FORMS["exp_loss"]
     design = M.Design(np.asarray(L, dtype=float))

@@ -19,6 +19,7 @@ from opgen.fit import uncertainty as U
 from opgen.fit.inputs import RUN_FIELDS, Observations
 
 SCHEMA_ID = "opgen.fit/1"
+MIN_CLUSTERS = 20  # fewer clusters than this: the cluster bootstrap carries a warning
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ def build_curves(obs: Observations, cfg: FitConfig, warnings: list[str]) -> tupl
         info = _run_info(obs, run, cfg)
         if run not in per_run:
             per_step = cdef.per_step(run, info)
-            per_run[run] = {"per_step": per_step, **{f: info.get(f) for f in RUN_FIELDS}}
+            per_run[run] = {"per_step": per_step, **{f: info.get(f) for f in RUN_FIELDS},
+                            "from_metrics_json": sorted(info.get("token_means_from") or [])}
         per_step = per_run[run]["per_step"]
         keys = sorted(points, key=lambda sc: (sc[1] if cdef.name == "given" else sc[0]))
         comp = [(c if cdef.name == "given" else s * per_step) for s, c in keys]
@@ -197,6 +199,9 @@ def run_fit(obs: Observations, cfg: FitConfig) -> tuple[dict, list[Curve]]:
     if not usable:
         why = f" ({'; '.join(warnings)})" if warnings else ""
         raise FitInputError(f"no run has 3 or more checkpoints to fit{why}")
+    if method == "cluster" and cfg.resamples and n_clusters < MIN_CLUSTERS:
+        warnings.append(f"only {n_clusters} clusters ({obs.cluster_by}): bootstrap intervals from so few are coarse "
+                        f"and tend to be too narrow; a finer --cluster-by (e.g. prompt) treats prompts as independent")
     reps = (U.count_replicates(usable, method, cfg.resamples, cfg.seed, n_clusters)
             if counts and cfg.resamples else None)
     rng = np.random.default_rng([cfg.seed, 1])  # residual draws: a stream of their own

@@ -138,6 +138,7 @@ def _plot_curves(result: Mapping, split: str, sp: Mapping, path: Path) -> Path:
     fig, axes = plt.subplots(1, len(forms), figsize=(4.6 * len(forms), 4.2), sharey=True, squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, form in zip(axes[0], forms):
+        full_only = False
         for i, r in enumerate(sp["runs"]):
             col = colors[i % len(colors)]
             x = np.log10(np.array(r["compute"]))
@@ -150,6 +151,7 @@ def _plot_curves(result: Mapping, split: str, sp: Mapping, path: Path) -> Path:
                 full = r["forms"].get(form, {}).get("params")
                 params = {k: v["estimate"] for k, v in full.items()} if full else None
                 m_fit = len(x)
+                full_only = full_only or bt["n_heldout"] > 0
             if r["n"] is not None:
                 from opgen.score.metrics import wilson
 
@@ -168,7 +170,7 @@ def _plot_curves(result: Mapping, split: str, sp: Mapping, path: Path) -> Path:
                 if m_fit < len(x):
                     xe = np.linspace(x[m_fit - 1], x[-1], 40)
                     ax.plot(xe, M.predict(form, params, xe, ref), "--", color=col, lw=1.2)
-        ax.set_title(form)
+        ax.set_title(form + (" (fit on all points: too few for the backtest)" if full_only else ""), fontsize=10)
         ax.set_xlabel(f"log10 compute ({result['compute']['definition']})")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.25)
