@@ -271,3 +271,37 @@ def test_scipy_is_imported_only_inside_opgen_fit():
             "print('scipy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_tidy_cluster_column_and_rates_read_as_counts(runner, cli, tmp_path):
+    rows = []
+    for i, run in enumerate(("a", "b", "c")):
+        for j, s in enumerate((10, 20, 40, 80, 160)):
+            for cl in range(6):
+                rows.append([run, s, "all", cl, (2 + j + i + cl % 3), 10])
+    path = _tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "cluster", "n_correct", "n_total"))
+    res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o"), "--compute", "step", "--resamples",
+               "30", "--no-plots", "--forms", "linear_log")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "o" / "fit.json").read_text())
+    assert doc["uncertainty"]["method"] == "cluster" and doc["uncertainty"]["n_clusters"] == 6
+    assert doc["splits"]["all"]["runs"][0]["n"] == [60] * 5
+    assert any("only 6 clusters" in w for w in doc["warnings"])
+    # the reference layout's rates, read as 512 answers each: binomial weights and draws
+    root = F.write_reference(tmp_path / "ref")
+    res = _fit(runner, cli, "--reference", str(root), "--out", str(tmp_path / "r"), "--assume-n", "512",
+               "--resamples", "30", "--no-plots", "--forms", "linear_log")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "r" / "fit.json").read_text())
+    assert doc["weights"] == "binomial" and doc["uncertainty"]["method"] == "binomial"
+    assert doc["splits"]["b3b4"]["runs"][0]["n"] == [512] * 5
+
+
+def test_bad_runs_tables_name_the_field(runner, cli, sweep, tmp_path):
+    table = tmp_path / "runs.yaml"
+    table.write_text("runs:\n  r1:\n    tokns: 1e9\n    checkpoints: [{model: r1_step10}]\n")
+    res = _fit(runner, cli, "--sweep", str(sweep / "out"), "--runs", str(table), "--out", str(tmp_path / "o"))
+    assert res.exit_code == 2 and "runs.r1: unknown field 'tokns'" in res.output
+    table.write_text("runs:\n  r1:\n    loss: low\n    checkpoints: [{model: r1_step10}]\n")
+    res = _fit(runner, cli, "--sweep", str(sweep / "out"), "--runs", str(table), "--out", str(tmp_path / "o"))
+    assert res.exit_code == 2 and "loss must be a number, not 'low'" in res.output
