@@ -203,7 +203,7 @@ def _read_checkpoint(model_dir: Path, run: str, seed: int, step: int, cluster_by
         raise FitInputError(f"{mpath}: not an opgen eval metrics.json ({exc})") from None
     obs.files[str(mpath)] = sha256(mpath)
     for dn, entry in sorted(data.items()):
-        if "scores" not in entry:
+        if not isinstance(entry, dict) or not isinstance(entry.get("scores"), str):
             raise FitInputError(f"{mpath}: data {dn!r} has no scores (evaluated with --no-score?)")
         spath = model_dir / entry["scores"] / "scores.jsonl"
         if not spath.is_file():
@@ -213,14 +213,19 @@ def _read_checkpoint(model_dir: Path, run: str, seed: int, step: int, cluster_by
         records = model_records(model_dir, metrics)
     except (json.JSONDecodeError, OSError) as exc:
         raise FitInputError(f"{model_dir}: unreadable scores.jsonl ({exc})") from None
+    def where(rec: dict) -> str:
+        return f"{model_dir / data[rec['data']]['scores'] / 'scores.jsonl'}: index {rec.get('index')!r}"
+
     for rec in records:
-        where = f"{model_dir / data[rec['data']]['scores'] / 'scores.jsonl'}: index {rec.get('index')!r}"
         if not isinstance(rec.get("index"), int) or not isinstance(rec.get("acc"), (int, float)):
-            raise FitInputError(f"{where}: a scores.jsonl line needs an integer 'index' and a numeric 'acc'")
+            raise FitInputError(f"{where(rec)}: a scores.jsonl line needs an integer 'index' and a numeric 'acc'")
         if cluster_by == "ops":
-            ops = _ops_of(Path(data[rec["data"]]["path"]), ops_cache, obs)
+            dpath = data[rec["data"]].get("path")
+            if not isinstance(dpath, str):
+                raise FitInputError(f"{mpath}: data {rec['data']!r} has no 'path' (needed by --cluster-by ops)")
+            ops = _ops_of(Path(dpath), ops_cache, obs)
             if rec["index"] >= len(ops):
-                raise FitInputError(f"{where}: the data file has only {len(ops)} rows")
+                raise FitInputError(f"{where(rec)}: the data file has only {len(ops)} rows")
             cluster = ops[rec["index"]]
         elif cluster_by == "prompt":
             cluster = f"{rec['data']}#{rec['index']}"
