@@ -37,6 +37,7 @@ def _line(s: float) -> float:
     return A_TRUE + B_TRUE * math.log10(s)
 
 
+@pytest.mark.slow
 def test_cluster_bootstrap_intervals_cover_the_truth():
     """200 independent runs, 150 prompts each, resampled by prompt: 95% intervals of R_ref (C_ref = 1 step)
     and B cover the true values in at least 93% of them (measured: 96.5% and 94.5%)."""
@@ -46,6 +47,7 @@ def test_cluster_bootstrap_intervals_cover_the_truth():
     assert cov["R_ref"] <= 0.99 and cov["B"] <= 0.99, cov  # not simply wide
 
 
+@pytest.mark.slow
 def test_binomial_bootstrap_intervals_cover_the_truth():
     """Counts without prompt identity: each count redrawn from Binomial(n, observed rate)."""
     obs = F.synthetic(_line, STEPS, 150, REPLICATES, seed=2, clusters=False)
