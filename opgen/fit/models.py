@@ -108,6 +108,13 @@ def _ident(_d: Design, v: np.ndarray) -> np.ndarray:
     return v
 
 
+def _alpha(scaled: np.ndarray, beta: np.ndarray, center: float) -> np.ndarray:
+    """alpha of gamma + alpha·exp(−beta·L) from the fit's centred coefficient (inf where it overflows:
+    percentiles skip those replicates)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return scaled * np.exp(beta * center)
+
+
 TRANSITION = 2 * math.log10(9.0)  # decades a B = 1 sigmoid takes from 10% to 90% of its rise
 
 FORMS: dict[str, Form] = {
@@ -141,7 +148,7 @@ FORMS: dict[str, Form] = {
         ((-math.inf, math.inf), (-math.inf, math.inf)), ("beta",), (481,),
         lambda d: np.array([[-60.0 / d.span, 60.0 / d.span]]),
         _exp_basis,
-        lambda d, phi, lin: {"alpha": lin[..., 1] * np.exp(phi[..., 0] * d.center), "beta": phi[..., 0],
+        lambda d, phi, lin: {"alpha": _alpha(lin[..., 1], phi[..., 0], d.center), "beta": phi[..., 0],
                              "gamma": lin[..., 0]},
         {"beta": ("nl", 0, _ident)},
     ),

@@ -211,10 +211,11 @@ def _plot_levels(split: str, sp: Mapping, path: Path) -> Path:
             ax.plot(L[open_], y[open_], "x", color="C3", ms=8, label="not bounded by the data")
             ax.legend(fontsize=7)
         ex = a["exp_fit"]
-        if ex is not None:
+        if ex is not None and all(ex[k]["estimate"] is not None for k in ("alpha", "beta", "gamma")):
             ls = np.linspace(L.min(), L.max(), 80)
-            ax.plot(ls, ex["gamma"]["estimate"] + ex["alpha"]["estimate"] * np.exp(-ex["beta"]["estimate"] * ls),
-                    "-", color="C1", lw=1.2)
+            with np.errstate(all="ignore"):
+                curve = ex["gamma"]["estimate"] + ex["alpha"]["estimate"] * np.exp(-ex["beta"]["estimate"] * ls)
+            ax.plot(ls, curve, "-", color="C1", lw=1.2)
         sr = a["spearman"]
         rho = "n/a" if sr["estimate"] is None else f"{sr['estimate']:+.2f}"
         ci = sr.get("ci_runs")
