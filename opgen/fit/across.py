@@ -1,0 +1,122 @@
+"""Across runs: a per-run level (R_ref, or an asymptote A) against pretraining loss, and the per-run
+slope B against log10 pretraining tokens.
+
+Two intervals for each statistic, because there are two sources of doubt: ``ci_runs`` — which runs
+happened to be trained (Fisher z; for Spearman with the Bonett–Wright standard error), which is what
+a handful of runs mostly leaves open; ``ci_measurement`` — the per-run estimates' own noise, from the
+same bootstrap replicates as the per-run fits. Below ``min_n`` runs a statistic is still reported,
+with a warning and without a p-value.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from opgen.fit import models as M
+from opgen.fit import uncertainty as U
+
+
+def _z_interval(r: float, se: float, level: float) -> list[float] | None:
+    from statistics import NormalDist
+
+    if not math.isfinite(r) or not math.isfinite(se):
+        return None
+    z = math.atanh(max(min(r, 1 - 1e-15), -1 + 1e-15))
+    q = NormalDist().inv_cdf((1 + level) / 2)
+    return [math.tanh(z - q * se), math.tanh(z + q * se)]
+
+
+def _rowwise_pearson(x: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    xc = x - x.mean()
+    Yc = Y - Y.mean(1, keepdims=True)
+    with np.errstate(all="ignore"):
+        return (Yc @ xc) / np.sqrt((Yc * Yc).sum(1) * (xc @ xc))
+
+
+def correlation(kind: str, x: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: float,
+                min_n: int) -> dict:
+    """Spearman or Pearson correlation of y on x, with both intervals and (n >= min_n) a p-value."""
+    from scipy import stats
+
+    n = len(x)
+    out: dict = {"method": kind, "n": n, "estimate": None, "p": None, "ci_runs": None, "ci_measurement": None,
+                 "warning": None}
+    if n < 3:
+        out["warning"] = f"{n} runs: too few for a correlation"
+        return out
+    if np.ptp(x) == 0 or np.ptp(y) <= 1e-12 * max(1.0, float(np.max(np.abs(y)))):
+        out["warning"] = "constant values: no correlation is defined"
+        return out
+    if kind == "spearman":
+        r, p = stats.spearmanr(x, y)
+        se = math.sqrt((1 + r * r / 2) / (n - 3)) if n > 3 else math.inf
+    else:
+        r, p = stats.pearsonr(x, y)
+        se = 1 / math.sqrt(n - 3) if n > 3 else math.inf
+    out["estimate"] = float(r)
+    if n > 3 and abs(r) < 1:
+        out["ci_runs"] = _z_interval(float(r), se, level)
+    elif n > 3:
+        out["warning"] = "a perfect (rank) correlation: the Fisher interval is undefined; read n"
+    if reps is not None:
+        if kind == "spearman":
+            rv = _rowwise_pearson(stats.rankdata(x), stats.rankdata(reps, axis=1))
+        else:
+            rv = _rowwise_pearson(x, reps)
+        lo, hi, k = U.percentile(rv, level)
+        out["ci_measurement"] = None if lo is None else [lo, hi]
+    if n >= min_n:
+        out["p"] = float(p)
+    else:
+        few = f"only {n} runs (< --min-n {min_n}): read the estimate with its interval; no p-value is given"
+        out["warning"] = f"{out['warning']}; {few}" if out["warning"] else few
+    return out
+
+
+def linear(x: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: float) -> dict:
+    """The reference's np.polyfit line (slope, intercept, R²) with measurement intervals."""
+    slope, intercept = np.polyfit(x, y, 1)
+    pred = intercept + slope * x
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1 - float(((y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else None
+    out = {"slope": {"estimate": float(slope)}, "intercept": {"estimate": float(intercept)}, "R2": r2}
+    if reps is not None:
+        xc = x - x.mean()
+        sl = ((reps - reps.mean(1, keepdims=True)) @ xc) / float(xc @ xc)
+        ic = reps.mean(1) - sl * x.mean()
+        for name, vals in (("slope", sl), ("intercept", ic)):
+            lo, hi, _ = U.percentile(vals, level)
+            out[name].update({"ci_low": lo, "ci_high": hi, "method": "bootstrap"})
+    return out
+
+
+def exponential(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: float) -> dict | None:
+    """gamma + alpha·exp(−beta·L) by least squares: beta over a dense grid with (gamma, alpha) in
+    closed form, then refined — no starting point. beta is flagged when its profile runs to the edge
+    of the range (the data cannot tell an exponential from a line or a step there)."""
+    if len(L) < 4 or np.ptp(y) == 0:
+        return None
+    form = M.FORMS["exp_loss"]
+    design = M.Design(np.asarray(L, dtype=float))
+    point = M.fit(form, design, y[None, :], polish=True)
+    pars = point.params()
+    pred = point.mu[0]
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1 - float(((y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else None
+    out: dict = {"equation": form.equation, "R2": r2, "sse": float(((y - pred) ** 2).sum())}
+    boot = M.fit(form, design, reps).params() if reps is not None else None
+    prof = U.profile(point, y, level)["beta"]
+    for name in ("alpha", "beta", "gamma"):
+        entry = {"estimate": float(pars[name][0])}
+        if boot is not None:
+            lo, hi, _ = U.percentile(boot[name], level)
+            entry.update({"ci_low": lo, "ci_high": hi, "method": "bootstrap"})
+        out[name] = entry
+    bounded = not (prof["open_low"] or prof["open_high"])
+    out["beta"].update({"profile_low": prof["low"], "profile_high": prof["high"], "bounded": bounded})
+    if not bounded:
+        out["beta"].update({"ci_low": prof["low"], "ci_high": prof["high"], "method": "profile"})
+        out["warning"] = "beta is not bounded by the data (its profile reaches the edge of the searched range)"
+    return out
