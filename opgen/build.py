@@ -279,7 +279,8 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
             gen = build_generator(cfg, recipe)
             rows = gen.count() if limit is None else min(gen.count(), limit)
             spec = RowSpec(split=cfg.name, family=cfg.family, kind=cfg.kind, prompt_format=cfg.prompt_format,
-                           answer_format=cfg.answer_format, recipe=recipe.name, unique=cfg.unique)
+                           answer_format=cfg.answer_format, recipe=recipe.name, unique=cfg.unique,
+                           data_source=cfg.data_source)
             plans.append(Plan(cfg, recipe, gen, spec, rows))
     if only:
         missing = sorted(set(only) - set(names))

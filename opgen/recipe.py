@@ -21,8 +21,28 @@ from opgen.resources import recipe_path, resource_dir, schema_path
 
 SPLIT_DEFAULTS: dict[str, Any] = {
     "kind": "rl", "prompt_format": "closed_book", "answer_format": None, "unique": "task",
-    "shard_rows": 50_000, "options": {},
+    "shard_rows": 50_000, "options": {}, "data_source": None,
 }
+# data_source templates: placeholders a row fills in (docs/recipes.md, "data_source")
+DATA_SOURCE_FIELDS = ("family", "depth")
+DEFAULT_DATA_SOURCE = "opgen/{family}"
+
+
+def check_data_source(template: str) -> str | None:
+    """Why ``template`` is not a data_source template (None when it is one)."""
+    import string
+
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return f"{template!r} is not a template ({exc}); placeholders: {{family}}, {{depth}}"
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in DATA_SOURCE_FIELDS or spec or conversion:
+            return (f"{template!r}: unknown placeholder {{{name}{'!' + conversion if conversion else ''}"
+                    f"{':' + spec if spec else ''}}} (known: {{family}}, {{depth}})")
+    return None
 
 
 class RecipeError(ValueError):
@@ -45,12 +65,14 @@ class SplitConfig:
     digest: str  # names this split's rows: seed, generator, its version and its resolved options
     where: str  # "<file>: splits.<name>" for error messages
     description: str = ""  # prose for cards and manifests; not part of the digest
+    data_source: str = DEFAULT_DATA_SOURCE  # a template: {family}, {depth} (the row's depth)
 
     def resolved(self) -> dict[str, Any]:
         return {"description": self.description,
                 "generator": self.generator, "role": self.role, "kind": self.kind, "family": self.family,
                 "prompt_format": self.prompt_format, "answer_format": self.answer_format,
-                "unique": self.unique, "shard_rows": self.shard_rows, "options": self.options}
+                "unique": self.unique, "shard_rows": self.shard_rows, "data_source": self.data_source,
+                "options": self.options}
 
 
 @dataclass
@@ -153,6 +175,10 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None) -> Re
             formats.check_pair(merged["prompt_format"], answer)
         except formats.FormatError as exc:
             raise RecipeError(f"{where}.answer_format: {exc}") from None
+        data_source = merged["data_source"] or DEFAULT_DATA_SOURCE
+        problem = check_data_source(data_source)
+        if problem:
+            raise RecipeError(f"{where}.data_source: {problem}")
         try:
             options = cls.resolve(merged["options"], f"{where}.options")
         except G.GeneratorError as exc:
@@ -163,7 +189,7 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None) -> Re
             name=name, recipe=data["name"], generator=merged["generator"], role=merged["role"],
             kind=merged["kind"], family=merged.get("family") or name, prompt_format=merged["prompt_format"],
             answer_format=answer, unique=merged["unique"], shard_rows=merged["shard_rows"], options=options,
-            digest=digest, where=where, description=raw.get("description", "")))
+            digest=digest, where=where, description=raw.get("description", ""), data_source=data_source))
     return Recipe(name=data["name"], path=shown, sha256=sha, seed=seed, splits=splits, heldout_ops=heldout_ops,
                   allow=tuple(leak.get("allow", ())), raw=data)
 

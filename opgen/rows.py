@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import string
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, NamedTuple
@@ -86,6 +87,7 @@ class RowSpec:
     answer_format: str
     recipe: str
     unique: str = "program"  # program | task | none
+    data_source: str = "opgen/{family}"  # template: {family}, {depth} (the row's depth; a group's deepest task)
 
 
 class Facts(NamedTuple):
@@ -116,7 +118,7 @@ def structure_of(e: E.Expr) -> str:
     """``expr.structure`` without walking the whole tree (tested equal)."""
     if type(e) is not E.Call:
         return "mixed"
-    if all(type(a) is E.Var for a in e.args):
+    if all(type(a) in _LEAF for a in e.args):
         return "atomic"
     node = e
     while type(node) is E.Call and len(node.args) == 1:
@@ -139,7 +141,9 @@ class RowBuffer:
         self.spec = spec
         self.fmt = Formatter(spec.prompt_format, spec.answer_format)
         self.schema = schema(spec.kind)
-        self.data_source = f"opgen/{spec.family}"
+        # a template with {depth} is filled per row when the table is made (opgen.recipe checks it)
+        self.per_depth_source = any(f == "depth" for _, f, _, _ in string.Formatter().parse(spec.data_source))
+        self.data_source = spec.data_source.format(family=spec.family, depth="{depth}")
         self.ability = "code_io" if self.fmt.mode == "forward" else "code"
         self.kind_sft = spec.kind == "sft"
         self.format_id = f"{spec.prompt_format}\x00{spec.answer_format}\x00"
@@ -278,7 +282,7 @@ class RowBuffer:
         opmask = _mask(t.recall)
         if depth == 1 and type(prog) is E.Call:  # one call on leaves: not composed
             composed = 0
-            structure = "atomic" if all(type(a) is E.Var for a in prog.args) else "mixed"
+            structure = "atomic"
         else:
             structure = structure_of(prog)
             composed = 0 if type(prog) is E.Call and all(type(a) in _LEAF for a in prog.args) else opmask
@@ -322,7 +326,12 @@ class RowBuffer:
         prompt_texts = _texts(prompts)
         prompt = _messages(_repeat("user", n), prompt_texts, 1)
         reward = pa.StructArray.from_arrays([_repeat("rule", n), _texts(gts)], names=["style", "ground_truth"])
-        columns = [_repeat(self.data_source, n), prompt, _repeat(self.ability, n), reward, extra]
+        if self.per_depth_source:
+            names = {d: spec.data_source.format(family=spec.family, depth=d) for d in sorted(set(depth))}
+            source = _strings([names[d] for d in depth])
+        else:
+            source = _repeat(self.data_source, n)
+        columns = [source, prompt, _repeat(self.ability, n), reward, extra]
         if spec.kind == "sft":
             contents = [t for pair in zip(prompts, answers) for t in pair]
             roles = _strings(["user", "assistant"] * n)

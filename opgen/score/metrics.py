@@ -61,6 +61,45 @@ def grouped(records: Iterable[Mapping], key: str | Sequence[str], value: str = "
     return {label: proportion(s, n) for label, (s, n) in sorted(counts.items(), key=lambda kv: _sort_key(kv[0]))}
 
 
+SCOPES = ("id", "ood", "total")
+
+
+def scope_of(op_ids) -> str:
+    """``id`` when a row calls only the study's train operators, ``ood`` when it calls a held-out
+    one, ``""`` when its operators are unknown (a foreign file without ``extra_info.ops``)."""
+    from opgen import ops
+
+    if not isinstance(op_ids, (list, tuple)) or not op_ids:
+        return ""
+    held = set(ops.HELDOUT_IDS)
+    return "ood" if any(o in held for o in op_ids) else "id"
+
+
+def scope_table(records: Iterable[Mapping]) -> dict[str, dict]:
+    """The Interplay release's roll-up: accuracy on ID rows (train operators only), OOD rows (a
+    held-out operator) and all rows together, each with a 95% Wilson interval."""
+    counts = {s: [0, 0] for s in SCOPES}
+    for r in records:
+        ok = int(r["acc"] >= 1.0)
+        for s in (r.get("scope") or "", "total"):
+            if s in counts:
+                counts[s][0] += ok
+                counts[s][1] += 1
+    return {s: proportion(c, n) for s, (c, n) in counts.items()}
+
+
+def merge_scopes(tables: Iterable[Mapping[str, Mapping]]) -> dict[str, dict]:
+    """Scope tables of several files summed into one (counts added, intervals recomputed)."""
+    counts = {s: [0, 0] for s in SCOPES}
+    for t in tables:
+        for s in SCOPES:
+            p = t.get(s) if t else None
+            if p:
+                counts[s][0] += int(p["correct"])
+                counts[s][1] += int(p["n"])
+    return {s: proportion(c, n) for s, (c, n) in counts.items()}
+
+
 def _sort_key(label: str) -> tuple:
     # Numeric parts sort numerically (depth 10 after depth 9), text parts as text.
     return tuple((0, int(p), "") if p.lstrip("-").isdigit() else (1, 0, p) for p in label.split("|"))

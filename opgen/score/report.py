@@ -96,7 +96,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-_MEASURES = ("split", "family", "depth", "k", "condition", "structure", "answer_format", "target_op")
+_MEASURES = ("split", "family", "depth", "k", "condition", "structure", "answer_format", "target_op", "ops")
 
 
 def _jobs(rows: list[Row], responses: dict[int, list[str]]) -> Iterator[tuple[Row, int, str]]:
@@ -129,6 +129,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                       assistant_prefix=str(row.extra.get("assistant_prefix", "") or ""))
             rec = {"index": row.position, "sample": sample}
             rec.update({k: row.extra.get(k, "") for k in _MEASURES})
+            rec["scope"] = M.scope_of(rec["ops"])
             rec["data_source"] = row.data_source
             rec.update(g)
             return rec
@@ -171,6 +172,7 @@ def summarize(records: list[dict], n_rows: int, answered: int) -> dict:
         "by_k": M.grouped(records, "k"),
         "by_condition": M.grouped(records, "condition"),
         "by_split_depth": M.grouped(records, ("split", "depth")),
+        "by_scope": M.scope_table(records),
         "pass_at_k": M.pass_at_k_table(by_row) if max(samples, default=0) > 1 else {},
         "errors": {e: errors[e] for e in ERRORS if errors.get(e)},
     }
@@ -183,7 +185,7 @@ def summary_csv(summary: dict) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["table", "key", "n", "correct", "acc", "ci_low", "ci_high"])
     w.writerow(["overall", "all", *(summary["overall"][k] for k in ("n", "correct", "acc", "ci_low", "ci_high"))])
-    for table in ("by_split", "by_depth", "by_k", "by_condition", "by_split_depth"):
+    for table in ("by_split", "by_depth", "by_k", "by_condition", "by_split_depth", "by_scope"):
         for key, p in summary[table].items():
             w.writerow([table[3:], key, p["n"], p["correct"], p["acc"], p["ci_low"], p["ci_high"]])
     for op, d in summary["recall_by_op"].items():
