@@ -84,9 +84,11 @@ _TICK: Callable[[int], None] = _no_tick
 
 def _facts_arrays(facts: list[Facts]) -> dict:
     if facts:
-        ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition = zip(*facts)
+        (ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition, unchanged, identity,
+         target_chars) = zip(*facts)
     else:
         ukey = pkey = prog_keys = depth = k = opmask = composed = out_len = condition = ()
+        unchanged = identity = target_chars = ()
     if all(len(p) == 1 for p in prog_keys):
         prog = [p[0] for p in prog_keys]
         prog_rows = np.arange(len(prog), dtype=np.int32)
@@ -103,6 +105,9 @@ def _facts_arrays(facts: list[Facts]) -> dict:
         "opmask": np.array(opmask, dtype=np.uint32),
         "composed": np.array(composed, dtype=np.uint32),
         "out_len": np.array(out_len, dtype=np.int32),
+        "unchanged": np.array(unchanged, dtype=np.int32),
+        "identity": np.array(identity, dtype=np.int32),
+        "target_chars": np.array(target_chars, dtype=np.int32),
         "conditions": Counter(c for c in condition if c),
         "condition_of": {i: c for i, c in enumerate(condition) if c},
     }
@@ -353,7 +358,7 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
     for p_idx, plan in enumerate(plans):
         res = [results[u] for u in plan.units]
         cat = {name: np.concatenate([r[name] for r in res]) for name in
-               ("pkey", "depth", "k", "opmask", "composed", "out_len")}
+               ("pkey", "depth", "k", "opmask", "composed", "out_len", "unchanged", "identity", "target_chars")}
         prog = np.concatenate([r["prog"] for r in res])
         prog_rows = np.concatenate([r["prog_rows"].astype(np.int64) + units[u].start for r, u in zip(res, plan.units)])
         conditions = sum((r["conditions"] for r in res), Counter())
@@ -365,6 +370,11 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
         sections[plan.cfg.name] = M.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"],
                                                   conditions, cat["out_len"], rejections[p_idx],
                                                   "forward" if plan.cfg.prompt_format == "forward" else "program")
+        condition_of = {}
+        for r, u in zip(res, plan.units):
+            condition_of.update({units[u].start + i: c for i, c in r["condition_of"].items()})
+        sections[plan.cfg.name].update(M.fidelity_sections(cat["unchanged"], cat["identity"], cat["target_chars"],
+                                                           condition_of, prog, prog_rows))
         extra = plan.gen.manifest_section(plan.rows)
         if extra is not None:
             sections[plan.cfg.name][getattr(plan.gen, "MANIFEST_KEY", "plan")] = extra
@@ -501,6 +511,9 @@ def _apply(res: dict, redrawn: dict[int, Facts]) -> None:
         res["opmask"][local] = f.opmask
         res["composed"][local] = f.composed
         res["out_len"][local] = f.out_len
+        res["unchanged"][local] = f.unchanged
+        res["identity"][local] = f.identity
+        res["target_chars"][local] = f.target_chars
         old = res["condition_of"].pop(local, "")
         if old:
             res["conditions"][old] -= 1

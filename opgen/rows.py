@@ -20,6 +20,7 @@ import pyarrow as pa
 from opgen import __version__, ops
 from opgen import expr as E
 from opgen.formats import Formatter, SingleRenderer, ops_text, prepare, scan, text
+from opgen.generate.measure import call_distances, unchanged_calls
 from opgen.resources import schema_path
 from opgen.tasks import Item
 
@@ -106,6 +107,9 @@ class Facts(NamedTuple):
     composed: int  # operators that occur in a composed task (not a single call)
     out_len: int
     condition: str
+    unchanged: int = 0  # operator calls that return their first argument unchanged (all tasks)
+    identity: int = 0  # tasks whose output equals their input
+    target_chars: int = -1  # a probe's name→argument distance of its target (extra_info.tail_chars)
 
 
 _LEAF = (E.Var, E.Lit)
@@ -204,12 +208,24 @@ class RowBuffer:
         row_id = (f"{pkey:016x}" if not condition and not prefix else
                   f"{h64(f'{self.format_id}{task_id}{chr(2)}{condition}{chr(2)}{prefix}'):016x}")
         target, tail_chars, tail_calls = _probe_measures(item.meta or tasks[0].meta)
+        unchanged = identity = 0
+        call_ops: list[str] = []
+        call_chars: list[int] = []
+        call_tails: list[int] = []
+        for t in tasks:
+            unchanged += unchanged_calls(t.program, t.input, t.output)
+            identity += t.output == t.input
+            for op, chars, tails in call_distances(t.program):
+                call_ops.append(op)
+                call_chars.append(chars)
+                call_tails.append(tails)
         self.rows.append((
             prompt, fmt.ground_truth(item, p), fmt.answer(item, p) if self.kind_sft else None,
             index, depth, k, p.ops_sorted,
             structure_of(tasks[0].program) if len(tasks) == 1 else "group", len(tasks), condition, prefix,
             row_id,
             target, tail_chars, tail_calls,
+            unchanged, identity, tuple(call_ops), tuple(call_chars), tuple(call_tails),
         ))
 
         opmask = 0
@@ -224,7 +240,8 @@ class RowBuffer:
                     composed |= _OP_BIT[o]
             if len(t.output) > out_len:
                 out_len = len(t.output)
-        return Facts(ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition)
+        return Facts(ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition, unchanged, identity,
+                     tail_chars)
 
     def _single_adder(self):
         """``add`` for the common row (one task, no teacher-forced prefix): the same row, fewer steps.
@@ -253,7 +270,7 @@ class RowBuffer:
                 facts = programs.get(key)
                 if facts is None:
                     facts = remember(key, program_facts(prog, key, depth, used))
-            expr, depth, pk, k, opmask, composed, structure, ops_sorted, parts = facts
+            expr, depth, pk, k, opmask, composed, structure, ops_sorted, parts, dist = facts
             x = task.input
             task_id = expr + "\x00" + x
             tkey = h64(task_id)
@@ -270,9 +287,12 @@ class RowBuffer:
             meta = item.meta or task.meta
             target, tail_chars, tail_calls = _probe_measures(meta) if meta else _NO_PROBE
             prompt, gt, answer = render(parts, x, out, sft)
+            unchanged = unchanged_calls(prog, x, out)
+            identity = int(out == x)
             rows_append((prompt, gt, answer, index, depth, k, ops_sorted, structure, 1, condition, "", row_id,
-                         target, tail_chars, tail_calls))
-            return Facts(ukey, pkey, (pk,), depth, k, opmask, composed, len(out), condition)
+                         target, tail_chars, tail_calls, unchanged, identity, *dist))
+            return Facts(ukey, pkey, (pk,), depth, k, opmask, composed, len(out), condition, unchanged, identity,
+                         tail_chars)
 
         return add_single
 
@@ -288,7 +308,9 @@ class RowBuffer:
             composed = 0 if type(prog) is E.Call and all(type(a) in _LEAF for a in prog.args) else opmask
         program = "def main_solution(x):\n    return " + expr
         parts = self.single.parts(t, expr, program, depth)
-        return expr, depth, h64(expr), k, opmask, composed, structure, t.ops_sorted, parts
+        dist = call_distances(prog)
+        dist_cols = (tuple(d[0] for d in dist), tuple(d[1] for d in dist), tuple(d[2] for d in dist))
+        return expr, depth, h64(expr), k, opmask, composed, structure, t.ops_sorted, parts, dist_cols
 
     def _remember(self, key: Any, facts: tuple) -> tuple:
         if len(self._programs) >= _PROGRAM_CACHE:
@@ -301,21 +323,26 @@ class RowBuffer:
         spec = self.spec
         if n:
             (prompts, gts, answers, index, depth, k, ops_lists, structure, n_tasks, condition, prefix, row_id,
-             target, tail_chars, tail_calls) = zip(*self.rows)
+             target, tail_chars, tail_calls, unchanged, identity, call_ops, call_chars, call_tails) = zip(*self.rows)
         else:
             prompts = gts = answers = index = depth = k = ops_lists = structure = n_tasks = condition = ()
-            prefix = row_id = target = tail_chars = tail_calls = ()
+            prefix = row_id = target = tail_chars = tail_calls = unchanged = identity = ()
+            call_ops = call_chars = call_tails = ()
         cols = {"index": index, "depth": depth, "k": k, "structure": structure, "n_tasks": n_tasks,
                 "condition": condition, "assistant_prefix": prefix, "target_op": target, "tail_chars": tail_chars,
-                "tail_calls": tail_calls, "row_id": row_id}
+                "tail_calls": tail_calls, "row_id": row_id, "unchanged_calls": unchanged, "output_is_input": identity}
+        lists = {"ops": ops_lists, "call_ops": call_ops}
+        int_lists = {"call_chars": call_chars, "call_tails": call_tails}
         const = {"split": spec.split, "family": spec.family, "prompt_format": spec.prompt_format,
                  "answer_format": spec.answer_format, "mode": self.fmt.mode, "opgen_version": __version__,
                  "recipe": spec.recipe}
         extra_type = self.schema.field("extra_info").type
         arrays = []
         for f in extra_type:
-            if f.name == "ops":
-                arrays.append(_list_of_strings(ops_lists))
+            if f.name in lists:
+                arrays.append(_list_of_strings(lists[f.name]))
+            elif f.name in int_lists:
+                arrays.append(_list_of_ints(int_lists[f.name]))
             elif f.name in const:
                 arrays.append(_repeat(const[f.name], n))
             elif f.type == pa.int64():
@@ -405,6 +432,10 @@ def _ints(values) -> pa.Array:
 def _offsets(counts) -> pa.Array:
     off = np.fromiter(accumulate(counts, initial=0), dtype=np.int32)
     return pa.Array.from_buffers(pa.int32(), len(off), [None, pa.py_buffer(off)])
+
+
+def _list_of_ints(groups) -> pa.Array:
+    return pa.ListArray.from_arrays(_offsets(map(len, groups)), _ints([v for g in groups for v in g]))
 
 
 def _list_of_strings(groups) -> pa.Array:

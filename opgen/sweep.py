@@ -95,6 +95,11 @@ def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
             scoped[scope].append(_correct(r))
         scoped["total"].append(_correct(r))
     row["scope"] = {k: _proportion(sum(v), len(v)) for k, v in scoped.items()}
+    plain = [_correct(r) for r in recs if r.get("degenerate") is False]
+    row["non_degenerate"] = _proportion(sum(plain), len(plain))
+    from opgen.score.metrics import arity_by_distance
+
+    row["arity_by_distance"] = arity_by_distance(recs)
     blocks = [rc for r in recs for rc in (r.get("recalls") or [])]
     row["recall_blocks"] = len(blocks)
     row["arity_error_rate"] = (sum(rc.get("verdict") == "arity" for rc in blocks) / len(blocks)) if blocks else None
@@ -132,6 +137,11 @@ def _flat(row: Mapping) -> dict:
             put(f"acc[{dn}|d={d}]", p)
     for k in ("id", "ood", "total"):
         put(f"{k}_accuracy", row.get("scope", {}).get(k))
+    put("non_degenerate_accuracy", row.get("non_degenerate"))
+    for op, buckets in row.get("arity_by_distance", {}).items():
+        for b, d in buckets.items():
+            put(f"arity[{op}|{b}]", {"acc": d["rate"] if d["written"] else None, "ci_low": d["ci_low"],
+                                     "ci_high": d["ci_high"], "n": d["written"]})
     for k in ("arity_error_rate", "chimera_rate", "truncated_rate"):
         out[k] = "" if row[k] is None else round(row[k], 6)
     put("decomposed_accuracy", row["decomposed"])

@@ -120,3 +120,209 @@ def test_id_ood_total_rollup_in_summary_metrics_and_sweep(runner, cli, tmp_path)
     header = (tmp_path / "out" / "sweep.csv").read_text().splitlines()[0].split(",")
     assert "acc[held|d=1]" in header and "acc[trees|d=1]" in header and "acc[d=1]" not in header
     assert {"id_accuracy", "ood_accuracy", "total_accuracy"} <= set(header)
+
+
+# ---------------------------------------------------------------- item 6: degenerate rows
+
+DEGENERATE = """\
+name: degenerate
+seed: 1
+defaults: {role: eval, kind: rl}
+splits:
+  ident:
+    generator: atomic
+    options: {ops: [func_21], per_op: 6}
+  trees:
+    generator: trees
+    options: {ops: heldout, depths: [1, 2, 3], per_depth: 40}
+"""
+
+
+def test_degenerate_measures_in_rows_and_manifest(runner, cli, tmp_path):
+    from opgen import expr as E
+
+    res, out = build(runner, cli, tmp_path, DEGENERATE)
+    assert res.exit_code == 0, res.output
+    # func_21 on lowercase letters is the identity: every row is degenerate
+    for e in extra_of(out / "ident.parquet"):
+        assert (e["unchanged_calls"], e["output_is_input"]) == (1, 1)
+    rows = pq.read_table(out / "trees.parquet").to_pylist()
+    for r in rows:
+        gt = json.loads(r["reward_model"]["ground_truth"])
+        tree, x = E.parse(gt["tasks"][0]["expr"]), gt["tasks"][0]["input"]
+        calls = [n for n in E.walk(tree) if isinstance(n, E.Call)]
+        unchanged = sum(E.evaluate(c, x) == E.evaluate(c.args[0], x) for c in calls)
+        assert r["extra_info"]["unchanged_calls"] == unchanged
+        assert r["extra_info"]["output_is_input"] == int(gt["tasks"][0]["output"] == x)
+    man = json.loads((out / "manifest.json").read_text())
+    deg = man["splits"]["trees"]["degenerate"]
+    hist = {int(k): v for k, v in deg["unchanged_calls"].items()}
+    assert sum(hist.values()) == len(rows) and hist.get(0, 0) < len(rows)
+    assert deg["output_is_input"] == sum(r["extra_info"]["output_is_input"] for r in rows)
+    assert man["splits"]["ident"]["degenerate"]["non_degenerate_rows"] == 0
+
+
+def test_require_effect_rejects_calls_that_change_nothing(runner, cli, tmp_path):
+    recipe = DEGENERATE.replace("options: {ops: heldout, depths: [1, 2, 3], per_depth: 40}",
+                                "options: {ops: heldout, depths: [1, 2, 3], per_depth: 40, require_effect: true}")
+    recipe = recipe.replace("options: {ops: [func_21], per_op: 6}",
+                            "options: {ops: [func_2, func_3], per_op: 20, require_effect: true}")
+    recipe += """\
+  chains:
+    generator: chains
+    options: {ops: heldout, depths: [4], per_depth: 20, require_effect: true}
+"""
+    res, out = build(runner, cli, tmp_path, recipe)
+    assert res.exit_code == 0, res.output
+    man = json.loads((out / "manifest.json").read_text())
+    for name in ("ident", "trees", "chains"):
+        assert {(e["unchanged_calls"], e["output_is_input"]) for e in extra_of(out / f"{name}.parquet")} == {(0, 0)}
+        assert man["splits"][name]["degenerate"]["non_degenerate_rows"] == man["splits"][name]["rows"]
+    assert man["splits"]["trees"]["rejections"].get("no_effect", 0) > 0
+    # the identity operator can never meet it: a clear failure, nothing written
+    res, out2 = build(runner, cli, tmp_path, DEGENERATE.replace("per_op: 6}", "per_op: 6, require_effect: true}"),
+                      name="never")
+    assert res.exit_code == 1 and "no_effect" in res.output and "Traceback" not in res.output
+    assert not (out2 / "manifest.json").exists()
+
+
+def _ra_identity(row: dict) -> str:
+    """An RA answer whose program returns x: right exactly on the rows whose output is the input."""
+    gt = json.loads(row["reward_model"]["ground_truth"])
+    return "Assemble:\n```python\ndef main_solution(x):\n    return x\n```" if gt else ""
+
+
+def test_non_degenerate_accuracy_beside_plain_accuracy(runner, cli, tmp_path):
+    res, out = build(runner, cli, tmp_path, DEGENERATE)
+    assert res.exit_code == 0, res.output
+    answers = tmp_path / "a.jsonl"
+    for name in ("ident", "trees"):
+        rows = pq.read_table(out / f"{name}.parquet").to_pylist()
+        answers.write_text("".join(json.dumps({"index": i, "response": _ra_identity(r)}) + "\n"
+                                   for i, r in enumerate(rows)))
+        res = runner.invoke(cli, ["score", "--data", str(out / f"{name}.parquet"), "--responses", str(answers),
+                                  "--out", str(tmp_path / name), "--no-plots"])
+        assert res.exit_code == 0, res.output
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        identity = sum(r["extra_info"]["output_is_input"] for r in rows)
+        assert summary["overall"]["correct"] == identity
+        assert summary["non_degenerate"]["correct"] == 0
+        assert summary["non_degenerate"]["n"] == sum(
+            1 for r in rows if not (r["extra_info"]["unchanged_calls"] or r["extra_info"]["output_is_input"]))
+        assert "\nnon_degenerate,all," in (tmp_path / name / "summary.csv").read_text()
+        assert summary["output_changed"]["correct"] == 0 and summary["output_changed"]["n"] == len(rows) - identity
+    assert "non-degenerate rows: accuracy 0.0000" in res.output
+
+
+# ---------------------------------------------------------------- item 4: distances and arity by bucket
+
+DISTANCES = """\
+name: distances
+seed: 1
+defaults: {role: eval, kind: rl}
+splits:
+  lit:
+    generator: probe_1g
+    options: {targets: [func_24], lengths: [8, 60, 200], per_condition: 4}
+  trees:
+    generator: trees
+    options: {ops: heldout, depths: [2, 5], per_depth: 20}
+"""
+
+
+def test_every_row_carries_per_call_distances(runner, cli, tmp_path):
+    from opgen import expr as E
+
+    res, out = build(runner, cli, tmp_path, DISTANCES)
+    assert res.exit_code == 0, res.output
+    for r in pq.read_table(out / "trees.parquet").to_pylist():
+        tree = E.parse(json.loads(r["reward_model"]["ground_truth"])["tasks"][0]["expr"])
+        want = E.tail_distances(tree)
+        e = r["extra_info"]
+        assert e["call_ops"] == [t.op for t in want] and e["call_chars"] == [t.chars for t in want]
+        assert e["call_tails"] == [t.call_tails for t in want]
+    lit = extra_of(out / "lit.parquet")
+    assert [e["call_chars"] for e in lit] == [[13]] * 4 + [[65]] * 4 + [[205]] * 4
+    assert all(e["call_chars"] == [e["tail_chars"]] for e in lit)
+
+
+def test_arity_error_rate_by_distance_bucket(runner, cli, tmp_path):
+    res, out = build(runner, cli, tmp_path, DISTANCES)
+    assert res.exit_code == 0, res.output
+    from test_score_cli import gold
+
+    rows = pq.read_table(out / "lit.parquet").to_pylist()
+    # the func_24 recall drops its depth parameter in the far rows only, and in one of the middle ones
+    answers = []
+    for i, r in enumerate(rows):
+        a = gold(r)
+        if i >= 8 or i == 4:
+            a = a.replace("def func_24(s, depth):", "def func_24(s):")
+        answers.append({"index": i, "response": a})
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps(a) + "\n" for a in answers))
+    res = runner.invoke(cli, ["score", "--data", str(out / "lit.parquet"), "--responses", str(path),
+                              "--out", str(tmp_path / "s"), "--no-plots"])
+    assert res.exit_code == 0, res.output
+    table = json.loads((tmp_path / "s" / "summary.json").read_text())["arity_by_distance"]["func_24"]
+    assert list(table) == ["<40", "40-150", "150+"]
+    assert [(b["written"], b["arity"]) for b in table.values()] == [(4, 0), (4, 1), (4, 4)]
+    assert table["40-150"]["rate"] == 0.25 and 0 < table["40-150"]["ci_low"] < 0.25 < table["40-150"]["ci_high"]
+    assert "arity_by_distance,func_24|150+,4,4,1.0," in (tmp_path / "s" / "summary.csv").read_text()
+    # configurable edges
+    res = runner.invoke(cli, ["score", "--data", str(out / "lit.parquet"), "--responses", str(path),
+                              "--out", str(tmp_path / "s2"), "--no-plots", "--distance-edges", "100"])
+    assert res.exit_code == 0, res.output
+    table = json.loads((tmp_path / "s2" / "summary.json").read_text())["arity_by_distance"]["func_24"]
+    assert [(k, b["arity"]) for k, b in table.items()] == [("<100", 1), ("100+", 4)]
+    res = runner.invoke(cli, ["score", "--data", str(out / "lit.parquet"), "--responses", str(path),
+                              "--out", str(tmp_path / "s3"), "--distance-edges", "150,40"])
+    assert res.exit_code == 2 and "--distance-edges" in res.output
+
+
+def test_probe_families_span_the_buckets_they_test(runner, cli, tmp_path):
+    from opgen.score.metrics import DISTANCE_EDGES, bucket_of
+
+    out = tmp_path / "probes"
+    res = runner.invoke(cli, ["build", "probes", "--out", str(out), "--only", "probe_1f", "--only", "probe_1g",
+                              "--only", "probe_1d"])
+    assert res.exit_code == 0, res.output
+    man = json.loads((out / "manifest.json").read_text())
+    for name in ("probe_1d", "probe_1f", "probe_1g"):
+        dist = man["splits"][name]["probe_distances"]
+        assert len(dist) == len(man["splits"][name]["counts"]["condition"])
+        buckets = {bucket_of(d["min"], DISTANCE_EDGES) for d in dist.values()} | \
+            {bucket_of(d["max"], DISTANCE_EDGES) for d in dist.values()}
+        assert buckets == {"<40", "40-150", "150+"}, (name, dist)
+    # 1f's method tails are the training data's own methods
+    from opgen import ops
+
+    for r in pq.read_table(out / "probe_1f.parquet").to_pylist():
+        expr = json.loads(r["reward_model"]["ground_truth"])["tasks"][0]["expr"]
+        for m in set(ops.METHODS) - set(ops.NATIVE_METHODS):
+            assert f".{m}()" not in expr
+
+
+# ---------------------------------------------------------------- item 3: composition demos dedup by program
+
+
+def test_study_composition_pools_hold_distinct_programs(runner, cli, tmp_path):
+    from opgen.generate import cells as C
+
+    c4 = C.comp_pool("trainop-mixed-d2", 12452, {"ops": "train", "depths": [2]}, 1)
+    assert len(c4) == 12452 and len({t.expr_text for t in c4}) == 12452
+    # the old rule (program and input) repeats programs: func_17(func_15(x)) dozens of times
+    old = C.comp_pool("trainop-mixed-d2", 12452, {"ops": "train", "depths": [2]}, 1, unique="task")
+    assert len({t.expr_text for t in old}) < 0.6 * len(old)
+    out = tmp_path / "c4"
+    res = runner.invoke(cli, ["build", "sft-c4", "--out", str(out), "--limit", "500"])
+    assert res.exit_code == 0, res.output
+    split = json.loads((out / "manifest.json").read_text())["splits"]["train"]
+    comps = split["cell"]["compositions"]
+    assert (comps["tasks"], comps["distinct_programs"], comps["distinct_program_share"]) == (12452, 12452, 1.0)
+    share = split["distinct_programs"]
+    assert share["tasks"] >= 500 and 0 < share["share"] <= 1.0
+    rows = [r for r in pq.read_table(out / "train.parquet").to_pylist() if r["extra_info"]["n_tasks"] == 1
+            and r["extra_info"]["depth"] == 2]
+    exprs = [json.loads(r["reward_model"]["ground_truth"])["tasks"][0]["expr"] for r in rows]
+    assert len(exprs) > 100 and len(set(exprs)) == len(exprs)
