@@ -326,3 +326,71 @@ def test_study_composition_pools_hold_distinct_programs(runner, cli, tmp_path):
             and r["extra_info"]["depth"] == 2]
     exprs = [json.loads(r["reward_model"]["ground_truth"])["tasks"][0]["expr"] for r in rows]
     assert len(exprs) > 100 and len(set(exprs)) == len(exprs)
+
+
+# ---------------------------------------------------------------- item 5: leakage across builds
+
+TRAIN_CELL = """\
+name: cell
+seed: 5
+defaults: {role: train, kind: rl}
+splits:
+  comps:
+    generator: trees
+    options: {ops: train, depths: [2, 3], rows: 60}
+  atoms:
+    generator: atomic
+    options: {ops: heldout, per_op: 3}
+"""
+EVAL_SAME = """\
+name: evals
+seed: 5
+defaults: {role: eval, kind: rl}
+splits:
+  comps:
+    generator: trees
+    options: {ops: train, depths: [2, 3], rows: 60}
+"""
+
+
+def test_a_single_build_says_it_checked_nothing(runner, cli, tmp_path):
+    res, out = build(runner, cli, tmp_path, EVAL_SAME, "e")
+    assert res.exit_code == 0, res.output
+    assert "leakage: nothing to check" in res.output
+    assert json.loads((out / "manifest.json").read_text())["leakage"]["nothing_to_check"] is True
+    res, out = build(runner, cli, tmp_path, TRAIN_CELL, "t")
+    assert res.exit_code == 0, res.output
+    assert "held-out composition checked in 2 train splits" in res.output
+
+
+def test_leakage_across_builds_reports_every_kind(runner, cli, tmp_path):
+    res, train = build(runner, cli, tmp_path, TRAIN_CELL, "t")
+    assert res.exit_code == 0, res.output
+    res, evals = build(runner, cli, tmp_path, EVAL_SAME, "e")
+    assert res.exit_code == 0, res.output
+    report = tmp_path / "leak.json"
+    res = runner.invoke(cli, ["leakage", str(train), "--against", str(evals), "--report", str(report)])
+    assert res.exit_code == 1, res.output
+    got = json.loads(report.read_text())
+    pair = next(p for p in got["pairs"] if p["train"].endswith("comps.parquet"))
+    # the same recipe options and seed draw the same rows: every prompt, task and multi-call program
+    assert pair["prompt"] == pair["task"] == 60 and pair["program"] == pair["checked"]["multi_call_programs"] > 0
+    assert {v["kind"] for v in got["violations"]} == {"prompt", "task", "program"}
+    assert "leakage: FAILED" in res.output
+    # held-out operators composed in training
+    res, bad = build(runner, cli, tmp_path, TRAIN_CELL.replace("ops: train", "ops: heldout"), "bad")
+    assert res.exit_code == 1 and "compose a held-out operator" in res.output  # the build's own check
+    res, other = build(runner, cli, tmp_path, EVAL_SAME.replace("seed: 5", "seed: 6"), "o")
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["leakage", str(train / "atoms.parquet"), "--against", str(other)])
+    assert res.exit_code == 0 and "leakage: ok" in res.output, res.output
+
+
+def test_leakage_command_usage_errors(runner, cli, tmp_path):
+    res = runner.invoke(cli, ["leakage", str(tmp_path)])
+    assert res.exit_code == 2 and "--against" in res.output
+    res = runner.invoke(cli, ["leakage", str(tmp_path / "nope"), "--against", str(tmp_path)])
+    assert res.exit_code == 2 and "nope" in res.output and "Traceback" not in res.output
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    res = runner.invoke(cli, ["leakage", str(tmp_path / "bad.parquet"), "--against", str(tmp_path / "bad.parquet")])
+    assert res.exit_code == 1 and "bad.parquet" in res.output and "Traceback" not in res.output
