@@ -42,7 +42,7 @@ from opgen import expr as E
 from opgen import leakage, write
 from opgen import manifest as M
 from opgen.generate import Generator, GeneratorError
-from opgen.recipe import Recipe, SplitConfig, build_generator
+from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
 from opgen.rows import Facts, RowBuffer, RowSpec
 
 
@@ -161,7 +161,7 @@ def _produce_rows(uid: int) -> dict:
                 for i, (j, item) in enumerate(gen.first_valid_many(c0, c1), c0):
                     f = buf.add(i, item, seen)
                     while f is None:
-                        gen.rejections["duplicate"] += 1
+                        gen.rejections["avoided" if buf.avoided else "duplicate"] += 1
                         if not gen.REDRAWABLE:
                             raise BuildError(_no_redraw(plan, i))
                         if j + 1 >= gen.max_attempts:
@@ -271,7 +271,8 @@ def _tick_shared(n: int) -> None:
         _COUNTER.value += n
 
 
-def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | None = None) -> list[Plan]:
+def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | None = None,
+               seed: int | None = None) -> list[Plan]:
     plans: list[Plan] = []
     names: dict[str, str] = {}
     for recipe in recipes:
@@ -282,10 +283,16 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
                 raise BuildError(f"split {cfg.name!r} is defined by both {names[cfg.name]} and {recipe.path}")
             names[cfg.name] = recipe.path
             gen = build_generator(cfg, recipe)
+            avoid = None
+            if recipe.avoid and cfg.role == "eval":
+                try:
+                    avoid = leakage.training_keys(recipe.avoid, seed)
+                except (RecipeError, GeneratorError) as exc:
+                    raise BuildError(f"{recipe.path}: leakage.avoid: {exc}") from None
             rows = gen.count() if limit is None else min(gen.count(), limit)
             spec = RowSpec(split=cfg.name, family=cfg.family, kind=cfg.kind, prompt_format=cfg.prompt_format,
                            answer_format=cfg.answer_format, recipe=recipe.name, unique=cfg.unique,
-                           data_source=cfg.data_source)
+                           data_source=cfg.data_source, avoid=avoid)
             plans.append(Plan(cfg, recipe, gen, spec, rows))
     if only:
         missing = sorted(set(only) - set(names))
@@ -300,7 +307,7 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
     """Build every split of ``recipes`` into ``out``; return the manifest (also written to out/manifest.json)."""
     global _PLANS, _UNITS
     t0 = time.perf_counter()
-    plans = plan_build(recipes, only, limit)
+    plans = plan_build(recipes, only, limit, seed)
     out.mkdir(parents=True, exist_ok=True)
     tmp_dir = out / write.TMP_DIR
     shutil.rmtree(tmp_dir, ignore_errors=True)  # left by an interrupted build
@@ -481,6 +488,10 @@ def _redraw(plan: Plan, i: int, start: int, taken: Callable[[int], bool]) -> tup
             except GeneratorError as exc:
                 raise BuildError(str(exc)) from None
             facts = buf.add(i, item)
+            if facts is None:  # shares a task of a training recipe the recipe avoids
+                gen.rejections["avoided"] += 1
+                j += 1
+                continue
             if not taken(facts.ukey):
                 return j, facts
             gen.rejections["duplicate"] += 1

@@ -126,7 +126,6 @@ def describe(report: dict) -> list[str]:
 #   heldout_composed  a training task composes a held-out operator (any task of depth > 1)
 
 FILE_KINDS = ("prompt", "task", "program", "heldout_composed")
-_CALL = None
 
 
 class LeakageInputError(ValueError):
@@ -164,12 +163,9 @@ def parquet_files(paths) -> list:
 
 
 def _n_calls(expr: str) -> int:
-    global _CALL
-    if _CALL is None:
-        import re
+    from opgen.rows import n_calls
 
-        _CALL = re.compile(r"func_[0-9]+\(")  # linear: a literal prefix, digits, a bracket
-    return len(_CALL.findall(expr))
+    return n_calls(expr)  # a literal prefix, digits, a bracket: linear
 
 
 def file_keys(path, heldout_ops: tuple[str, ...]) -> FileKeys:
@@ -269,3 +265,56 @@ def describe_files(report: dict) -> list[str]:
                     "program": "program with two or more calls"}[v["kind"]]
             lines.append(f"{v['eval']}: {v['rows']} rows share their {what} with {v['train']} (rows {v['examples']})")
     return lines
+
+
+# ---------------------------------------------------------------- leakage.avoid: drawing eval rows apart
+
+
+_TRAINING_KEYS: dict[tuple, tuple[frozenset, frozenset]] = {}
+
+
+def training_keys(specs, seed: int | None = None) -> tuple[frozenset, frozenset]:
+    """(task keys, multi-call program keys) of the train splits of the recipes ``specs`` — what
+    ``opgen leakage`` would read from their built files, computed without building them.
+
+    Each recipe's rows are replayed as the builder draws them (splits in order, a row that repeats
+    an earlier row's unique key takes its next candidate), so the keys are those of its files.
+    """
+    from opgen import recipe as R
+    from opgen.expr import recursion_headroom
+    from opgen.formats import scan
+    from opgen.rows import h64, n_calls
+
+    loaded = [R.load(s, seed) for s in specs]
+    key = tuple((r.path, r.sha256, r.seed) for r in loaded)
+    if key in _TRAINING_KEYS:
+        return _TRAINING_KEYS[key]
+    tasks: set[int] = set()
+    programs: set[int] = set()
+    for recipe in loaded:
+        seen: set[int] = set()
+        for cfg in recipe.splits:
+            gen = R.build_generator(cfg, recipe)
+            with recursion_headroom():
+                for i in range(gen.count()):
+                    j, item = gen.first_valid(i)
+                    while True:
+                        exprs = [scan(t.program, {})[0] for t in item.tasks]
+                        ids = [e + "\x00" + t.input for e, t in zip(exprs, item.tasks)]
+                        if cfg.unique == "task":
+                            ukey = h64(ids[0]) if len(ids) == 1 else h64("\x01".join(ids))
+                        else:
+                            ukey = h64(exprs[0]) if len(exprs) == 1 else h64("\x01".join(exprs))
+                        if cfg.unique == "none" or ukey not in seen or not gen.REDRAWABLE:
+                            break
+                        j, item = gen.first_valid(i, j + 1)
+                    if cfg.unique != "none":
+                        seen.add(ukey)
+                    if cfg.role != "train":
+                        continue
+                    for e, task_id in zip(exprs, ids):
+                        tasks.add(h64(task_id))
+                        if n_calls(e) >= 2:
+                            programs.add(h64(e))
+    _TRAINING_KEYS[key] = (frozenset(tasks), frozenset(programs))
+    return _TRAINING_KEYS[key]

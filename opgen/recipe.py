@@ -85,6 +85,7 @@ class Recipe:
     heldout_ops: tuple[str, ...]
     allow: tuple[str, ...]
     raw: dict[str, Any] = field(default_factory=dict)
+    avoid: tuple[str, ...] = ()  # training recipes whose tasks the eval splits never draw
 
     @property
     def max_prompt_length(self) -> int | None:
@@ -94,6 +95,7 @@ class Recipe:
         return {"name": self.name, "seed": self.seed, "description": self.raw.get("description", ""),
                 "max_prompt_length": self.max_prompt_length,
                 "leakage": {"heldout_ops": list(self.heldout_ops), "allow": list(self.allow),
+                            "avoid": list(self.avoid),
                             "reason": self.raw.get("leakage", {}).get("reason", "")},
                 "splits": {s.name: s.resolved() for s in self.splits}}
 
@@ -140,7 +142,11 @@ def load(spec: str, seed: int | None = None) -> Recipe:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise RecipeError(f"{shown}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    return resolve(data, shown, hashlib.sha256(text.encode()).hexdigest(), seed)
+    recipe = resolve(data, shown, hashlib.sha256(text.encode()).hexdigest(), seed)
+    # a recipe file named in leakage.avoid is found next to the recipe naming it
+    recipe.avoid = tuple(str(path.parent / a) if a.endswith((".yaml", ".yml")) and not Path(a).is_absolute()
+                         and (path.parent / a).is_file() else a for a in recipe.avoid)
+    return recipe
 
 
 def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None) -> Recipe:
@@ -191,7 +197,7 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None) -> Re
             answer_format=answer, unique=merged["unique"], shard_rows=merged["shard_rows"], options=options,
             digest=digest, where=where, description=raw.get("description", ""), data_source=data_source))
     return Recipe(name=data["name"], path=shown, sha256=sha, seed=seed, splits=splits, heldout_ops=heldout_ops,
-                  allow=tuple(leak.get("allow", ())), raw=data)
+                  allow=tuple(leak.get("allow", ())), raw=data, avoid=tuple(leak.get("avoid", ())))
 
 
 def _explain(err) -> str:  # a jsonschema.ValidationError

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import string
 from dataclasses import dataclass
 from itertools import accumulate
@@ -89,6 +90,8 @@ class RowSpec:
     recipe: str
     unique: str = "program"  # program | task | none
     data_source: str = "opgen/{family}"  # template: {family}, {depth} (the row's depth; a group's deepest task)
+    # (task keys, multi-call program keys) of training recipes a row may not share (leakage.avoid)
+    avoid: Any = None
 
 
 class Facts(NamedTuple):
@@ -116,6 +119,14 @@ _LEAF = (E.Var, E.Lit)
 _Call, _Var = E.Call, E.Var
 _NO_PROBE = ("", -1, -1)
 _PROGRAM_CACHE = 16384  # programs kept per buffer (a few hundred bytes each; cleared when full)
+
+
+_CALL = re.compile(r"func_[0-9]+\(")
+
+
+def n_calls(expr: str) -> int:
+    """Operator calls in a canonical program text (what ``opgen leakage`` counts in files)."""
+    return len(_CALL.findall(expr))
 
 
 def structure_of(e: E.Expr) -> str:
@@ -155,6 +166,8 @@ class RowBuffer:
         self.single = SingleRenderer(self.fmt)
         self._programs: dict[tuple, tuple] = {}
         self.rows: list[tuple] = []
+        self.avoid_tasks, self.avoid_programs = spec.avoid if spec.avoid is not None else (None, None)
+        self.avoided = False  # whether the last refused row was refused for sharing a training task
         self._add_single = self._single_adder()
 
     def clear(self) -> None:
@@ -186,6 +199,13 @@ class RowBuffer:
             prog_keys = tuple(h64(e) for e in exprs)
         unique = self.spec.unique
         tkey = h64(task_id)
+        self.avoided = False
+        if self.avoid_tasks is not None:
+            keys = [tkey] if len(tasks) == 1 else [h64(e + "\x00" + t.input) for e, t in zip(exprs, tasks)]
+            if any(key in self.avoid_tasks for key in keys) or any(
+                    k in self.avoid_programs for k, e in zip(prog_keys, exprs) if n_calls(e) >= 2):
+                self.avoided = True
+                return None
         if unique == "task":
             ukey = tkey
         elif unique == "program":
@@ -252,6 +272,7 @@ class RowBuffer:
         remember, program_facts, render = self._remember, self._program_facts, self.single.render
         unique, format_key, format_id, sft = self.spec.unique, self.format_key, self.format_id, self.kind_sft
         checked = unique != "none"
+        avoid_tasks, avoid_programs = self.avoid_tasks, self.avoid_programs
 
         def add_single(index: int, item: Item, task, seen: set[int] | None) -> Facts | None:
             prog = task.program
@@ -275,6 +296,10 @@ class RowBuffer:
             task_id = expr + "\x00" + x
             tkey = h64(task_id)
             ukey = tkey if unique == "task" else pk if unique == "program" else 0
+            self.avoided = False
+            if avoid_tasks is not None and (tkey in avoid_tasks or (pk in avoid_programs and n_calls(expr) >= 2)):
+                self.avoided = True
+                return None
             if seen is not None and checked:
                 if ukey in seen:
                     return None

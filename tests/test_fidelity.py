@@ -394,3 +394,23 @@ def test_leakage_command_usage_errors(runner, cli, tmp_path):
     (tmp_path / "bad.parquet").write_text("not parquet")
     res = runner.invoke(cli, ["leakage", str(tmp_path / "bad.parquet"), "--against", str(tmp_path / "bad.parquet")])
     assert res.exit_code == 1 and "bad.parquet" in res.output and "Traceback" not in res.output
+
+
+def test_leakage_avoid_draws_eval_rows_apart_from_training_recipes(runner, cli, tmp_path):
+    (tmp_path / "cell.yaml").write_text(TRAIN_CELL)
+    res, train = build(runner, cli, tmp_path, TRAIN_CELL, "cell")
+    assert res.exit_code == 0, res.output
+    avoiding = EVAL_SAME.replace("defaults:", "leakage: {avoid: [cell.yaml]}\ndefaults:")
+    res, evals = build(runner, cli, tmp_path, avoiding, "e")
+    assert res.exit_code == 0, res.output
+    man = json.loads((evals / "manifest.json").read_text())
+    assert man["splits"]["comps"]["rows"] == 60 and man["splits"]["comps"]["rejections"]["avoided"] >= 60
+    res = runner.invoke(cli, ["leakage", str(train), "--against", str(evals)])
+    assert res.exit_code == 0 and "0 violations" in res.output, res.output
+    # deterministic: the same rows again, with two workers
+    res, again = build(runner, cli, tmp_path, avoiding, "e2", "--workers", "2")
+    assert res.exit_code == 0, res.output
+    assert (again / "comps.parquet").read_bytes() == (evals / "comps.parquet").read_bytes()
+    res, _ = build(runner, cli, tmp_path, EVAL_SAME.replace("defaults:", "leakage: {avoid: [nope.yaml]}\ndefaults:"),
+                   "e3")
+    assert res.exit_code in (1, 2) and "leakage.avoid" in res.output and "Traceback" not in res.output
