@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from opgen import expr as E
-from opgen import leakage, write
+from opgen import formats, leakage, write
 from opgen import manifest as M
 from opgen.generate import Generator, GeneratorError
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
@@ -292,7 +292,8 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
             rows = gen.count() if limit is None else min(gen.count(), limit)
             spec = RowSpec(split=cfg.name, family=cfg.family, kind=cfg.kind, prompt_format=cfg.prompt_format,
                            answer_format=cfg.answer_format, recipe=recipe.name, unique=cfg.unique,
-                           data_source=cfg.data_source, avoid=avoid)
+                           data_source=cfg.data_source, avoid=avoid, ability=cfg.ability,
+                           prompt_template=cfg.prompt_template)
             plans.append(Plan(cfg, recipe, gen, spec, rows))
     if only:
         missing = sorted(set(only) - set(names))
@@ -376,7 +377,7 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
             files.append({"path": name, "rows": u.stop - u.start, "sha256": sha, "bytes": size})
         sections[plan.cfg.name] = M.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"],
                                                   conditions, cat["out_len"], rejections[p_idx],
-                                                  "forward" if plan.cfg.prompt_format == "forward" else "program")
+                                                  formats.mode_of(plan.cfg.prompt_format))
         condition_of = {}
         for r, u in zip(res, plan.units):
             condition_of.update({units[u].start + i: c for i, c in r["condition_of"].items()})

@@ -92,6 +92,8 @@ class RowSpec:
     data_source: str = "opgen/{family}"  # template: {family}, {depth} (the row's depth; a group's deepest task)
     # (task keys, multi-call program keys) of training recipes a row may not share (leakage.avoid)
     avoid: Any = None
+    ability: str = ""  # "" = code (program rows) / code_io (forward rows)
+    prompt_template: str | None = None  # a user's prompt wording (opgen.formats.TEMPLATE_FIELDS)
 
 
 class Facts(NamedTuple):
@@ -154,14 +156,16 @@ class RowBuffer:
 
     def __init__(self, spec: RowSpec):
         self.spec = spec
-        self.fmt = Formatter(spec.prompt_format, spec.answer_format)
+        self.fmt = Formatter(spec.prompt_format, spec.answer_format, spec.prompt_template)
         self.schema = schema(spec.kind)
         # a template with {depth} is filled per row when the table is made (opgen.recipe checks it)
         self.per_depth_source = any(f == "depth" for _, f, _, _ in string.Formatter().parse(spec.data_source))
         self.data_source = spec.data_source.format(family=spec.family, depth="{depth}")
-        self.ability = "code_io" if self.fmt.mode == "forward" else "code"
+        self.ability = spec.ability or ("code_io" if self.fmt.mode == "forward" else "code")
         self.kind_sft = spec.kind == "sft"
         self.format_id = f"{spec.prompt_format}\x00{spec.answer_format}\x00"
+        if spec.prompt_template is not None:  # another wording, other prompts: other prompt keys and row ids
+            self.format_id += f"{h64(spec.prompt_template):016x}\x00"
         self.format_key = h64(self.format_id)
         self.single = SingleRenderer(self.fmt)
         self._programs: dict[tuple, tuple] = {}
@@ -358,7 +362,8 @@ class RowBuffer:
                 "tail_calls": tail_calls, "row_id": row_id, "unchanged_calls": unchanged, "output_is_input": identity}
         lists = {"ops": ops_lists, "call_ops": call_ops}
         int_lists = {"call_chars": call_chars, "call_tails": call_tails}
-        const = {"split": spec.split, "family": spec.family, "prompt_format": spec.prompt_format,
+        const = {"prompt_template": "" if spec.prompt_template is None else f"{h64(spec.prompt_template):016x}",
+                 "split": spec.split, "family": spec.family, "prompt_format": spec.prompt_format,
                  "answer_format": spec.answer_format, "mode": self.fmt.mode, "opgen_version": __version__,
                  "recipe": spec.recipe}
         extra_type = self.schema.field("extra_info").type

@@ -414,3 +414,121 @@ def test_leakage_avoid_draws_eval_rows_apart_from_training_recipes(runner, cli, 
     res, _ = build(runner, cli, tmp_path, EVAL_SAME.replace("defaults:", "leakage: {avoid: [nope.yaml]}\ndefaults:"),
                    "e3")
     assert res.exit_code in (1, 2) and "leakage.avoid" in res.output and "Traceback" not in res.output
+
+
+# ---------------------------------------------------------------- item 2: closed-book forward, templates, stage 1
+
+
+def test_native_stage2_is_closed_book_forward_with_native_names(runner, cli, tmp_path):
+    out = tmp_path / "ns2"
+    res = runner.invoke(cli, ["build", "native-stage2", "--out", str(out), "--limit", "40"])
+    assert res.exit_code == 0, res.output
+    for name in ("stage2_l1_train", "stage2_l2_train", "stage2_l18_test"):
+        rows = pq.read_table(out / f"{name}.parquet").to_pylist()
+        for r in rows:
+            text = r["prompt"][0]["content"]
+            assert "def main_solution(x):" in text and "def func_" not in text  # no definition shown
+            assert r["data_source"] == f"codeio-forward-incomplete-depth{r['extra_info']['depth']}"
+            assert r["ability"] == "reasoning" and r["extra_info"]["mode"] == "forward"
+            gt = json.loads(r["reward_model"]["ground_truth"])
+            assert gt["mode"] == "forward" and gt["ref_output"] == gt["tasks"][0]["output"]
+    res = runner.invoke(cli, ["validate", str(out)])
+    assert res.exit_code == 0, res.output
+
+
+TEMPLATED = """\
+name: templated
+seed: 0
+defaults: {role: eval, kind: rl, prompt_format: closed_book_forward}
+splits:
+  t:
+    generator: trees
+    prompt_template: fwd.txt
+    options: {ops: heldout, depths: [1, 2], rows: 8}
+"""
+
+
+def test_a_users_template_sets_the_prompt_wording(runner, cli, tmp_path):
+    (tmp_path / "fwd.txt").write_text("Code:\n{program}\nInput: {input}\nCall {call}; literal {{braces}}.")
+    res, out = build(runner, cli, tmp_path, TEMPLATED)
+    assert res.exit_code == 0, res.output
+    for r in pq.read_table(out / "t.parquet").to_pylist():
+        gt = json.loads(r["reward_model"]["ground_truth"])
+        x, expr = gt["tasks"][0]["input"], gt["tasks"][0]["expr"]
+        want = (f"Code:\ndef main_solution(x):\n    return {expr}\nInput: {x}\n"
+                f"Call main_solution({x!r}); literal {{braces}}.")
+        assert r["prompt"][0]["content"] == want
+        assert len(r["extra_info"]["prompt_template"]) == 16
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["recipes"][0]["resolved"]["splits"]["t"]["prompt_template"]["file"] == "fwd.txt"
+    res = runner.invoke(cli, ["validate", str(out)])
+    assert res.exit_code == 0, res.output
+    # the same rows without the template differ only in their prompts
+    res, plain = build(runner, cli, tmp_path, TEMPLATED.replace("    prompt_template: fwd.txt\n", ""), "plain")
+    assert res.exit_code == 0, res.output
+    a, b = pq.read_table(out / "t.parquet").to_pylist(), pq.read_table(plain / "t.parquet").to_pylist()
+    assert [r["reward_model"] for r in a] == [r["reward_model"] for r in b]
+    assert all(x["prompt"] != y["prompt"] for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("no program here {input}", "no {program} placeholder"),
+    ("{program} {sources}", "unknown placeholder {sources}"),
+    ("{program} {", "not a template"),
+])
+def test_bad_templates_name_the_field(runner, cli, tmp_path, text, message):
+    (tmp_path / "fwd.txt").write_text(text)
+    res, _ = build(runner, cli, tmp_path, TEMPLATED)
+    assert res.exit_code == 2 and "splits.t.prompt_template" in res.output and message in res.output, res.output
+
+
+def test_missing_template_file_is_a_clear_error(runner, cli, tmp_path):
+    res, _ = build(runner, cli, tmp_path, TEMPLATED)
+    assert res.exit_code == 2 and "splits.t.prompt_template: cannot read fwd.txt" in res.output
+
+
+def test_an_unknown_prompt_format_raises_everywhere():
+    from opgen import formats as F
+
+    with pytest.raises(F.FormatError, match="unknown prompt format"):
+        F.Formatter("closed_book_backward", "ra")
+    with pytest.raises(F.FormatError, match="unknown prompt format"):
+        F.mode_of("closed_book_backward")
+    assert F.mode_of("closed_book_forward") == "forward" and F.DEFAULT_ANSWER["closed_book_forward"] == "json_output"
+    for name, spec in F.PROMPTS.items():  # every format says what it is: no renderer branches on names
+        assert spec.mode in ("program", "forward") and spec.answers and name in F.COMPATIBLE
+
+
+def test_closed_book_forward_fast_path_equals_the_general_renderer():
+    from opgen import expr as E
+    from opgen import formats as F
+    from opgen.rows import RowBuffer, RowSpec
+    from opgen.tasks import Item, Task
+
+    spec = RowSpec(split="s", family="f", kind="sft", prompt_format="closed_book_forward",
+                   answer_format="json_output", recipe="r")
+    for source, x in (("func_24(func_3(x), 2)", "hello"), ("func_7(x, 'ab')", "xyz")):
+        tree = E.parse(source)
+        item = Item((Task(tree, x, E.evaluate(tree, x)),))
+        buf = RowBuffer(spec)
+        buf.add(0, item)
+        fmt = F.Formatter("closed_book_forward", "json_output")
+        row = buf.table().to_pylist()[0]
+        assert row["prompt"][0]["content"] == fmt.prompt(item, F.prepare(item))
+        assert "def func_" not in row["prompt"][0]["content"]
+        assert row["response"] == fmt.answer(item, F.prepare(item))
+
+
+def test_stage1_is_output_prediction_with_bodies_shown(runner, cli, tmp_path):
+    from opgen import ops
+
+    out = tmp_path / "s1"
+    res = runner.invoke(cli, ["build", "stage1", "--out", str(out), "--limit", "300"])
+    assert res.exit_code == 0, res.output
+    man = json.loads((out / "manifest.json").read_text())
+    split = man["splits"]["train"]
+    assert (split["prompt_format"], split["answer_format"], split["mode"]) == ("forward", "json_output", "forward")
+    for r in pq.read_table(out / "train.parquet").to_pylist():
+        text = r["prompt"][0]["content"]
+        assert ops.get(r["extra_info"]["ops"][0]).source in text and "Recall" not in text
+        assert r["ability"] == "code_io"

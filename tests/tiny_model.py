@@ -124,7 +124,7 @@ def program_row(index: int, expression: str, x: str, *, split: str = "test", ass
             "unchanged_calls": 0, "output_is_input": int(output == x),
             "call_ops": [t.op for t in expr.tail_distances(tree)],
             "call_chars": [t.chars for t in expr.tail_distances(tree)],
-            "call_tails": [t.call_tails for t in expr.tail_distances(tree)],
+            "call_tails": [t.call_tails for t in expr.tail_distances(tree)], "prompt_template": "",
         },
     }
 
