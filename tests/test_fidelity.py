@@ -532,3 +532,16 @@ def test_stage1_is_output_prediction_with_bodies_shown(runner, cli, tmp_path):
         text = r["prompt"][0]["content"]
         assert ops.get(r["extra_info"]["ops"][0]).source in text and "Recall" not in text
         assert r["ability"] == "code_io"
+
+
+def test_call_distances_equal_the_expression_trees_tail_distances():
+    from opgen import expr as E
+    from opgen.generate import Context
+    from opgen.generate.measure import call_distances
+    from opgen.generate.trees import Trees
+
+    gen = Trees(Trees.resolve({"ops": "all", "depths": [1, 2, 3, 5, 8], "rows": 600, "p_method": 0.2}),
+                Context(digest="m", split="s", seed=0))
+    for i in range(600):
+        program = gen.first_valid(i)[1].tasks[0].program
+        assert call_distances(program) == tuple((t.op, t.chars, t.call_tails) for t in E.tail_distances(program))

@@ -27,6 +27,7 @@ def unchanged_calls(program: E.Expr, x: str, output: str | None = None) -> int:
             output = E.evaluate(program, x)
         return int(output == arg)
     count = [0]
+    fns = _FNS
 
     def walk(e: E.Expr) -> str:
         t = type(e)
@@ -36,7 +37,7 @@ def unchanged_calls(program: E.Expr, x: str, output: str | None = None) -> int:
             return e.value
         if t is _Call:
             args = [walk(a) for a in e.args]
-            value = ops.get(e.op).fn(*args, *e.params)
+            value = fns[e.op](*args, *e.params)
             if value == args[0]:
                 count[0] += 1
             return value
@@ -44,9 +45,13 @@ def unchanged_calls(program: E.Expr, x: str, output: str | None = None) -> int:
             return walk(e.left) + walk(e.right)
         return getattr(walk(e.expr), e.name)()
 
-    with E.recursion_headroom():
-        walk(program)
+    # The tree was evaluated when it was drawn (within the output cap), so this walk is safe; a
+    # caller with very deep trees runs it under expr.recursion_headroom, as the builder does.
+    walk(program)
     return count[0]
+
+
+_FNS = {op.id: op.fn for op in ops.OPERATORS}
 
 
 def changes_every_call(program: E.Expr, x: str, output: str | None = None) -> bool:
@@ -58,4 +63,35 @@ def call_distances(program: E.Expr) -> tuple[tuple[str, int, int], ...]:
     """``(op, chars, call_tails)`` per parameterised call in pre-order: the characters between the
     end of the call's name and the start of its own trailing argument, and how many other library
     calls' parameter tails lie in between (``expr.tail_distances``, as the probes measure them)."""
-    return tuple((t.op, t.chars, t.call_tails) for t in E.tail_distances(program))
+    out: list = []
+
+    def rec(e: E.Expr) -> tuple[str, int]:
+        """(rendered text, parameterised calls inside) — the text as ``expr.render`` writes it."""
+        t = type(e)
+        if t is _Var:
+            return e.name, 0
+        if t is _Lit:
+            return repr(e.value), 0
+        if t is _Call:
+            slot = len(out)
+            if e.params:
+                out.append(None)  # pre-order: this call before the calls inside it
+            texts, inside = [], 0
+            for a in e.args:
+                text, n = rec(a)
+                texts.append(text)
+                inside += n
+            params = [repr(p) for p in e.params]
+            if e.params:
+                between = "(" + ", ".join(texts) + ", " + ", ".join(params[:-1]) + (", " if len(params) > 1 else "")
+                out[slot] = (e.op, len(between), inside)
+            return f"{e.op}({', '.join(texts + params)})", inside + (1 if e.params else 0)
+        if t is _Concat:
+            left, nl = rec(e.left)
+            right, nr = rec(e.right)
+            return f"({left} + {right})", nl + nr
+        inner, n = rec(e.expr)
+        return f"({inner}).{e.name}()", n
+
+    rec(program)
+    return tuple(out)
