@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("eval_cmd", "eval_"),
     "push": ("push_cmd", "push"),
     "fit": ("fit_cmd", "fit"),
+    "leakage": ("leakage_cmd", "leakage"),
 }
 
 

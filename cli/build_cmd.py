@@ -94,9 +94,16 @@ def summary(man: dict, out: Path) -> str:
     secs = man.get("_seconds", 0.0)
     leak = man["leakage"]
     allowed = [v for v in leak["violations"] if v["allowed"]]
+    if leak.get("nothing_to_check"):
+        # one kind of split alone (an eval suite, one training cell): compare builds with `opgen leakage`
+        said = "nothing to check (no eval×train pair, no train split; across builds: opgen leakage)"
+    else:
+        checked = leak.get("checked", {})
+        said = (f"{'ok' if leak['ok'] else 'FAILED'} ({len(leak['checked_pairs'])} eval×train pairs, "
+                f"held-out composition checked in {checked.get('heldout_composed_splits', 0)} train splits"
+                + (f", {len(allowed)} allowed violations" if allowed else "") + ")")
     lines.append(f"{rows:,} rows in {secs:.1f} s ({rows / max(secs, 1e-9):,.0f} rows/s) → {out}/manifest.json; "
-                 f"leakage: {'ok' if leak['ok'] else 'FAILED'} ({len(leak['checked_pairs'])} eval×train pairs"
-                 + (f", {len(allowed)} allowed violations" if allowed else "") + ")")
+                 f"leakage: {said}")
     return "\n".join(lines)
 
 

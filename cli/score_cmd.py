@@ -29,18 +29,28 @@ import click
               help="strict: programs run on their own; native: with what the native benchmark's module had "
                    "imported (gcd from math; see docs/scoring.md).")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--distance-edges", "distance_edges", default="40,150", show_default=True,
+              help="Bucket edges (characters, increasing) of the arity-error table by name→argument distance.")
 def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
-          timeout_s: float, namespace: str, no_plots: bool) -> None:
+          timeout_s: float, namespace: str, no_plots: bool, distance_edges: str) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
     from opgen.score.report import ScoreInputError, missing_import_warning, score_files
     from opgen.score.sandbox import SandboxError
 
+    try:
+        edges = tuple(int(e) for e in distance_edges.split(",") if e.strip())
+    except ValueError:
+        edges = ()
+    if not edges or any(e <= 0 for e in edges) or list(edges) != sorted(set(edges)):
+        raise click.BadParameter(f"{distance_edges!r}: expected increasing positive integers, e.g. 40,150",
+                                 param_hint="--distance-edges")
     for path, opt in ((data, "--data"), (responses, "--responses")):
         if not path.is_file():
             raise click.BadParameter(f"{path} does not exist or is not a file", param_hint=opt)
     try:
         summary = score_files(data, responses, out, mode=mode, workers=workers, policy=policy, group=group,
-                              timeout_s=timeout_s, plots=not no_plots, namespace=namespace)
+                              timeout_s=timeout_s, plots=not no_plots, namespace=namespace,
+                              distance_edges=edges)
     except ScoreInputError as exc:
         raise click.ClickException(str(exc)) from None
     except SandboxError as exc:
@@ -52,6 +62,10 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
         click.echo(f"{summary['rows_without_response']} rows have no response")
     if summary["pass_at_k"]:
         click.echo("  ".join(f"{k} {v:.4f}" for k, v in summary["pass_at_k"].items()))
+    nd = summary["non_degenerate"]
+    if summary["degenerate_rows"]:
+        click.echo(f"non-degenerate rows: accuracy {nd['acc']:.4f} [{nd['ci_low']:.4f}, {nd['ci_high']:.4f}] "
+                   f"over {nd['n']} responses ({summary['degenerate_rows']} on degenerate rows)")
     click.echo("errors: " + json.dumps(summary["errors"]))
     warning = missing_import_warning(summary)
     if warning:

@@ -39,10 +39,10 @@ import numpy as np
 import pyarrow as pa
 
 from opgen import expr as E
-from opgen import leakage, write
+from opgen import formats, leakage, write
 from opgen import manifest as M
 from opgen.generate import Generator, GeneratorError
-from opgen.recipe import Recipe, SplitConfig, build_generator
+from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
 from opgen.rows import Facts, RowBuffer, RowSpec
 
 
@@ -84,9 +84,11 @@ _TICK: Callable[[int], None] = _no_tick
 
 def _facts_arrays(facts: list[Facts]) -> dict:
     if facts:
-        ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition = zip(*facts)
+        (ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition, unchanged, identity,
+         target_chars) = zip(*facts)
     else:
         ukey = pkey = prog_keys = depth = k = opmask = composed = out_len = condition = ()
+        unchanged = identity = target_chars = ()
     if all(len(p) == 1 for p in prog_keys):
         prog = [p[0] for p in prog_keys]
         prog_rows = np.arange(len(prog), dtype=np.int32)
@@ -103,6 +105,9 @@ def _facts_arrays(facts: list[Facts]) -> dict:
         "opmask": np.array(opmask, dtype=np.uint32),
         "composed": np.array(composed, dtype=np.uint32),
         "out_len": np.array(out_len, dtype=np.int32),
+        "unchanged": np.array(unchanged, dtype=np.int32),
+        "identity": np.array(identity, dtype=np.int32),
+        "target_chars": np.array(target_chars, dtype=np.int32),
         "conditions": Counter(c for c in condition if c),
         "condition_of": {i: c for i, c in enumerate(condition) if c},
     }
@@ -156,7 +161,7 @@ def _produce_rows(uid: int) -> dict:
                 for i, (j, item) in enumerate(gen.first_valid_many(c0, c1), c0):
                     f = buf.add(i, item, seen)
                     while f is None:
-                        gen.rejections["duplicate"] += 1
+                        gen.rejections["avoided" if buf.avoided else "duplicate"] += 1
                         if not gen.REDRAWABLE:
                             raise BuildError(_no_redraw(plan, i))
                         if j + 1 >= gen.max_attempts:
@@ -266,7 +271,8 @@ def _tick_shared(n: int) -> None:
         _COUNTER.value += n
 
 
-def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | None = None) -> list[Plan]:
+def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | None = None,
+               seed: int | None = None) -> list[Plan]:
     plans: list[Plan] = []
     names: dict[str, str] = {}
     for recipe in recipes:
@@ -277,9 +283,17 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
                 raise BuildError(f"split {cfg.name!r} is defined by both {names[cfg.name]} and {recipe.path}")
             names[cfg.name] = recipe.path
             gen = build_generator(cfg, recipe)
+            avoid = None
+            if recipe.avoid and cfg.role == "eval":
+                try:
+                    avoid = leakage.training_keys(recipe.avoid, seed)
+                except (RecipeError, GeneratorError) as exc:
+                    raise BuildError(f"{recipe.path}: leakage.avoid: {exc}") from None
             rows = gen.count() if limit is None else min(gen.count(), limit)
             spec = RowSpec(split=cfg.name, family=cfg.family, kind=cfg.kind, prompt_format=cfg.prompt_format,
-                           answer_format=cfg.answer_format, recipe=recipe.name, unique=cfg.unique)
+                           answer_format=cfg.answer_format, recipe=recipe.name, unique=cfg.unique,
+                           data_source=cfg.data_source, avoid=avoid, ability=cfg.ability,
+                           prompt_template=cfg.prompt_template)
             plans.append(Plan(cfg, recipe, gen, spec, rows))
     if only:
         missing = sorted(set(only) - set(names))
@@ -294,7 +308,7 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
     """Build every split of ``recipes`` into ``out``; return the manifest (also written to out/manifest.json)."""
     global _PLANS, _UNITS
     t0 = time.perf_counter()
-    plans = plan_build(recipes, only, limit)
+    plans = plan_build(recipes, only, limit, seed)
     out.mkdir(parents=True, exist_ok=True)
     tmp_dir = out / write.TMP_DIR
     shutil.rmtree(tmp_dir, ignore_errors=True)  # left by an interrupted build
@@ -352,7 +366,7 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
     for p_idx, plan in enumerate(plans):
         res = [results[u] for u in plan.units]
         cat = {name: np.concatenate([r[name] for r in res]) for name in
-               ("pkey", "depth", "k", "opmask", "composed", "out_len")}
+               ("pkey", "depth", "k", "opmask", "composed", "out_len", "unchanged", "identity", "target_chars")}
         prog = np.concatenate([r["prog"] for r in res])
         prog_rows = np.concatenate([r["prog_rows"].astype(np.int64) + units[u].start for r, u in zip(res, plan.units)])
         conditions = sum((r["conditions"] for r in res), Counter())
@@ -363,7 +377,12 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
             files.append({"path": name, "rows": u.stop - u.start, "sha256": sha, "bytes": size})
         sections[plan.cfg.name] = M.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"],
                                                   conditions, cat["out_len"], rejections[p_idx],
-                                                  "forward" if plan.cfg.prompt_format == "forward" else "program")
+                                                  formats.mode_of(plan.cfg.prompt_format))
+        condition_of = {}
+        for r, u in zip(res, plan.units):
+            condition_of.update({units[u].start + i: c for i, c in r["condition_of"].items()})
+        sections[plan.cfg.name].update(M.fidelity_sections(cat["unchanged"], cat["identity"], cat["target_chars"],
+                                                           condition_of, prog, prog_rows))
         extra = plan.gen.manifest_section(plan.rows)
         if extra is not None:
             sections[plan.cfg.name][getattr(plan.gen, "MANIFEST_KEY", "plan")] = extra
@@ -470,6 +489,10 @@ def _redraw(plan: Plan, i: int, start: int, taken: Callable[[int], bool]) -> tup
             except GeneratorError as exc:
                 raise BuildError(str(exc)) from None
             facts = buf.add(i, item)
+            if facts is None:  # shares a task of a training recipe the recipe avoids
+                gen.rejections["avoided"] += 1
+                j += 1
+                continue
             if not taken(facts.ukey):
                 return j, facts
             gen.rejections["duplicate"] += 1
@@ -500,6 +523,9 @@ def _apply(res: dict, redrawn: dict[int, Facts]) -> None:
         res["opmask"][local] = f.opmask
         res["composed"][local] = f.composed
         res["out_len"][local] = f.out_len
+        res["unchanged"][local] = f.unchanged
+        res["identity"][local] = f.identity
+        res["target_chars"][local] = f.target_chars
         old = res["condition_of"].pop(local, "")
         if old:
             res["conditions"][old] -= 1

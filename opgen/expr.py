@@ -414,9 +414,11 @@ def uses_x(e: Expr) -> bool:
 
 
 def structure(e: Expr) -> str:
-    """A coarse shape label: 'atomic', 'chain' (pure unary nesting on x) or 'mixed'."""
+    """A coarse shape label: 'atomic' (one operator call on leaves: ``x`` and literals, e.g. an
+    interlace operator's literal second input or probe 1g's long literal), 'chain' (pure unary
+    nesting on x) or 'mixed'."""
     calls = [n for n in walk(e) if isinstance(n, Call)]
-    if len(calls) == 1 and isinstance(e, Call) and all(isinstance(a, Var) for a in e.args):
+    if len(calls) == 1 and isinstance(e, Call) and all(isinstance(a, (Var, Lit)) for a in e.args):
         return "atomic"
     node: Expr = e
     while isinstance(node, Call) and len(node.args) == 1:

@@ -1,8 +1,11 @@
 """Prompt and gold-answer templates: the text a model sees and the answer SFT teaches.
 
-Prompt formats: ``shown`` (the used operators' sources, then main_solution and the input),
-``closed_book`` (main_solution and the input only: definitions must be recalled), ``forward``
-(the whole program and the input; predict the output). Answer formats: ``ra``
+Prompt formats (:data:`PROMPTS`): ``shown`` (the used operators' sources, then main_solution and
+the input), ``closed_book`` (main_solution and the input only: definitions must be recalled),
+``forward`` (the whole program and the input; predict the output), ``closed_book_forward``
+(main_solution and the input only; predict the output — the native stage 2). A recipe may give a
+prompt template of its own (placeholders ``{program}``, ``{input}``, ``{input_repr}``,
+``{call}``) that replaces the format's wording. Answer formats: ``ra``
 (recall-then-assemble), ``prose_code`` (prose, then one code block), ``json_output`` (forward
 rows). docs/formats.md shows each with an example; docs/contracts.md fixes what the scorer parses.
 
@@ -21,14 +24,30 @@ from opgen import expr as E
 from opgen import ops
 from opgen.tasks import Item
 
-PROMPT_FORMATS = ("shown", "closed_book", "forward")
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """What a prompt format is: every renderer reads these facts, never the format's name, so a
+    new format is one entry of :data:`PROMPTS` and an unknown name raises."""
+
+    name: str
+    mode: str  # "program": write the program; "forward": predict its output
+    shows_sources: bool  # the used operators' definitions are in the prompt
+    answers: tuple[str, ...]  # answer formats that go with it, the default first
+
+
+PROMPTS: dict[str, PromptFormat] = {p.name: p for p in (
+    PromptFormat("shown", "program", True, ("ra", "prose_code")),
+    PromptFormat("closed_book", "program", False, ("ra", "prose_code")),
+    PromptFormat("forward", "forward", True, ("json_output",)),
+    PromptFormat("closed_book_forward", "forward", False, ("json_output",)),
+)}
+PROMPT_FORMATS = tuple(PROMPTS)
 ANSWER_FORMATS = ("ra", "prose_code", "json_output")
-COMPATIBLE = {
-    "shown": ("ra", "prose_code"),
-    "closed_book": ("ra", "prose_code"),
-    "forward": ("json_output",),
-}
-DEFAULT_ANSWER = {"shown": "ra", "closed_book": "ra", "forward": "json_output"}
+COMPATIBLE = {p.name: p.answers for p in PROMPTS.values()}
+DEFAULT_ANSWER = {p.name: p.answers[0] for p in PROMPTS.values()}
+# placeholders a user's prompt template may hold (docs/formats.md, "Prompt templates")
+TEMPLATE_FIELDS = ("program", "input", "input_repr", "call")
 
 try:  # the C encoder writes exactly what json.dumps(..., ensure_ascii=False) writes for a str
     from json.encoder import c_encode_basestring as _jstr  # type: ignore[attr-defined]
@@ -40,6 +59,35 @@ if _jstr is None:  # pragma: no cover
 
 class FormatError(ValueError):
     pass
+
+
+def prompt_spec(prompt_format: str) -> PromptFormat:
+    spec = PROMPTS.get(prompt_format)
+    if spec is None:
+        raise FormatError(f"unknown prompt format {prompt_format!r} (known: {', '.join(PROMPT_FORMATS)})")
+    return spec
+
+
+def mode_of(prompt_format: str) -> str:
+    """``program`` or ``forward``; an unknown format raises."""
+    return prompt_spec(prompt_format).mode
+
+
+def check_template(template: str) -> str | None:
+    """Why ``template`` is not a prompt template (None when it is one)."""
+    import string
+
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return f"not a template ({exc}); write a literal brace as {{{{ or }}}}"
+    for _, name, spec, conversion in parsed:
+        if name is not None and (name not in TEMPLATE_FIELDS or spec or conversion):
+            return (f"unknown placeholder {{{name}}} (known: " + ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
+                    + "; write a literal brace as {{ or }})")
+    if not any(name == "program" for _, name, _, _ in parsed):
+        return "the template has no {program} placeholder"
+    return None
 
 
 def check_pair(prompt_format: str, answer_format: str) -> None:
@@ -175,14 +223,37 @@ _PROSE_INSTRUCTION = (
     "block holding the definition of every library function it calls and {entries}."
 )
 _JSON_INSTRUCTION = 'Answer with a ```json block holding {{"output": <the string {call} returns>}}.'
+# the instruction of a program-mode prompt, per answer format (forward prompts end in _JSON_INSTRUCTION)
+_PROGRAM_INSTRUCTIONS = {"ra": _RA_INSTRUCTION, "prose_code": _PROSE_INSTRUCTION}
+# the opening of a forward prompt, with and without the used operators' sources
+_FORWARD_HEADS = {True: "Here is a Python program:\n\n```python\n",
+                  False: ("Here is a Python program. The library functions it calls (func_N) are defined elsewhere "
+                          "and not shown.\n\n```python\n")}
 
 
 class Formatter:
-    def __init__(self, prompt_format: str, answer_format: str):
+    def __init__(self, prompt_format: str, answer_format: str, template: str | None = None):
         check_pair(prompt_format, answer_format)
+        self.spec = prompt_spec(prompt_format)
         self.prompt_format = prompt_format
         self.answer_format = answer_format
-        self.mode = "forward" if prompt_format == "forward" else "program"
+        self.mode = self.spec.mode
+        if self.mode == "program":
+            self.instruction = _PROGRAM_INSTRUCTIONS[answer_format]
+        if template is not None:
+            problem = check_template(template)
+            if problem:
+                raise FormatError(f"prompt template: {problem}")
+        self.template = template
+
+    def shown_code(self, recall: tuple[str, ...], programs: list[str]) -> str:
+        """The code a prompt shows: the entry points, after the used sources where the format shows them."""
+        return code_body(recall, programs) if self.spec.shows_sources else "\n\n".join(programs)
+
+    def templated(self, program: str, x: str) -> str:
+        """The user's template filled in for one task (``program``: the code the format shows)."""
+        assert self.template is not None
+        return self.template.format(program=program, input=x, input_repr=repr(x), call=f"main_solution({x!r})")
 
     # ------------------------------------------------------------ prompt
 
@@ -190,16 +261,19 @@ class Formatter:
         entries = p.entries
         calls = [f"{e}({t.input!r})" for e, t in zip(entries, item.tasks)]
         progs = "\n\n".join(p.programs)
+        if self.template is not None:
+            if item.is_group:
+                raise FormatError("a prompt template fills in one task; group rows use the format's own wording")
+            return self.templated(self.shown_code(p.recall, p.programs), item.tasks[0].input)
         if self.mode == "forward":
             if item.is_group:
                 raise FormatError("forward rows hold one task (the answer is one output)")
-            return ("Here is a Python program:\n\n```python\n" + code_body(p.recall, p.programs)
+            return (_FORWARD_HEADS[self.spec.shows_sources] + self.shown_code(p.recall, p.programs)
                     + f"\n```\n\nWhat does {calls[0]} return? " + _JSON_INSTRUCTION.format(call=calls[0]))
         what = "programs" if item.is_group else "program"
         run = f"It will be called as {calls[0]}." if len(calls) == 1 else f"They will be called as {_and(calls)}."
-        instruction = (_RA_INSTRUCTION if self.answer_format == "ra" else _PROSE_INSTRUCTION).format(
-            entries=_and(list(entries)))
-        if self.prompt_format == "shown":
+        instruction = self.instruction.format(entries=_and(list(entries)))
+        if self.spec.shows_sources:
             head = ("Here are the library functions the " + what + " below uses:\n\n```python\n"
                     + sources(p.recall) + "```\n\n")
             if not p.recall:
@@ -212,6 +286,8 @@ class Formatter:
     # ------------------------------------------------------------ gold answer
 
     def answer(self, item: Item, p: Prepared) -> str:
+        if self.answer_format not in ANSWER_FORMATS:  # pragma: no cover - check_pair guards
+            raise FormatError(f"unknown answer format {self.answer_format!r}")
         if self.answer_format == "ra":
             text = _recall_all(p.recall) + "\nAssemble:\n```python\n" + code_body(p.recall, p.programs) + "\n```"
             if not p.recall:
@@ -304,6 +380,7 @@ class ProgramParts(NamedTuple):
     jhead: str  # ref_code's escaped sources (no closing quote)
     jprog: str  # ref_code's escaped program, with its closing quote
     answer_head: str  # the gold program answer before the program ("" for json_output)
+    code_head: str = ""  # the used sources and a blank line (OpsText.code_head), for prompt templates
 
 
 class SingleRenderer:
@@ -318,9 +395,7 @@ class SingleRenderer:
         self.fmt = fmt
         self.mode = fmt.mode
         self.gt_head = f'{{"mode": "{fmt.mode}", "tasks": [{{"entry": "main_solution", "expr": '
-        instruction = (_RA_INSTRUCTION if fmt.answer_format == "ra" else _PROSE_INSTRUCTION).format(
-            entries="main_solution")
-        self.tail = "\n\n" + instruction
+        self.tail = "\n\n" + fmt.instruction.format(entries="main_solution") if fmt.mode == "program" else ""
         self._heads: dict[tuple[str, ...], str] = {}
         self._answer_heads: dict[tuple[str, ...], str] = {}
         # The prompt after the program: q1, the input's repr, q2 (forward: the repr again, q3).
@@ -336,10 +411,10 @@ class SingleRenderer:
         """The prompt's text before the program's ``def`` line."""
         head = self._heads.get(t.recall)
         if head is None:
-            pf = self.fmt.prompt_format
-            if pf == "forward":
-                head = "Here is a Python program:\n\n```python\n" + t.code_head
-            elif pf == "shown":
+            spec = self.fmt.spec
+            if spec.mode == "forward":
+                head = _FORWARD_HEADS[spec.shows_sources] + (t.code_head if spec.shows_sources else "")
+            elif spec.shows_sources:
                 head = ("Here are the library functions the program below uses:\n\n```python\n"
                         + sources(t.recall) + "```\n\n" if t.recall else "") + "```python\n"
             else:
@@ -350,6 +425,8 @@ class SingleRenderer:
 
     def prompt(self, t: OpsText, program: str, x: str) -> str:
         call = f"main_solution({x!r})"
+        if self.fmt.template is not None:
+            return self.fmt.templated((t.code_head + program) if self.fmt.spec.shows_sources else program, x)
         if self.mode == "forward":
             return (self.head(t) + program + f"\n```\n\nWhat does {call} return? "
                     + _JSON_INSTRUCTION.format(call=call))
@@ -370,7 +447,8 @@ class SingleRenderer:
             # the answer is its head, the program, then "\n```" for both program formats
             answer_head = "" if self.fmt.answer_format == "json_output" else self.answer(t, "", "")[:-4]
             self._answer_heads[t.recall] = answer_head
-        return ProgramParts(self.head(t), program, g0, g2, t.jcode_head, _jstr(program + "\n")[1:], answer_head)
+        return ProgramParts(self.head(t), program, g0, g2, t.jcode_head, _jstr(program + "\n")[1:], answer_head,
+                            t.code_head)
 
     def render(self, parts: ProgramParts, x: str, out: str, sft: bool) -> tuple[Text, Text, Text | None]:
         """(prompt, ground truth, gold answer or None): what prompt/ground_truth/answer write, from parts.
@@ -381,7 +459,10 @@ class SingleRenderer:
         """
         r = repr(x)
         head, program, q1, q2 = parts.head, parts.program, self.q1, self.q2
-        if self.q3 is None:
+        if self.fmt.template is not None:
+            shown = (parts.code_head + program) if self.fmt.spec.shows_sources else program
+            prompt: Text = self.fmt.templated(shown, x)
+        elif self.q3 is None:
             prompt = ("", head, f"{program}{q1}{r}{q2}")
         else:
             prompt = ("", head, f"{program}{q1}{r}{q2}{r}{self.q3}")

@@ -45,6 +45,37 @@ def split_section(cfg, rows: int, files: list[dict], depth: np.ndarray, k: np.nd
     }
 
 
+def fidelity_sections(unchanged: np.ndarray, identity: np.ndarray, target_chars: np.ndarray,
+                      condition_of: dict[int, str], prog: np.ndarray, prog_rows: np.ndarray) -> dict:
+    """What a split's numbers mean (issue 18): degenerate rows, distinct programs, probe distances.
+
+    ``degenerate``: rows by the number of operator calls that return their argument unchanged,
+    and rows whose output equals their input (``return x`` scores there). ``distinct_programs``:
+    distinct canonical programs among the split's tasks. ``probe_distances``: per probe condition,
+    the target's name→argument distance in characters (nearest-rank min / median / max).
+    """
+    rows = int(unchanged.size)
+    out: dict = {"degenerate": {
+        "unchanged_calls": _counts(unchanged),
+        "rows_with_unchanged_call": int(np.count_nonzero(unchanged)),
+        "output_is_input": int(np.count_nonzero(identity)),
+        "non_degenerate_rows": int(np.count_nonzero((unchanged == 0) & (identity == 0))),
+        "rows": rows,
+    }}
+    tasks = int(prog.size)
+    ordered = np.sort(prog)
+    distinct = int(np.count_nonzero(ordered[1:] != ordered[:-1]) + 1) if tasks else 0
+    out["distinct_programs"] = {"tasks": tasks, "programs": distinct,
+                                "share": round(distinct / tasks, 6) if tasks else 0.0}
+    per: dict[str, list[int]] = {}
+    for i, c in sorted(condition_of.items()):
+        if c and target_chars[i] >= 0:
+            per.setdefault(c, []).append(int(target_chars[i]))
+    if per:
+        out["probe_distances"] = {c: length_stats(np.array(v)) for c, v in per.items()}
+    return out
+
+
 def manifest(recipes, seed: int | None, splits: dict, leakage: dict, limit: int | None) -> dict:
     return {
         "opgen_version": __version__,

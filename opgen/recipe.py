@@ -21,8 +21,28 @@ from opgen.resources import recipe_path, resource_dir, schema_path
 
 SPLIT_DEFAULTS: dict[str, Any] = {
     "kind": "rl", "prompt_format": "closed_book", "answer_format": None, "unique": "task",
-    "shard_rows": 50_000, "options": {},
+    "shard_rows": 50_000, "options": {}, "data_source": None, "ability": None, "prompt_template": None,
 }
+# data_source templates: placeholders a row fills in (docs/recipes.md, "data_source")
+DATA_SOURCE_FIELDS = ("family", "depth")
+DEFAULT_DATA_SOURCE = "opgen/{family}"
+
+
+def check_data_source(template: str) -> str | None:
+    """Why ``template`` is not a data_source template (None when it is one)."""
+    import string
+
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return f"{template!r} is not a template ({exc}); placeholders: {{family}}, {{depth}}"
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in DATA_SOURCE_FIELDS or spec or conversion:
+            return (f"{template!r}: unknown placeholder {{{name}{'!' + conversion if conversion else ''}"
+                    f"{':' + spec if spec else ''}}} (known: {{family}}, {{depth}})")
+    return None
 
 
 class RecipeError(ValueError):
@@ -45,12 +65,21 @@ class SplitConfig:
     digest: str  # names this split's rows: seed, generator, its version and its resolved options
     where: str  # "<file>: splits.<name>" for error messages
     description: str = ""  # prose for cards and manifests; not part of the digest
+    data_source: str = DEFAULT_DATA_SOURCE  # a template: {family}, {depth} (the row's depth)
+    ability: str = ""  # the rows' ability; "" = code (program rows) / code_io (forward rows)
+    prompt_template: str | None = None  # a user's prompt wording (its text), placeholders formats.TEMPLATE_FIELDS
+    prompt_template_file: str = ""  # where it was read from, as the recipe names it
 
     def resolved(self) -> dict[str, Any]:
         return {"description": self.description,
                 "generator": self.generator, "role": self.role, "kind": self.kind, "family": self.family,
                 "prompt_format": self.prompt_format, "answer_format": self.answer_format,
-                "unique": self.unique, "shard_rows": self.shard_rows, "options": self.options}
+                "unique": self.unique, "shard_rows": self.shard_rows, "data_source": self.data_source,
+                "ability": self.ability or ("code_io" if formats.mode_of(self.prompt_format) == "forward" else "code"),
+                "prompt_template": None if self.prompt_template is None else {
+                    "file": self.prompt_template_file,
+                    "sha256": hashlib.sha256(self.prompt_template.encode()).hexdigest()},
+                "options": self.options}
 
 
 @dataclass
@@ -63,6 +92,7 @@ class Recipe:
     heldout_ops: tuple[str, ...]
     allow: tuple[str, ...]
     raw: dict[str, Any] = field(default_factory=dict)
+    avoid: tuple[str, ...] = ()  # training recipes whose tasks the eval splits never draw
 
     @property
     def max_prompt_length(self) -> int | None:
@@ -72,6 +102,7 @@ class Recipe:
         return {"name": self.name, "seed": self.seed, "description": self.raw.get("description", ""),
                 "max_prompt_length": self.max_prompt_length,
                 "leakage": {"heldout_ops": list(self.heldout_ops), "allow": list(self.allow),
+                            "avoid": list(self.avoid),
                             "reason": self.raw.get("leakage", {}).get("reason", "")},
                 "splits": {s.name: s.resolved() for s in self.splits}}
 
@@ -118,10 +149,14 @@ def load(spec: str, seed: int | None = None) -> Recipe:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise RecipeError(f"{shown}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    return resolve(data, shown, hashlib.sha256(text.encode()).hexdigest(), seed)
+    recipe = resolve(data, shown, hashlib.sha256(text.encode()).hexdigest(), seed, base=path.parent)
+    # a recipe file named in leakage.avoid is found next to the recipe naming it
+    recipe.avoid = tuple(str(path.parent / a) if a.endswith((".yaml", ".yml")) and not Path(a).is_absolute()
+                         and (path.parent / a).is_file() else a for a in recipe.avoid)
+    return recipe
 
 
-def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None) -> Recipe:
+def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base: Path | None = None) -> Recipe:
     errors = [] if schemacheck.surely_valid(_schema(), data) else \
         sorted(_validator().iter_errors(data), key=lambda e: (len(list(e.path)), list(map(str, e.path))))
     if errors:
@@ -153,6 +188,20 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None) -> Re
             formats.check_pair(merged["prompt_format"], answer)
         except formats.FormatError as exc:
             raise RecipeError(f"{where}.answer_format: {exc}") from None
+        data_source = merged["data_source"] or DEFAULT_DATA_SOURCE
+        problem = check_data_source(data_source)
+        if problem:
+            raise RecipeError(f"{where}.data_source: {problem}")
+        template, template_file = None, merged["prompt_template"] or ""
+        if template_file:
+            tpath = Path(template_file) if Path(template_file).is_absolute() else (base or Path(".")) / template_file
+            try:
+                template = tpath.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise RecipeError(f"{where}.prompt_template: cannot read {template_file} ({exc})") from None
+            problem = formats.check_template(template)
+            if problem:
+                raise RecipeError(f"{where}.prompt_template: {template_file}: {problem}")
         try:
             options = cls.resolve(merged["options"], f"{where}.options")
         except G.GeneratorError as exc:
@@ -163,9 +212,10 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None) -> Re
             name=name, recipe=data["name"], generator=merged["generator"], role=merged["role"],
             kind=merged["kind"], family=merged.get("family") or name, prompt_format=merged["prompt_format"],
             answer_format=answer, unique=merged["unique"], shard_rows=merged["shard_rows"], options=options,
-            digest=digest, where=where, description=raw.get("description", "")))
+            digest=digest, where=where, description=raw.get("description", ""), data_source=data_source,
+            ability=merged["ability"] or "", prompt_template=template, prompt_template_file=template_file))
     return Recipe(name=data["name"], path=shown, sha256=sha, seed=seed, splits=splits, heldout_ops=heldout_ops,
-                  allow=tuple(leak.get("allow", ())), raw=data)
+                  allow=tuple(leak.get("allow", ())), raw=data, avoid=tuple(leak.get("avoid", ())))
 
 
 def _explain(err) -> str:  # a jsonschema.ValidationError

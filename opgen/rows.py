@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
+import string
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, NamedTuple
@@ -19,6 +21,7 @@ import pyarrow as pa
 from opgen import __version__, ops
 from opgen import expr as E
 from opgen.formats import Formatter, SingleRenderer, ops_text, prepare, scan, text
+from opgen.generate.measure import call_distances, unchanged_calls
 from opgen.resources import schema_path
 from opgen.tasks import Item
 
@@ -86,6 +89,11 @@ class RowSpec:
     answer_format: str
     recipe: str
     unique: str = "program"  # program | task | none
+    data_source: str = "opgen/{family}"  # template: {family}, {depth} (the row's depth; a group's deepest task)
+    # (task keys, multi-call program keys) of training recipes a row may not share (leakage.avoid)
+    avoid: Any = None
+    ability: str = ""  # "" = code (program rows) / code_io (forward rows)
+    prompt_template: str | None = None  # a user's prompt wording (opgen.formats.TEMPLATE_FIELDS)
 
 
 class Facts(NamedTuple):
@@ -104,6 +112,9 @@ class Facts(NamedTuple):
     composed: int  # operators that occur in a composed task (not a single call)
     out_len: int
     condition: str
+    unchanged: int = 0  # operator calls that return their first argument unchanged (all tasks)
+    identity: int = 0  # tasks whose output equals their input
+    target_chars: int = -1  # a probe's name→argument distance of its target (extra_info.tail_chars)
 
 
 _LEAF = (E.Var, E.Lit)
@@ -112,11 +123,19 @@ _NO_PROBE = ("", -1, -1)
 _PROGRAM_CACHE = 16384  # programs kept per buffer (a few hundred bytes each; cleared when full)
 
 
+_CALL = re.compile(r"func_[0-9]+\(")
+
+
+def n_calls(expr: str) -> int:
+    """Operator calls in a canonical program text (what ``opgen leakage`` counts in files)."""
+    return len(_CALL.findall(expr))
+
+
 def structure_of(e: E.Expr) -> str:
     """``expr.structure`` without walking the whole tree (tested equal)."""
     if type(e) is not E.Call:
         return "mixed"
-    if all(type(a) is E.Var for a in e.args):
+    if all(type(a) in _LEAF for a in e.args):
         return "atomic"
     node = e
     while type(node) is E.Call and len(node.args) == 1:
@@ -137,16 +156,22 @@ class RowBuffer:
 
     def __init__(self, spec: RowSpec):
         self.spec = spec
-        self.fmt = Formatter(spec.prompt_format, spec.answer_format)
+        self.fmt = Formatter(spec.prompt_format, spec.answer_format, spec.prompt_template)
         self.schema = schema(spec.kind)
-        self.data_source = f"opgen/{spec.family}"
-        self.ability = "code_io" if self.fmt.mode == "forward" else "code"
+        # a template with {depth} is filled per row when the table is made (opgen.recipe checks it)
+        self.per_depth_source = any(f == "depth" for _, f, _, _ in string.Formatter().parse(spec.data_source))
+        self.data_source = spec.data_source.format(family=spec.family, depth="{depth}")
+        self.ability = spec.ability or ("code_io" if self.fmt.mode == "forward" else "code")
         self.kind_sft = spec.kind == "sft"
         self.format_id = f"{spec.prompt_format}\x00{spec.answer_format}\x00"
+        if spec.prompt_template is not None:  # another wording, other prompts: other prompt keys and row ids
+            self.format_id += f"{h64(spec.prompt_template):016x}\x00"
         self.format_key = h64(self.format_id)
         self.single = SingleRenderer(self.fmt)
         self._programs: dict[tuple, tuple] = {}
         self.rows: list[tuple] = []
+        self.avoid_tasks, self.avoid_programs = spec.avoid if spec.avoid is not None else (None, None)
+        self.avoided = False  # whether the last refused row was refused for sharing a training task
         self._add_single = self._single_adder()
 
     def clear(self) -> None:
@@ -178,6 +203,13 @@ class RowBuffer:
             prog_keys = tuple(h64(e) for e in exprs)
         unique = self.spec.unique
         tkey = h64(task_id)
+        self.avoided = False
+        if self.avoid_tasks is not None:
+            keys = [tkey] if len(tasks) == 1 else [h64(e + "\x00" + t.input) for e, t in zip(exprs, tasks)]
+            if any(key in self.avoid_tasks for key in keys) or any(
+                    k in self.avoid_programs for k, e in zip(prog_keys, exprs) if n_calls(e) >= 2):
+                self.avoided = True
+                return None
         if unique == "task":
             ukey = tkey
         elif unique == "program":
@@ -200,12 +232,24 @@ class RowBuffer:
         row_id = (f"{pkey:016x}" if not condition and not prefix else
                   f"{h64(f'{self.format_id}{task_id}{chr(2)}{condition}{chr(2)}{prefix}'):016x}")
         target, tail_chars, tail_calls = _probe_measures(item.meta or tasks[0].meta)
+        unchanged = identity = 0
+        call_ops: list[str] = []
+        call_chars: list[int] = []
+        call_tails: list[int] = []
+        for t in tasks:
+            unchanged += unchanged_calls(t.program, t.input, t.output)
+            identity += t.output == t.input
+            for op, chars, tails in call_distances(t.program):
+                call_ops.append(op)
+                call_chars.append(chars)
+                call_tails.append(tails)
         self.rows.append((
             prompt, fmt.ground_truth(item, p), fmt.answer(item, p) if self.kind_sft else None,
             index, depth, k, p.ops_sorted,
             structure_of(tasks[0].program) if len(tasks) == 1 else "group", len(tasks), condition, prefix,
             row_id,
             target, tail_chars, tail_calls,
+            unchanged, identity, tuple(call_ops), tuple(call_chars), tuple(call_tails),
         ))
 
         opmask = 0
@@ -220,7 +264,8 @@ class RowBuffer:
                     composed |= _OP_BIT[o]
             if len(t.output) > out_len:
                 out_len = len(t.output)
-        return Facts(ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition)
+        return Facts(ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition, unchanged, identity,
+                     tail_chars)
 
     def _single_adder(self):
         """``add`` for the common row (one task, no teacher-forced prefix): the same row, fewer steps.
@@ -231,6 +276,7 @@ class RowBuffer:
         remember, program_facts, render = self._remember, self._program_facts, self.single.render
         unique, format_key, format_id, sft = self.spec.unique, self.format_key, self.format_id, self.kind_sft
         checked = unique != "none"
+        avoid_tasks, avoid_programs = self.avoid_tasks, self.avoid_programs
 
         def add_single(index: int, item: Item, task, seen: set[int] | None) -> Facts | None:
             prog = task.program
@@ -249,11 +295,15 @@ class RowBuffer:
                 facts = programs.get(key)
                 if facts is None:
                     facts = remember(key, program_facts(prog, key, depth, used))
-            expr, depth, pk, k, opmask, composed, structure, ops_sorted, parts = facts
+            expr, depth, pk, k, opmask, composed, structure, ops_sorted, parts, dist = facts
             x = task.input
             task_id = expr + "\x00" + x
             tkey = h64(task_id)
             ukey = tkey if unique == "task" else pk if unique == "program" else 0
+            self.avoided = False
+            if avoid_tasks is not None and (tkey in avoid_tasks or (pk in avoid_programs and n_calls(expr) >= 2)):
+                self.avoided = True
+                return None
             if seen is not None and checked:
                 if ukey in seen:
                     return None
@@ -266,9 +316,12 @@ class RowBuffer:
             meta = item.meta or task.meta
             target, tail_chars, tail_calls = _probe_measures(meta) if meta else _NO_PROBE
             prompt, gt, answer = render(parts, x, out, sft)
+            unchanged = unchanged_calls(prog, x, out)
+            identity = int(out == x)
             rows_append((prompt, gt, answer, index, depth, k, ops_sorted, structure, 1, condition, "", row_id,
-                         target, tail_chars, tail_calls))
-            return Facts(ukey, pkey, (pk,), depth, k, opmask, composed, len(out), condition)
+                         target, tail_chars, tail_calls, unchanged, identity, *dist))
+            return Facts(ukey, pkey, (pk,), depth, k, opmask, composed, len(out), condition, unchanged, identity,
+                         tail_chars)
 
         return add_single
 
@@ -278,13 +331,15 @@ class RowBuffer:
         opmask = _mask(t.recall)
         if depth == 1 and type(prog) is E.Call:  # one call on leaves: not composed
             composed = 0
-            structure = "atomic" if all(type(a) is E.Var for a in prog.args) else "mixed"
+            structure = "atomic"
         else:
             structure = structure_of(prog)
             composed = 0 if type(prog) is E.Call and all(type(a) in _LEAF for a in prog.args) else opmask
         program = "def main_solution(x):\n    return " + expr
         parts = self.single.parts(t, expr, program, depth)
-        return expr, depth, h64(expr), k, opmask, composed, structure, t.ops_sorted, parts
+        dist = call_distances(prog)
+        dist_cols = (tuple(d[0] for d in dist), tuple(d[1] for d in dist), tuple(d[2] for d in dist))
+        return expr, depth, h64(expr), k, opmask, composed, structure, t.ops_sorted, parts, dist_cols
 
     def _remember(self, key: Any, facts: tuple) -> tuple:
         if len(self._programs) >= _PROGRAM_CACHE:
@@ -297,21 +352,27 @@ class RowBuffer:
         spec = self.spec
         if n:
             (prompts, gts, answers, index, depth, k, ops_lists, structure, n_tasks, condition, prefix, row_id,
-             target, tail_chars, tail_calls) = zip(*self.rows)
+             target, tail_chars, tail_calls, unchanged, identity, call_ops, call_chars, call_tails) = zip(*self.rows)
         else:
             prompts = gts = answers = index = depth = k = ops_lists = structure = n_tasks = condition = ()
-            prefix = row_id = target = tail_chars = tail_calls = ()
+            prefix = row_id = target = tail_chars = tail_calls = unchanged = identity = ()
+            call_ops = call_chars = call_tails = ()
         cols = {"index": index, "depth": depth, "k": k, "structure": structure, "n_tasks": n_tasks,
                 "condition": condition, "assistant_prefix": prefix, "target_op": target, "tail_chars": tail_chars,
-                "tail_calls": tail_calls, "row_id": row_id}
-        const = {"split": spec.split, "family": spec.family, "prompt_format": spec.prompt_format,
+                "tail_calls": tail_calls, "row_id": row_id, "unchanged_calls": unchanged, "output_is_input": identity}
+        lists = {"ops": ops_lists, "call_ops": call_ops}
+        int_lists = {"call_chars": call_chars, "call_tails": call_tails}
+        const = {"prompt_template": "" if spec.prompt_template is None else f"{h64(spec.prompt_template):016x}",
+                 "split": spec.split, "family": spec.family, "prompt_format": spec.prompt_format,
                  "answer_format": spec.answer_format, "mode": self.fmt.mode, "opgen_version": __version__,
                  "recipe": spec.recipe}
         extra_type = self.schema.field("extra_info").type
         arrays = []
         for f in extra_type:
-            if f.name == "ops":
-                arrays.append(_list_of_strings(ops_lists))
+            if f.name in lists:
+                arrays.append(_list_of_strings(lists[f.name]))
+            elif f.name in int_lists:
+                arrays.append(_list_of_ints(int_lists[f.name]))
             elif f.name in const:
                 arrays.append(_repeat(const[f.name], n))
             elif f.type == pa.int64():
@@ -322,7 +383,12 @@ class RowBuffer:
         prompt_texts = _texts(prompts)
         prompt = _messages(_repeat("user", n), prompt_texts, 1)
         reward = pa.StructArray.from_arrays([_repeat("rule", n), _texts(gts)], names=["style", "ground_truth"])
-        columns = [_repeat(self.data_source, n), prompt, _repeat(self.ability, n), reward, extra]
+        if self.per_depth_source:
+            names = {d: spec.data_source.format(family=spec.family, depth=d) for d in sorted(set(depth))}
+            source = _strings([names[d] for d in depth])
+        else:
+            source = _repeat(self.data_source, n)
+        columns = [source, prompt, _repeat(self.ability, n), reward, extra]
         if spec.kind == "sft":
             contents = [t for pair in zip(prompts, answers) for t in pair]
             roles = _strings(["user", "assistant"] * n)
@@ -396,6 +462,10 @@ def _ints(values) -> pa.Array:
 def _offsets(counts) -> pa.Array:
     off = np.fromiter(accumulate(counts, initial=0), dtype=np.int32)
     return pa.Array.from_buffers(pa.int32(), len(off), [None, pa.py_buffer(off)])
+
+
+def _list_of_ints(groups) -> pa.Array:
+    return pa.ListArray.from_arrays(_offsets(map(len, groups)), _ints([v for g in groups for v in g]))
 
 
 def _list_of_strings(groups) -> pa.Array:

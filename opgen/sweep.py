@@ -28,6 +28,12 @@ def checkpoint_step(name: str) -> int | None:
     return int(name) if name.isdigit() else None
 
 
+def scope_of(op_ids) -> str:
+    from opgen.score.metrics import scope_of as of
+
+    return of(op_ids)
+
+
 def _proportion(correct: int, n: int) -> dict:
     from opgen.score.metrics import wilson
 
@@ -72,6 +78,28 @@ def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
                 continue
             groups.setdefault(r[field], []).append(_correct(r))
         row[key] = {str(k): _proportion(sum(v), len(v)) for k, v in sorted(groups.items())}
+    # Depth columns per data file: depth 4 of held-out trees and depth 4 of train-operator chains
+    # are different quantities, so pooled depth columns exist only when one data file was scored.
+    per_data: dict = {}
+    for r in recs:
+        if isinstance(r.get("depth"), int) and r["depth"] >= 0:
+            per_data.setdefault(r["data"], {}).setdefault(r["depth"], []).append(_correct(r))
+    row["by_data_depth"] = {dn: {str(d): _proportion(sum(v), len(v)) for d, v in sorted(g.items())}
+                            for dn, g in sorted(per_data.items())}
+    if len({r["data"] for r in recs}) > 1:
+        row["by_depth"] = {}
+    scoped: dict = {"id": [], "ood": [], "total": []}
+    for r in recs:
+        scope = r.get("scope") or scope_of(r.get("ops"))
+        if scope in scoped:
+            scoped[scope].append(_correct(r))
+        scoped["total"].append(_correct(r))
+    row["scope"] = {k: _proportion(sum(v), len(v)) for k, v in scoped.items()}
+    plain = [_correct(r) for r in recs if r.get("degenerate") is False]
+    row["non_degenerate"] = _proportion(sum(plain), len(plain))
+    from opgen.score.metrics import arity_by_distance
+
+    row["arity_by_distance"] = arity_by_distance(recs)
     blocks = [rc for r in recs for rc in (r.get("recalls") or [])]
     row["recall_blocks"] = len(blocks)
     row["arity_error_rate"] = (sum(rc.get("verdict") == "arity" for rc in blocks) / len(blocks)) if blocks else None
@@ -109,6 +137,16 @@ def _flat(row: Mapping) -> dict:
         put(f"acc[{split}]", p)
     for d, p in row["by_depth"].items():
         put(f"acc[d={d}]", p)
+    for dn, depths in row.get("by_data_depth", {}).items():
+        for d, p in depths.items():
+            put(f"acc[{dn}|d={d}]", p)
+    for k in ("id", "ood", "total"):
+        put(f"{k}_accuracy", row.get("scope", {}).get(k))
+    put("non_degenerate_accuracy", row.get("non_degenerate"))
+    for op, buckets in row.get("arity_by_distance", {}).items():
+        for b, d in buckets.items():
+            put(f"arity[{op}|{b}]", {"acc": d["rate"] if d["written"] else None, "ci_low": d["ci_low"],
+                                     "ci_high": d["ci_high"], "n": d["written"]})
     for k in ("arity_error_rate", "chimera_rate", "missing_import_rate", "truncated_rate"):
         out[k] = "" if row[k] is None else round(row[k], 6)
     put("decomposed_accuracy", row["decomposed"])
@@ -183,9 +221,12 @@ def plot(rows: Sequence[Mapping], out_dir: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in rows:
-        pts = sorted((int(d), p) for d, p in r["by_depth"].items() if p["acc"] is not None)
-        if pts:
-            ax.plot([d for d, _ in pts], [p["acc"] for _, p in pts], marker="o", label=r["model"])
+        per_data = r.get("by_data_depth") or {"": r["by_depth"]}
+        for dn, depths in per_data.items():
+            pts = sorted((int(d), p) for d, p in depths.items() if p["acc"] is not None)
+            if pts:
+                label = r["model"] if len(per_data) == 1 else f"{r['model']} {dn}"
+                ax.plot([d for d, _ in pts], [p["acc"] for _, p in pts], marker="o", label=label)
     ax.set_xlabel("expression depth")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     paths.append(_finish(fig, ax, "accuracy", "accuracy vs depth, per checkpoint", out_dir / PLOTS[1]))

@@ -131,7 +131,13 @@ def _check_parsed(row: dict, gt: dict, kind: str) -> str:
     if extra["depth"] != max(p.depths) or extra["k"] != len(p.recall) or list(extra["ops"]) != list(p.ops_sorted):
         return "extra_info depth / k / ops disagree with the program"
     prompt = row["prompt"]
-    if not prompt or prompt[-1]["role"] != "user" or prompt[-1]["content"] != fmt.prompt(item, p):
+    if extra.get("prompt_template"):
+        # a user's wording (recipe prompt_template, hashed here): it must show the program and the input
+        shown = fmt.shown_code(p.recall, p.programs)
+        if not prompt or prompt[-1]["role"] != "user" or shown not in prompt[-1]["content"] \
+                or item.tasks[0].input not in prompt[-1]["content"]:
+            return "prompt (from a template) does not show the program and its input"
+    elif not prompt or prompt[-1]["role"] != "user" or prompt[-1]["content"] != fmt.prompt(item, p):
         return "prompt differs from the prompt format's rendering of the program"
     if kind == "sft":
         gold = fmt.answer(item, p)

@@ -121,6 +121,10 @@ def program_row(index: int, expression: str, x: str, *, split: str = "test", ass
             "answer_format": "ra", "mode": "program", "condition": "", "n_tasks": 1,
             "assistant_prefix": assistant_prefix, "opgen_version": "test", "recipe": "test",
             "row_id": f"{index:016x}", "target_op": "", "tail_chars": -1, "tail_calls": -1,
+            "unchanged_calls": 0, "output_is_input": int(output == x),
+            "call_ops": [t.op for t in expr.tail_distances(tree)],
+            "call_chars": [t.chars for t in expr.tail_distances(tree)],
+            "call_tails": [t.call_tails for t in expr.tail_distances(tree)], "prompt_template": "",
         },
     }
 

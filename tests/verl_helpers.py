@@ -92,6 +92,8 @@ def contract_schema(kind: str):
         ("condition", pa.string()), ("n_tasks", pa.int64()), ("assistant_prefix", pa.string()),
         ("opgen_version", pa.string()), ("recipe", pa.string()), ("row_id", pa.string()),
         ("target_op", pa.string()), ("tail_chars", pa.int64()), ("tail_calls", pa.int64()),
+        ("unchanged_calls", pa.int64()), ("output_is_input", pa.int64()), ("call_ops", pa.list_(pa.string())),
+        ("call_chars", pa.list_(pa.int64())), ("call_tails", pa.list_(pa.int64())), ("prompt_template", pa.string()),
     ])
     fields = [
         ("data_source", pa.string()), ("prompt", msg), ("ability", pa.string()),
@@ -137,7 +139,9 @@ def contract_rows(split: str, kind: str, n: int, *, mode: str = "program") -> li
                            "answer_format": "ra" if mode == "program" else "json_output",
                            "mode": mode, "condition": "", "n_tasks": 1, "assistant_prefix": "",
                            "opgen_version": "test", "recipe": "contract", "row_id": f"{i:016x}",
-                           "target_op": "", "tail_chars": -1, "tail_calls": -1},
+                           "target_op": "", "tail_chars": -1, "tail_calls": -1, "unchanged_calls": 0,
+                           "output_is_input": int(out == x), "call_ops": [], "call_chars": [], "call_tails": [],
+                           "prompt_template": ""},
         }
         if kind == "sft":
             row["messages"] = row["prompt"] + [{"role": "assistant", "content": answer}]

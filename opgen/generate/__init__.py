@@ -300,6 +300,25 @@ def text_vectorizer(lo: int, hi: int, alphabet: str = LOWERCASE):
     return draw
 
 
+# require_effect (issue 18 item 6): every operator call must change its argument. Off by default and
+# read with .get, so recipes without it keep their digests and rows.
+REQUIRE_EFFECT = {"type": "boolean", "description": "reject candidates in which an operator call returns its "
+                  "first argument unchanged (counted as no_effect)"}
+
+
+def effect_ok(gen: Generator, item: Item | None) -> Item | None:
+    """``item`` when ``require_effect`` is off or every call of every task changes its argument."""
+    if item is None or not gen.options.get("require_effect", False):
+        return item
+    from opgen.generate.measure import changes_every_call
+
+    for t in item.tasks:
+        if not changes_every_call(t.program, t.input, t.output):
+            gen.rejections["no_effect"] += 1
+            return None
+    return item
+
+
 LENGTH_RANGE = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2}
 OP_SET = {"oneOf": [{"enum": ["train", "heldout", "all"]},
                     {"type": "array", "items": {"type": "string", "pattern": "^func_[0-9]+$"}, "minItems": 1}]}

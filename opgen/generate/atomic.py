@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from opgen import expr as E
 from opgen import ops
-from opgen.generate import LENGTH_RANGE, OP_SET, Generator, check_range, sample_params, text
+from opgen.generate import LENGTH_RANGE, OP_SET, REQUIRE_EFFECT, Generator, check_range, effect_ok, sample_params, text
 from opgen.rng import LOWERCASE
 from opgen.tasks import Item, Task
 
@@ -25,6 +25,7 @@ class Atomic(Generator):
         "rows": {"type": ["integer", "null"], "minimum": 1},
         "input_len": LENGTH_RANGE, "literal_len": LENGTH_RANGE,
         "alphabet": {"type": "string", "minLength": 1}, "max_output_chars": {"type": "integer", "minimum": 1},
+        "require_effect": REQUIRE_EFFECT,
     }}
 
     def __init__(self, options, ctx):
@@ -57,7 +58,7 @@ class Atomic(Generator):
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
-        return Item((Task(program, x, out),))
+        return effect_ok(self, Item((Task(program, x, out),)))
 
 
 GENERATORS = {"atomic": Atomic}

@@ -148,7 +148,7 @@ class _CompPool:
     """A composition pool grown on demand: slot i depends only on slots before it, so every count
     is served as a prefix of one sequence (and the cells asking 12,436 and 15,979 share the work)."""
 
-    def __init__(self, name: str, trees_json: str, seed: int):
+    def __init__(self, name: str, trees_json: str, seed: int, unique: str = "program"):
         from opgen.generate.trees import Trees  # the native mixed-structure sampler
 
         # The trees generator draws row i's candidates from Rng(ctx.digest, ctx.split, i, j): naming
@@ -159,14 +159,20 @@ class _CompPool:
         self.gen = Trees(opts, ctx)
         self.tasks: list[Task] = []
         self.seen: set[str] = set()
+        # program: no two compositions share their program (the native generator's rule: a
+        # composition demo is a program, whatever its input); task: program and input
+        self.key = (lambda t: t.expr_text) if unique == "program" else (lambda t: t.identity())
 
     def take(self, rows: int) -> tuple[Task, ...]:
         gen = self.gen
         for i in range(len(self.tasks), rows):
             for j in range(gen.max_attempts):
                 item = gen.candidate(i, j)
-                if item is not None and item.tasks[0].identity() not in self.seen:
-                    self.seen.add(item.tasks[0].identity())
+                if item is None:
+                    continue
+                key = self.key(item.tasks[0])
+                if key not in self.seen:
+                    self.seen.add(key)
                     self.tasks.append(item.tasks[0])
                     break
             else:
@@ -175,19 +181,21 @@ class _CompPool:
         return tuple(self.tasks[:rows])
 
 
-_COMP_POOLS: dict[tuple[str, str, int], _CompPool] = {}
+_COMP_POOLS: dict[tuple[str, str, int, str], _CompPool] = {}
 
 
-def comp_pool(name: str, rows: int, trees: Mapping[str, Any], seed: int = 1, where: str = "") -> tuple[Task, ...]:
-    """The first ``rows`` distinct compositions of a named pool (trees-generator options ``trees``)."""
+def comp_pool(name: str, rows: int, trees: Mapping[str, Any], seed: int = 1, where: str = "",
+              unique: str = "program") -> tuple[Task, ...]:
+    """The first ``rows`` distinct compositions of a named pool (trees-generator options ``trees``):
+    distinct programs (``unique="program"``, the native rule) or distinct (program, input) tasks."""
     from opgen.generate.trees import Trees
 
     trees_json = _canon(trees)
-    key = (name, trees_json, seed)
+    key = (name, trees_json, seed, unique)
     if key not in _COMP_POOLS:
         # checked here so that a bad option is named from the recipe that gave it
         Trees.resolve({**trees, "rows": 1}, f"{where}.trees" if where else f"composition pool {name!r}")
-        _COMP_POOLS[key] = _CompPool(name, trees_json, seed)
+        _COMP_POOLS[key] = _CompPool(name, trees_json, seed, unique)
     try:
         return _COMP_POOLS[key].take(rows)
     except CellError as exc:
@@ -207,6 +215,7 @@ COMPS_SCHEMA = {
     "properties": {"pool": {"type": "string", "minLength": 1}, "rows": {"type": "integer", "minimum": 1},
                    "ops": OP_SET,
                    "depths": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+                   "unique": {"enum": ["program", "task"]},
                    "trees": {"type": "object"}},
 }
 ATOMIC_DEFAULTS = {"pool": "sft-atomic", "per_op": 400, "ops": "all"}
@@ -236,7 +245,8 @@ class _PoolUser(Generator):
             raise self.fail("compositions.trees", "the pool's size is compositions.pool_rows, not a trees option")
         # Slot i of a pool depends only on the slots before it, so the first n compositions are the
         # same whatever count a cell asks for: a smaller cell is a prefix of a larger one.
-        return comp_pool(spec["pool"], spec["rows"], trees, self.ctx.seed, f"{self.ctx.where}.compositions")
+        return comp_pool(spec["pool"], spec["rows"], trees, self.ctx.seed, f"{self.ctx.where}.compositions",
+                         spec.get("unique", "program"))
 
     def _plan_rng(self, *parts: object) -> Rng:
         # Plans hang on the options and seed, not on the recipe digest: the same options in another
@@ -263,6 +273,7 @@ class SftCell(_PoolUser):
     composition pool; all rows shuffled together into one training file."""
 
     NAME = "sft_cell"
+    VERSION = 2  # 2: composition pools dedup by program (was: program and input)
     DEFAULTS = {"atomic": dict(ATOMIC_DEFAULTS), "width": [1, 1], "compositions": None}
     OPTIONS_SCHEMA = {"properties": {
         "atomic": {"oneOf": [ATOMIC_SCHEMA, {"type": "null"}]}, "width": _RANGE,
@@ -317,7 +328,9 @@ def pool_summary(spec: Mapping[str, Any] | None, tasks: Sequence[Task]) -> dict[
     """A pool's name, size and task multiset hash: equal hashes across cells = the same tasks."""
     if spec is None:
         return None
-    return {"pool": spec["pool"], "tasks": len(tasks), "sha256": P.multiset_hash(t.identity() for t in tasks)}
+    programs = len({t.expr_text for t in tasks})
+    return {"pool": spec["pool"], "tasks": len(tasks), "sha256": P.multiset_hash(t.identity() for t in tasks),
+            "distinct_programs": programs, "distinct_program_share": round(programs / len(tasks), 6) if tasks else 0.0}
 
 
 def step_hashes_of(tasks_per_row: Sequence[Sequence[str]], rows_per_step: int) -> list[str]:
@@ -351,6 +364,7 @@ class MatchedStream(_PoolUser):
     groups) and the same composition rows; both streams plan from the options minus ``stream``."""
 
     NAME = "matched_stream"
+    VERSION = 2  # 2: composition pools dedup by program (was: program and input)
     BUILD_KEY = "matched_streams"
 
     @classmethod

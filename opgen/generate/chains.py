@@ -8,6 +8,7 @@ from opgen.generate import (
     DEPTH_PLAN_SCHEMA,
     LENGTH_RANGE,
     OP_SET,
+    REQUIRE_EFFECT,
     DepthPlan,
     Generator,
     check_range,
@@ -28,7 +29,7 @@ class Chains(Generator):
     OPTIONS_SCHEMA = {"properties": {
         "ops": OP_SET, **DEPTH_PLAN_SCHEMA, "no_repeat": {"type": "boolean"},
         "input_len": LENGTH_RANGE, "alphabet": {"type": "string", "minLength": 1},
-        "max_output_chars": {"type": "integer", "minimum": 1},
+        "max_output_chars": {"type": "integer", "minimum": 1}, "require_effect": REQUIRE_EFFECT,
     }}
 
     def __init__(self, options, ctx):
@@ -60,6 +61,7 @@ class Chains(Generator):
         # The value is computed as the chain grows (innermost call first), with the evaluator's
         # guards: a call that would exceed the cap stops the candidate before the rest is drawn.
         value = x
+        effect = self.options.get("require_effect", False)
         try:
             if len(value) > max_len:
                 raise E.OutputTooLong(len(value), max_len)
@@ -72,7 +74,10 @@ class Chains(Generator):
                     previous = rng.below(n)
                     op = self.unary[previous]
                 program = E.Call(op.id, (program,), sample_params(op, rng))
-                value = E.call_capped(program, op.fn, (value,), max_len)
+                before, value = value, E.call_capped(program, op.fn, (value,), max_len)
+                if effect and value == before:
+                    self.rejections["no_effect"] += 1
+                    return None
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None

@@ -184,8 +184,12 @@ class MethodTails(Probe):
     """1f: m builtin method calls wrapped around x inside the target's first argument."""
 
     NAME = family = "probe_1f"
-    DEFAULTS = {**Probe.COMMON, "targets": list(DEFAULT_TARGETS["1f"]), "m": list(range(8)),
-                "methods": list(ops.METHODS)}
+    # 2: m spans the study's distance buckets (func_24: m <= 2 under 40 characters, 4-8 in 40-150,
+    # 16 over 150; m up to 7 stopped at 93) and the methods are the training data's own
+    # (strip, lstrip, rstrip, title and casefold occur in no training file)
+    VERSION = 2
+    DEFAULTS = {**Probe.COMMON, "targets": list(DEFAULT_TARGETS["1f"]), "m": [0, 1, 2, 4, 6, 8, 12, 16],
+                "methods": list(ops.NATIVE_METHODS)}
     OPTIONS_SCHEMA = {"properties": {
         "per_condition": {"type": "integer", "minimum": 1}, "targets": _TARGETS, "m": _INTS,
         "methods": {"type": "array", "items": {"enum": list(ops.METHODS)}, "minItems": 1},

@@ -22,9 +22,11 @@ from opgen.generate import (
     DEPTH_PLAN_SCHEMA,
     LENGTH_RANGE,
     OP_SET,
+    REQUIRE_EFFECT,
     DepthPlan,
     Generator,
     check_range,
+    effect_ok,
     sample_params,
     text_drawer,
     text_vectorizer,
@@ -55,7 +57,7 @@ class Trees(Generator):
         "methods": {"type": "array", "items": {"enum": list(ops.METHODS)}},
         "interlace_ops": {"oneOf": [{"const": "auto"}, {"type": "array", "items": {"type": "string"}}]},
         "require_x": {"type": "boolean"}, "require_call": {"type": "boolean"},
-        "max_output_chars": {"type": "integer", "minimum": 1},
+        "max_output_chars": {"type": "integer", "minimum": 1}, "require_effect": REQUIRE_EFFECT,
     }}
 
     def __init__(self, options, ctx):
@@ -91,6 +93,7 @@ class Trees(Generator):
         # Candidate j of row i draws from CounterRng(key, i, j): SplitMix64 over a key of the
         # recipe digest and split, so a chunk of rows can draw its first words with numpy.
         self._key = counter_key(ctx.digest, ctx.split)
+        self._require_effect = bool(o.get("require_effect", False))
 
     def count(self) -> int:
         return self.plan.total
@@ -154,6 +157,9 @@ class Trees(Generator):
             return found
         return None
 
+    def _effective(self, found: Item | None) -> Item | None:
+        return effect_ok(self, found) if self._require_effect else found
+
     def rng(self, i: int, j: int) -> CounterRng:
         """The stream of candidate ``j`` of row ``i``."""
         return CounterRng(self._key, i, j)
@@ -182,9 +188,9 @@ class Trees(Generator):
                     continue
                 kinds = shapes[k]
                 if kinds == _CALL_ON_X:  # the commonest accepted shape: its details without the walk
-                    yield j, self._call_on_x(rng)
+                    yield j, self._effective(self._call_on_x(rng))
                 else:
-                    yield j, self._details(rng, kinds)
+                    yield j, self._effective(self._details(rng, kinds))
         else:
             for j in range(start, stop):
                 rng = CounterRng(key, i, j)
@@ -194,7 +200,7 @@ class Trees(Generator):
                 if verdict:
                     rejections[verdict] += 1
                     continue
-                yield j, self._details(rng, kinds)
+                yield j, self._effective(self._details(rng, kinds))
 
     def first_valid_many(self, start: int, stop: int) -> list[tuple[int, Item]]:
         """``[first_valid(i) for i in range(start, stop)]``, the same draws, made in bulk.
@@ -205,6 +211,8 @@ class Trees(Generator):
         shape with more nodes, letter parameters, a rare input redraw, an output over the cap)
         continues that row's own stream exactly as ``first_valid`` does.
         """
+        if self._require_effect:  # judged per candidate: the rows' own streams, one by one
+            return [self.first_valid(i) for i in range(start, stop)]
         import numpy as np
 
         out: list = [None] * (stop - start)

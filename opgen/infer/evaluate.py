@@ -120,6 +120,14 @@ def _score_rows(data: Path, gen_path: Path, out: Path, workers: int, only: set[i
     return summary
 
 
+def rollup(metrics: dict) -> dict:
+    """ID (train operators) / OOD (held-out) / total accuracy over every scored data file of a
+    model, as the Interplay release publishes it (docs/eval.md)."""
+    from opgen.score.metrics import merge_scopes
+
+    return merge_scopes(e["summary"].get("by_scope", {}) for e in metrics["data"].values() if "summary" in e)
+
+
 def evaluate_model(model: Path, name: str, data_files: Sequence[Path], out: Path, cfg: EvalConfig) -> dict:
     """Evaluate one model on every data file; returns (and writes) its metrics.json."""
     model_dir = out / name
@@ -148,5 +156,6 @@ def evaluate_model(model: Path, name: str, data_files: Sequence[Path], out: Path
                     entry["decomposed"] = _one_pass(backend, model_dir, model, data, rows,
                                                     decomp.decomposed_plan(cfg.sampling), "_decomposed", cfg, name)
             metrics["data"][dn] = entry
+    metrics["scope"] = rollup(metrics)
     write_json_atomic(metrics_path, metrics)
     return metrics

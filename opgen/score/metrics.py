@@ -61,6 +61,111 @@ def grouped(records: Iterable[Mapping], key: str | Sequence[str], value: str = "
     return {label: proportion(s, n) for label, (s, n) in sorted(counts.items(), key=lambda kv: _sort_key(kv[0]))}
 
 
+SCOPES = ("id", "ood", "total")
+# The study's buckets of name→argument distance in characters: < 40, 40-150, 150+ (E-co writes
+# func_24(s) in 0 / 5 / 18% of blocks there). Bucket i holds edges[i-1] <= chars < edges[i].
+DISTANCE_EDGES = (40, 150)
+
+
+def bucket_labels(edges: Sequence[int]) -> list[str]:
+    labels = [f"<{edges[0]}"] if edges else ["all"]
+    labels += [f"{a}-{b}" for a, b in zip(edges, edges[1:])]
+    if edges:
+        labels.append(f"{edges[-1]}+")
+    return labels
+
+
+def bucket_of(chars: int, edges: Sequence[int]) -> str:
+    labels = bucket_labels(edges)
+    for i, e in enumerate(edges):
+        if chars < e:
+            return labels[i]
+    return labels[-1]
+
+
+def row_measures(extra: Mapping) -> dict:
+    """What a scored record keeps of a row's issue-18 measures: whether the row is degenerate (a
+    call returns its argument unchanged, or the output is the input) and, per parameterised
+    operator, the row's largest name→argument distance — the call that counts when a row holds
+    several calls of the operator (the farthest one, where the study's drift shows first)."""
+    out: dict = {"degenerate": None, "output_is_input": None, "op_distance": {}}
+    if "unchanged_calls" in extra and extra.get("unchanged_calls") is not None:
+        out["output_is_input"] = bool(int(extra.get("output_is_input") or 0))
+        out["degenerate"] = bool(int(extra.get("unchanged_calls") or 0)) or out["output_is_input"]
+    ops_, chars = extra.get("call_ops") or [], extra.get("call_chars") or []
+    far: dict[str, int] = {}
+    for op, c in zip(ops_, chars):
+        if isinstance(op, str) and isinstance(c, int) and c > far.get(op, -1):
+            far[op] = c
+    out["op_distance"] = dict(sorted(far.items()))
+    return out
+
+
+def arity_by_distance(records: Iterable[Mapping], edges: Sequence[int] = DISTANCE_EDGES) -> dict[str, dict]:
+    """Per operator and distance bucket: recall blocks written, arity errors among them, the rate
+    and its 95% Wilson interval. A block's distance is its row's largest distance for that
+    operator (``row_measures``); blocks of operators without a trailing argument are not counted."""
+    from opgen import ops
+
+    counts: dict[str, dict[str, list[int]]] = {}
+    labels = bucket_labels(edges)
+    for r in records:
+        dist = r.get("op_distance") or {}
+        for rc in r.get("recalls", ()):
+            chars = dist.get(rc.get("op"))
+            if chars is None:
+                continue
+            per = counts.setdefault(rc["op"], {b: [0, 0] for b in labels})
+            c = per[bucket_of(chars, edges)]
+            c[0] += rc.get("verdict") == "arity"
+            c[1] += 1
+    order = {op_id: i for i, op_id in enumerate(ops.ALL_IDS)}
+    out = {}
+    for op in sorted(counts, key=lambda o: order.get(o, len(order))):
+        out[op] = {}
+        for b in labels:
+            a, n = counts[op][b]
+            lo, hi = wilson(a, n)
+            out[op][b] = {"written": n, "arity": a, "rate": a / n if n else 0.0, "ci_low": lo, "ci_high": hi}
+    return out
+
+
+def scope_of(op_ids) -> str:
+    """``id`` when a row calls only the study's train operators, ``ood`` when it calls a held-out
+    one, ``""`` when its operators are unknown (a foreign file without ``extra_info.ops``)."""
+    from opgen import ops
+
+    if not isinstance(op_ids, (list, tuple)) or not op_ids:
+        return ""
+    held = set(ops.HELDOUT_IDS)
+    return "ood" if any(o in held for o in op_ids) else "id"
+
+
+def scope_table(records: Iterable[Mapping]) -> dict[str, dict]:
+    """The Interplay release's roll-up: accuracy on ID rows (train operators only), OOD rows (a
+    held-out operator) and all rows together, each with a 95% Wilson interval."""
+    counts = {s: [0, 0] for s in SCOPES}
+    for r in records:
+        ok = int(r["acc"] >= 1.0)
+        for s in (r.get("scope") or "", "total"):
+            if s in counts:
+                counts[s][0] += ok
+                counts[s][1] += 1
+    return {s: proportion(c, n) for s, (c, n) in counts.items()}
+
+
+def merge_scopes(tables: Iterable[Mapping[str, Mapping]]) -> dict[str, dict]:
+    """Scope tables of several files summed into one (counts added, intervals recomputed)."""
+    counts = {s: [0, 0] for s in SCOPES}
+    for t in tables:
+        for s in SCOPES:
+            p = t.get(s) if t else None
+            if p:
+                counts[s][0] += int(p["correct"])
+                counts[s][1] += int(p["n"])
+    return {s: proportion(c, n) for s, (c, n) in counts.items()}
+
+
 def _sort_key(label: str) -> tuple:
     # Numeric parts sort numerically (depth 10 after depth 9), text parts as text.
     return tuple((0, int(p), "") if p.lstrip("-").isdigit() else (1, 0, p) for p in label.split("|"))

@@ -114,7 +114,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-_MEASURES = ("split", "family", "depth", "k", "condition", "structure", "answer_format", "target_op")
+_MEASURES = ("split", "family", "depth", "k", "condition", "structure", "answer_format", "target_op", "ops")
 
 
 def _jobs(rows: list[Row], responses: dict[int, list[str]]) -> Iterator[tuple[Row, int, str]]:
@@ -125,7 +125,8 @@ def _jobs(rows: list[Row], responses: dict[int, list[str]]) -> Iterator[tuple[Ro
 
 def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", workers: int = 2,
                 policy: str = "output", group: str = "fraction", sandbox: Sandbox | None = None,
-                timeout_s: float = 2.0, plots: bool = True, namespace: str = "strict") -> dict:
+                timeout_s: float = 2.0, plots: bool = True, namespace: str = "strict",
+                distance_edges: tuple[int, ...] = M.DISTANCE_EDGES) -> dict:
     """Grade every response, write the report into ``out``, return the summary."""
     data, responses, out = Path(data), Path(responses), Path(out)
     rows = read_rows(data)
@@ -147,6 +148,8 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                       assistant_prefix=str(row.extra.get("assistant_prefix", "") or ""))
             rec = {"index": row.position, "sample": sample}
             rec.update({k: row.extra.get(k, "") for k in _MEASURES})
+            rec["scope"] = M.scope_of(rec["ops"])
+            rec.update(M.row_measures(row.extra))
             rec["data_source"] = row.data_source
             rec.update(g)
             return rec
@@ -157,7 +160,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     finally:
         if own:
             box.close()
-    summary = summarize(records, n_rows=len(rows), answered=len(answers))
+    summary = summarize(records, n_rows=len(rows), answered=len(answers), distance_edges=distance_edges)
     summary.update({"data_path": str(data), "responses_path": str(responses), "mode": mode, "policy": policy,
                     "group": group, "namespace": namespace, "isolation": level})
     out.mkdir(parents=True, exist_ok=True)
@@ -169,7 +172,8 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     return summary
 
 
-def summarize(records: list[dict], n_rows: int, answered: int) -> dict:
+def summarize(records: list[dict], n_rows: int, answered: int,
+              distance_edges: tuple[int, ...] = M.DISTANCE_EDGES) -> dict:
     by_row: dict[int, list[bool]] = {}
     for r in records:
         by_row.setdefault(r["index"], []).append(r["acc"] >= 1.0)
@@ -189,6 +193,16 @@ def summarize(records: list[dict], n_rows: int, answered: int) -> dict:
         "by_k": M.grouped(records, "k"),
         "by_condition": M.grouped(records, "condition"),
         "by_split_depth": M.grouped(records, ("split", "depth")),
+        "by_scope": M.scope_table(records),
+        # rows where no call leaves its argument unchanged and the output is not the input
+        "non_degenerate": M.proportion(sum(r["acc"] >= 1.0 for r in records if r.get("degenerate") is False),
+                                       sum(1 for r in records if r.get("degenerate") is False)),
+        "degenerate_rows": sum(1 for r in records if r.get("degenerate") is True),
+        # the weaker condition: only rows whose output is their input excluded (return x scores there)
+        "output_changed": M.proportion(sum(r["acc"] >= 1.0 for r in records if r.get("output_is_input") is False),
+                                       sum(1 for r in records if r.get("output_is_input") is False)),
+        "distance_edges": list(distance_edges),
+        "arity_by_distance": M.arity_by_distance(records, distance_edges),
         "pass_at_k": M.pass_at_k_table(by_row) if max(samples, default=0) > 1 else {},
         "errors": {e: errors[e] for e in ERRORS if errors.get(e)},
     }
@@ -229,7 +243,10 @@ def summary_csv(summary: dict) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["table", "key", "n", "correct", "acc", "ci_low", "ci_high"])
     w.writerow(["overall", "all", *(summary["overall"][k] for k in ("n", "correct", "acc", "ci_low", "ci_high"))])
-    for table in ("by_split", "by_depth", "by_k", "by_condition", "by_split_depth"):
+    for table in ("non_degenerate", "output_changed"):
+        if table in summary:
+            w.writerow([table, "all", *(summary[table][k] for k in ("n", "correct", "acc", "ci_low", "ci_high"))])
+    for table in ("by_split", "by_depth", "by_k", "by_condition", "by_split_depth", "by_scope"):
         for key, p in summary[table].items():
             w.writerow([table[3:], key, p["n"], p["correct"], p["acc"], p["ci_low"], p["ci_high"]])
     for op, d in summary["recall_by_op"].items():
@@ -237,6 +254,10 @@ def summary_csv(summary: dict) -> str:
     for op, d in summary["recall_by_op"].items():
         lo, hi = M.wilson(d["arity"], d["written"])
         w.writerow(["arity_rate", op, d["written"], d["arity"], d["arity_rate"], lo, hi])
+    for op, buckets in summary.get("arity_by_distance", {}).items():
+        for b, d in buckets.items():
+            w.writerow(["arity_by_distance", f"{op}|{b}", d["written"], d["arity"], d["rate"], d["ci_low"],
+                        d["ci_high"]])
     for k, v in summary["pass_at_k"].items():
         w.writerow(["pass_at_k", k, "", "", v, "", ""])
     for e, n in summary["errors"].items():
