@@ -22,9 +22,10 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 
 
 @click.command("eval")
-@click.option("--model", "models", multiple=True, required=True, type=click.Path(exists=True, path_type=Path),
-              help="A model directory (HF format), or for --backend replay a responses JSONL file or a folder "
-                   "of <data>_generations.jsonl. Repeat for a checkpoint sweep.")
+@click.option("--model", "models", multiple=True, required=True, type=click.Path(path_type=Path),
+              help="A model directory (HF format), for --backend replay a responses JSONL file or a folder "
+                   "of <data>_generations.jsonl, for --backend openai the served model's name. Repeat for a "
+                   "checkpoint sweep.")
 @click.option("--data", "data_files", multiple=True, required=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A parquet data file (rows per docs/contracts.md). Repeatable.")
@@ -55,10 +56,22 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--hf-batch-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="transformers: prompts per generate() call.")
+@click.option("--base-url", "base_urls", multiple=True,
+              help="openai: the server's API root (http://HOST:PORT/v1). Repeat to load-balance several servers.")
+@click.option("--api-key-env", default=None,
+              help="openai: the environment variable holding the API key (default: OPENAI_API_KEY if set).")
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
+              help="openai: requests in flight per --base-url.")
+@click.option("--request-timeout", type=click.FloatRange(min=0.0, min_open=True), default=600.0, show_default=True,
+              help="openai: seconds one request may take (the whole answer: no streaming).")
+@click.option("--retries", type=click.IntRange(min=0), default=6, show_default=True,
+              help="openai: retries of a request after 429/5xx/timeouts/connection errors, with exponential "
+                   "backoff from 0.5 s (capped at 30 s; Retry-After honoured).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
-          tensor_parallel_size, hf_batch_size, quiet) -> None:
+          tensor_parallel_size, hf_batch_size, base_urls, api_key_env, concurrency, request_timeout, retries,
+          quiet) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -71,6 +84,11 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     from opgen.infer.run import DataError, LogError
     from opgen.score.report import ScoreInputError
 
+    if backend != "openai":
+        for m in models:
+            if not m.exists():
+                raise click.BadParameter(f"{m} does not exist", param_hint="--model")
+    openai = _openai_options(backend, base_urls, api_key_env, concurrency, request_timeout, retries)
     names = _model_names(models)
     data_names = [ev.data_name(d) for d in data_files]
     if len(set(data_names)) < len(data_names):
@@ -85,6 +103,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                              enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
                              batch_size=hf_batch_size),
+        openai=openai,
     )
     results = []
     for model, name in zip(models, names):
@@ -102,6 +121,22 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         from opgen import sweep
         written = sweep.write_sweep(out_dir, results)
         click.echo(f"sweep: {', '.join(str(p) for p in written)}")
+
+
+def _openai_options(backend, base_urls, api_key_env, concurrency, request_timeout, retries):
+    if backend != "openai":
+        if base_urls:
+            raise click.UsageError("--base-url is for --backend openai")
+        return None
+    from opgen.infer.openai_backend import OpenAIOptions
+
+    if not base_urls:
+        raise click.UsageError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+    try:
+        return OpenAIOptions(base_urls=tuple(base_urls), api_key_env=api_key_env, concurrency=concurrency,
+                             timeout_s=request_timeout, retries=retries)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--base-url") from None
 
 
 def _summary_line(metrics: dict) -> str:

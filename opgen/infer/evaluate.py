@@ -40,6 +40,7 @@ class EvalConfig:
     batch_size: int = 256
     workers: int = 2
     progress: bool = True
+    openai: object | None = None  # openai_backend.OpenAIOptions for --backend openai
 
 
 def data_name(path: Path) -> str:
@@ -131,7 +132,7 @@ def evaluate_model(model: Path, name: str, data_files: Sequence[Path], out: Path
         "sampling": cfg.sampling.to_dict(), "limit": cfg.limit, "opgen_version": __version__,
         "data": {},
     }
-    with make_backend(cfg.backend, model, cfg.sampling, cfg.engine) as backend:
+    with make_backend(cfg.backend, model, cfg.sampling, cfg.engine, openai=cfg.openai) as backend:
         for data, rows in loaded:
             dn = data_name(data)
             backend.begin_data(dn)
