@@ -67,11 +67,29 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--retries", type=click.IntRange(min=0), default=6, show_default=True,
               help="openai: retries of a request after 429/5xx/timeouts/connection errors, with exponential "
                    "backoff from 0.5 s (capped at 30 s; Retry-After honoured).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: one engine in this process, models one after another. ray: engine replicas as Ray "
+                   "actors pulling chunks of every (model, data) from one queue (docs/eval.md, At scale).")
+@click.option("--ray-address", default=None,
+              help="ray: an existing cluster (e.g. auto, or ray://HOST:10001); default: start a local one on "
+                   "127.0.0.1.")
+@click.option("--replicas", type=click.IntRange(min=1), default=None,
+              help="ray: engine replicas (default: one per GPU or tensor-parallel group; openai: one per "
+                   "--base-url; without GPUs 1).")
+@click.option("--replica-gpus", type=click.FloatRange(min=0.0), default=None,
+              help="ray: GPUs per replica (default --tensor-parallel-size on a GPU cluster; 0.5 puts two on one GPU).")
+@click.option("--replica-cpus", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
+              help="ray: CPUs per replica.")
+@click.option("--ray-num-cpus", type=click.IntRange(min=1), default=None,
+              help="ray: CPUs of the local cluster started without --ray-address (default: this machine's).")
+@click.option("--chunk-rows", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="ray: rows per work unit (length-aware: a unit of long prompts holds fewer); whole "
+                   "--batch-size batches, so each backend call sees the rows a local run would.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
           tensor_parallel_size, hf_batch_size, base_urls, api_key_env, concurrency, request_timeout, retries,
-          quiet) -> None:
+          executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus, chunk_rows, quiet) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -105,22 +123,62 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
                              batch_size=hf_batch_size),
         openai=openai,
     )
-    results = []
-    for model, name in zip(models, names):
-        try:
-            metrics = ev.evaluate_model(model, name, data_files, out_dir, cfg)
-        except DataError as exc:
-            raise click.BadParameter(str(exc), param_hint="--data") from None
-        except (BackendError, LogError, ev.ConfigMismatch) as exc:
-            raise click.ClickException(f"{name}: {exc}") from None
-        except ScoreInputError as exc:
-            raise click.ClickException(f"{name}: scoring failed: {exc}") from None
-        results.append(metrics)
-        click.echo(_summary_line(metrics))
+    if executor == "ray":
+        from opgen.infer.ray_executor import RayOptions
+
+        results = _eval_ray(models, names, data_files, out_dir, cfg,
+                            RayOptions(address=ray_address, replicas=replicas, replica_gpus=replica_gpus,
+                                       replica_cpus=replica_cpus, num_cpus=ray_num_cpus, chunk_rows=chunk_rows))
+    else:
+        results = []
+        for model, name in zip(models, names):
+            try:
+                metrics = ev.evaluate_model(model, name, data_files, out_dir, cfg)
+            except DataError as exc:
+                raise click.BadParameter(str(exc), param_hint="--data") from None
+            except (BackendError, LogError, ev.ConfigMismatch) as exc:
+                raise click.ClickException(f"{name}: {exc}") from None
+            except ScoreInputError as exc:
+                raise click.ClickException(f"{name}: scoring failed: {exc}") from None
+            results.append(metrics)
+            click.echo(_summary_line(metrics))
     if len(results) > 1 and not no_score:
         from opgen import sweep
         written = sweep.write_sweep(out_dir, results)
         click.echo(f"sweep: {', '.join(str(p) for p in written)}")
+
+
+def _eval_ray(models, names, data_files, out_dir, cfg, opts) -> list[dict]:
+    from opgen.infer import distributed
+    from opgen.infer import evaluate as ev
+    from opgen.infer.base import BackendError
+    from opgen.infer.ray_executor import RayError, RayPool
+    from opgen.infer.run import DataError, LogError
+    from opgen.score.report import ScoreInputError
+
+    pool = None
+    try:
+        pool = RayPool(cfg.backend, cfg.engine, opts, openai=cfg.openai)
+        results, report = distributed.evaluate_sweep(models, names, data_files, out_dir, cfg, pool,
+                                                     chunk_rows=opts.chunk_rows, depth=opts.depth)
+    except DataError as exc:
+        raise click.BadParameter(str(exc), param_hint="--data") from None
+    except (BackendError, LogError, ev.ConfigMismatch, RayError, distributed.AllReplicasLost,
+            distributed.InjectedFault) as exc:
+        raise click.ClickException(str(exc)) from None
+    except ScoreInputError as exc:
+        raise click.ClickException(f"scoring failed: {exc}") from None
+    finally:
+        if pool is not None:
+            pool.close()
+    info = report.to_dict()
+    ev.write_json_atomic(out_dir / "ray_report.json", info)
+    for metrics in results:
+        click.echo(_summary_line(metrics))
+    click.echo(f"ray: {len(info['replicas'])} replicas, {info['rows_generated']} rows in {info['generation_s']:.1f} s "
+               f"({info['chunks']} chunks, {info['chunks_redone']} redone); replicas waited on scoring "
+               f"{info['replicas_waiting_on_scoring_share']:.1%} of {info['wall_s']:.1f} s; {out_dir}/ray_report.json")
+    return results
 
 
 def _openai_options(backend, base_urls, api_key_env, concurrency, request_timeout, retries):
