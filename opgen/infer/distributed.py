@@ -150,6 +150,11 @@ class InProcessPool:
     def kill(self, rid: int) -> None:
         self._dead.add(rid)
 
+    def release(self) -> None:
+        """Generation is over: free the replicas (scoring may go on)."""
+        for w in self.workers:
+            w.close()
+
     def close(self) -> None:
         for ex in self._threads:
             ex.shutdown(wait=True)
@@ -353,6 +358,9 @@ def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Seq
                     report.replicas[rid].model = p.model_idx
             if not queue and not inflight and t_gen_end is None:
                 t_gen_end = time.perf_counter()
+                # the replicas' resources go to the scoring still to do (on a cluster whose CPUs
+                # the replicas hold, a scoring task could not start before)
+                pool.release()
             handles = list(inflight) + list(scoring)
             for h in pool.wait(handles):
                 if h in scoring:

@@ -148,6 +148,13 @@ class RayPool:
         self.ray.kill(self.actors[rid], no_restart=True)
 
     def close(self) -> None:
+        self.release()
+        if self.started and self.ray.is_initialized():
+            self.ray.shutdown()
+            self.started = False
+
+    def release(self) -> None:
+        """Stop the replicas and free their placement group (scoring tasks may then use it)."""
         ray = self.ray
         if self.actors:  # let each engine shut down (vLLM's engine core is a process of its own)
             try:
@@ -166,10 +173,78 @@ class RayPool:
             except Exception:
                 pass
             self.pg = None
-        if self.started and ray.is_initialized():
-            ray.shutdown()
-            self.started = False
 
 
 def _call(fn, *args):
     return fn(*args)
+
+
+# ---------------------------------------------------------------- opgen build's shards as Ray tasks
+
+_ADOPTED: object = None  # (build token) this worker process has set up
+
+
+def _shard(state: tuple, fn, arg):
+    global _ADOPTED
+    from opgen import build as B
+
+    token, recipes, only, limit, tmp_dir = state
+    if _ADOPTED != token:
+        B.adopt(recipes, only, limit, tmp_dir)
+        _ADOPTED = token
+    return fn(arg)
+
+
+class BuildMapper:
+    """``opgen build``'s shard phases as Ray tasks (one CPU each). Each worker rebuilds the plans
+    from the recipes (``build.adopt``); the staged shards go to ``OUT/.opgen-build.tmp``, so on
+    several nodes ``--out`` must be a filesystem they share."""
+
+    def __init__(self, recipes, only: tuple[str, ...], limit: int | None, out, opts: RayOptions):
+        import uuid
+
+        ray = self.ray = import_ray()
+        self.started = init(ray, opts)
+        from opgen import write
+
+        self.state = ray.put((uuid.uuid4().hex, list(recipes), tuple(only), limit, out / write.TMP_DIR))
+        self.task = ray.remote(num_cpus=1, max_retries=0)(_shard)
+
+    def __call__(self, fn, args: list, bar) -> list:
+        from opgen import build as B
+
+        refs = [self.task.remote(self.state, fn, a) for a in args]
+        index = {ref: i for i, ref in enumerate(refs)}
+        out: list = [None] * len(refs)
+        pending = list(refs)
+        while pending:
+            done, pending = self.ray.wait(pending, num_returns=1)
+            for ref in done:
+                i = index[ref]
+                try:
+                    out[i] = _writable(self.ray.get(ref))
+                except self.ray.exceptions.RayTaskError as exc:
+                    cause = getattr(exc, "cause", None)
+                    if isinstance(cause, BaseException):
+                        raise cause from None
+                    raise
+                if bar is not None and isinstance(args[i], int):
+                    unit = B._UNITS[args[i]]
+                    bar.update(unit.stop - unit.start)
+        return out
+
+    def close(self) -> None:
+        if self.started and self.ray.is_initialized():
+            self.ray.shutdown()
+            self.started = False
+
+
+def _writable(value):
+    """Ray hands numpy arrays back zero-copy and read-only; the build patches its shards' arrays."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        return value.copy()
+    if type(value) is dict:  # not a Counter, which stays one
+        return {k: _writable(v) for k, v in value.items()}
+    return value
