@@ -156,3 +156,31 @@ def test_ray_build_equals_local_build_byte_for_byte(tmp_path):
     assert files == sorted(p.relative_to(tmp_path / "ray") for p in (tmp_path / "ray").rglob("*") if p.is_file())
     for f in files:
         assert (tmp_path / "ray" / f).read_bytes() == (tmp_path / "local" / f).read_bytes(), f
+
+
+def test_ray_score_equals_local_score(tmp_path):
+    """Sandbox actors (two of one worker) grade exactly as the local sandbox does."""
+    tm.require("ray")
+    from click.testing import CliRunner
+    from opgen.cli import cli
+
+    data = tm.write_trees(tmp_path / "trees.parquet", n=12)
+    lines = []
+    for i in range(12):
+        e = tm.TREES[i % len(tm.TREES)][0]
+        good = tm.ra_answer(e)
+        lines.append({"index": i, "responses": [good, good.replace(f"return {e}", "return x[::-1]"),
+                                                "while True: pass"]})
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    runner = CliRunner()
+    common = ["score", "--data", str(data), "--responses", str(responses), "--no-plots", "--timeout", "0.5"]
+    local = runner.invoke(cli, [*common, "--out", str(tmp_path / "local"), "--workers", "2"], catch_exceptions=False)
+    assert local.exit_code == 0, local.output
+    ray = runner.invoke(cli, [*common, "--out", str(tmp_path / "ray"), "--workers", "1", "--executor", "ray",
+                              "--ray-num-cpus", "2", "--sandbox-actors", "2"], catch_exceptions=False)
+    assert ray.exit_code == 0, ray.output
+    assert (tmp_path / "ray" / "scores.jsonl").read_bytes() == (tmp_path / "local" / "scores.jsonl").read_bytes()
+    assert json.loads((tmp_path / "ray" / "summary.json").read_text()) == \
+        json.loads((tmp_path / "local" / "summary.json").read_text())
+    assert "accuracy 0.3333" in ray.output

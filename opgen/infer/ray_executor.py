@@ -258,3 +258,92 @@ def _writable(value):
     if type(value) is dict:  # not a Counter, which stays one
         return {k: _writable(v) for k, v in value.items()}
     return value
+
+
+# ---------------------------------------------------------------- opgen score's sandbox over the cluster
+
+class _SandboxHost:
+    """A Ray actor holding one warm `opgen.score.sandbox.Sandbox` (threaded: its workers run in parallel)."""
+
+    def __init__(self, workers: int, timeout_s: float):
+        from opgen.score.sandbox import Sandbox
+
+        self.box = Sandbox(workers=workers, timeout_s=timeout_s)
+
+    def level(self) -> str:
+        return self.box.level
+
+    def run_units(self, units):
+        return self.box.run_units(units)
+
+    def close(self) -> None:
+        self.box.close()
+
+
+class RaySandbox:
+    """The part of the Sandbox interface the scorer uses (``workers``, ``level``, ``run_units``,
+    ``close``), served by sandbox actors spread over the cluster's nodes: each response's units go
+    to the actor with the fewest in flight. Grades are the local sandbox's (same programs, same
+    isolated children); only where they run changes."""
+
+    def __init__(self, workers: int, timeout_s: float, opts: RayOptions, actors: int | None = None):
+        import threading
+
+        ray = self.ray = import_ray()
+        self.started = init(ray, opts)
+        self.hosts: list = []
+        try:
+            cpus = int(ray.cluster_resources().get("CPU", 1))
+            n = actors or max(1, cpus // workers)
+            cls = ray.remote(max_restarts=0, max_concurrency=2 * workers)(_SandboxHost)
+            self.hosts = [cls.options(num_cpus=workers, scheduling_strategy="SPREAD").remote(workers, timeout_s)
+                          for _ in range(n)]
+            levels = set(ray.get([h.level.remote() for h in self.hosts], timeout=PLACEMENT_TIMEOUT_S))
+        except BaseException:
+            self.close()
+            raise
+        if len(levels) != 1:
+            self.close()
+            raise RayError(f"the sandbox actors report different isolation levels ({', '.join(sorted(levels))}): "
+                           f"the nodes differ; a report must have one")
+        self.level = levels.pop()
+        self.workers = workers * n
+        self._busy = [0] * n
+        self._lock = threading.Lock()
+
+    def run_units(self, units):
+        with self._lock:
+            i = min(range(len(self.hosts)), key=lambda k: self._busy[k])
+            self._busy[i] += 1
+        try:
+            return self.ray.get(self.hosts[i].run_units.remote(list(units)))
+        except self.ray.exceptions.RayError as exc:
+            from opgen.score.sandbox import SandboxError
+
+            raise SandboxError(f"sandbox actor {i} failed: {type(exc).__name__}: {exc}") from None
+        finally:
+            with self._lock:
+                self._busy[i] -= 1
+
+    def close(self) -> None:
+        ray = self.ray
+        if self.hosts:
+            try:
+                ray.wait([h.close.remote() for h in self.hosts], num_returns=len(self.hosts), timeout=30)
+            except Exception:
+                pass
+            for h in self.hosts:
+                try:
+                    ray.kill(h, no_restart=True)
+                except Exception:
+                    pass
+            self.hosts = []
+        if self.started and ray.is_initialized():
+            ray.shutdown()
+            self.started = False
+
+    def __enter__(self) -> RaySandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
