@@ -184,3 +184,27 @@ def test_ray_score_equals_local_score(tmp_path):
     assert json.loads((tmp_path / "ray" / "summary.json").read_text()) == \
         json.loads((tmp_path / "local" / "summary.json").read_text())
     assert "accuracy 0.3333" in ray.output
+
+
+def test_ray_replicas_balance_several_openai_servers(tmp_path):
+    """One replica per --base-url, fed by the same pull queue; the files equal one server's."""
+    tm.require("ray")
+    from click.testing import CliRunner
+    from fake_openai import FakeServer
+    from opgen.cli import cli
+
+    data = tm.write_trees(tmp_path / "trees.parquet", n=16)
+    common = ["eval", "--backend", "openai", "--model", "served", "--data", str(data), "--no-score", "--quiet",
+              "--batch-size", "2", "--max-new-tokens", "32"]
+    with FakeServer("served") as a, FakeServer("served") as b, FakeServer("served") as c:
+        res = CliRunner().invoke(cli, [*common, "--out", str(tmp_path / "ray"), "--base-url", a.url, "--base-url",
+                                       b.url, "--executor", "ray", "--ray-num-cpus", "2", "--chunk-rows", "2"],
+                                 catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        assert a.bodies and b.bodies and len(a.bodies) + len(b.bodies) == 16
+        res = CliRunner().invoke(cli, [*common, "--out", str(tmp_path / "local"), "--base-url", c.url],
+                                 catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "ray" / "ray_report.json").read_text())
+    assert len(report["replicas"]) == 2
+    assert _files(tmp_path / "ray") == _files(tmp_path / "local")
