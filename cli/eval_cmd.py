@@ -102,6 +102,12 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     from opgen.infer.run import DataError, LogError
     from opgen.score.report import ScoreInputError
 
+    if executor != "ray":
+        given = [opt for opt, value in (("--ray-address", ray_address), ("--replicas", replicas),
+                                        ("--replica-gpus", replica_gpus), ("--ray-num-cpus", ray_num_cpus))
+                 if value is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only with --executor ray")
     if backend != "openai":
         for m in models:
             if not m.exists():

@@ -212,3 +212,9 @@ def test_resume_keeps_rows_and_asks_only_for_the_rest(cli, runner, server, tmp_p
     assert res.exit_code == 0, res.output
     assert (asked, len(server.bodies)) == (4, 6)
     assert [r["index"] for r in _lines(tmp_path / "out" / MODEL / "trees_generations.jsonl")] == list(range(6))
+
+
+def test_ray_options_need_the_ray_executor(cli, runner, tmp_path):
+    trees = tm.write_trees(tmp_path / "trees.parquet", n=1)
+    res = _eval(cli, runner, tmp_path / "out", ["http://127.0.0.1:9/v1"], trees, extra=("--replicas", "2"))
+    assert res.exit_code == 2 and "--replicas: only with --executor ray" in res.output

@@ -197,3 +197,16 @@ def test_chunks_left_beside_a_complete_file_are_not_duplicated(sweep, tmp_path, 
     want = gen.read_bytes()
     _run(sweep, out, _cfg(resume=True))
     assert gen.read_bytes() == want
+
+
+def test_without_ray_the_ray_executor_is_a_clear_error(cli, runner, sweep, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is not None:
+        pytest.skip("ray is installed here")
+    res = runner.invoke(cli, ["eval", "--backend", "replay", "--model", str(sweep["models"][0]), "--data",
+                              str(sweep["data"][0]), "--out", str(tmp_path / "out"), "--executor", "ray"])
+    assert res.exit_code == 1 and "needs the ray package" in res.output and "Traceback" not in res.output
+    res = runner.invoke(cli, ["build", "eval-suite", "--out", str(tmp_path / "b"), "--limit", "5",
+                              "--executor", "ray"])
+    assert res.exit_code == 1 and "needs the ray package" in res.output
