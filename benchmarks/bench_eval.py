@@ -9,7 +9,8 @@
 2. With ``--ray`` (needs ray): the same rows through ``--executor ray`` on 1 and 2 replicas
    (replay), rows/s over the generation phase and the replicas' idle share. With ``--hf`` also
    the tiny random-weight model of tests/tiny_model.py with the hf backend (needs torch and
-   transformers), 16 new tokens, ``--hf-rows`` rows.
+   transformers), 16 new tokens, ``--hf-rows`` rows, graded (scoring pipelined: the share of the
+   wall time the replicas waited on it is printed).
 The local cluster is started on 127.0.0.1 for each run and stopped after it.
 """
 
@@ -61,7 +62,7 @@ def ray_run(models: list[Path], data: list[Path], out: Path, backend: str, repli
     from opgen.cli import cli
 
     args = ["eval", "--backend", backend, "--out", str(out), "--executor", "ray", "--replicas", str(replicas),
-            "--no-score", "--quiet", *extra]
+            "--quiet", *extra]
     for m in models:
         args += ["--model", str(m)]
     for d in data:
@@ -75,7 +76,8 @@ def ray_run(models: list[Path], data: list[Path], out: Path, backend: str, repli
 def _show(label: str, rep: dict) -> None:
     idle = ", ".join(f"{r['idle_share']:.0%}" for r in rep["replicas"])
     print(f"  {label}: {rep['rows_generated']} rows in {rep['generation_s']:.2f} s = {rep['rows_per_s']:.1f} rows/s "
-          f"(idle {idle}; model loads {sum(r['model_loads'] for r in rep['replicas'])})")
+          f"(idle {idle}; model loads {sum(r['model_loads'] for r in rep['replicas'])}; waiting on scoring "
+          f"{rep['replicas_waiting_on_scoring_share']:.1%} of {rep['wall_s']:.1f} s)")
 
 
 def main() -> None:
@@ -102,7 +104,7 @@ def main() -> None:
         print("ray executor, replay backend (rows/s of the generation phase):")
         for k in (1, 2):
             rep = ray_run([model], [data], work / f"ray-replay-{k}", "replay", k,
-                          ["--ray-num-cpus", "2", "--chunk-rows", "1024"])
+                          ["--ray-num-cpus", "2", "--chunk-rows", "1024", "--no-score"])
             _show(f"{k} replica{'s' * (k > 1)}", rep)
         if args.hf:
             sys.path.insert(0, str(REPO / "tests"))
@@ -110,7 +112,7 @@ def main() -> None:
 
             tiny = tm.build(work / "tiny-model")
             small = tm.write_trees(work / "small.parquet", n=args.hf_rows)
-            print(f"ray executor, hf backend, tiny random model, {args.hf_rows} rows, 16 new tokens:")
+            print(f"ray executor, hf backend, tiny random model, {args.hf_rows} rows, 16 new tokens, graded:")
             outs = []
             for k in (1, 2):
                 out = work / f"ray-hf-{k}"
