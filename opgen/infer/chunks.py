@@ -103,6 +103,9 @@ class ChunkStore:
     def assemble(self, gen_path: Path) -> int:
         """Append the chunks' rows that ``gen_path`` lacks to it, in row order, atomically; remove the
         chunks. Returns the number of lines added."""
+        if not self.files():  # nothing to add: the file stays as it is (no copy of a long file)
+            self.clear()
+            return 0
         kept = read_log(gen_path, repair=True, keep=()) if gen_path.exists() else {}
         gen_path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{gen_path.name}.", dir=gen_path.parent)
