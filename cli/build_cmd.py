@@ -29,8 +29,15 @@ def _workers_default() -> int:
 @click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="A local tokenizer folder: record prompt/answer token lengths in the manifest and "
                    "warn about prompts longer than a recipe's max_prompt_length (needs transformers).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="ray: run the shards as Ray tasks (files byte-identical to a local build; on several nodes "
+                   "--out must be a shared filesystem).")
+@click.option("--ray-address", default=None, help="ray: an existing cluster; default: a local one on 127.0.0.1.")
+@click.option("--ray-num-cpus", type=click.IntRange(min=1), default=None,
+              help="ray: CPUs of the local cluster (default: this machine's).")
 def build(recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | None, only: tuple[str, ...],
-          limit: int | None, progress: bool | None, tokenizer: Path | None) -> None:
+          limit: int | None, progress: bool | None, tokenizer: Path | None, executor: str, ray_address: str | None,
+          ray_num_cpus: int | None) -> None:
     """Build every split of RECIPE... (YAML files or bundled names) as verl parquet in --out.
 
     With no RECIPE, builds the bundled evaluation suite (datasets/eval-suite.yaml). Writes
@@ -48,14 +55,26 @@ def build(recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | 
     tok = _load_tokenizer(tokenizer) if tokenizer is not None else None  # fail before any work
     if progress is None:
         progress = sys.stderr.isatty()
+    mapper = None
     try:
-        man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress)
+        if executor == "ray":
+            from opgen.infer.ray_executor import BuildMapper, RayError, RayOptions
+
+            try:
+                mapper = BuildMapper(loaded, only, limit, out, RayOptions(address=ray_address, num_cpus=ray_num_cpus))
+            except RayError as exc:
+                raise click.ClickException(str(exc)) from None
+        man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress,
+                      mapper=mapper)
     except B.BuildError as exc:
         if "--only" in str(exc):
             raise click.BadParameter(str(exc), param_hint="--only") from None
         raise click.ClickException(str(exc)) from None
     except R.RecipeError as exc:
         raise click.BadParameter(str(exc), param_hint="RECIPE") from None
+    finally:
+        if mapper is not None:
+            mapper.close()
     click.echo(summary(man, out))
     if tok is not None:
         from opgen import tokens as T

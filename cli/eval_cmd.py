@@ -22,9 +22,10 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 
 
 @click.command("eval")
-@click.option("--model", "models", multiple=True, required=True, type=click.Path(exists=True, path_type=Path),
-              help="A model directory (HF format), or for --backend replay a responses JSONL file or a folder "
-                   "of <data>_generations.jsonl. Repeat for a checkpoint sweep.")
+@click.option("--model", "models", multiple=True, required=True, type=click.Path(path_type=Path),
+              help="A model directory (HF format), for --backend replay a responses JSONL file or a folder "
+                   "of <data>_generations.jsonl, for --backend openai the served model's name. Repeat for a "
+                   "checkpoint sweep.")
 @click.option("--data", "data_files", multiple=True, required=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A parquet data file (rows per docs/contracts.md). Repeatable.")
@@ -55,13 +56,44 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--hf-batch-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="transformers: prompts per generate() call.")
+@click.option("--base-url", "base_urls", multiple=True,
+              help="openai: the server's API root (http://HOST:PORT/v1). Repeat to load-balance several servers.")
+@click.option("--api-key-env", default=None,
+              help="openai: the environment variable holding the API key (default: OPENAI_API_KEY if set).")
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
+              help="openai: requests in flight per --base-url.")
+@click.option("--request-timeout", type=click.FloatRange(min=0.0, min_open=True), default=600.0, show_default=True,
+              help="openai: seconds one request may take (the whole answer: no streaming).")
+@click.option("--retries", type=click.IntRange(min=0), default=6, show_default=True,
+              help="openai: retries of a request after 429/5xx/timeouts/connection errors, with exponential "
+                   "backoff from 0.5 s (capped at 30 s; Retry-After honoured).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: one engine in this process, models one after another. ray: engine replicas as Ray "
+                   "actors pulling chunks of every (model, data) from one queue (docs/eval.md, At scale).")
+@click.option("--ray-address", default=None,
+              help="ray: an existing cluster (e.g. auto, or ray://HOST:10001); default: start a local one on "
+                   "127.0.0.1.")
+@click.option("--replicas", type=click.IntRange(min=1), default=None,
+              help="ray: engine replicas (default: one per GPU or tensor-parallel group; openai: one per "
+                   "--base-url; without GPUs 1).")
+@click.option("--replica-gpus", type=click.FloatRange(min=0.0), default=None,
+              help="ray: GPUs per replica (default --tensor-parallel-size on a GPU cluster; 0.5 puts two on one GPU).")
+@click.option("--replica-cpus", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
+              help="ray: CPUs per replica.")
+@click.option("--ray-num-cpus", type=click.IntRange(min=1), default=None,
+              help="ray: CPUs of the local cluster started without --ray-address (default: this machine's).")
+@click.option("--chunk-rows", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="ray: rows per work unit (length-aware: a unit of long prompts holds fewer); whole "
+                   "--batch-size batches, so each backend call sees the rows a local run would.")
 @click.option("--namespace", type=click.Choice(["strict", "native"]), default="strict", show_default=True,
               help="Scorer: strict runs programs on their own; native with what the native benchmark's module "
                    "had imported (gcd from math; see docs/scoring.md).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
-          tensor_parallel_size, hf_batch_size, namespace, quiet) -> None:
+          tensor_parallel_size, hf_batch_size, base_urls, api_key_env, concurrency, request_timeout, retries,
+          executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus, chunk_rows, namespace,
+          quiet) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -74,6 +106,17 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     from opgen.infer.run import DataError, LogError
     from opgen.score.report import ScoreInputError, missing_import_warning
 
+    if executor != "ray":
+        given = [opt for opt, value in (("--ray-address", ray_address), ("--replicas", replicas),
+                                        ("--replica-gpus", replica_gpus), ("--ray-num-cpus", ray_num_cpus))
+                 if value is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only with --executor ray")
+    if backend != "openai":
+        for m in models:
+            if not m.exists():
+                raise click.BadParameter(f"{m} does not exist", param_hint="--model")
+    openai = _openai_options(backend, base_urls, api_key_env, concurrency, request_timeout, retries)
     names = _model_names(models)
     data_names = [ev.data_name(d) for d in data_files]
     if len(set(data_names)) < len(data_names):
@@ -88,27 +131,84 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                              enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
                              batch_size=hf_batch_size),
+        openai=openai,
     )
-    results = []
-    for model, name in zip(models, names):
-        try:
-            metrics = ev.evaluate_model(model, name, data_files, out_dir, cfg)
-        except DataError as exc:
-            raise click.BadParameter(str(exc), param_hint="--data") from None
-        except (BackendError, LogError, ev.ConfigMismatch) as exc:
-            raise click.ClickException(f"{name}: {exc}") from None
-        except ScoreInputError as exc:
-            raise click.ClickException(f"{name}: scoring failed: {exc}") from None
-        results.append(metrics)
-        click.echo(_summary_line(metrics))
-        for dn, entry in metrics["data"].items():
-            warning = missing_import_warning(entry.get("summary") or {})
-            if warning:
-                click.echo(f"{name}: {dn}: {warning}", err=True)
+    if executor == "ray":
+        from opgen.infer.ray_executor import RayOptions
+
+        results = _eval_ray(models, names, data_files, out_dir, cfg,
+                            RayOptions(address=ray_address, replicas=replicas, replica_gpus=replica_gpus,
+                                       replica_cpus=replica_cpus, num_cpus=ray_num_cpus, chunk_rows=chunk_rows))
+    else:
+        results = []
+        for model, name in zip(models, names):
+            try:
+                metrics = ev.evaluate_model(model, name, data_files, out_dir, cfg)
+            except DataError as exc:
+                raise click.BadParameter(str(exc), param_hint="--data") from None
+            except (BackendError, LogError, ev.ConfigMismatch) as exc:
+                raise click.ClickException(f"{name}: {exc}") from None
+            except ScoreInputError as exc:
+                raise click.ClickException(f"{name}: scoring failed: {exc}") from None
+            results.append(metrics)
+            click.echo(_summary_line(metrics))
+            for dn, entry in metrics["data"].items():
+                warning = missing_import_warning(entry.get("summary") or {})
+                if warning:
+                    click.echo(f"{name}: {dn}: {warning}", err=True)
     if len(results) > 1 and not no_score:
         from opgen import sweep
         written = sweep.write_sweep(out_dir, results)
         click.echo(f"sweep: {', '.join(str(p) for p in written)}")
+
+
+def _eval_ray(models, names, data_files, out_dir, cfg, opts) -> list[dict]:
+    from opgen.infer import distributed
+    from opgen.infer import evaluate as ev
+    from opgen.infer.base import BackendError
+    from opgen.infer.ray_executor import RayError, RayPool
+    from opgen.infer.run import DataError, LogError
+    from opgen.score.report import ScoreInputError
+
+    pool = None
+    try:
+        pool = RayPool(cfg.backend, cfg.engine, opts, openai=cfg.openai)
+        results, report = distributed.evaluate_sweep(models, names, data_files, out_dir, cfg, pool,
+                                                     chunk_rows=opts.chunk_rows, depth=opts.depth)
+    except DataError as exc:
+        raise click.BadParameter(str(exc), param_hint="--data") from None
+    except (BackendError, LogError, ev.ConfigMismatch, RayError, distributed.AllReplicasLost,
+            distributed.InjectedFault) as exc:
+        raise click.ClickException(str(exc)) from None
+    except ScoreInputError as exc:
+        raise click.ClickException(f"scoring failed: {exc}") from None
+    finally:
+        if pool is not None:
+            pool.close()
+    info = report.to_dict()
+    ev.write_json_atomic(out_dir / "ray_report.json", info)
+    for metrics in results:
+        click.echo(_summary_line(metrics))
+    click.echo(f"ray: {len(info['replicas'])} replicas, {info['rows_generated']} rows in {info['generation_s']:.1f} s "
+               f"({info['chunks']} chunks, {info['chunks_redone']} redone); replicas waited on scoring "
+               f"{info['replicas_waiting_on_scoring_share']:.1%} of {info['wall_s']:.1f} s; {out_dir}/ray_report.json")
+    return results
+
+
+def _openai_options(backend, base_urls, api_key_env, concurrency, request_timeout, retries):
+    if backend != "openai":
+        if base_urls:
+            raise click.UsageError("--base-url is for --backend openai")
+        return None
+    from opgen.infer.openai_backend import OpenAIOptions
+
+    if not base_urls:
+        raise click.UsageError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+    try:
+        return OpenAIOptions(base_urls=tuple(base_urls), api_key_env=api_key_env, concurrency=concurrency,
+                             timeout_s=request_timeout, retries=retries)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--base-url") from None
 
 
 def _summary_line(metrics: dict) -> str:

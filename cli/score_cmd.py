@@ -31,8 +31,16 @@ import click
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--distance-edges", "distance_edges", default="40,150", show_default=True,
               help="Bucket edges (characters, increasing) of the arity-error table by name→argument distance.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="ray: sandbox actors of --workers workers each, spread over the cluster's nodes.")
+@click.option("--ray-address", default=None, help="ray: an existing cluster; default: a local one on 127.0.0.1.")
+@click.option("--ray-num-cpus", type=click.IntRange(min=1), default=None,
+              help="ray: CPUs of the local cluster (default: this machine's).")
+@click.option("--sandbox-actors", type=click.IntRange(min=1), default=None,
+              help="ray: sandbox actors (default: the cluster's CPUs / --workers).")
 def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
-          timeout_s: float, namespace: str, no_plots: bool, distance_edges: str) -> None:
+          timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, executor: str,
+          ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
     from opgen.score.report import ScoreInputError, missing_import_warning, score_files
     from opgen.score.sandbox import SandboxError
@@ -47,14 +55,26 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
     for path, opt in ((data, "--data"), (responses, "--responses")):
         if not path.is_file():
             raise click.BadParameter(f"{path} does not exist or is not a file", param_hint=opt)
+    box = None
     try:
+        if executor == "ray":
+            from opgen.infer.ray_executor import RayError, RayOptions, RaySandbox
+
+            try:
+                box = RaySandbox(workers, timeout_s, RayOptions(address=ray_address, num_cpus=ray_num_cpus),
+                                 actors=sandbox_actors)
+            except RayError as exc:
+                raise click.ClickException(str(exc)) from None
         summary = score_files(data, responses, out, mode=mode, workers=workers, policy=policy, group=group,
                               timeout_s=timeout_s, plots=not no_plots, namespace=namespace,
-                              distance_edges=edges)
+                              distance_edges=edges, sandbox=box)
     except ScoreInputError as exc:
         raise click.ClickException(str(exc)) from None
     except SandboxError as exc:
         raise click.ClickException(f"sandbox failure: {exc}") from None
+    finally:
+        if box is not None:
+            box.close()
     o = summary["overall"]
     click.echo(f"{summary['responses']} responses over {summary['rows_answered']} of {summary['rows']} rows: "
                f"accuracy {o['acc']:.4f} [{o['ci_low']:.4f}, {o['ci_high']:.4f}]  isolation {summary['isolation']}")

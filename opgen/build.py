@@ -248,8 +248,10 @@ def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> None:
     os.remove(staged)
 
 
-def _run(pool, fn, args: list, bar) -> list:
+def _run(pool, fn, args: list, bar, mapper=None) -> list:
     global _TICK
+    if mapper is not None:  # another executor runs the shards (opgen.infer.ray_executor.build_mapper)
+        return mapper(fn, args, bar)
     if pool is None:
         _TICK = bar.update if bar is not None else _no_tick
         return [fn(a) for a in args]
@@ -303,9 +305,20 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
     return plans
 
 
+def adopt(recipes: list[Recipe], only: tuple[str, ...], limit: int | None, tmp_dir: Path) -> None:
+    """Set up this process's plans and shards as ``build`` does: for a worker that was not forked
+    from the building process (a Ray task), before it runs ``_produce`` or ``_finish``."""
+    global _PLANS, _UNITS
+    plans = plan_build(recipes, only, limit)
+    _PLANS, _UNITS = plans, _layout(plans, tmp_dir)
+
+
 def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str, ...] = (),
-          limit: int | None = None, seed: int | None = None, progress: bool = False) -> dict:
-    """Build every split of ``recipes`` into ``out``; return the manifest (also written to out/manifest.json)."""
+          limit: int | None = None, seed: int | None = None, progress: bool = False, mapper=None) -> dict:
+    """Build every split of ``recipes`` into ``out``; return the manifest (also written to out/manifest.json).
+
+    ``mapper(fn, args, bar) -> [fn(a) for a in args]`` runs the shard phases elsewhere instead of
+    the worker pool (its workers call ``adopt`` first); the files are the same either way."""
     global _PLANS, _UNITS
     t0 = time.perf_counter()
     plans = plan_build(recipes, only, limit, seed)
@@ -313,6 +326,18 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
     tmp_dir = out / write.TMP_DIR
     shutil.rmtree(tmp_dir, ignore_errors=True)  # left by an interrupted build
     tmp_dir.mkdir()
+    units = _layout(plans, tmp_dir)
+    _PLANS, _UNITS = plans, units
+    try:
+        return _build(recipes, plans, units, out, tmp_dir, 1 if mapper else workers, limit, seed, progress, t0,
+                      mapper)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+
+
+def _layout(plans: list[Plan], tmp_dir: Path) -> list[Unit]:
+    """Shards of every plan: fixed by shard_rows, never by who builds them."""
     units: list[Unit] = []
     for p_idx, plan in enumerate(plans):
         size = plan.cfg.shard_rows
@@ -321,15 +346,10 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
         for s in range(n_shards):
             plan.units.append(len(units))
             units.append(Unit(p_idx, s, s * size, min((s + 1) * size, plan.rows), tmp_dir / (plan.names[s] + ".tmp")))
-    _PLANS, _UNITS = plans, units
-    try:
-        return _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, t0)
-    except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        raise
+    return units
 
 
-def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, t0) -> dict:
+def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, t0, mapper=None) -> dict:
     global _COUNTER, _TICK
     total = sum(p.rows for p in plans)
     n_workers = max(1, min(workers, len(units)))
@@ -348,14 +368,14 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
 
             bar = tqdm(total=total, desc="generate", unit="row", file=sys.stderr, dynamic_ncols=True)
         try:
-            results = _run(pool, _produce, list(range(len(units))), bar)
+            results = _run(pool, _produce, list(range(len(units))), bar, mapper)
         except GeneratorError as exc:
             raise BuildError(str(exc)) from None
         finally:
             if bar is not None:
                 bar.close()
         patches, rejections = _resolve(plans, units, results)
-        finished = _run(pool, _finish, [(uid, patches.get(uid, [])) for uid in range(len(units))], None)
+        finished = _run(pool, _finish, [(uid, patches.get(uid, [])) for uid in range(len(units))], None, mapper)
     finally:
         if pool is not None:
             pool.terminate()

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-BACKENDS = ("vllm", "hf", "replay")
+BACKENDS = ("vllm", "hf", "replay", "openai")
 
 # finish reasons every backend reports, in vLLM's words
 STOP = "stop"
@@ -135,8 +135,9 @@ class EngineOptions:
 
 
 def make_backend(kind: str, model: Path, sampling: Sampling, options: EngineOptions | None = None,
-                 replay_data_name: str | None = None) -> Backend:
-    """Start the backend ``kind`` for ``model`` (a model directory, or for replay a responses file/dir)."""
+                 replay_data_name: str | None = None, openai=None) -> Backend:
+    """Start the backend ``kind`` for ``model`` (a model directory, for replay a responses file/dir,
+    for openai the served model's name); ``openai`` is an ``openai_backend.OpenAIOptions``."""
     options = options or EngineOptions()
     if kind == "vllm":
         from opgen.infer.vllm_backend import VLLMBackend
@@ -147,4 +148,7 @@ def make_backend(kind: str, model: Path, sampling: Sampling, options: EngineOpti
     if kind == "replay":
         from opgen.infer.replay import ReplayBackend
         return ReplayBackend(model)
+    if kind == "openai":
+        from opgen.infer.openai_backend import OpenAIBackend, OpenAIOptions
+        return OpenAIBackend(model, sampling, openai or OpenAIOptions())
     raise ValueError(f"unknown backend {kind!r} (use one of {', '.join(BACKENDS)})")

@@ -41,6 +41,7 @@ class EvalConfig:
     workers: int = 2
     progress: bool = True
     namespace: str = "strict"  # the scorer's namespace (opgen score --namespace)
+    openai: object | None = None  # openai_backend.OpenAIOptions for --backend openai
 
 
 def data_name(path: Path) -> str:
@@ -81,25 +82,43 @@ def score(data: Path, responses: Path, out: Path, workers: int, namespace: str =
     return score_files(data, responses, out, workers=workers, namespace=namespace)
 
 
-def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, plan: Plan, suffix: str,
-              cfg: EvalConfig, label: str) -> dict:
+def pass_paths(model_dir: Path, data: Path, suffix: str) -> tuple[str, Path]:
     name = data_name(data) + suffix
-    gen_path = model_dir / f"{name}_generations.jsonl"
+    return name, model_dir / f"{name}_generations.jsonl"
+
+
+def begin_pass(model_dir: Path, model: Path, data: Path, suffix: str, cfg: EvalConfig) -> Path:
+    """Check (with --resume) and record the generation settings; the path of the pass's generations."""
+    name, gen_path = pass_paths(model_dir, data, suffix)
     _check_settings(model_dir / f"{name}_generations.settings.json", _generation_settings(cfg, model), cfg.resume)
-    # transformers works through its sub-batches one by one anyway: flushing after each costs
-    # nothing and keeps resume and progress fine-grained
-    batch = min(cfg.batch_size, cfg.engine.batch_size) if cfg.backend == "hf" else cfg.batch_size
-    stats = run(backend, rows, gen_path, plan, resume=cfg.resume, batch_size=batch,
-                progress=f"{label} {name}" if cfg.progress else None)
+    return gen_path
+
+
+def loop_batch_size(cfg: EvalConfig) -> int:
+    """Rows per backend call. transformers works through its sub-batches one by one anyway:
+    flushing after each costs nothing and keeps resume and progress fine-grained."""
+    return min(cfg.batch_size, cfg.engine.batch_size) if cfg.backend == "hf" else cfg.batch_size
+
+
+def pass_result(gen_path: Path, rows, stats) -> tuple[dict, set[int] | None]:
+    """A pass's metrics entry before scoring, and the rows to score (None: the whole file)."""
     wanted = {r.index for r in rows}
     log = read_log(gen_path, keep=SUMMARY_FIELDS)
     records = [rec for i, rec in sorted(log.items()) if i in wanted]
     result = {"generations": gen_path.name, "run": stats.to_dict(), "generation": summarize_log(records)}
+    return result, (wanted if len(log) > len(records) else None)
+
+
+def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, plan: Plan, suffix: str,
+              cfg: EvalConfig, label: str) -> dict:
+    gen_path = begin_pass(model_dir, model, data, suffix, cfg)
+    name = data_name(data) + suffix
+    stats = run(backend, rows, gen_path, plan, resume=cfg.resume, batch_size=loop_batch_size(cfg),
+                progress=f"{label} {name}" if cfg.progress else None)
+    result, only = pass_result(gen_path, rows, stats)
     if cfg.score:
         result["scores"] = name
-        extra = len(log) > len(records)
-        result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, wanted if extra else None,
-                                        cfg.namespace)
+        result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, only, cfg.namespace)
     return result
 
 
@@ -128,34 +147,49 @@ def rollup(metrics: dict) -> dict:
     return merge_scopes(e["summary"].get("by_scope", {}) for e in metrics["data"].values() if "summary" in e)
 
 
+def load_data(data_files: Sequence[Path], cfg: EvalConfig) -> list[tuple[Path, list]]:
+    return [(d, read_rows(d, cfg.limit)) for d in data_files]
+
+
+def metrics_header(model: Path, name: str, cfg: EvalConfig) -> dict:
+    return {
+        "model": name, "model_path": str(model), "backend": cfg.backend,
+        "sampling": cfg.sampling.to_dict(), "limit": cfg.limit, "opgen_version": __version__,
+        "data": {},
+    }
+
+
+def passes(loaded, cfg: EvalConfig):
+    """(data, rows, suffix, plan, skipped reason or None) for each pass the config asks for, in order."""
+    for data, rows in loaded:
+        yield data, rows, "", plain_plan(cfg.sampling), None
+        if cfg.decomposed:
+            why = decomp.applicable(rows)
+            yield data, rows, "_decomposed", (decomp.decomposed_plan(cfg.sampling) if why is None else None), why
+
+
 def evaluate_model(model: Path, name: str, data_files: Sequence[Path], out: Path, cfg: EvalConfig) -> dict:
     """Evaluate one model on every data file; returns (and writes) its metrics.json."""
     model_dir = out / name
     model_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = model_dir / "metrics.json"
     metrics_path.unlink(missing_ok=True)  # present only once this evaluation is complete
-    loaded = [(d, read_rows(d, cfg.limit)) for d in data_files]
-    skipped_decomposed = {data_name(d): why for d, rows in loaded
-                          if cfg.decomposed and (why := decomp.applicable(rows)) is not None}
-    metrics: dict = {
-        "model": name, "model_path": str(model), "backend": cfg.backend,
-        "sampling": cfg.sampling.to_dict(), "limit": cfg.limit, "opgen_version": __version__,
-        "data": {},
-    }
-    with make_backend(cfg.backend, model, cfg.sampling, cfg.engine) as backend:
-        for data, rows in loaded:
+    loaded = load_data(data_files, cfg)
+    metrics = metrics_header(model, name, cfg)
+    with make_backend(cfg.backend, model, cfg.sampling, cfg.engine, openai=cfg.openai) as backend:
+        for data, rows, suffix, plan, skipped in passes(loaded, cfg):
             dn = data_name(data)
-            backend.begin_data(dn)
-            entry = {"path": str(data), "rows": len(rows)}
-            entry.update(_one_pass(backend, model_dir, model, data, rows, plain_plan(cfg.sampling), "", cfg, name))
-            if cfg.decomposed:
-                if dn in skipped_decomposed:
-                    entry["decomposed"] = {"skipped": skipped_decomposed[dn]}
-                else:
-                    backend.begin_data(dn + "_decomposed")
-                    entry["decomposed"] = _one_pass(backend, model_dir, model, data, rows,
-                                                    decomp.decomposed_plan(cfg.sampling), "_decomposed", cfg, name)
-            metrics["data"][dn] = entry
+            if not suffix:
+                metrics["data"][dn] = {"path": str(data), "rows": len(rows)}
+            if skipped is not None:
+                metrics["data"][dn]["decomposed"] = {"skipped": skipped}
+                continue
+            backend.begin_data(dn + suffix)
+            result = _one_pass(backend, model_dir, model, data, rows, plan, suffix, cfg, name)
+            if suffix:
+                metrics["data"][dn]["decomposed"] = result
+            else:
+                metrics["data"][dn].update(result)
     metrics["scope"] = rollup(metrics)
     write_json_atomic(metrics_path, metrics)
     return metrics

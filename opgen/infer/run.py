@@ -163,20 +163,47 @@ class RunStats:
         return d
 
 
-def run(backend: Backend, rows: Sequence[Row], out: Path, plan: Plan, *, resume: bool,
-        batch_size: int = 256, progress: str | None = None) -> RunStats:
-    """Generate every row of ``rows`` not yet in ``out``; append their lines in row order."""
-    if out.exists() and not resume:
-        out.unlink()
-    done = read_log(out, repair=True, keep=RESUME_FIELDS)
+def check_done(where: Path, done: dict[int, dict], rows: Sequence[Row]) -> None:
+    """Rows recorded earlier must have been generated for the data's prompts."""
     by_index = {r.index: r for r in rows}
     for idx, rec in sorted(done.items()):
         row = by_index.get(idx)
         if row is None:
             continue  # generated under a larger --limit: kept in the file, not graded this time
         if rec.get("prompt_sha256") and rec["prompt_sha256"] != row.sha:
-            raise LogError(f"{out}: row {idx} was generated for a different prompt than the data's row {idx} "
+            raise LogError(f"{where}: row {idx} was generated for a different prompt than the data's row {idx} "
                            f"(the data file changed?); start afresh without --resume")
+
+
+def line_of(record: dict) -> str:
+    """A generations file's line: one home for its serialization (the loop and the chunk store)."""
+    return json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def batch_lines(batch: Sequence[Row], reqs_per_row: Sequence[Sequence[Request]], gens: Sequence[Generation],
+                plan: Plan, backend_name: str) -> tuple[list[str], int]:
+    """A batch's generations -> its lines (row order) and how many of its rows were truncated."""
+    flat = sum(len(qs) for qs in reqs_per_row)
+    if len(gens) != flat:
+        raise RuntimeError(f"backend {backend_name} returned {len(gens)} generations for {flat} requests")
+    pos = 0
+    lines = []
+    truncated = 0
+    for row, qs in zip(batch, reqs_per_row):
+        mine = list(gens[pos:pos + len(qs)])
+        pos += len(qs)
+        truncated += any(r == LENGTH for g in mine for r in g.finish_reasons)
+        lines.append(line_of(plan.record(row, mine)))
+    return lines, truncated
+
+
+def run(backend: Backend, rows: Sequence[Row], out: Path, plan: Plan, *, resume: bool,
+        batch_size: int = 256, progress: str | None = None) -> RunStats:
+    """Generate every row of ``rows`` not yet in ``out``; append their lines in row order."""
+    if out.exists() and not resume:
+        out.unlink()
+    done = read_log(out, repair=True, keep=RESUME_FIELDS)
+    check_done(out, done, rows)
     pending = [r for r in rows if r.index not in done]
     stats = RunStats(rows=len(rows), skipped=len(rows) - len(pending))
     if not pending:
@@ -191,16 +218,8 @@ def run(backend: Backend, rows: Sequence[Row], out: Path, plan: Plan, *, resume:
             reqs_per_row = [plan.requests(r) for r in batch]
             flat = [q for qs in reqs_per_row for q in qs]
             gens = backend.generate(flat, plan.sampling) if flat else []
-            if len(gens) != len(flat):
-                raise RuntimeError(f"backend {backend.name} returned {len(gens)} generations for {len(flat)} requests")
-            pos = 0
-            lines = []
-            for row, qs in zip(batch, reqs_per_row):
-                mine = gens[pos:pos + len(qs)]
-                pos += len(qs)
-                line = plan.record(row, mine)
-                truncated += any(r == LENGTH for g in mine for r in g.finish_reasons)
-                lines.append(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
+            lines, cut = batch_lines(batch, reqs_per_row, gens, plan, backend.name)
+            truncated += cut
             fh.write("".join(lines))
             fh.flush()
             os.fsync(fh.fileno())

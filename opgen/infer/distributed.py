@@ -1,0 +1,442 @@
+"""A checkpoint sweep over a pool of engine replicas: one pull queue of (model, data, chunk) units.
+
+The driver (this process) reads the data, cuts every pass (model x data file, plain or
+decomposed) into length-aware chunks (`chunks.make_chunks`) and keeps up to ``depth`` chunks in
+flight per replica; a replica that finishes one is handed the next, preferably of the model it
+has loaded (a replica switches models in place, `ReplicaWorker`). Each finished chunk is written
+durably before anything else happens (`chunks.ChunkStore`), so a lost replica, node or driver
+costs only the chunks in flight: a lost replica's chunks go back to the queue for the others,
+and a rerun with ``--resume`` generates only rows in no chunk and no generations file.
+
+When a pass has all its chunks, its generations file is assembled (byte-identical to the local
+loop's) and scored as a task of its own while the replicas go on generating; metrics.json is
+written when all of a model's passes are scored, with the same content as `evaluate_model`'s.
+
+Pools: `InProcessPool` (replicas in threads of this process; tests, and the reference for
+ray_executor.RayPool, whose replicas are Ray actors).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opgen.infer.base import Backend, EngineOptions, Generation, Request, Sampling, make_backend
+from opgen.infer.chunks import ChunkStore, chunk_name, make_chunks
+from opgen.infer.evaluate import (
+    EvalConfig,
+    _score_rows,
+    begin_pass,
+    data_name,
+    load_data,
+    loop_batch_size,
+    metrics_header,
+    pass_result,
+    passes,
+    rollup,
+    write_json_atomic,
+)
+from opgen.infer.run import RESUME_FIELDS, Plan, Row, RunStats, batch_lines, check_done, read_log
+
+# test-only fault injection: "kill-replica-after:N" kills the replica that produced the N-th
+# chunk written, right after it is written; "abort-after:N" stops the driver there (a lost node)
+FAULT_ENV = "OPGEN_TEST_FAULT"
+
+
+class ReplicaLost(RuntimeError):
+    """A replica died (its process, actor or node); its chunks in flight are lost, not failed."""
+
+
+class AllReplicasLost(RuntimeError):
+    pass
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------- what a replica runs
+
+@dataclass(frozen=True)
+class Task:
+    """One chunk for a replica: its requests, batch by batch, as the local loop would send them."""
+
+    model: str
+    data_name: str  # backend.begin_data (replay picks its file by it)
+    batches: list[list[Request]]
+    sampling: Sampling
+
+
+@dataclass
+class TaskResult:
+    gens: list[list[Generation]]
+    seconds: float  # generating
+    load_seconds: float = 0.0  # starting (or switching to) the model
+    loaded: bool = False  # this task (re)loaded the model
+
+
+class ReplicaWorker:
+    """Holds one backend; loads another model in place when a task asks for one."""
+
+    def __init__(self, backend: str, engine: EngineOptions, openai=None):
+        self.kind = backend
+        self.engine = engine
+        self.openai = openai
+        self.backend: Backend | None = None
+        self.model: str | None = None
+
+    def run(self, task: Task) -> TaskResult:
+        t0 = time.perf_counter()
+        loads = False
+        # one engine per model, as evaluate_model keeps one for all its passes (a decomposed
+        # pass only adds stop strings, which go with each request)
+        if self.backend is None or self.model != task.model:
+            self.close()
+            self.backend = make_backend(self.kind, Path(task.model), task.sampling, self.engine, openai=self.openai)
+            self.model = task.model
+            loads = True
+        t1 = time.perf_counter()
+        self.backend.begin_data(task.data_name)
+        gens = [self.backend.generate(batch, task.sampling) if batch else [] for batch in task.batches]
+        return TaskResult(gens, time.perf_counter() - t1, t1 - t0, loads)
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+        self.backend = None
+        self.model = None
+
+
+# ---------------------------------------------------------------- pools
+
+class InProcessPool:
+    """Replicas as threads of this process (one task at a time each, like an actor)."""
+
+    def __init__(self, workers: Sequence[ReplicaWorker]):
+        self.workers = list(workers)
+        self.replicas = list(range(len(self.workers)))
+        self._threads = [ThreadPoolExecutor(1, thread_name_prefix=f"replica{i}") for i in self.replicas]
+        self._scoring = ThreadPoolExecutor(1, thread_name_prefix="scoring")
+        self._dead: set[int] = set()
+        self._owner: dict[Future, int] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, rid: int, task: Task) -> Future:
+        fut = self._threads[rid].submit(self.workers[rid].run, task)
+        self._owner[fut] = rid
+        return fut
+
+    def score(self, fn, *args) -> Future:
+        return self._scoring.submit(fn, *args)
+
+    def wait(self, handles: Sequence[Future]) -> list[Future]:
+        done, _ = futures_wait(list(handles), return_when=FIRST_COMPLETED)
+        return [h for h in handles if h in done]
+
+    def get(self, handle: Future):
+        rid = self._owner.pop(handle, None)
+        if rid is not None and rid in self._dead:
+            handle.exception()  # let it finish; its result is lost with the replica
+            raise ReplicaLost(f"replica {rid} was killed")
+        return handle.result()
+
+    def kill(self, rid: int) -> None:
+        self._dead.add(rid)
+
+    def release(self) -> None:
+        """Generation is over: free the replicas (scoring may go on)."""
+        for w in self.workers:
+            w.close()
+
+    def close(self) -> None:
+        for ex in self._threads:
+            ex.shutdown(wait=True)
+        self._scoring.shutdown(wait=True)
+        for w in self.workers:
+            w.close()
+
+
+# ---------------------------------------------------------------- the driver
+
+@dataclass
+class _Pass:
+    model_idx: int
+    data: Path
+    suffix: str
+    plan: Plan
+    rows: list[Row]
+    gen_path: Path
+    store: ChunkStore
+    stats: RunStats
+    remaining: int = 0
+    first_submit: float | None = None
+    last_done: float = 0.0
+    result: dict | None = None
+    scored: bool = False
+
+
+@dataclass
+class _Unit:
+    pass_: _Pass
+    rows: list[list[Row]]  # batches
+    reqs: list[list[list[Request]]]  # per batch, per row
+    name: str
+
+    @property
+    def n_rows(self) -> int:
+        return sum(len(b) for b in self.rows)
+
+
+@dataclass
+class ReplicaStats:
+    chunks: int = 0
+    rows: int = 0
+    busy_s: float = 0.0
+    load_s: float = 0.0
+    loads: int = 0
+    lost: bool = False
+    model: int | None = None
+
+
+@dataclass
+class SweepReport:
+    executor: str
+    replicas: list[ReplicaStats] = field(default_factory=list)
+    wall_s: float = 0.0
+    generation_s: float = 0.0  # until the last chunk came back
+    scoring_tail_s: float = 0.0  # after that, waiting for scores only
+    rows_generated: int = 0
+    chunks: int = 0
+    chunks_redone: int = 0
+
+    def to_dict(self) -> dict:
+        gen = self.generation_s
+        return {
+            "executor": self.executor,
+            "wall_s": round(self.wall_s, 3),
+            "generation_s": round(gen, 3),
+            "scoring_tail_s": round(self.scoring_tail_s, 3),
+            # the replicas never wait for a score while there is work; they do at the end
+            "replicas_waiting_on_scoring_share": round(self.scoring_tail_s / self.wall_s, 4) if self.wall_s else 0.0,
+            "rows_generated": self.rows_generated,
+            "rows_per_s": round(self.rows_generated / gen, 3) if gen else None,
+            "chunks": self.chunks,
+            "chunks_redone": self.chunks_redone,
+            "replicas": [{"replica": i, "chunks": r.chunks, "rows": r.rows, "busy_s": round(r.busy_s, 3),
+                          "model_load_s": round(r.load_s, 3), "model_loads": r.loads,
+                          "idle_share": round(max(0.0, 1 - (r.busy_s + r.load_s) / gen), 4) if gen else 0.0,
+                          "lost": r.lost}
+                         for i, r in enumerate(self.replicas)],
+        }
+
+
+def _fault() -> tuple[str, int] | None:
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return None
+    kind, _, n = spec.partition(":")
+    return kind, int(n)
+
+
+def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Sequence[Path], out: Path,
+                   cfg: EvalConfig, pool, *, chunk_rows: int = 1024, depth: int = 2,
+                   executor: str = "ray") -> tuple[list[dict], SweepReport]:
+    """Evaluate every model on every data file with the replicas of ``pool``; returns each model's
+    metrics (as evaluate_model would) and a report of the replicas' work."""
+    t_start = time.perf_counter()
+    report = SweepReport(executor, [ReplicaStats() for _ in pool.replicas])
+    loaded = load_data(data_files, cfg)
+    batch = loop_batch_size(cfg)
+    metrics: list[dict] = []
+    model_passes: list[list[_Pass]] = []
+    queue: deque[_Unit] = deque()
+    to_assemble: list[_Pass] = []
+    for mi, (model, name) in enumerate(zip(models, names)):
+        model_dir = out / name
+        model_dir.mkdir(parents=True, exist_ok=True)
+        (model_dir / "metrics.json").unlink(missing_ok=True)
+        m = metrics_header(model, name, cfg)
+        metrics.append(m)
+        mine: list[_Pass] = []
+        for data, rows, suffix, plan, skipped in passes(loaded, cfg):
+            dn = data_name(data)
+            if not suffix:
+                m["data"][dn] = {"path": str(data), "rows": len(rows)}
+            if skipped is not None:
+                m["data"][dn]["decomposed"] = {"skipped": skipped}
+                continue
+            gen_path = begin_pass(model_dir, model, data, suffix, cfg)
+            store = ChunkStore(out, name, dn + suffix)
+            if not cfg.resume:
+                gen_path.unlink(missing_ok=True)
+                store.clear()
+            done = read_log(gen_path, repair=True, keep=RESUME_FIELDS)
+            check_done(gen_path, done, rows)
+            stored = store.done()
+            check_done(store.dir, stored, rows)
+            pending = [r for r in rows if r.index not in done and r.index not in stored]
+            p = _Pass(mi, data, suffix, plan, rows, gen_path, store,
+                      RunStats(rows=len(rows), skipped=len(rows) - len(pending)))
+            mine.append(p)
+            chunks = make_chunks(pending, batch, chunk_rows)
+            p.remaining = len(chunks)
+            for chunk in chunks:
+                queue.append(_Unit(p, chunk, [[plan.requests(r) for r in b] for b in chunk], chunk_name(chunk)))
+            if not chunks:
+                to_assemble.append(p)
+        model_passes.append(mine)
+
+    total = sum(u.n_rows for u in queue)
+    bar = _progress(total, f"sweep ({len(models)} model{'s' * (len(models) > 1)}, {len(pool.replicas)} replicas)"
+                    if cfg.progress else None)
+    inflight: dict[object, tuple[int, _Unit]] = {}
+    scoring: dict[object, _Pass] = {}
+    alive = list(pool.replicas)
+    fault = _fault()
+    written = 0
+    t_gen0 = time.perf_counter()
+    t_gen_end: float | None = None
+
+    def finish_generation(p: _Pass) -> None:
+        p.store.assemble(p.gen_path)
+        p.stats.seconds = (p.last_done - p.first_submit) if p.first_submit is not None else 0.0
+        p.result, only = pass_result(p.gen_path, p.rows, p.stats)
+        if cfg.score:
+            name = data_name(p.data) + p.suffix
+            p.result["scores"] = name
+            model_dir = out / names[p.model_idx]
+            scoring[pool.score(_score_rows, p.data, p.gen_path, model_dir / name, cfg.workers, only,
+                                cfg.namespace)] = p
+        else:
+            p.scored = True
+            model_done(p.model_idx)
+
+    def model_done(mi: int) -> None:
+        if not all(p.scored for p in model_passes[mi]):
+            return
+        m = metrics[mi]
+        for p in model_passes[mi]:
+            entry = m["data"][data_name(p.data)]
+            if p.suffix:
+                entry["decomposed"] = p.result
+            else:
+                entry.update(p.result)
+        m["scope"] = rollup(m)
+        write_json_atomic(out / names[mi] / "metrics.json", m)
+
+    def pick(rid: int) -> _Unit | None:
+        want = report.replicas[rid].model
+        for k, unit in enumerate(queue):
+            if unit.pass_.model_idx == want:
+                del queue[k]
+                return unit
+        return queue.popleft() if queue else None
+
+    try:
+        for p in to_assemble:
+            finish_generation(p)
+        for mi, mine in enumerate(model_passes):
+            if not mine:
+                model_done(mi)
+        while queue or inflight or scoring:
+            for rid in list(alive):
+                while queue and sum(1 for r, _ in inflight.values() if r == rid) < depth:
+                    unit = pick(rid)
+                    if unit is None:
+                        break
+                    p = unit.pass_
+                    if p.first_submit is None:
+                        p.first_submit = time.perf_counter()
+                    task = Task(str(models[p.model_idx]), data_name(p.data) + p.suffix,
+                                [[q for qs in b for q in qs] for b in unit.reqs], p.plan.sampling)
+                    inflight[pool.submit(rid, task)] = (rid, unit)
+                    report.replicas[rid].model = p.model_idx
+            if not queue and not inflight and t_gen_end is None:
+                t_gen_end = time.perf_counter()
+                # the replicas' resources go to the scoring still to do (on a cluster whose CPUs
+                # the replicas hold, a scoring task could not start before)
+                pool.release()
+            handles = list(inflight) + list(scoring)
+            for h in pool.wait(handles):
+                if h in scoring:
+                    p = scoring.pop(h)
+                    p.result["summary"] = pool.get(h)
+                    p.scored = True
+                    model_done(p.model_idx)
+                    continue
+                rid, unit = inflight.pop(h)
+                try:
+                    res: TaskResult = pool.get(h)
+                except ReplicaLost:
+                    report.replicas[rid].lost = True
+                    report.chunks_redone += 1
+                    if rid in alive:
+                        alive.remove(rid)
+                    queue.appendleft(unit)
+                    if not alive:
+                        raise AllReplicasLost(
+                            "every replica was lost; the finished chunks are stored: rerun with --resume") from None
+                    continue
+                p = unit.pass_
+                lines: list[str] = []
+                truncated = 0
+                for rows, reqs, gens in zip(unit.rows, unit.reqs, res.gens):
+                    got, cut = batch_lines(rows, reqs, gens, p.plan, cfg.backend)
+                    lines += got
+                    truncated += cut
+                p.store.write(unit.name, lines)
+                p.last_done = time.perf_counter()
+                p.stats.generated += unit.n_rows
+                p.stats.requests += sum(len(qs) for b in unit.reqs for qs in b)
+                rs = report.replicas[rid]
+                rs.chunks += 1
+                rs.rows += unit.n_rows
+                rs.busy_s += res.seconds
+                rs.load_s += res.load_seconds
+                rs.loads += res.loaded
+                report.chunks += 1
+                report.rows_generated += unit.n_rows
+                written += 1
+                if bar is not None:
+                    bar.update(unit.n_rows)
+                    _postfix(bar, report, time.perf_counter() - t_gen0)
+                p.remaining -= 1
+                if p.remaining == 0:
+                    finish_generation(p)
+                if fault is not None and written == fault[1]:
+                    if fault[0] == "kill-replica-after":
+                        pool.kill(rid)
+                    elif fault[0] == "abort-after":
+                        raise InjectedFault(f"{FAULT_ENV}: stopped after {written} chunks")
+    finally:
+        if bar is not None:
+            bar.close()
+    now = time.perf_counter()
+    report.generation_s = (t_gen_end or now) - t_gen0
+    report.wall_s = now - t_start
+    report.scoring_tail_s = now - (t_gen_end or now)
+    return metrics, report
+
+
+def _progress(total: int, desc: str | None):
+    if desc is None or total == 0:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="row", file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+
+
+def _postfix(bar, report: SweepReport, elapsed: float) -> None:
+    parts = {}
+    for i, r in enumerate(report.replicas):
+        rate = r.rows / r.busy_s if r.busy_s else 0.0
+        idle = max(0.0, 1 - (r.busy_s + r.load_s) / elapsed) if elapsed else 0.0
+        parts[f"r{i}"] = f"{rate:.1f}/s idle {idle:.0%}" + (" lost" if r.lost else "")
+    bar.set_postfix(parts, refresh=False)

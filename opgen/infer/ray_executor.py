@@ -1,0 +1,349 @@
+"""Ray as the executor of `opgen eval` (and of `opgen build` shards): replicas as Ray actors.
+
+Each replica is one actor holding one engine (`distributed.ReplicaWorker`), placed in its own
+bundle of a placement group (``replica_gpus`` GPUs: one, or one tensor-parallel group, always on
+one node) so replicas never share a GPU unless told to (fractional ``replica_gpus``). Replicas
+are independent engines: there is no coupled data parallelism whose ranks hang when one
+finishes early. Scoring runs as Ray tasks on the driver's node (the generations files are
+written there; nothing needs a shared filesystem except the model weights on every node).
+
+Without ``address`` a local cluster is started on 127.0.0.1 only and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from opgen.infer.base import BackendError, EngineOptions
+from opgen.infer.distributed import ReplicaLost, ReplicaWorker, Task
+
+PLACEMENT_TIMEOUT_S = 120
+
+
+class RayError(RuntimeError):
+    """Ray is missing, the cluster cannot be reached, or it cannot hold the replicas asked for."""
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    address: str | None = None  # None: start a local cluster (127.0.0.1 only)
+    replicas: int | None = None  # None: one per GPU group of the cluster, else 1 (openai: one per base URL)
+    replica_gpus: float | None = None  # None: the tensor-parallel size on a GPU cluster, else 0
+    replica_cpus: float = 1.0
+    num_cpus: int | None = None  # the local cluster's CPUs (None: this machine's)
+    chunk_rows: int = 1024
+    depth: int = 2  # chunks in flight per replica (one generating, one waiting)
+
+
+# the driver's settings of these reach every replica, on any node (VLLM_BATCH_INVARIANT=1 among
+# them); secrets (an API key, HF_TOKEN) are not sent through Ray: set them where the nodes start
+FORWARDED_ENV = ("VLLM_",)
+
+
+def replica_env() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(FORWARDED_ENV)}
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError as exc:
+        raise RayError(f"--executor ray needs the ray package (pip install 'opgen[ray]'): {exc}") from None
+    return ray
+
+
+def init(ray, opts: RayOptions) -> bool:
+    """Connect to (or start) a cluster; True when this call started it (and must stop it)."""
+    if ray.is_initialized():
+        return False
+    if opts.address:
+        try:
+            ray.init(address=opts.address, log_to_driver=False)
+        except Exception as exc:
+            raise RayError(f"could not connect to the Ray cluster at {opts.address}: {exc}") from None
+        return True
+    ray.init(num_cpus=opts.num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1", object_store_memory=256 * 2 ** 20)
+    return True
+
+
+class RayPool:
+    """The `distributed` pool interface over Ray actors."""
+
+    def __init__(self, backend: str, engine: EngineOptions, opts: RayOptions, openai=None):
+        ray = self.ray = import_ray()
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+        self._remove_pg = remove_placement_group
+        self.started = init(ray, opts)
+        self.pg = None
+        self.actors: list = []
+        try:
+            cluster_gpus = ray.cluster_resources().get("GPU", 0)
+            model_backend = backend in ("vllm", "hf")
+            gpus = opts.replica_gpus
+            if gpus is None:
+                gpus = float(engine.tensor_parallel_size) if (cluster_gpus and model_backend) else 0.0
+            urls: Sequence[str | None] = [None]
+            if backend == "openai" and openai is not None:
+                urls = openai.base_urls
+            n = opts.replicas
+            if n is None:
+                if backend == "openai":
+                    n = len(urls)
+                elif gpus:
+                    n = max(1, int(cluster_gpus // gpus))
+                else:
+                    n = 1
+            bundle = {"CPU": opts.replica_cpus} | ({"GPU": gpus} if gpus else {})
+            self.pg = placement_group([dict(bundle) for _ in range(n)], strategy="PACK")
+            ready, _ = ray.wait([self.pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
+            if not ready:
+                raise RayError(f"the cluster cannot place {n} replicas of {bundle} within {PLACEMENT_TIMEOUT_S} s "
+                               f"(it has {ray.cluster_resources()}); ask for fewer --replicas")
+            actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(ReplicaWorker)
+            for i in range(n):
+                replica_openai = openai
+                if backend == "openai" and openai is not None:
+                    # one server per replica: the pull queue balances the servers
+                    replica_openai = type(openai)(**{**openai.__dict__, "base_urls": (urls[i % len(urls)],)})
+                strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i)
+                self.actors.append(actor_cls.options(
+                    num_cpus=opts.replica_cpus, num_gpus=gpus, scheduling_strategy=strategy,
+                    runtime_env={"env_vars": replica_env()},
+                ).remote(backend, engine, replica_openai))
+            self.replicas = list(range(n))
+            self.replica_gpus = gpus
+            node = ray.get_runtime_context().get_node_id()
+            self._score_strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+        except BaseException:
+            self.close()
+            raise
+        self._owner: dict = {}
+        self._score_fn = None
+
+    def submit(self, rid: int, task: Task):
+        ref = self.actors[rid].run.remote(task)
+        self._owner[ref] = rid
+        return ref
+
+    def score(self, fn, *args):
+        if self._score_fn is None:
+            self._score_fn = self.ray.remote(num_cpus=1, max_retries=0)(_call)
+        return self._score_fn.options(scheduling_strategy=self._score_strategy).remote(fn, *args)
+
+    def wait(self, handles):
+        done, _ = self.ray.wait(list(handles), num_returns=1)
+        return done
+
+    def get(self, handle):
+        exc_types = self.ray.exceptions
+        rid = self._owner.pop(handle, None)
+        try:
+            return self.ray.get(handle)
+        except (exc_types.RayActorError, exc_types.ActorDiedError) as exc:
+            raise ReplicaLost(f"replica {rid} died: {type(exc).__name__}") from None
+        except exc_types.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, BaseException):
+                if isinstance(cause, BackendError):
+                    raise BackendError(str(cause)) from None
+                raise cause from None
+            raise
+
+    def kill(self, rid: int) -> None:
+        self.ray.kill(self.actors[rid], no_restart=True)
+
+    def close(self) -> None:
+        self.release()
+        if self.started and self.ray.is_initialized():
+            self.ray.shutdown()
+            self.started = False
+
+    def release(self) -> None:
+        """Stop the replicas and free their placement group (scoring tasks may then use it)."""
+        ray = self.ray
+        if self.actors:  # let each engine shut down (vLLM's engine core is a process of its own)
+            try:
+                ray.wait([a.close.remote() for a in self.actors], num_returns=len(self.actors), timeout=60)
+            except Exception:
+                pass
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+        self.actors = []
+        if self.pg is not None:
+            try:
+                self._remove_pg(self.pg)
+            except Exception:
+                pass
+            self.pg = None
+
+
+def _call(fn, *args):
+    return fn(*args)
+
+
+# ---------------------------------------------------------------- opgen build's shards as Ray tasks
+
+_ADOPTED: object = None  # (build token) this worker process has set up
+
+
+def _shard(state: tuple, fn, arg):
+    global _ADOPTED
+    from opgen import build as B
+
+    token, recipes, only, limit, tmp_dir = state
+    if _ADOPTED != token:
+        B.adopt(recipes, only, limit, tmp_dir)
+        _ADOPTED = token
+    return fn(arg)
+
+
+class BuildMapper:
+    """``opgen build``'s shard phases as Ray tasks (one CPU each). Each worker rebuilds the plans
+    from the recipes (``build.adopt``); the staged shards go to ``OUT/.opgen-build.tmp``, so on
+    several nodes ``--out`` must be a filesystem they share."""
+
+    def __init__(self, recipes, only: tuple[str, ...], limit: int | None, out, opts: RayOptions):
+        import uuid
+
+        ray = self.ray = import_ray()
+        self.started = init(ray, opts)
+        from opgen import write
+
+        self.state = ray.put((uuid.uuid4().hex, list(recipes), tuple(only), limit, out / write.TMP_DIR))
+        self.task = ray.remote(num_cpus=1, max_retries=0)(_shard)
+
+    def __call__(self, fn, args: list, bar) -> list:
+        from opgen import build as B
+
+        refs = [self.task.remote(self.state, fn, a) for a in args]
+        index = {ref: i for i, ref in enumerate(refs)}
+        out: list = [None] * len(refs)
+        pending = list(refs)
+        while pending:
+            done, pending = self.ray.wait(pending, num_returns=1)
+            for ref in done:
+                i = index[ref]
+                try:
+                    out[i] = _writable(self.ray.get(ref))
+                except self.ray.exceptions.RayTaskError as exc:
+                    cause = getattr(exc, "cause", None)
+                    if isinstance(cause, BaseException):
+                        raise cause from None
+                    raise
+                if bar is not None and isinstance(args[i], int):
+                    unit = B._UNITS[args[i]]
+                    bar.update(unit.stop - unit.start)
+        return out
+
+    def close(self) -> None:
+        if self.started and self.ray.is_initialized():
+            self.ray.shutdown()
+            self.started = False
+
+
+def _writable(value):
+    """Ray hands numpy arrays back zero-copy and read-only; the build patches its shards' arrays."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        return value.copy()
+    if type(value) is dict:  # not a Counter, which stays one
+        return {k: _writable(v) for k, v in value.items()}
+    return value
+
+
+# ---------------------------------------------------------------- opgen score's sandbox over the cluster
+
+class _SandboxHost:
+    """A Ray actor holding one warm `opgen.score.sandbox.Sandbox` (threaded: its workers run in parallel)."""
+
+    def __init__(self, workers: int, timeout_s: float):
+        from opgen.score.sandbox import Sandbox
+
+        self.box = Sandbox(workers=workers, timeout_s=timeout_s)
+
+    def level(self) -> str:
+        return self.box.level
+
+    def run_units(self, units):
+        return self.box.run_units(units)
+
+    def close(self) -> None:
+        self.box.close()
+
+
+class RaySandbox:
+    """The part of the Sandbox interface the scorer uses (``workers``, ``level``, ``run_units``,
+    ``close``), served by sandbox actors spread over the cluster's nodes: each response's units go
+    to the actor with the fewest in flight. Grades are the local sandbox's (same programs, same
+    isolated children); only where they run changes."""
+
+    def __init__(self, workers: int, timeout_s: float, opts: RayOptions, actors: int | None = None):
+        import threading
+
+        ray = self.ray = import_ray()
+        self.started = init(ray, opts)
+        self.hosts: list = []
+        try:
+            cpus = int(ray.cluster_resources().get("CPU", 1))
+            n = actors or max(1, cpus // workers)
+            cls = ray.remote(max_restarts=0, max_concurrency=2 * workers)(_SandboxHost)
+            self.hosts = [cls.options(num_cpus=workers, scheduling_strategy="SPREAD").remote(workers, timeout_s)
+                          for _ in range(n)]
+            levels = set(ray.get([h.level.remote() for h in self.hosts], timeout=PLACEMENT_TIMEOUT_S))
+        except BaseException:
+            self.close()
+            raise
+        if len(levels) != 1:
+            self.close()
+            raise RayError(f"the sandbox actors report different isolation levels ({', '.join(sorted(levels))}): "
+                           f"the nodes differ; a report must have one")
+        self.level = levels.pop()
+        self.workers = workers * n
+        self._busy = [0] * n
+        self._lock = threading.Lock()
+
+    def run_units(self, units):
+        with self._lock:
+            i = min(range(len(self.hosts)), key=lambda k: self._busy[k])
+            self._busy[i] += 1
+        try:
+            return self.ray.get(self.hosts[i].run_units.remote(list(units)))
+        except self.ray.exceptions.RayError as exc:
+            from opgen.score.sandbox import SandboxError
+
+            raise SandboxError(f"sandbox actor {i} failed: {type(exc).__name__}: {exc}") from None
+        finally:
+            with self._lock:
+                self._busy[i] -= 1
+
+    def close(self) -> None:
+        ray = self.ray
+        if self.hosts:
+            try:
+                ray.wait([h.close.remote() for h in self.hosts], num_returns=len(self.hosts), timeout=30)
+            except Exception:
+                pass
+            for h in self.hosts:
+                try:
+                    ray.kill(h, no_restart=True)
+                except Exception:
+                    pass
+            self.hosts = []
+        if self.started and ray.is_initialized():
+            ray.shutdown()
+            self.started = False
+
+    def __enter__(self) -> RaySandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

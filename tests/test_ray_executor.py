@@ -1,0 +1,210 @@
+"""`opgen eval/build --executor ray` on a real local Ray cluster (127.0.0.1 only, started and stopped
+by each command): 2 models x 2 files with the hf backend on the tiny model across 2 replicas equal
+the local run; a replica killed after its first chunk, and a driver stopped mid-sweep then resumed
+on one replica, give the same files; a ray build equals a local build byte for byte.
+
+Marker ray (venv: scripts/setup-ray.sh). Generations are short (8 tokens) and the weights random.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tiny_model as tm
+
+pytestmark = pytest.mark.ray
+
+MAX_NEW = 8
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tm.require("ray")
+    tm.require("torch")
+    tm.require("transformers")
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    base = tmp_path_factory.getbasetemp()
+    first = tm.build(base / "tiny-model")
+    work = tmp_path_factory.mktemp("ray")
+    models = []
+    # two "checkpoints" that answer differently (the tiny model's random weights answer one token
+    # to everything; strong noise on every matrix changes that)
+    for step, noise in ((10, 0.0), (20, 5.0)):
+        target = work / "ckpts" / f"run_step{step}"
+        model = AutoModelForCausalLM.from_pretrained(str(first), dtype=torch.float32)
+        g = torch.Generator().manual_seed(step)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 2:
+                    p.add_(noise * p.std() * torch.randn(p.shape, generator=g))
+        model.save_pretrained(target)
+        for f in first.iterdir():
+            if f.name.startswith("tokenizer") or f.name in ("special_tokens_map.json", "chat_template.jinja"):
+                (target / f.name).write_bytes(f.read_bytes())
+        models.append(target)
+    data = [tm.write_trees(work / "trees.parquet", n=6), tm.write_prefixed(work / "prefixed.parquet", n=3)]
+    local = work / "local"
+    res = _eval(models, data, local)
+    assert res.exit_code == 0, res.output
+    return {"models": models, "data": data, "local": local, "work": work}
+
+
+def _eval(models, data, out: Path, *extra: str):
+    from click.testing import CliRunner
+    from opgen.cli import cli
+
+    args = ["eval", "--backend", "hf", "--out", str(out), "--max-new-tokens", str(MAX_NEW), "--dtype", "float32",
+            "--hf-batch-size", "2", "--quiet", *extra]
+    for m in models:
+        args += ["--model", str(m)]
+    for d in data:
+        args += ["--data", str(d)]
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def _ray(setup, out: Path, *extra: str, replicas: int = 2):
+    return _eval(setup["models"], setup["data"], out, "--executor", "ray", "--replicas", str(replicas),
+                 "--ray-num-cpus", "2", "--chunk-rows", "2", *extra)
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*_generations.jsonl"))}
+
+
+def _metrics(out: Path, name: str) -> dict:
+    m = json.loads((out / name / "metrics.json").read_text().replace(str(out), "OUT"))
+    for entry in m["data"].values():
+        entry["run"].pop("seconds")
+        entry["run"].pop("rows_per_s")
+    return m
+
+
+def test_two_replicas_equal_the_local_run(setup):
+    out = setup["work"] / "two"
+    res = _ray(setup, out)
+    assert res.exit_code == 0, res.output
+    local = setup["local"]
+    assert _files(out) == _files(local)
+    assert len(_files(out)) == 4
+    a, b = (out / "run_step10" / "trees_generations.jsonl").read_text(), \
+        (out / "run_step20" / "trees_generations.jsonl").read_text()
+    assert a != b  # two models, really
+    for name in ("run_step10", "run_step20"):
+        assert _metrics(out, name) == _metrics(local, name)
+        scores = Path(name) / "trees" / "scores.jsonl"
+        assert (out / scores).read_bytes() == (local / scores).read_bytes()
+    assert (out / "sweep.csv").read_text() == (local / "sweep.csv").read_text()
+    report = json.loads((out / "ray_report.json").read_text())
+    assert report["rows_generated"] == 2 * 9 and all(r["chunks"] > 0 for r in report["replicas"])
+    assert "replicas waited on scoring" in res.output
+
+
+def test_a_replica_killed_after_its_first_chunk_changes_nothing(setup, monkeypatch):
+    from opgen.infer.distributed import FAULT_ENV
+
+    monkeypatch.setenv(FAULT_ENV, "kill-replica-after:1")
+    out = setup["work"] / "killed"
+    res = _ray(setup, out, "--no-score")
+    assert res.exit_code == 0, res.output
+    assert _files(out) == _files(setup["local"])
+    report = json.loads((out / "ray_report.json").read_text())
+    assert [r["lost"] for r in report["replicas"]].count(True) == 1 and report["chunks_redone"] >= 1
+
+
+def test_a_stopped_sweep_resumed_on_one_replica_gives_the_same_files(setup, monkeypatch):
+    from opgen.infer.chunks import CHUNKS_DIR
+    from opgen.infer.distributed import FAULT_ENV
+
+    out = setup["work"] / "resumed"
+    monkeypatch.setenv(FAULT_ENV, "abort-after:3")
+    res = _ray(setup, out, "--no-score")
+    assert res.exit_code == 1 and "stopped after 3 chunks" in res.output
+    assert list((out / CHUNKS_DIR).rglob("*.jsonl")) or list(out.rglob("*_generations.jsonl"))
+    monkeypatch.delenv(FAULT_ENV)
+    res = _ray(setup, out, "--no-score", "--resume", replicas=1)
+    assert res.exit_code == 0, res.output
+    assert _files(out) == _files(setup["local"])
+    metrics = [json.loads((out / n / "metrics.json").read_text()) for n in ("run_step10", "run_step20")]
+    skipped = sum(e["run"]["skipped"] for m in metrics for e in m["data"].values())
+    assert skipped >= 3 * 2  # three chunks of at least one 2-row batch were not generated again
+    report = json.loads((out / "ray_report.json").read_text())
+    assert report["rows_generated"] == 2 * 9 - skipped
+
+
+def test_ray_build_equals_local_build_byte_for_byte(tmp_path):
+    """The determinism recipe of test_build: several shards, and rows redrawn across them."""
+    tm.require("ray")
+    from click.testing import CliRunner
+    from opgen.cli import cli
+    from test_build import DET_RECIPE
+
+    recipe = tmp_path / "det.yaml"
+    recipe.write_text(DET_RECIPE)
+    runner = CliRunner()
+    local = runner.invoke(cli, ["build", str(recipe), "--out", str(tmp_path / "local"), "--workers", "2",
+                                "--no-progress"], catch_exceptions=False)
+    assert local.exit_code == 0, local.output
+    ray = runner.invoke(cli, ["build", str(recipe), "--out", str(tmp_path / "ray"), "--no-progress",
+                              "--executor", "ray", "--ray-num-cpus", "2"], catch_exceptions=False)
+    assert ray.exit_code == 0, ray.output
+    files = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*") if p.is_file())
+    assert len([f for f in files if f.name.startswith("atoms")]) == 5  # 3,000 rows in shards of 700
+    assert files == sorted(p.relative_to(tmp_path / "ray") for p in (tmp_path / "ray").rglob("*") if p.is_file())
+    for f in files:
+        assert (tmp_path / "ray" / f).read_bytes() == (tmp_path / "local" / f).read_bytes(), f
+
+
+def test_ray_score_equals_local_score(tmp_path):
+    """Sandbox actors (two of one worker) grade exactly as the local sandbox does."""
+    tm.require("ray")
+    from click.testing import CliRunner
+    from opgen.cli import cli
+
+    data = tm.write_trees(tmp_path / "trees.parquet", n=12)
+    lines = []
+    for i in range(12):
+        e = tm.TREES[i % len(tm.TREES)][0]
+        good = tm.ra_answer(e)
+        lines.append({"index": i, "responses": [good, good.replace(f"return {e}", "return x[::-1]"),
+                                                "while True: pass"]})
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    runner = CliRunner()
+    common = ["score", "--data", str(data), "--responses", str(responses), "--no-plots", "--timeout", "0.5"]
+    local = runner.invoke(cli, [*common, "--out", str(tmp_path / "local"), "--workers", "2"], catch_exceptions=False)
+    assert local.exit_code == 0, local.output
+    ray = runner.invoke(cli, [*common, "--out", str(tmp_path / "ray"), "--workers", "1", "--executor", "ray",
+                              "--ray-num-cpus", "2", "--sandbox-actors", "2"], catch_exceptions=False)
+    assert ray.exit_code == 0, ray.output
+    assert (tmp_path / "ray" / "scores.jsonl").read_bytes() == (tmp_path / "local" / "scores.jsonl").read_bytes()
+    assert json.loads((tmp_path / "ray" / "summary.json").read_text()) == \
+        json.loads((tmp_path / "local" / "summary.json").read_text())
+    assert "accuracy 0.3333" in ray.output
+
+
+def test_ray_replicas_balance_several_openai_servers(tmp_path):
+    """One replica per --base-url, fed by the same pull queue; the files equal one server's."""
+    tm.require("ray")
+    from click.testing import CliRunner
+    from fake_openai import FakeServer
+    from opgen.cli import cli
+
+    data = tm.write_trees(tmp_path / "trees.parquet", n=16)
+    common = ["eval", "--backend", "openai", "--model", "served", "--data", str(data), "--no-score", "--quiet",
+              "--batch-size", "2", "--max-new-tokens", "32"]
+    with FakeServer("served") as a, FakeServer("served") as b, FakeServer("served") as c:
+        res = CliRunner().invoke(cli, [*common, "--out", str(tmp_path / "ray"), "--base-url", a.url, "--base-url",
+                                       b.url, "--executor", "ray", "--ray-num-cpus", "2", "--chunk-rows", "2"],
+                                 catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        assert a.bodies and b.bodies and len(a.bodies) + len(b.bodies) == 16
+        res = CliRunner().invoke(cli, [*common, "--out", str(tmp_path / "local"), "--base-url", c.url],
+                                 catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "ray" / "ray_report.json").read_text())
+    assert len(report["replicas"]) == 2
+    assert _files(tmp_path / "ray") == _files(tmp_path / "local")
