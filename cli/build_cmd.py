@@ -29,14 +29,23 @@ def _workers_default() -> int:
 @click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="A local tokenizer folder: record prompt/answer token lengths in the manifest and "
                    "warn about prompts longer than a recipe's max_prompt_length (needs transformers).")
-def build(recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | None, only: tuple[str, ...],
-          limit: int | None, progress: bool | None, tokenizer: Path | None) -> None:
+@click.option("--force", is_flag=True,
+              help="Replace --out even if it holds something other than an opgen build (or, with --only, "
+                   "a build of other recipes).")
+@click.pass_context
+def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | None,
+          only: tuple[str, ...], limit: int | None, progress: bool | None, tokenizer: Path | None,
+          force: bool) -> None:
     """Build every split of RECIPE... (YAML files or bundled names) as verl parquet in --out.
 
     With no RECIPE, builds the bundled evaluation suite (datasets/eval-suite.yaml). Writes
     DIR/<split>.parquet (or shards) and DIR/manifest.json with counts, sha256 and the leakage report.
+    DIR is replaced whole and atomically (docs/recipes.md, "Output directory"); with --only, the
+    other splits of a build of the same recipes are kept. SIGINT exits 130, SIGTERM 143, each after
+    removing what the build had staged.
     """
     from opgen import build as B
+    from opgen import outdir
     from opgen import recipe as R
 
     specs = recipes or (DEFAULT_RECIPE,)
@@ -48,8 +57,16 @@ def build(recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | 
     tok = _load_tokenizer(tokenizer) if tokenizer is not None else None  # fail before any work
     if progress is None:
         progress = sys.stderr.isatty()
+    outdir.install_sigterm()
     try:
-        man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress)
+        man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress,
+                      force=force)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted; {out} is as it was before this build", err=True)
+        ctx.exit(130)
+    except outdir.Terminated:
+        click.echo(f"terminated; {out} is as it was before this build", err=True)
+        ctx.exit(143)
     except B.BuildError as exc:
         if "--only" in str(exc):
             raise click.BadParameter(str(exc), param_hint="--only") from None

@@ -16,9 +16,10 @@ the whole build. Three phases keep both, independent of the number of workers:
    swapped in, row groups of a fixed size (so either way a file's bytes are those of its final
    rows), and hashed.
 
-Files live in ``DIR/.opgen-build.tmp/`` until the build (and its leakage check) succeeded; then
-they are renamed into place and ``manifest.json`` is written last, so an interrupted build never
-leaves a file that looks complete.
+Everything is written into the sibling staging directory ``DIR.opgen-new-<pid>`` (shards under
+its ``.opgen-build.tmp/`` until the build and its leakage check succeeded, ``manifest.json``
+last), which then replaces DIR whole (opgen.outdir: lock, ownership, atomic swap), so an
+interrupted build leaves the previous build or the new one, never a mix.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from opgen import content, leakage, outdir, write
 from opgen import expr as E
-from opgen import leakage, write
 from opgen import manifest as M
 from opgen.generate import Generator, GeneratorError
 from opgen.recipe import Recipe, SplitConfig, build_generator
@@ -80,6 +81,7 @@ def _no_tick(n: int) -> None:
 
 
 _TICK: Callable[[int], None] = _no_tick
+_MAIN_PID = 0  # the build's main process (a fault point signals it from a worker)
 
 
 def _facts_arrays(facts: list[Facts]) -> dict:
@@ -175,6 +177,7 @@ def _produce_rows(uid: int) -> dict:
         writer.close()
         if not _final_in_produce(uid):
             sink.close()
+    outdir.fault("produced", _MAIN_PID)
     out = _facts_arrays(facts)
     out["attempt"] = np.array(attempts, dtype=np.int32)
     out["rejections"] = gen.rejections
@@ -290,29 +293,134 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
 
 
 def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str, ...] = (),
-          limit: int | None = None, seed: int | None = None, progress: bool = False) -> dict:
-    """Build every split of ``recipes`` into ``out``; return the manifest (also written to out/manifest.json)."""
-    global _PLANS, _UNITS
+          limit: int | None = None, seed: int | None = None, progress: bool = False, force: bool = False) -> dict:
+    """Build every split of ``recipes`` into ``out``; return the manifest (also written to out/manifest.json).
+
+    ``out`` is replaced whole (see opgen.outdir); with ``only``, the other splits of a previous build
+    of the same recipes, seed and limit are kept and the manifest is updated in place.
+    """
+    global _PLANS, _UNITS, _MAIN_PID
     t0 = time.perf_counter()
     plans = plan_build(recipes, only, limit)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp_dir = out / write.TMP_DIR
-    shutil.rmtree(tmp_dir, ignore_errors=True)  # left by an interrupted build
-    tmp_dir.mkdir()
+    out = Path(os.path.abspath(out))
+    if out.is_symlink():
+        out = out.resolve()
+    try:
+        outdir.check_writable(out)
+        with outdir.Lock(out):
+            outdir.recover(out)
+            previous = outdir.check_owner(out, force)
+            keep = _kept_splits(previous, recipes, only, limit, seed, force, out)
+            outdir.check_space(out, estimate_bytes(plans))
+            stage = outdir.stage_path(out)
+            shutil.rmtree(stage, ignore_errors=True)
+            try:
+                stage.mkdir()
+                tmp_dir = stage / write.TMP_DIR
+                tmp_dir.mkdir()
+                units = _units(plans, tmp_dir)
+                _PLANS, _UNITS, _MAIN_PID = plans, units, os.getpid()
+                man = _build(recipes, plans, units, stage, tmp_dir, workers, limit, seed, progress, t0)
+                if keep:
+                    man = _merge(man, previous, keep, out, stage, recipes)
+                man.pop("_seconds")
+                write.atomic_write_text(stage / "manifest.json", M.dumps(man))
+                outdir.swap(stage, out)
+                seconds = time.perf_counter() - t0
+            except BaseException:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+    except outdir.OutputError as exc:
+        raise BuildError(str(exc)) from None
+    except OSError as exc:
+        where = exc.filename or out
+        raise BuildError(f"{where}: {exc.strerror or exc}; nothing was written to {out}") from None
+    man["_seconds"] = seconds  # for the summary only; not in the file
+    return man
+
+
+def _units(plans: list[Plan], tmp_dir: Path) -> list[Unit]:
     units: list[Unit] = []
     for p_idx, plan in enumerate(plans):
         size = plan.cfg.shard_rows
         n_shards = max(1, -(-plan.rows // size))
         plan.names = write.shard_names(plan.cfg.name, n_shards)
+        plan.units = []
         for s in range(n_shards):
             plan.units.append(len(units))
             units.append(Unit(p_idx, s, s * size, min((s + 1) * size, plan.rows), tmp_dir / (plan.names[s] + ".tmp")))
-    _PLANS, _UNITS = plans, units
-    try:
-        return _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, t0)
-    except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        raise
+    return units
+
+
+SAMPLE_ROWS = 64
+
+
+def estimate_bytes(plans: list[Plan]) -> int:
+    """Peak disk use of a build: each split's first rows rendered, as uncompressed Arrow, scaled to its
+    row count (a staged shard is that big until phase 3 encodes it), plus the parquet output (smaller)."""
+    total = 0
+    for plan in plans:
+        n = min(plan.rows, SAMPLE_ROWS)
+        if n == 0:
+            continue
+        buf = RowBuffer(plan.spec)
+        with E.recursion_headroom():
+            try:
+                for i, (_, item) in enumerate(plan.gen.first_valid_many(0, n)):
+                    buf.add(i, item)
+            except GeneratorError:
+                continue  # the build itself reports it
+        total += buf.table().nbytes * plan.rows // n
+    return 2 * total + (1 << 20)
+
+
+def _kept_splits(previous: dict | None, recipes: list[Recipe], only: tuple[str, ...], limit: int | None,
+                 seed: int | None, force: bool, out: Path) -> list[str]:
+    """With --only, the previous build's splits to keep (its recipes, seed and limit must be these)."""
+    if not only or previous is None:
+        return []
+    same = ([(r["sha256"], r["resolved"]) for r in previous.get("recipes", [])]
+            == [(r.sha256, r.resolved()) for r in recipes] and previous.get("limit") == limit)
+    if not same:
+        if force:
+            return []
+        names = ", ".join(r.get("name", "?") for r in previous.get("recipes", [])) or "unknown recipes"
+        raise BuildError(f"{out}: holds a build of {names} (seed {previous.get('seed')}, limit "
+                         f"{previous.get('limit')}); --only updates a build of the same recipes, seed and limit "
+                         f"in place, so it refuses this one (pass --force to replace it with only "
+                         f"{', '.join(only)})")
+    return [name for name in previous["splits"] if name not in only]
+
+
+def _merge(man: dict, previous: dict, keep: list[str], out: Path, stage: Path, recipes: list[Recipe]) -> dict:
+    """--only: the previous build's other splits (files hard-linked into the staging directory, entries
+    kept) around the rebuilt ones; the leakage report keeps the previous pairs among kept splits."""
+    for name in keep:
+        for f in previous["splits"][name]["files"]:
+            src, dst = out / f["path"], stage / f["path"]
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+    order = [s.name for r in recipes for s in r.splits]
+    built = set(man["splits"])
+    merged = dict(man)
+    merged["splits"] = {n: (man["splits"][n] if n in built else previous["splits"][n])
+                        for n in order if n in built or n in keep}
+    old, new = previous.get("leakage", {}), man["leakage"]
+
+    def kept(pair_or_v) -> bool:
+        names = pair_or_v if isinstance(pair_or_v, list) else [pair_or_v["split"], pair_or_v["train_split"]]
+        return not (set(names) & built)
+
+    pairs = [p for p in old.get("checked_pairs", []) if kept(p)] + new["checked_pairs"]
+    violations = [v for v in old.get("violations", []) if kept(v)] + new["violations"]
+    roles = {n: s["role"] for n, s in merged["splits"].items()}
+    unchecked = [[e, t] for e in merged["splits"] for t in merged["splits"]
+                 if roles[e] == "eval" and roles[t] == "train" and [e, t] not in pairs]
+    merged["leakage"] = {**new, "ok": all(v["allowed"] for v in violations), "checked_pairs": pairs,
+                         "violations": violations, "unchecked_pairs": unchecked}
+    return merged
 
 
 def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, t0) -> dict:
@@ -327,7 +435,7 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
             ctx = mp.get_context("fork")
             _COUNTER = ctx.Value("q", 0)
             _TICK = _tick_shared
-            pool = ctx.Pool(n_workers)
+            pool = ctx.Pool(n_workers, initializer=outdir.worker_init, initargs=(os.getpid(),))
         bar = None
         if progress:  # tqdm costs 20 ms of start-up; a build without a bar never imports it
             from tqdm import tqdm
@@ -364,6 +472,8 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
         sections[plan.cfg.name] = M.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"],
                                                   conditions, cat["out_len"], rejections[p_idx],
                                                   "forward" if plan.cfg.prompt_format == "forward" else "program")
+        sections[plan.cfg.name]["digest"] = plan.cfg.digest
+        sections[plan.cfg.name]["built_with"] = [p.cfg.name for p in plans]
         extra = plan.gen.manifest_section(plan.rows)
         if extra is not None:
             sections[plan.cfg.name][getattr(plan.gen, "MANIFEST_KEY", "plan")] = extra
@@ -373,7 +483,6 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
     allow = tuple(sorted({a for r in recipes for a in r.allow}))
     report = leakage.check(keys, heldout, allow)
     if not report["ok"]:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
         raise BuildError("leakage check failed (the recipe may allow it explicitly under leakage.allow):\n  "
                          + "\n  ".join(leakage.describe(report)))
     man = M.manifest(recipes, seed, sections, report, limit)
@@ -382,16 +491,11 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
         if summary is not None:
             man[cls.BUILD_KEY] = summary
 
-    manifest_path = out / "manifest.json"
-    manifest_path.unlink(missing_ok=True)  # never an old manifest beside new files
     for plan in plans:
-        for old in out.iterdir():
-            if old.is_file() and write.is_split_file(old.name, plan.cfg.name) and old.name not in plan.names:
-                old.unlink()
         for name, uid in zip(plan.names, plan.units):
             os.replace(units[uid].tmp, out / name)
+        sections[plan.cfg.name]["content_sha256"] = content.digest_files([out / name for name in plan.names])
     shutil.rmtree(tmp_dir, ignore_errors=True)
-    write.atomic_write_text(manifest_path, M.dumps(man))
     man["_seconds"] = time.perf_counter() - t0  # for the summary only; not in the file
     return man
 
