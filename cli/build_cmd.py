@@ -201,8 +201,8 @@ def stats(paths: tuple[Path, ...], as_json: bool, tokenizer: Path | None, max_pr
             raise click.ClickException(f"token statistics failed: {exc}") from None
     try:
         result = S.collect(files)
-    except (OSError, ValueError, KeyError) as exc:
-        raise click.ClickException(f"cannot read {', '.join(map(str, files))}: {exc}") from None
+    except S.StatsError as exc:
+        raise click.ClickException(f"cannot read {exc}") from None
     if as_json:
         result.pop("lengths")
         if token_report is not None:

@@ -256,10 +256,10 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def swap(stage: Path, out: Path) -> None:
     """Make the complete build in ``stage`` the one at ``out``; an interruption leaves one or the other."""
+    fault("before-swap")
     if not out.exists():
         os.rename(stage, out)
         return
-    fault("before-swap")
     if _exchange(stage, out):
         fault("after-swap")
         shutil.rmtree(stage, ignore_errors=True)  # now the previous build
