@@ -586,7 +586,8 @@ def _exhausted(plan: Plan, i: int) -> str:
     what = "programs" if cfg.unique == "program" else "tasks"
     return (f"{cfg.where}: row {i}: {plan.gen.max_attempts} candidates repeat earlier rows of the build "
             f"(unique: {cfg.unique}); the split asks for more distinct {what} than its options can make "
-            f"({plan.rows} rows requested). Ask for fewer rows, widen the options, or set unique: task")
+            f"({plan.rows} rows requested). Ask for fewer rows, widen the options, or "
+            + ("set unique: task" if cfg.unique == "program" else "set unique: none (rows may then repeat)"))
 
 
 def _no_redraw(plan: Plan, i: int) -> str:
