@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("score_cmd", "score"),
     "eval": ("eval_cmd", "eval_"),
     "push": ("push_cmd", "push"),
+    "verify": ("verify_cmd", "verify"),
 }
 
 
