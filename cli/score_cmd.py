@@ -42,6 +42,10 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
         raise click.ClickException(str(exc)) from None
     except SandboxError as exc:
         raise click.ClickException(f"sandbox failure: {exc}") from None
+    except OSError as exc:  # reading the inputs (writing is ScoreOutputError, above)
+        from opgen.files import describe_os_error
+
+        raise click.ClickException(describe_os_error(exc)) from None
     o = summary["overall"]
     click.echo(f"{summary['responses']} responses over {summary['rows_answered']} of {summary['rows']} rows: "
                f"accuracy {o['acc']:.4f} [{o['ci_low']:.4f}, {o['ci_high']:.4f}]  isolation {summary['isolation']}")

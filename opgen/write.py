@@ -8,7 +8,6 @@ counts. Files are written under a temporary name and renamed only once the whole
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -82,6 +81,6 @@ def sha256_of(path: Path) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    from opgen import files
+
+    files.atomic_write_text(path, text)
