@@ -104,7 +104,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         except OSError as exc:  # a full disk or a read-only --out
             from opgen.files import describe_os_error
 
-            raise click.ClickException(f"{name}: {describe_os_error(exc)}; {out_dir / name}/metrics.json was "
+            raise click.ClickException(f"{name}: {describe_os_error(exc, str(out_dir / name))}; metrics.json was "
                                        f"not written (generations so far are kept for --resume)") from None
         results.append(metrics)
         click.echo(_summary_line(metrics))
@@ -115,7 +115,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         except OSError as exc:
             from opgen.files import describe_os_error
 
-            raise click.ClickException(f"sweep: {describe_os_error(exc)}") from None
+            raise click.ClickException(f"sweep: {describe_os_error(exc, str(out_dir))}") from None
         click.echo(f"sweep: {', '.join(str(p) for p in written)}")
 
 

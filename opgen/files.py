@@ -27,8 +27,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(path)
         raise
 
 
@@ -38,6 +40,6 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def describe_os_error(exc: OSError, what: str = "") -> str:
     """``<file>: <reason>`` for a write that failed (disk full, read-only, permission)."""
-    where = exc.filename or what or "?"
+    where = exc.filename or what
     reason = exc.strerror or str(exc)
-    return f"{where}: {reason}"
+    return f"{where}: {reason}" if where else reason
