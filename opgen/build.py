@@ -311,7 +311,9 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
             outdir.recover(out)
             previous = outdir.check_owner(out, force)
             keep = _kept_splits(previous, recipes, only, limit, seed, force, out)
-            outdir.check_space(out, estimate_bytes(plans))
+            # Rendering sample rows costs up to 0.2 s; only a tight disk is worth it.
+            if outdir.free_bytes(out) < QUICK_BYTES_PER_ROW * sum(p.rows for p in plans):
+                outdir.check_space(out, estimate_bytes(plans))
             stage = outdir.stage_path(out)
             shutil.rmtree(stage, ignore_errors=True)
             try:
@@ -353,25 +355,43 @@ def _units(plans: list[Plan], tmp_dir: Path) -> list[Unit]:
 
 
 SAMPLE_ROWS = 64
+QUICK_BYTES_PER_ROW = 64 << 10  # far above any bundled recipe's peak (3.3 KiB a row at most): no estimate needed
+# parquet (zstd, dictionaries) over in-memory Arrow, a generous bound: measured 14.6-30x smaller on
+# the bundled recipes (docs/recipes.md, "Output directory")
+PARQUET_SHRINK = 4
 
 
 def estimate_bytes(plans: list[Plan]) -> int:
-    """Peak disk use of a build: each split's first rows rendered, as uncompressed Arrow, scaled to its
-    row count (a staged shard is that big until phase 3 encodes it), plus the parquet output (smaller)."""
-    total = 0
+    """Peak disk use of a build, from 64 rows of each split (evenly spaced) rendered as Arrow, scaled.
+
+    A shard phase 2 may change is staged as uncompressed Arrow until phase 3 encodes it (the
+    build's first shard and those of ``unique: none`` splits go straight to parquet); the staged
+    shards and the parquet files coexist at worst. Generous on purpose: parquet is taken as a
+    quarter of Arrow, a tenth or less in practice."""
+    staged = parquet = 0
+    uid = 0
     for plan in plans:
         n = min(plan.rows, SAMPLE_ROWS)
-        if n == 0:
-            continue
-        buf = RowBuffer(plan.spec)
-        with E.recursion_headroom():
-            try:
-                for i, (_, item) in enumerate(plan.gen.first_valid_many(0, n)):
-                    buf.add(i, item)
-            except GeneratorError:
-                continue  # the build itself reports it
-        total += buf.table().nbytes * plan.rows // n
-    return 2 * total + (1 << 20)
+        size = plan.cfg.shard_rows
+        n_shards = max(1, -(-plan.rows // size))
+        per_row = 0.0
+        if n:
+            buf = RowBuffer(plan.spec)
+            with E.recursion_headroom():
+                try:
+                    for k in range(n):  # spread over the split: depths and lengths change along it
+                        i = k * plan.rows // n
+                        buf.add(i, plan.gen.first_valid(i, 0)[1])
+                    per_row = buf.table().nbytes / n
+                except GeneratorError:
+                    pass  # the build itself reports it
+        for s in range(n_shards):
+            rows = min((s + 1) * size, plan.rows) - s * size
+            if not (uid == 0 or plan.cfg.unique == "none"):
+                staged += rows * per_row
+            parquet += rows * per_row / PARQUET_SHRINK
+            uid += 1
+    return int(staged + parquet) + (1 << 20)
 
 
 def _kept_splits(previous: dict | None, recipes: list[Recipe], only: tuple[str, ...], limit: int | None,

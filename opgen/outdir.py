@@ -31,9 +31,6 @@ from pathlib import Path
 LOCK_SUFFIX = ".opgen-lock"
 NEW_INFIX = ".opgen-new-"
 OLD_INFIX = ".opgen-old-"
-# Peak disk use of a build over its parquet output: every staged shard is uncompressed Arrow until
-# phase 3 encodes it (measured 9-12x on the bundled recipes), plus the parquet files themselves.
-SPACE_FACTOR = 12
 
 
 class OutputError(RuntimeError):
@@ -211,12 +208,17 @@ def check_writable(out: Path) -> None:
         raise OutputError(f"{parent}: not writable; a build stages its output beside {out.name} and swaps it in")
 
 
-def check_space(out: Path, estimate: int) -> None:
+def free_bytes(out: Path) -> int:
     st = os.statvfs(out.parent)
-    free = st.f_bavail * st.f_frsize
+    return st.f_bavail * st.f_frsize
+
+
+def check_space(out: Path, estimate: int) -> None:
+    free = free_bytes(out)
     if free < estimate:
         raise OutputError(f"{out.parent}: {_mib(free)} free, the build needs about {_mib(estimate)} while it runs "
-                          f"({SPACE_FACTOR}x its estimated parquet output); free space or build elsewhere")
+                          f"(staged shards and parquet files, estimated from sample rows); free space or build "
+                          f"elsewhere")
 
 
 def _mib(n: int) -> str:
