@@ -61,12 +61,12 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
     try:
         man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress,
                       force=force)
-    except KeyboardInterrupt:
-        click.echo(f"interrupted; {out} is as it was before this build", err=True)
-        ctx.exit(130)
-    except outdir.Terminated:
-        click.echo(f"terminated; {out} is as it was before this build", err=True)
-        ctx.exit(143)
+    except (KeyboardInterrupt, outdir.Terminated) as exc:
+        what = "terminated" if isinstance(exc, outdir.Terminated) else "interrupted"
+        kept = "holds this build (the signal came during its final swap)" if B.SWAPPED[0] is not None \
+            else "is as it was before this build"
+        click.echo(f"{what}; {out} {kept}", err=True)
+        ctx.exit(143 if isinstance(exc, outdir.Terminated) else 130)
     except B.BuildError as exc:
         if "--only" in str(exc):
             raise click.BadParameter(str(exc), param_hint="--only") from None

@@ -82,6 +82,7 @@ def _no_tick(n: int) -> None:
 
 _TICK: Callable[[int], None] = _no_tick
 _MAIN_PID = 0  # the build's main process (a fault point signals it from a worker)
+SWAPPED: list[Path | None] = [None]  # the output the last build swapped in (a late Ctrl-C then kept it)
 
 
 def _facts_arrays(facts: list[Facts]) -> dict:
@@ -301,6 +302,7 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
     """
     global _PLANS, _UNITS, _MAIN_PID
     t0 = time.perf_counter()
+    SWAPPED[0] = None
     plans = plan_build(recipes, only, limit)
     out = Path(os.path.abspath(out))
     if out.is_symlink():
@@ -327,7 +329,9 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
                     man = _merge(man, previous, keep, out, stage, recipes)
                 man.pop("_seconds")
                 write.atomic_write_text(stage / "manifest.json", M.dumps(man))
-                outdir.swap(stage, out)
+                with outdir.signals_held():  # a Ctrl-C now is taken after the swap, not inside it
+                    outdir.swap(stage, out)
+                    SWAPPED[0] = out
                 seconds = time.perf_counter() - t0
             except BaseException:
                 shutil.rmtree(stage, ignore_errors=True)

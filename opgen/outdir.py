@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -26,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import threading
 from pathlib import Path
 
 LOCK_SUFFIX = ".opgen-lock"
@@ -81,6 +83,29 @@ def worker_init(parent: int) -> None:
 
 def _raise_terminated(signum, frame):
     raise Terminated()
+
+
+@contextlib.contextmanager
+def signals_held():
+    """SIGINT and SIGTERM that arrive while a swap is under way are acted on after it.
+
+    Handlers, not the signal mask: pyarrow's threads would take a signal the main thread blocks."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, frame: got.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if got:
+        handler = old[got[0]]
+        if callable(handler):
+            handler(got[0], None)
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(got[0])
 
 
 def install_sigterm() -> None:

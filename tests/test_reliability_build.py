@@ -208,3 +208,15 @@ def test_a_failed_build_creates_no_output_directory(runner, cli, tmp_path):
     r = runner.invoke(cli, ["build", str(tmp_path / "r.yaml"), "--out", str(out)])
     assert r.exit_code != 0
     assert not out.exists() and _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("swap, point, sig, code", [("rename", "between-renames", "TERM", 143),
+                                                    ("exchange", "before-swap", "INT", 130)])
+def test_sigint_or_sigterm_during_the_swap_is_taken_after_it(tmp_path, swap, point, sig, code):
+    out = tmp_path / "o"
+    args = ["build", "native-stage1", "--out", str(out), "--limit", "40", "--workers", "1"]
+    assert _run(args).returncode == 0
+    env = {"OPGEN_FAULT": f"{point}:{sig}", **({"OPGEN_SWAP": "rename"} if swap == "rename" else {})}
+    r = _run(args + ["--seed", "9"], env=env)
+    assert r.returncode == code and "holds this build" in r.stderr, r.stderr
+    assert _state(out)[0] == 9 and _leftovers(tmp_path) == []
