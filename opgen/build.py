@@ -24,7 +24,6 @@ interrupted build leaves the previous build or the new one, never a mix.
 
 from __future__ import annotations
 
-import functools
 import gc
 import heapq
 import os
@@ -144,9 +143,14 @@ def _produce_rows(uid: int) -> dict:
     # stream first, and parquet is encoded once, in phase 3, with the redrawn rows swapped in:
     # cheaper than decoding and re-encoding a parquet shard.
     pool = pa.default_memory_pool()
+    digest = None
     if _final_in_produce(uid):
         writer = write.open_writer(unit.tmp, buf.schema)
-        put = functools.partial(write.write_chunk, writer)
+        digest = content.Digest()  # of the rows as written: the file is never read back
+
+        def put(table: pa.Table) -> None:
+            write.write_chunk(writer, table)
+            digest.update(table)
     else:
         sink = pa.OSFile(_staged(unit), "wb")
         writer = pa.ipc.new_stream(sink, buf.schema)
@@ -180,6 +184,7 @@ def _produce_rows(uid: int) -> dict:
             sink.close()
     outdir.fault("produced", _MAIN_PID)
     out = _facts_arrays(facts)
+    out["content"] = digest.hexdigest() if digest is not None else None
     out["attempt"] = np.array(attempts, dtype=np.int32)
     out["rejections"] = gen.rejections
     return out
@@ -193,21 +198,23 @@ def _staged(unit: Unit) -> str:
     return str(unit.tmp) + ".arrow"
 
 
-def _finish(args: tuple[int, list[tuple[int, int]]]) -> tuple[int, str, int]:
+def _finish(args: tuple[int, list[tuple[int, int]]]) -> tuple[int, str, int, str | None]:
     uid, patches = args
     unit = _UNITS[uid]
+    digest = None
     if not _final_in_produce(uid):
-        _encode(unit, _PLANS[unit.plan], patches)
+        digest = _encode(unit, _PLANS[unit.plan], patches)
     else:
         assert not patches, "the build's first shard and shards without duplicate checks are never redrawn"
     # Arrow's allocator keeps freed buffers for reuse; handing them back after each shard keeps a
     # build's peak memory that of one shard, not a slowly rising one.
     pa.default_memory_pool().release_unused()
-    return uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size
+    return uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size, digest
 
 
-def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> None:
-    """A staged shard as parquet, with its redrawn rows swapped in."""
+def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> str:
+    """A staged shard as parquet, with its redrawn rows swapped in; returns its content digest."""
+    digest = content.Digest()
     replacement = None
     if patches:
         buf = RowBuffer(plan.spec)
@@ -239,12 +246,14 @@ def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> None:
                     pieces.append(table.slice(at))
                     table = pa.concat_tables(pieces).combine_chunks()
                 write.write_chunk(writer, table)
+                digest.update(table)
                 offset += n
                 del table, batch
                 pool.release_unused()
         finally:
             writer.close()
     os.remove(staged)
+    return digest.hexdigest()
 
 
 def _run(pool, fn, args: list, bar) -> list:
@@ -490,7 +499,7 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
         conditions = sum((r["conditions"] for r in res), Counter())
         files = []
         for name, uid in zip(plan.names, plan.units):
-            _, sha, size = finished[uid]
+            _, sha, size, _ = finished[uid]
             u = units[uid]
             files.append({"path": name, "rows": u.stop - u.start, "sha256": sha, "bytes": size})
         sections[plan.cfg.name] = M.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"],
@@ -518,7 +527,8 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
     for plan in plans:
         for name, uid in zip(plan.names, plan.units):
             os.replace(units[uid].tmp, out / name)
-        sections[plan.cfg.name]["content_sha256"] = content.digest_files([out / name for name in plan.names])
+        sections[plan.cfg.name]["content_sha256"] = content.combine(
+            results[uid]["content"] or finished[uid][3] for uid in plan.units)
     shutil.rmtree(tmp_dir, ignore_errors=True)
     man["_seconds"] = time.perf_counter() - t0  # for the summary only; not in the file
     return man

@@ -4,15 +4,17 @@ Parquet bytes depend on the writer's version (pyarrow 21 and 26 write the same r
 files), so byte hashes alone cannot show that two machines built the same data. The content digest
 is defined on values only (docs/recipes.md, "Reproducibility"):
 
-- The rows of all of a split's files, in file order, form one table; its columns are visited in
-  schema order, depth first. Each node has a path (``prompt``, ``prompt.[]``, ``prompt.[].role``).
-- Every node contributes streams, each hashed with SHA-256 over all rows in order:
+- The rows of a file, in order, form one table; its columns are visited in schema order, depth
+  first. Each node has a path (``prompt``, ``prompt.[]``, ``prompt.[].role``).
+- Every node contributes streams, each hashed with SHA-256 over the file's rows in order:
   ``valid`` (one byte per value, 1 or 0 for null); a list node also ``len`` (each list's length
   as little-endian int64, 0 for null); a string or binary leaf ``len`` and ``data`` (the UTF-8 bytes,
   concatenated; null as empty); an integer or boolean leaf ``data`` as little-endian int64; a
   float leaf ``data`` as little-endian float64. Struct nodes only have ``valid``.
-- The digest is SHA-256 over the lines ``<path>\\t<stream>\\t<hex digest>\\n`` in that order,
-  preceded by ``opgen-content-v1\\n``.
+- A file's digest is SHA-256 over the lines ``<path>\\t<stream>\\t<hex digest>\\n`` in that order,
+  preceded by ``opgen-content-v1\\n``; a split's is SHA-256 over ``opgen-content-v1 split\\n``
+  and its files' hex digests, one a line, in file order. (Files are the recipe's shards, so the
+  builder digests each shard as it writes it, in parallel, without reading it back.)
 
 Integer widths (int16 vs int64), chunking, row groups, compression and file metadata do not enter.
 """
@@ -96,22 +98,39 @@ def _visit(s: _Streams, path: str, arr: pa.Array) -> None:
     raise ValueError(f"column {path!r}: type {t} has no canonical serialization")
 
 
-def digest_tables(tables: Iterable[pa.Table]) -> str:
-    s = _Streams()
-    for table in tables:
-        for batch in table.to_batches():
+class Digest:
+    """A file's content digest, fed table by table in row order."""
+
+    def __init__(self) -> None:
+        self._s = _Streams()
+
+    def update(self, table: pa.Table | pa.RecordBatch) -> None:
+        for batch in (table.to_batches() if isinstance(table, pa.Table) else [table]):
             for name, column in zip(batch.schema.names, batch.columns):
-                _visit(s, name, column)
-    return s.digest()
+                _visit(self._s, name, column)
+
+    def hexdigest(self) -> str:
+        return self._s.digest()
+
+
+def digest_tables(tables: Iterable[pa.Table]) -> str:
+    """One file's content digest from its rows (tables in order)."""
+    d = Digest()
+    for table in tables:
+        d.update(table)
+    return d.hexdigest()
+
+
+def digest_file(path: Path) -> str:
+    pf = pq.ParquetFile(path)
+    return digest_tables(pf.read_row_group(rg) for rg in range(pf.num_row_groups))
+
+
+def combine(file_digests: Iterable[str]) -> str:
+    """A split's content digest from its files' (in file order)."""
+    return hashlib.sha256((VERSION + " split\n" + "".join(d + "\n" for d in file_digests)).encode()).hexdigest()
 
 
 def digest_files(paths: Iterable[Path]) -> str:
     """The content digest of a split stored in ``paths`` (its files, in order)."""
-
-    def tables():
-        for path in paths:
-            pf = pq.ParquetFile(path)
-            for rg in range(pf.num_row_groups):
-                yield pf.read_row_group(rg)
-
-    return digest_tables(tables())
+    return combine(digest_file(p) for p in paths)

@@ -99,3 +99,20 @@ def test_verify_rebuilds_an_only_update_by_its_groups(runner, cli, tmp_path):
 def test_verify_names_a_directory_without_a_manifest(runner, cli, tmp_path):
     r = runner.invoke(cli, ["verify", str(tmp_path)])
     assert r.exit_code == 2 and "manifest.json" in r.output
+
+
+def test_the_digest_taken_while_writing_equals_the_files_with_redraws_and_workers(tmp_path):
+    from opgen import build as B
+    from opgen import recipe as R
+
+    split = ("    generator: trees\n    role: eval\n    shard_rows: 100\n"
+             "    options: {ops: [func_3, func_1, func_2, func_4], depths: [1], input_len: [1, 2], rows: %d}\n")
+    (tmp_path / "r.yaml").write_text("name: r\nsplits:\n  a:\n" + split % 400 + "  b:\n" + split % 300)
+    for workers in (1, 2):
+        out = tmp_path / f"o{workers}"
+        man = B.build([R.load(str(tmp_path / "r.yaml"))], out, workers=workers)
+        for s in man["splits"].values():
+            assert s["rejections"]["duplicate"] > 0  # rows redrawn in phase 2 are in the digest
+            assert s["content_sha256"] == content.digest_files([out / f["path"] for f in s["files"]])
+    assert json.loads((tmp_path / "o1" / "manifest.json").read_text()) == \
+        json.loads((tmp_path / "o2" / "manifest.json").read_text())
