@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 VERSION = "opgen-content-v1"
@@ -53,21 +52,31 @@ class _Streams:
         return top.hexdigest()
 
 
-def _np(arr: pa.Array, to: pa.DataType, dtype: str) -> np.ndarray:
-    """Values as numpy, nulls as 0. Through the buffer, not np.asarray or fill_null: both reach
-    pa.scalar / __array__, which import pandas (0.2 s)."""
-    cast = pc.cast(arr, to)
-    out = np.frombuffer(cast.buffers()[1], dtype=dtype)[cast.offset: cast.offset + len(cast)]
-    if arr.null_count:
-        out = np.where(_valid_np(arr), out, 0).astype(dtype)
-    return out
+def _bits(buf, offset: int, n: int) -> np.ndarray:
+    return np.unpackbits(np.frombuffer(buf, dtype="u1"), bitorder="little")[offset: offset + n]
 
 
 def _valid_np(arr: pa.Array) -> np.ndarray:
-    v = pc.cast(arr.is_valid(), pa.uint8())
-    return np.frombuffer(v.buffers()[1], dtype="u1")[v.offset: v.offset + len(v)].astype(bool)
+    buf = arr.buffers()[0]
+    if buf is None or arr.null_count == 0:
+        return np.ones(len(arr), dtype=bool)
+    return _bits(buf, arr.offset, len(arr)).astype(bool)
 
 
+def _offsets(arr: pa.Array, large: bool) -> np.ndarray:
+    return np.frombuffer(arr.buffers()[1], dtype="<i8" if large else "<i4")[arr.offset: arr.offset + len(arr) + 1]
+
+
+def _masked(values: np.ndarray, arr: pa.Array) -> np.ndarray:
+    values = values.astype("<i8") if values.dtype.kind in "iub" else values.astype("<f8")
+    if arr.null_count:
+        values = np.where(_valid_np(arr), values, 0).astype(values.dtype)
+    return values
+
+
+# Buffers are read directly: pyarrow.compute costs ~40 ms to import, np.asarray and fill_null
+# reach pa.scalar / __array__, which import pandas (0.2 s). Only a null over a non-empty string
+# segment (which opgen never writes) takes a path through pyarrow.compute.
 def _visit(s: _Streams, path: str, arr: pa.Array) -> None:
     t = arr.type
     s.put(path, "valid", b"\x01" * len(arr) if arr.null_count == 0 else _valid_np(arr).astype("u1").tobytes())
@@ -76,24 +85,39 @@ def _visit(s: _Streams, path: str, arr: pa.Array) -> None:
             _visit(s, f"{path}.{t.field(k).name}", child)
         return
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        s.put(path, "len", _np(pc.list_value_length(arr), pa.int64(), "<i8").tobytes())
-        _visit(s, f"{path}.[]", arr.flatten())
+        offsets = _offsets(arr, pa.types.is_large_list(t))
+        raw = np.diff(offsets)
+        lens = _masked(raw, arr)
+        s.put(path, "len", lens.tobytes())
+        if (lens == raw).all():  # the values of the lists, in order (flatten() would import pyarrow.compute)
+            values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+        else:  # a null over a non-empty segment: its values do not count
+            values = arr.flatten()
+        _visit(s, f"{path}.[]", values)
         return
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        s.put(path, "len", _np(pc.binary_length(arr), pa.int64(), "<i8").tobytes())
+        large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+        lens = np.diff(_offsets(arr, large))
         if arr.null_count:
-            arr = arr.filter(arr.is_valid())  # a null contributes no bytes
-        width = 8 if pa.types.is_large_string(t) or pa.types.is_large_binary(t) else 4
-        bufs = arr.buffers()
-        if len(arr) and bufs[2] is not None:
-            offsets = np.frombuffer(bufs[1], dtype=f"<i{width}")[arr.offset: arr.offset + len(arr) + 1]
-            s.put(path, "data", memoryview(bufs[2])[int(offsets[0]): int(offsets[-1])])
+            s.put(path, "len", _masked(lens, arr).tobytes())
+            if lens[~_valid_np(arr)].any():  # a null over a non-empty segment (legal, rare): drop it
+                import pyarrow.compute as pc
+
+                arr = arr.filter(pc.is_valid(arr))  # a null contributes no bytes
+        else:
+            s.put(path, "len", lens.astype("<i8").tobytes())
+        if len(arr) and arr.buffers()[2] is not None:
+            offsets = _offsets(arr, large)
+            s.put(path, "data", memoryview(arr.buffers()[2])[int(offsets[0]): int(offsets[-1])])
         return
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        s.put(path, "data", _np(arr, pa.int64(), "<i8").tobytes())
+    if pa.types.is_boolean(t):
+        s.put(path, "data", _masked(_bits(arr.buffers()[1], arr.offset, len(arr)), arr).tobytes())
         return
-    if pa.types.is_floating(t):
-        s.put(path, "data", _np(arr, pa.float64(), "<f8").tobytes())
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        kind = "f" if pa.types.is_floating(t) else ("i" if pa.types.is_signed_integer(t) else "u")
+        dtype = np.dtype(f"<{kind}{t.bit_width // 8}")
+        values = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset: arr.offset + len(arr)]
+        s.put(path, "data", _masked(values, arr).tobytes())
         return
     raise ValueError(f"column {path!r}: type {t} has no canonical serialization")
 

@@ -116,3 +116,8 @@ def test_the_digest_taken_while_writing_equals_the_files_with_redraws_and_worker
             assert s["content_sha256"] == content.digest_files([out / f["path"] for f in s["files"]])
     assert json.loads((tmp_path / "o1" / "manifest.json").read_text()) == \
         json.loads((tmp_path / "o2" / "manifest.json").read_text())
+
+
+def test_digesting_while_building_imports_neither_pyarrow_compute_nor_pandas(modules_after_build):
+    # pyarrow.compute costs ~40 ms of start-up and pandas 0.2 s; the digest reads Arrow buffers directly
+    assert modules_after_build("eval-suite", 30, ("pyarrow.compute", "pandas")) == []
