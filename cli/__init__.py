@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "push": ("push_cmd", "push"),
     "fit": ("fit_cmd", "fit"),
     "leakage": ("leakage_cmd", "leakage"),
+    "verify": ("verify_cmd", "verify"),
 }
 
 

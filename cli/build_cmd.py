@@ -35,15 +35,23 @@ def _workers_default() -> int:
 @click.option("--ray-address", default=None, help="ray: an existing cluster; default: a local one on 127.0.0.1.")
 @click.option("--ray-num-cpus", type=click.IntRange(min=1), default=None,
               help="ray: CPUs of the local cluster (default: this machine's).")
-def build(recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | None, only: tuple[str, ...],
-          limit: int | None, progress: bool | None, tokenizer: Path | None, executor: str, ray_address: str | None,
-          ray_num_cpus: int | None) -> None:
+@click.option("--force", is_flag=True,
+              help="Replace --out even if it holds something other than an opgen build (or, with --only, "
+                   "a build of other recipes).")
+@click.pass_context
+def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | None,
+          only: tuple[str, ...], limit: int | None, progress: bool | None, tokenizer: Path | None,
+          executor: str, ray_address: str | None, ray_num_cpus: int | None, force: bool) -> None:
     """Build every split of RECIPE... (YAML files or bundled names) as verl parquet in --out.
 
     With no RECIPE, builds the bundled evaluation suite (datasets/eval-suite.yaml). Writes
     DIR/<split>.parquet (or shards) and DIR/manifest.json with counts, sha256 and the leakage report.
+    DIR is replaced whole and atomically (docs/recipes.md, "Output directory"); with --only, the
+    other splits of a build of the same recipes are kept. SIGINT exits 130, SIGTERM 143, each after
+    removing what the build had staged.
     """
     from opgen import build as B
+    from opgen import outdir
     from opgen import recipe as R
 
     specs = recipes or (DEFAULT_RECIPE,)
@@ -55,6 +63,7 @@ def build(recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | 
     tok = _load_tokenizer(tokenizer) if tokenizer is not None else None  # fail before any work
     if progress is None:
         progress = sys.stderr.isatty()
+    outdir.install_sigterm()
     mapper = None
     try:
         if executor == "ray":
@@ -65,7 +74,13 @@ def build(recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | 
             except RayError as exc:
                 raise click.ClickException(str(exc)) from None
         man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress,
-                      mapper=mapper)
+                      mapper=mapper, force=force)
+    except (KeyboardInterrupt, outdir.Terminated) as exc:
+        what = "terminated" if isinstance(exc, outdir.Terminated) else "interrupted"
+        kept = "holds this build (the signal came during its final swap)" if B.SWAPPED[0] is not None \
+            else "is as it was before this build"
+        click.echo(f"{what}; {out} {kept}", err=True)
+        ctx.exit(143 if isinstance(exc, outdir.Terminated) else 130)
     except B.BuildError as exc:
         if "--only" in str(exc):
             raise click.BadParameter(str(exc), param_hint="--only") from None
@@ -210,8 +225,8 @@ def stats(paths: tuple[Path, ...], as_json: bool, tokenizer: Path | None, max_pr
             raise click.ClickException(f"token statistics failed: {exc}") from None
     try:
         result = S.collect(files)
-    except (OSError, ValueError, KeyError) as exc:
-        raise click.ClickException(f"cannot read {', '.join(map(str, files))}: {exc}") from None
+    except S.StatsError as exc:
+        raise click.ClickException(f"cannot read {exc}") from None
     if as_json:
         result.pop("lengths")
         if token_report is not None:

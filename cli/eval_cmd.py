@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -88,12 +89,13 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--namespace", type=click.Choice(["strict", "native"]), default="strict", show_default=True,
               help="Scorer: strict runs programs on their own; native with what the native benchmark's module "
                    "had imported (gcd from math; see docs/scoring.md).")
-@click.option("--quiet", is_flag=True, help="No progress bars.")
+@click.option("--progress/--no-progress", default=None, help="Progress bars on stderr (default: when a terminal).")
+@click.option("--quiet", is_flag=True, help="No progress bars (same as --no-progress).")
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
           tensor_parallel_size, hf_batch_size, base_urls, api_key_env, concurrency, request_timeout, retries,
           executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus, chunk_rows, namespace,
-          quiet) -> None:
+          progress, quiet) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -123,16 +125,19 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         raise click.BadParameter(f"two data files are both named {sorted(data_names)[0]!r}", param_hint="--data")
     if decomposed and n != 1:
         raise click.UsageError("--decomposed draws one sample per recall; use it with --n 1")
+    bars = not quiet and (sys.stderr.isatty() if progress is None else progress)
     sampling = Sampling(max_new_tokens=max_new_tokens, n=n, temperature=temperature, top_p=top_p, seed=seed,
                         max_model_len=max_model_len)
     cfg = ev.EvalConfig(
         backend=backend, sampling=sampling, limit=limit, resume=resume, decomposed=decomposed, score=not no_score,
-        batch_size=batch_size, workers=workers, progress=not quiet, namespace=namespace,
+        batch_size=batch_size, workers=workers, progress=bars, namespace=namespace,
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                              enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
                              batch_size=hf_batch_size),
         openai=openai,
     )
+    if backend == "replay":
+        _check_replay(models, data_files, limit, decomposed)
     if executor == "ray":
         from opgen.infer.ray_executor import RayOptions
 
@@ -150,6 +155,11 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
                 raise click.ClickException(f"{name}: {exc}") from None
             except ScoreInputError as exc:
                 raise click.ClickException(f"{name}: scoring failed: {exc}") from None
+            except OSError as exc:  # a full disk or a read-only --out
+                from opgen.files import describe_os_error
+
+                raise click.ClickException(f"{name}: {describe_os_error(exc, str(out_dir / name))}; metrics.json was "
+                                           f"not written (generations so far are kept for --resume)") from None
             results.append(metrics)
             click.echo(_summary_line(metrics))
             for dn, entry in metrics["data"].items():
@@ -158,7 +168,12 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
                     click.echo(f"{name}: {dn}: {warning}", err=True)
     if len(results) > 1 and not no_score:
         from opgen import sweep
-        written = sweep.write_sweep(out_dir, results)
+        try:
+            written = sweep.write_sweep(out_dir, results)
+        except OSError as exc:
+            from opgen.files import describe_os_error
+
+            raise click.ClickException(f"sweep: {describe_os_error(exc, str(out_dir))}") from None
         click.echo(f"sweep: {', '.join(str(p) for p in written)}")
 
 
@@ -209,6 +224,31 @@ def _openai_options(backend, base_urls, api_key_env, concurrency, request_timeou
                              timeout_s=request_timeout, retries=retries)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--base-url") from None
+
+
+def _check_replay(models, data_files, limit, decomposed) -> None:
+    """Replay: the responses must belong to these data files, checked before anything is written."""
+    import pyarrow.parquet as pq
+
+    from opgen.infer import decomposed as decomp
+    from opgen.infer import evaluate as ev
+    from opgen.infer import replay
+    from opgen.infer.base import BackendError
+    from opgen.infer.run import DataError, read_rows
+
+    data = []
+    for d in data_files:
+        try:
+            rows = read_rows(d, limit)
+            data.append((ev.data_name(d), rows, pq.ParquetFile(d).metadata.num_rows,
+                         decomposed and decomp.applicable(rows) is None))
+        except DataError as exc:
+            raise click.BadParameter(str(exc), param_hint="--data") from None
+    for model in models:
+        try:
+            replay.check_source(model, data)
+        except BackendError as exc:  # exit 1, as when the same problem surfaces mid-run
+            raise click.ClickException(str(exc)) from None
 
 
 def _summary_line(metrics: dict) -> str:

@@ -61,7 +61,7 @@ def show_cmd(op_id: str) -> None:
     click.echo(op.source, nl=False)
 
 
-@ops.command("eval")
+@ops.command("eval", short_help="Evaluate an expression such as func_3(func_1(x, 2)) on --input.")
 @click.argument("expression")
 @click.option("--input", "input_", required=True, help="The value of x.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result and measures as JSON.")
@@ -71,6 +71,10 @@ def show_cmd(op_id: str) -> None:
               help="Give up after this many seconds (0: never), e.g. func_19(x, 10**12) loops that often.")
 def eval_cmd(expression: str, input_: str, as_json: bool, max_len: int, timeout: float) -> None:
     """Parse EXPRESSION (e.g. "func_3(func_1(x, 2))"), evaluate it on --input, print the result."""
+    if not _utf8_encodable(expression):
+        at = next(i for i, ch in enumerate(expression) if not _utf8_encodable(ch))
+        raise click.BadParameter(f"character {at + 1} is not valid UTF-8 (byte 0x{ord(expression[at]) & 0xFF:02x}); "
+                                 f"an expression is UTF-8 text", param_hint="EXPRESSION")
     try:
         tree = expr.parse(expression)
     except expr.ExprError as exc:

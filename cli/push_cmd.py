@@ -50,6 +50,11 @@ def push(build_dir: Path, repo_id: str, private: bool, revision: str | None, dry
                           license=license_, pretty_name=pretty_name)
     except hub.HubError as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # a full disk or read-only target for --dry-run; the tree is never half there
+        from opgen.files import describe_os_error
+
+        raise click.ClickException(f"{describe_os_error(exc, str(dry_run or build_dir))}; nothing was written"
+                                   + (f" to {dry_run}" if dry_run is not None else "")) from None
     where = f"{repo_id}@{revision}" if revision else repo_id
     click.echo(f"pushed {len(result.files)} files ({len(result.plan.configs)} configs) to {where} in one commit")
     if result.commit_url:

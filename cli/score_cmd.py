@@ -72,6 +72,10 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
         raise click.ClickException(str(exc)) from None
     except SandboxError as exc:
         raise click.ClickException(f"sandbox failure: {exc}") from None
+    except OSError as exc:  # reading the inputs (writing is ScoreOutputError, above)
+        from opgen.files import describe_os_error
+
+        raise click.ClickException(describe_os_error(exc)) from None
     finally:
         if box is not None:
             box.close()

@@ -16,14 +16,14 @@ the whole build. Three phases keep both, independent of the number of workers:
    swapped in, row groups of a fixed size (so either way a file's bytes are those of its final
    rows), and hashed.
 
-Files live in ``DIR/.opgen-build.tmp/`` until the build (and its leakage check) succeeded; then
-they are renamed into place and ``manifest.json`` is written last, so an interrupted build never
-leaves a file that looks complete.
+Everything is written into the sibling staging directory ``DIR.opgen-new-<pid>`` (shards under
+its ``.opgen-build.tmp/`` until the build and its leakage check succeeded, ``manifest.json``
+last), which then replaces DIR whole (opgen.outdir: lock, ownership, atomic swap), so an
+interrupted build leaves the previous build or the new one, never a mix.
 """
 
 from __future__ import annotations
 
-import functools
 import gc
 import heapq
 import os
@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from opgen import content, formats, leakage, outdir, write
 from opgen import expr as E
-from opgen import formats, leakage, write
 from opgen import manifest as M
 from opgen.generate import Generator, GeneratorError
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
@@ -80,6 +80,8 @@ def _no_tick(n: int) -> None:
 
 
 _TICK: Callable[[int], None] = _no_tick
+_MAIN_PID = 0  # the build's main process (a fault point signals it from a worker)
+SWAPPED: list[Path | None] = [None]  # the output the last build swapped in (a late Ctrl-C then kept it)
 
 
 def _facts_arrays(facts: list[Facts]) -> dict:
@@ -146,9 +148,14 @@ def _produce_rows(uid: int) -> dict:
     # stream first, and parquet is encoded once, in phase 3, with the redrawn rows swapped in:
     # cheaper than decoding and re-encoding a parquet shard.
     pool = pa.default_memory_pool()
+    digest = None
     if _final_in_produce(uid):
         writer = write.open_writer(unit.tmp, buf.schema)
-        put = functools.partial(write.write_chunk, writer)
+        digest = content.Digest()  # of the rows as written: the file is never read back
+
+        def put(table: pa.Table) -> None:
+            write.write_chunk(writer, table)
+            digest.update(table)
     else:
         sink = pa.OSFile(_staged(unit), "wb")
         writer = pa.ipc.new_stream(sink, buf.schema)
@@ -180,7 +187,9 @@ def _produce_rows(uid: int) -> dict:
         writer.close()
         if not _final_in_produce(uid):
             sink.close()
+    outdir.fault("produced", _MAIN_PID)
     out = _facts_arrays(facts)
+    out["content"] = digest.hexdigest() if digest is not None else None
     out["attempt"] = np.array(attempts, dtype=np.int32)
     out["rejections"] = gen.rejections
     return out
@@ -194,21 +203,23 @@ def _staged(unit: Unit) -> str:
     return str(unit.tmp) + ".arrow"
 
 
-def _finish(args: tuple[int, list[tuple[int, int]]]) -> tuple[int, str, int]:
+def _finish(args: tuple[int, list[tuple[int, int]]]) -> tuple[int, str, int, str | None]:
     uid, patches = args
     unit = _UNITS[uid]
+    digest = None
     if not _final_in_produce(uid):
-        _encode(unit, _PLANS[unit.plan], patches)
+        digest = _encode(unit, _PLANS[unit.plan], patches)
     else:
         assert not patches, "the build's first shard and shards without duplicate checks are never redrawn"
     # Arrow's allocator keeps freed buffers for reuse; handing them back after each shard keeps a
     # build's peak memory that of one shard, not a slowly rising one.
     pa.default_memory_pool().release_unused()
-    return uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size
+    return uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size, digest
 
 
-def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> None:
-    """A staged shard as parquet, with its redrawn rows swapped in."""
+def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> str:
+    """A staged shard as parquet, with its redrawn rows swapped in; returns its content digest."""
+    digest = content.Digest()
     replacement = None
     if patches:
         buf = RowBuffer(plan.spec)
@@ -240,12 +251,14 @@ def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> None:
                     pieces.append(table.slice(at))
                     table = pa.concat_tables(pieces).combine_chunks()
                 write.write_chunk(writer, table)
+                digest.update(table)
                 offset += n
                 del table, batch
                 pool.release_unused()
         finally:
             writer.close()
     os.remove(staged)
+    return digest.hexdigest()
 
 
 def _run(pool, fn, args: list, bar, mapper=None) -> list:
@@ -305,35 +318,72 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
     return plans
 
 
-def adopt(recipes: list[Recipe], only: tuple[str, ...], limit: int | None, tmp_dir: Path) -> None:
+def adopt(recipes: list[Recipe], only: tuple[str, ...], limit: int | None, tmp_dir: Path,
+          seed: int | None = None) -> None:
     """Set up this process's plans and shards as ``build`` does: for a worker that was not forked
     from the building process (a Ray task), before it runs ``_produce`` or ``_finish``."""
     global _PLANS, _UNITS
-    plans = plan_build(recipes, only, limit)
+    plans = plan_build(recipes, only, limit, seed)
     _PLANS, _UNITS = plans, _layout(plans, tmp_dir)
 
 
 def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str, ...] = (),
-          limit: int | None = None, seed: int | None = None, progress: bool = False, mapper=None) -> dict:
+          limit: int | None = None, seed: int | None = None, progress: bool = False, force: bool = False,
+          mapper=None) -> dict:
     """Build every split of ``recipes`` into ``out``; return the manifest (also written to out/manifest.json).
 
+    ``out`` is replaced whole (see opgen.outdir); with ``only``, the other splits of a previous build
+    of the same recipes, seed and limit are kept and the manifest is updated in place.
     ``mapper(fn, args, bar) -> [fn(a) for a in args]`` runs the shard phases elsewhere instead of
-    the worker pool (its workers call ``adopt`` first); the files are the same either way."""
-    global _PLANS, _UNITS
+    the worker pool (``mapper.stage(tmp_dir, seed)`` is called first; its workers call ``adopt``);
+    the files are the same either way.
+    """
+    global _PLANS, _UNITS, _MAIN_PID
     t0 = time.perf_counter()
+    SWAPPED[0] = None
     plans = plan_build(recipes, only, limit, seed)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp_dir = out / write.TMP_DIR
-    shutil.rmtree(tmp_dir, ignore_errors=True)  # left by an interrupted build
-    tmp_dir.mkdir()
-    units = _layout(plans, tmp_dir)
-    _PLANS, _UNITS = plans, units
+    out = Path(os.path.abspath(out))
+    if out.is_symlink():
+        out = out.resolve()
     try:
-        return _build(recipes, plans, units, out, tmp_dir, 1 if mapper else workers, limit, seed, progress, t0,
-                      mapper)
-    except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        raise
+        outdir.check_writable(out)
+        with outdir.Lock(out):
+            outdir.recover(out)
+            previous = outdir.check_owner(out, force)
+            keep = _kept_splits(previous, recipes, only, limit, seed, force, out)
+            # Rendering sample rows costs up to 0.2 s; only a tight disk is worth it.
+            if outdir.free_bytes(out) < QUICK_BYTES_PER_ROW * sum(p.rows for p in plans):
+                outdir.check_space(out, estimate_bytes(plans))
+            stage = outdir.stage_path(out)
+            shutil.rmtree(stage, ignore_errors=True)
+            try:
+                stage.mkdir()
+                tmp_dir = stage / write.TMP_DIR
+                tmp_dir.mkdir()
+                units = _layout(plans, tmp_dir)
+                _PLANS, _UNITS, _MAIN_PID = plans, units, os.getpid()
+                if mapper is not None:
+                    mapper.stage(tmp_dir, seed)
+                man = _build(recipes, plans, units, stage, tmp_dir, 1 if mapper else workers, limit, seed,
+                             progress, t0, mapper)
+                if keep:
+                    man = _merge(man, previous, keep, out, stage, recipes)
+                man.pop("_seconds")
+                write.atomic_write_text(stage / "manifest.json", M.dumps(man))
+                with outdir.signals_held():  # a Ctrl-C now is taken after the swap, not inside it
+                    outdir.swap(stage, out)
+                    SWAPPED[0] = out
+                seconds = time.perf_counter() - t0
+            except BaseException:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+    except outdir.OutputError as exc:
+        raise BuildError(str(exc)) from None
+    except OSError as exc:
+        where = exc.filename or out
+        raise BuildError(f"{where}: {exc.strerror or exc}; nothing was written to {out}") from None
+    man["_seconds"] = seconds  # for the summary only; not in the file
+    return man
 
 
 def _layout(plans: list[Plan], tmp_dir: Path) -> list[Unit]:
@@ -343,10 +393,100 @@ def _layout(plans: list[Plan], tmp_dir: Path) -> list[Unit]:
         size = plan.cfg.shard_rows
         n_shards = max(1, -(-plan.rows // size))
         plan.names = write.shard_names(plan.cfg.name, n_shards)
+        plan.units = []
         for s in range(n_shards):
             plan.units.append(len(units))
             units.append(Unit(p_idx, s, s * size, min((s + 1) * size, plan.rows), tmp_dir / (plan.names[s] + ".tmp")))
     return units
+
+
+SAMPLE_ROWS = 64
+QUICK_BYTES_PER_ROW = 64 << 10  # far above any bundled recipe's peak (3.3 KiB a row at most): no estimate needed
+# parquet (zstd, dictionaries) over in-memory Arrow, a generous bound: measured 14.6-30x smaller on
+# the bundled recipes (docs/recipes.md, "Output directory")
+PARQUET_SHRINK = 4
+
+
+def estimate_bytes(plans: list[Plan]) -> int:
+    """Peak disk use of a build, from 64 rows of each split (evenly spaced) rendered as Arrow, scaled.
+
+    A shard phase 2 may change is staged as uncompressed Arrow until phase 3 encodes it (the
+    build's first shard and those of ``unique: none`` splits go straight to parquet); the staged
+    shards and the parquet files coexist at worst. Generous on purpose: parquet is taken as a
+    quarter of Arrow, a tenth or less in practice."""
+    staged = parquet = 0
+    uid = 0
+    for plan in plans:
+        n = min(plan.rows, SAMPLE_ROWS)
+        size = plan.cfg.shard_rows
+        n_shards = max(1, -(-plan.rows // size))
+        per_row = 0.0
+        if n:
+            buf = RowBuffer(plan.spec)
+            with E.recursion_headroom():
+                try:
+                    for k in range(n):  # spread over the split: depths and lengths change along it
+                        i = k * plan.rows // n
+                        buf.add(i, plan.gen.first_valid(i, 0)[1])
+                    per_row = buf.table().nbytes / n
+                except GeneratorError:
+                    pass  # the build itself reports it
+        for s in range(n_shards):
+            rows = min((s + 1) * size, plan.rows) - s * size
+            if not (uid == 0 or plan.cfg.unique == "none"):
+                staged += rows * per_row
+            parquet += rows * per_row / PARQUET_SHRINK
+            uid += 1
+    return int(staged + parquet) + (1 << 20)
+
+
+def _kept_splits(previous: dict | None, recipes: list[Recipe], only: tuple[str, ...], limit: int | None,
+                 seed: int | None, force: bool, out: Path) -> list[str]:
+    """With --only, the previous build's splits to keep (its recipes, seed and limit must be these)."""
+    if not only or previous is None:
+        return []
+    same = ([(r["sha256"], r["resolved"]) for r in previous.get("recipes", [])]
+            == [(r.sha256, r.resolved()) for r in recipes] and previous.get("limit") == limit)
+    if not same:
+        if force:
+            return []
+        names = ", ".join(r.get("name", "?") for r in previous.get("recipes", [])) or "unknown recipes"
+        raise BuildError(f"{out}: holds a build of {names} (seed {previous.get('seed')}, limit "
+                         f"{previous.get('limit')}); --only updates a build of the same recipes, seed and limit "
+                         f"in place, so it refuses this one (pass --force to replace it with only "
+                         f"{', '.join(only)})")
+    return [name for name in previous["splits"] if name not in only]
+
+
+def _merge(man: dict, previous: dict, keep: list[str], out: Path, stage: Path, recipes: list[Recipe]) -> dict:
+    """--only: the previous build's other splits (files hard-linked into the staging directory, entries
+    kept) around the rebuilt ones; the leakage report keeps the previous pairs among kept splits."""
+    for name in keep:
+        for f in previous["splits"][name]["files"]:
+            src, dst = out / f["path"], stage / f["path"]
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+    order = [s.name for r in recipes for s in r.splits]
+    built = set(man["splits"])
+    merged = dict(man)
+    merged["splits"] = {n: (man["splits"][n] if n in built else previous["splits"][n])
+                        for n in order if n in built or n in keep}
+    old, new = previous.get("leakage", {}), man["leakage"]
+
+    def kept(pair_or_v) -> bool:
+        names = pair_or_v if isinstance(pair_or_v, list) else [pair_or_v["split"], pair_or_v["train_split"]]
+        return not (set(names) & built)
+
+    pairs = [p for p in old.get("checked_pairs", []) if kept(p)] + new["checked_pairs"]
+    violations = [v for v in old.get("violations", []) if kept(v)] + new["violations"]
+    roles = {n: s["role"] for n, s in merged["splits"].items()}
+    unchecked = [[e, t] for e in merged["splits"] for t in merged["splits"]
+                 if roles[e] == "eval" and roles[t] == "train" and [e, t] not in pairs]
+    merged["leakage"] = {**new, "ok": all(v["allowed"] for v in violations), "checked_pairs": pairs,
+                         "violations": violations, "unchecked_pairs": unchecked}
+    return merged
 
 
 def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, t0, mapper=None) -> dict:
@@ -361,7 +501,7 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
             ctx = mp.get_context("fork")
             _COUNTER = ctx.Value("q", 0)
             _TICK = _tick_shared
-            pool = ctx.Pool(n_workers)
+            pool = ctx.Pool(n_workers, initializer=outdir.worker_init, initargs=(os.getpid(),))
         bar = None
         if progress:  # tqdm costs 20 ms of start-up; a build without a bar never imports it
             from tqdm import tqdm
@@ -392,7 +532,7 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
         conditions = sum((r["conditions"] for r in res), Counter())
         files = []
         for name, uid in zip(plan.names, plan.units):
-            _, sha, size = finished[uid]
+            _, sha, size, _ = finished[uid]
             u = units[uid]
             files.append({"path": name, "rows": u.stop - u.start, "sha256": sha, "bytes": size})
         sections[plan.cfg.name] = M.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"],
@@ -403,6 +543,8 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
             condition_of.update({units[u].start + i: c for i, c in r["condition_of"].items()})
         sections[plan.cfg.name].update(M.fidelity_sections(cat["unchanged"], cat["identity"], cat["target_chars"],
                                                            condition_of, prog, prog_rows))
+        sections[plan.cfg.name]["digest"] = plan.cfg.digest
+        sections[plan.cfg.name]["built_with"] = [p.cfg.name for p in plans]
         extra = plan.gen.manifest_section(plan.rows)
         if extra is not None:
             sections[plan.cfg.name][getattr(plan.gen, "MANIFEST_KEY", "plan")] = extra
@@ -412,7 +554,6 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
     allow = tuple(sorted({a for r in recipes for a in r.allow}))
     report = leakage.check(keys, heldout, allow)
     if not report["ok"]:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
         raise BuildError("leakage check failed (the recipe may allow it explicitly under leakage.allow):\n  "
                          + "\n  ".join(leakage.describe(report)))
     man = M.manifest(recipes, seed, sections, report, limit)
@@ -421,16 +562,12 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
         if summary is not None:
             man[cls.BUILD_KEY] = summary
 
-    manifest_path = out / "manifest.json"
-    manifest_path.unlink(missing_ok=True)  # never an old manifest beside new files
     for plan in plans:
-        for old in out.iterdir():
-            if old.is_file() and write.is_split_file(old.name, plan.cfg.name) and old.name not in plan.names:
-                old.unlink()
         for name, uid in zip(plan.names, plan.units):
             os.replace(units[uid].tmp, out / name)
+        sections[plan.cfg.name]["content_sha256"] = content.combine(
+            results[uid]["content"] or finished[uid][3] for uid in plan.units)
     shutil.rmtree(tmp_dir, ignore_errors=True)
-    write.atomic_write_text(manifest_path, M.dumps(man))
     man["_seconds"] = time.perf_counter() - t0  # for the summary only; not in the file
     return man
 
@@ -525,7 +662,8 @@ def _exhausted(plan: Plan, i: int) -> str:
     what = "programs" if cfg.unique == "program" else "tasks"
     return (f"{cfg.where}: row {i}: {plan.gen.max_attempts} candidates repeat earlier rows of the build "
             f"(unique: {cfg.unique}); the split asks for more distinct {what} than its options can make "
-            f"({plan.rows} rows requested). Ask for fewer rows, widen the options, or set unique: task")
+            f"({plan.rows} rows requested). Ask for fewer rows, widen the options, or "
+            + ("set unique: task" if cfg.unique == "program" else "set unique: none (rows may then repeat)"))
 
 
 def _no_redraw(plan: Plan, i: int) -> str:

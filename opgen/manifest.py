@@ -76,9 +76,20 @@ def fidelity_sections(unchanged: np.ndarray, identity: np.ndarray, target_chars:
     return out
 
 
+def versions() -> dict[str, str]:
+    """What shapes a build's bytes besides its recipe: the parquet writer above all (docs/recipes.md)."""
+    import platform
+
+    import pyarrow
+
+    return {"opgen": __version__, "pyarrow": pyarrow.__version__, "numpy": np.__version__,
+            "python": platform.python_version()}
+
+
 def manifest(recipes, seed: int | None, splits: dict, leakage: dict, limit: int | None) -> dict:
     return {
         "opgen_version": __version__,
+        "versions": versions(),
         "recipes": [{"name": r.name, "path": r.path, "sha256": r.sha256, "resolved": r.resolved()} for r in recipes],
         "seed": seed if seed is not None else (recipes[0].seed if len(recipes) == 1 else [r.seed for r in recipes]),
         "limit": limit,

@@ -114,9 +114,44 @@ def _schema() -> dict:
 
 def _validator():
     # jsonschema is imported only for a recipe the fast check cannot vouch for (~75 ms of start-up)
-    import jsonschema
+    return schemacheck.validator(_schema())
 
-    return jsonschema.Draft202012Validator(_schema())
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping with the same key twice (plain YAML keeps the last)."""
+
+
+def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            first = seen.get(key)
+        except TypeError:
+            continue  # an unhashable key: the constructor below reports it
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first at line {first.line + 1}); a recipe names each key once",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def _read_text(path: Path, shown: str) -> str:
+    raw = path.read_bytes()
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise RecipeError(f"{shown}: the file is UTF-16 text; save the recipe as UTF-8")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise RecipeError(f"{shown}: line {line}: byte 0x{raw[exc.start]:02x} is not UTF-8 "
+                          f"(byte offset {exc.start}); save the recipe as UTF-8") from None
+    return path.read_text(encoding="utf-8")
 
 
 def _path(parts) -> str:
@@ -142,9 +177,12 @@ def locate(spec: str) -> tuple[Path, str]:
 
 def load(spec: str, seed: int | None = None) -> Recipe:
     path, shown = locate(spec)
-    text = path.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
+        text = _read_text(path, shown)
+    except OSError as exc:
+        raise RecipeError(f"{shown}: cannot read the recipe ({exc.strerror})") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -5,6 +5,10 @@ always valid. ``surely_valid`` decides the common case exactly for the keywords 
 use; anything else (an unknown keyword, a type it does not model, a document it finds invalid)
 answers False, and the caller asks jsonschema, which also words the error. It never accepts what
 jsonschema rejects (tests/test_generate_schema_check.py fuzzes both against each other).
+
+One deliberate difference from JSON Schema: an ``integer`` is an int, never a float such as ``2.0``
+(JSON Schema counts 2.0 as an integer; opgen's code then fails on ``range(2.0)``). ``validator``
+gives jsonschema with that rule, and the fast check follows it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,16 @@ import re
 from typing import Any
 
 _ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "title", "description", "default", "examples", "$comment"})
+
+
+def validator(schema: Any):
+    """A Draft 2020-12 jsonschema validator whose ``integer`` excludes floats (2.0 is not an integer)."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine(
+        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
+    return jsonschema.validators.extend(base, type_checker=checker)(schema)
 
 
 def surely_valid(schema: Any, value: Any) -> bool:
@@ -36,7 +50,7 @@ def _is_type(value: Any, name: str) -> bool | None:
     if name == "null":
         return value is None
     if name == "integer":
-        return t is int or (t is float and value.is_integer())
+        return t is int  # not 2.0: see the module docstring
     if name == "number":
         return t in (int, float)
     return None

@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from opgen import ops
@@ -13,35 +14,63 @@ from opgen.manifest import length_stats
 
 
 def collect(paths: list[Path]) -> dict:
-    import numpy as np
-
     counts = {"depth": Counter(), "k": Counter(), "op": Counter(), "structure": Counter(), "condition": Counter(),
               "split": Counter(), "data_source": Counter()}
     lengths = []
     n = 0
     for path in paths:
-        pf = pq.ParquetFile(path)
-        has_extra = pf.schema_arrow.get_field_index("extra_info") >= 0
-        for batch in pf.iter_batches(batch_size=4096, columns=["data_source", "reward_model"]
-                                     + (["extra_info"] if has_extra else [])):
-            d = batch.to_pydict()
-            for k, src in enumerate(d["data_source"]):
-                n += 1
-                counts["data_source"][src] += 1
-                gt = json.loads(d["reward_model"][k]["ground_truth"])
-                outs = [t["output"] for t in gt["tasks"]] if "tasks" in gt else [gt.get("ref_output", "")]
-                lengths.append(max(len(str(o)) for o in outs))
-                if has_extra:
-                    e = d["extra_info"][k]
-                    for key in ("depth", "k", "structure", "split"):
-                        if key in e:
-                            counts[key][e[key]] += 1
-                    if e.get("condition"):
-                        counts["condition"][e["condition"]] += 1
-                    for o in e.get("ops") or ():
-                        counts["op"][o] += 1
+        try:
+            n = _collect_file(path, counts, lengths, n)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # pyarrow's errors are OSError/ValueError
+            raise StatsError(f"{path}: {type(exc).__name__}: {exc}") from None
     return {"rows": n, "counts": {k: dict(v) for k, v in counts.items() if v},
             "output_length": length_stats(np.array(lengths, dtype=np.int64)), "lengths": lengths}
+
+
+class StatsError(ValueError):
+    """A file stats cannot read (not parquet, not verl rows); the message names it."""
+
+
+def _collect_file(path: Path, counts: dict, lengths: list, n: int) -> int:
+    pf = pq.ParquetFile(path)
+    for name in ("data_source", "reward_model"):
+        if pf.schema_arrow.get_field_index(name) < 0:
+            raise ValueError(f"no {name!r} column: not verl rows")
+    has_extra = pf.schema_arrow.get_field_index("extra_info") >= 0
+    for batch in pf.iter_batches(batch_size=4096, columns=["data_source", "reward_model"]
+                                 + (["extra_info"] if has_extra else [])):
+        d = batch.to_pydict()
+        for k, src in enumerate(d["data_source"]):
+            n += 1
+            counts["data_source"][src] += 1
+            lengths.append(_output_length(d["reward_model"][k]))
+            e = d["extra_info"][k] if has_extra else None
+            if isinstance(e, dict):  # another project's extra_info may hold anything: count plain values
+                for key in ("depth", "k", "structure", "split"):
+                    if isinstance(e.get(key), (int, str)):
+                        counts[key][e[key]] += 1
+                if isinstance(e.get("condition"), str) and e["condition"]:
+                    counts["condition"][e["condition"]] += 1
+                ops_ = e.get("ops")
+                for o in ops_ if isinstance(ops_, list) else ():
+                    if isinstance(o, str):
+                        counts["op"][o] += 1
+    return n
+
+
+def _output_length(reward_model: object) -> int:
+    """The longest gold output: opgen's tasks, a native row's ref_output, else (another project's verl
+    row) the ground truth's own text."""
+    raw = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+    try:
+        gt = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        gt = None
+    if isinstance(gt, dict) and isinstance(gt.get("tasks"), list) and gt["tasks"]:
+        return max(len(str(t.get("output", ""))) if isinstance(t, dict) else 0 for t in gt["tasks"])
+    if isinstance(gt, dict) and "ref_output" in gt:
+        return len(str(gt["ref_output"]))
+    return len(raw) if isinstance(raw, str) else len(str(raw or ""))
 
 
 def _order(key: str, value: object) -> tuple:

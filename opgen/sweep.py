@@ -9,9 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -166,14 +164,9 @@ def to_csv(rows: Sequence[Mapping]) -> str:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from opgen import files
+
+    files.atomic_write_bytes(path, data)
 
 
 def write_sweep(out_dir: Path, all_metrics: Sequence[Mapping]) -> list[Path]:

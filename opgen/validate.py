@@ -251,6 +251,14 @@ def validate_file(path: Path, run_foreign: Callable | None = None) -> FileReport
         report.error = problem
         return report
     report.kind = kind
+    try:
+        _validate_rows(pf, kind, report, run_foreign)
+    except (OSError, pa.ArrowException, ValueError) as exc:  # a corrupt page: this file fails, the others run
+        report.error = f"unreadable after {report.rows} rows ({type(exc).__name__}: {exc})"
+    return report
+
+
+def _validate_rows(pf: pq.ParquetFile, kind: str, report: FileReport, run_foreign: Callable | None) -> None:
     index = 0
     with E.recursion_headroom():
         for batch in _batches(pf):
@@ -271,8 +279,7 @@ def validate_file(path: Path, run_foreign: Callable | None = None) -> FileReport
                     elif row["extra_info"]["index"] < 0:
                         report.fail(index + n, "extra_info.index is negative")
             index += len(batch)
-    report.rows = index
-    return report
+            report.rows = index
 
 
 def expand(paths: list[Path]) -> list[Path]:
@@ -302,7 +309,18 @@ def check_manifest(build_dir: Path) -> list[str]:
             problems.append(f"{path}: split {split!r} lists {f['path']}, which is missing")
         elif sha256_of(file) != f["sha256"]:
             problems.append(f"{file}: sha256 differs from the manifest's")
-        elif pq.ParquetFile(file).metadata.num_rows != f["rows"]:
-            problems.append(f"{file}: row count differs from the manifest's")
+        else:
+            try:
+                rows = pq.ParquetFile(file).metadata.num_rows
+            except (OSError, pa.ArrowException) as exc:
+                problems.append(f"{file}: not a readable parquet file ({exc})")
+                continue
+            if rows != f["rows"]:
+                problems.append(f"{file}: row count differs from the manifest's")
+    names = {f["path"] for _, f in listed} | {"manifest.json"}
+    for entry in sorted(build_dir.iterdir()):
+        if entry.name not in names:
+            problems.append(f"{entry}: not listed in {path} (a stale or foreign file; a build owns its "
+                            f"whole directory)")
     return problems
 

@@ -2,13 +2,12 @@
 
 The bytes of a file depend only on its rows and on these settings (row groups of a fixed size,
 zstd, no timestamps), never on which process wrote it, so builds are byte-identical across worker
-counts. Files are written under a temporary name and renamed only once the whole build succeeded.
+counts. Files are written into a build's staging directory (opgen.outdir) and swapped in whole.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,14 +22,6 @@ def shard_names(split: str, n_shards: int) -> list[str]:
     if n_shards == 1:
         return [f"{split}.parquet"]
     return [f"{split}-{k:05d}-of-{n_shards:05d}.parquet" for k in range(n_shards)]
-
-
-def is_split_file(name: str, split: str) -> bool:
-    if name == f"{split}.parquet":
-        return True
-    rest = name[len(split) + 1:] if name.startswith(split + "-") else ""
-    parts = rest.removesuffix(".parquet").split("-of-")
-    return rest.endswith(".parquet") and len(parts) == 2 and all(p.isdigit() and len(p) == 5 for p in parts)
 
 
 # Columns whose values are (nearly) all distinct: a dictionary page would be built, overflow and be
@@ -82,6 +73,6 @@ def sha256_of(path: Path) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    from opgen import files
+
+    files.atomic_write_text(path, text)

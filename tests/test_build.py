@@ -229,13 +229,14 @@ def test_a_killed_build_leaves_only_temporary_files(tmp_path):
     out = tmp_path / "o"
     proc = subprocess.Popen([sys.executable, "-m", "opgen", "build", str(recipe), "--out", str(out), "--workers", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    staged = tmp_path / f"o.opgen-new-{proc.pid}" / ".opgen-build.tmp"  # the build stages beside --out
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list((out / ".opgen-build.tmp").glob("*")):
+    while time.monotonic() < deadline and not list(staged.glob("*")):
         time.sleep(0.05)
     time.sleep(0.3)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert list((out / ".opgen-build.tmp").glob("*"))  # it was killed mid-build
+    assert list(staged.glob("*"))  # it was killed mid-build
     assert not list(out.glob("*.parquet")) and not (out / "manifest.json").exists()
 
 

@@ -272,7 +272,7 @@ def test_decomposed_needs_one_sample(runner, cli, tmp_path, trees):
 def test_progress_reports_rows_per_second(runner, cli, tmp_path, trees):
     src = _write_jsonl(tmp_path / "a.jsonl", _responses())
     res = runner.invoke(cli, ["eval", "--backend", "replay", "--model", str(src), "--data", str(trees),
-                              "--out", str(tmp_path / "o"), "--no-score"])
+                              "--out", str(tmp_path / "o"), "--no-score", "--progress"])  # stderr is no terminal
     assert res.exit_code == 0
     assert "row/s" in res.stderr and "truncated=0" in res.stderr
 

@@ -71,9 +71,8 @@ class Generator:
         schema = cls.options_schema()
         if schemacheck.surely_valid(schema, merged):
             return merged
-        import jsonschema  # only for options the fast check cannot vouch for: it words the errors
-
-        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(merged), key=lambda e: list(e.path))
+        # jsonschema only for options the fast check cannot vouch for: it words the errors
+        errors = sorted(schemacheck.validator(schema).iter_errors(merged), key=lambda e: list(e.path))
         if errors:
             err = errors[0]
             path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)

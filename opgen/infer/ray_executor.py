@@ -198,27 +198,30 @@ def _shard(state: tuple, fn, arg):
     global _ADOPTED
     from opgen import build as B
 
-    token, recipes, only, limit, tmp_dir = state
+    token, recipes, only, limit, tmp_dir, seed = state
     if _ADOPTED != token:
-        B.adopt(recipes, only, limit, tmp_dir)
+        B.adopt(recipes, only, limit, tmp_dir, seed)
         _ADOPTED = token
     return fn(arg)
 
 
 class BuildMapper:
     """``opgen build``'s shard phases as Ray tasks (one CPU each). Each worker rebuilds the plans
-    from the recipes (``build.adopt``); the staged shards go to ``OUT/.opgen-build.tmp``, so on
-    several nodes ``--out`` must be a filesystem they share."""
+    from the recipes (``build.adopt``); the staged shards go to the build's staging directory beside
+    ``OUT``, so on several nodes ``--out`` must be on a filesystem they share."""
 
     def __init__(self, recipes, only: tuple[str, ...], limit: int | None, out, opts: RayOptions):
         import uuid
 
         ray = self.ray = import_ray()
         self.started = init(ray, opts)
-        from opgen import write
-
-        self.state = ray.put((uuid.uuid4().hex, list(recipes), tuple(only), limit, out / write.TMP_DIR))
+        self.token, self.recipes, self.only, self.limit = uuid.uuid4().hex, list(recipes), tuple(only), limit
+        self.state = None
         self.task = ray.remote(num_cpus=1, max_retries=0)(_shard)
+
+    def stage(self, tmp_dir, seed: int | None) -> None:
+        """Called by ``build.build`` once it knows where this build stages its shards."""
+        self.state = self.ray.put((self.token, self.recipes, self.only, self.limit, tmp_dir, seed))
 
     def __call__(self, fn, args: list, bar) -> list:
         from opgen import build as B

@@ -29,11 +29,24 @@ def _as_list(value: object, what: str) -> list[str]:
 def load_responses(path: Path) -> dict[str, dict]:
     """Key ("<index>" or "<index>/<op>") -> {responses, finish_reasons, prompt_sha256, ...}."""
     table: dict[str, dict] = {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise BackendError(f"{path}: cannot read the responses ({exc.strerror})") from None
+    with fh:
+        if fh.read(4) == b"PAR1":
+            raise BackendError(f"{path}: is a parquet file; replay reads a responses JSONL "
+                               f"({{\"index\": i, \"response\": ...}} per line)")
+        fh.seek(0)
+        for lineno, raw in enumerate(fh, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BackendError(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+                                   f"{exc.start + 1})") from None
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -75,6 +88,58 @@ def load_responses(path: Path) -> dict[str, dict]:
     return table
 
 
+def _row_of(key: str) -> int | None:
+    head = key.split("/", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _source_for(source: Path, data_name: str) -> Path:
+    if source.is_file():
+        return source
+    candidates = [source / pat.format(data_name) for pat in _NAMES]
+    found = [p for p in candidates if p.is_file()]
+    if not found:
+        raise BackendError(f"replay: none of {', '.join(str(c) for c in candidates)} exists")
+    return found[0]
+
+
+def check_source(source: Path, data: Sequence[tuple[str, Sequence, int, bool]]) -> None:
+    """Before any work: that the recorded responses belong to these data files.
+
+    ``data`` holds (data name, rows, row count, decomposed) per --data file: the rows to be answered
+    (with ``index`` and ``sha``, the prompt's sha256; fewer under --limit), the file's row count and
+    whether a decomposed pass will replay it too.
+    A single responses file answers one data file; every index must be a row of it; a recorded
+    ``prompt_sha256`` must be its row's; an empty file is an error; ``--decomposed`` needs recall
+    answers.
+    """
+    source = Path(source)
+    if source.is_file() and len(data) > 1:
+        raise BackendError(f"replay: {source} is one responses file, and {len(data)} --data files were given; its "
+                           f"indices would be graded against each of them. Give one --data, or a folder "
+                           f"holding <data>_generations.jsonl for each")
+    for name, rows, n, decomposed in data:
+        passes = [(name, False)] + ([(name + "_decomposed", True)] if decomposed else [])
+        for pass_name, is_decomposed in passes:
+            path = source if source.is_file() else _source_for(source, pass_name)
+            table = load_responses(path)
+            if not table:
+                raise BackendError(f"replay: {path} holds no responses")
+            shas = {r.index: r.sha for r in rows}
+            for key, entry in table.items():
+                i = _row_of(key)
+                if i is None or i >= n:
+                    raise BackendError(f"replay: {path} answers row {key!r}, but {name} has {n} rows "
+                                       f"(0..{n - 1}); these responses were made for other data")
+                recorded = entry["prompt_sha256"]
+                if recorded and "/" not in key and i in shas and recorded != shas[i]:
+                    raise BackendError(f"replay: {path} row {key} was generated for a different prompt "
+                                       f"(prompt_sha256 {recorded[:12]}… vs {name}'s {shas[i][:12]}…)")
+            if is_decomposed and not any("/" in k for k in table):
+                raise BackendError(f"replay: --decomposed needs recall answers (\"recalls\" per line) in {path}; "
+                                   f"it has none")
+
+
 class ReplayBackend(Backend):
     name = "replay"
 
@@ -86,14 +151,7 @@ class ReplayBackend(Backend):
         self._file: Path | None = None
 
     def begin_data(self, data_name: str) -> None:
-        if self.source.is_file():
-            path = self.source
-        else:
-            candidates = [self.source / pat.format(data_name) for pat in _NAMES]
-            found = [p for p in candidates if p.is_file()]
-            if not found:
-                raise BackendError(f"replay: none of {', '.join(str(c) for c in candidates)} exists")
-            path = found[0]
+        path = _source_for(self.source, data_name)
         if path != self._file:
             self._table = load_responses(path)
             self._file = path

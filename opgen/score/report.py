@@ -10,7 +10,6 @@ import codecs
 import csv
 import io
 import json
-import os
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -109,9 +108,9 @@ def encode_json_text(text: str) -> bytes:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    from opgen import files
+
+    files.atomic_write_bytes(path, data)
 
 
 _MEASURES = ("split", "family", "depth", "k", "condition", "structure", "answer_format", "target_op", "ops")
@@ -163,13 +162,42 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     summary = summarize(records, n_rows=len(rows), answered=len(answers), distance_edges=distance_edges)
     summary.update({"data_path": str(data), "responses_path": str(responses), "mode": mode, "policy": policy,
                     "group": group, "namespace": namespace, "isolation": level})
-    out.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    _write_atomic(out / "scores.jsonl", encode_json_text(lines))
-    summary["plots"] = write_plots(summary, out) if plots else []
-    _write_atomic(out / "summary.csv", summary_csv(summary).encode("utf-8", "backslashreplace"))
-    _write_atomic(out / "summary.json", encode_json_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n"))
+    _write_report(out, lines, summary, plots)
     return summary
+
+
+PLOTS = ("accuracy_vs_depth.png", "recall_heatmap.png")
+REPORT_FILES = ("scores.jsonl", "summary.csv", "summary.json", *PLOTS)
+
+
+class ScoreOutputError(ScoreInputError):
+    """The report could not be written (a full disk, a read-only folder); none of it is left behind."""
+
+
+def _write_report(out: Path, lines: str, summary: dict, plots: bool) -> None:
+    """``summary.json`` last, and only once the rest is written: present means complete. A rescore
+    replaces the whole report (old plots included); a failure leaves no report file at all."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").unlink(missing_ok=True)
+        for name in PLOTS:
+            (out / name).unlink(missing_ok=True)
+        _write_atomic(out / "scores.jsonl", encode_json_text(lines))
+        summary["plots"] = write_plots(summary, out) if plots else []
+        _write_atomic(out / "summary.csv", summary_csv(summary).encode("utf-8", "backslashreplace"))
+        _write_atomic(out / "summary.json",
+                      encode_json_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n"))
+    except OSError as exc:
+        for name in REPORT_FILES:
+            try:
+                (out / name).unlink(missing_ok=True)
+            except OSError:
+                pass
+        from opgen.files import describe_os_error
+
+        raise ScoreOutputError(f"cannot write the report into {out}: {describe_os_error(exc)}; "
+                               f"no report file was left there") from None
 
 
 def summarize(records: list[dict], n_rows: int, answered: int,
@@ -318,7 +346,7 @@ def write_plots(summary: dict, out: Path) -> list[str]:
 
 
 def _save(fig: object, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.png")
+    buf = io.BytesIO()
     # No timestamps in the PNG, so equal inputs give equal files.
-    fig.savefig(tmp, dpi=100, metadata={"Software": None})
-    os.replace(tmp, path)
+    fig.savefig(buf, dpi=100, format="png", metadata={"Software": None})
+    _write_atomic(path, buf.getvalue())

@@ -1,0 +1,299 @@
+"""A build's output directory: one owner at a time, replaced whole, never left half-written.
+
+- **Lock.** ``DIR.opgen-lock`` (a sibling of DIR, so it survives the swap below) is held with
+  ``flock`` for the whole build and names the holder's pid; a second build into DIR refuses at once.
+- **Staging and swap.** A build writes everything, ``manifest.json`` last, into the sibling
+  ``DIR.opgen-new-<pid>``, then swaps it in: ``renameat2(RENAME_EXCHANGE)`` exchanges the two
+  directories in one atomic step (Linux ≥ 3.15; ext4, xfs, btrfs, tmpfs, overlayfs), and the old
+  build, now under the staging name, is removed. Where the exchange is unsupported, two renames
+  (DIR → ``DIR.opgen-old-<pid>``, staging → DIR) leave a window without DIR; the next build (or
+  ``recover``) finishes it: a staging directory with a manifest is complete and moves in, else the
+  old build moves back.
+- **Ownership.** DIR is replaced only when it is missing, empty, or an opgen build (a readable
+  opgen ``manifest.json`` and no file it does not list); anything else needs ``force``.
+- **Faults** (test-only): ``OPGEN_FAULT=<point>:<KILL|TERM|INT>`` sends that signal at a named
+  point (``produced``: to the build's main process after a worker finished a shard;
+  ``before-swap``, ``between-renames``, ``after-swap``: to itself); ``OPGEN_SWAP=rename`` forces the
+  two-rename swap. Neither is meant for anything but tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import json
+import os
+import shutil
+import signal
+import threading
+from pathlib import Path
+
+LOCK_SUFFIX = ".opgen-lock"
+NEW_INFIX = ".opgen-new-"
+OLD_INFIX = ".opgen-old-"
+
+
+class OutputError(RuntimeError):
+    """The output directory cannot be used (locked, foreign, not writable, too little space)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that clean-up runs as for Ctrl-C."""
+
+
+# ---------------------------------------------------------------- faults (test-only)
+
+
+def fault(point: str, pid: int | None = None) -> None:
+    spec = os.environ.get("OPGEN_FAULT", "")
+    if not spec:
+        return
+    name, _, sig = spec.partition(":")
+    if name == point:
+        os.kill(pid if pid is not None else os.getpid(), getattr(signal, "SIG" + (sig or "KILL").upper()))
+
+
+# ---------------------------------------------------------------- signals and workers
+
+
+_libc = None
+
+
+def _prctl_pdeathsig(sig: int) -> None:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    _libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def worker_init(parent: int) -> None:
+    """In each worker process: die with the parent (even on SIGKILL), leave Ctrl-C to the parent."""
+    try:
+        _prctl_pdeathsig(signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the parent's terminate() is all there is
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def signals_held():
+    """SIGINT and SIGTERM that arrive while a swap is under way are acted on after it.
+
+    Handlers, not the signal mask: pyarrow's threads would take a signal the main thread blocks."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, frame: got.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if got:
+        handler = old[got[0]]
+        if callable(handler):
+            handler(got[0], None)
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(got[0])
+
+
+def install_sigterm() -> None:
+    """SIGTERM (timeout, Slurm, Docker) raises ``Terminated`` in the main thread, like SIGINT does."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+# ---------------------------------------------------------------- lock
+
+
+def lock_path(out: Path) -> Path:
+    return out.with_name(out.name + LOCK_SUFFIX)
+
+
+class Lock:
+    def __init__(self, out: Path):
+        self.path = lock_path(out)
+        self.fd = -1
+
+    def __enter__(self) -> Lock:
+        import fcntl
+
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise OutputError(f"{self.path}: cannot create the build lock ({exc.strerror})") from None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(self.fd)
+            self.fd = -1
+            raise OutputError(f"{self.path.with_name(self.path.name.removesuffix(LOCK_SUFFIX))}: another build "
+                              f"(pid {holder}) is writing this directory (lock {self.path}); wait for it "
+                              f"or build elsewhere") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd >= 0:
+            os.ftruncate(self.fd, 0)
+            os.close(self.fd)  # the file stays: removing it would race a build that just opened it
+            self.fd = -1
+
+
+# ---------------------------------------------------------------- leftovers, ownership, space
+
+
+def siblings(out: Path, infix: str) -> list[Path]:
+    parent = out.parent
+    if not parent.is_dir():
+        return []
+    prefix = out.name + infix
+    return sorted(p for p in parent.iterdir() if p.name.startswith(prefix) and p.is_dir() and not p.is_symlink())
+
+
+def recover(out: Path) -> list[str]:
+    """Under the lock: finish or undo an interrupted swap, remove stale staging directories."""
+    done = []
+    new, old = siblings(out, NEW_INFIX), siblings(out, OLD_INFIX)
+    if not out.exists():
+        complete = [p for p in new if (p / "manifest.json").is_file()]
+        if complete:
+            os.rename(complete[-1], out)
+            done.append(f"moved the interrupted build's complete {complete[-1].name} into place")
+        elif old:
+            os.rename(old[-1], out)
+            done.append(f"restored the previous build from {old[-1].name}")
+    for p in siblings(out, NEW_INFIX) + siblings(out, OLD_INFIX):
+        shutil.rmtree(p, ignore_errors=True)
+        done.append(f"removed {p.name}")
+    return done
+
+
+def read_manifest(out: Path) -> dict | None:
+    path = out / "manifest.json"
+    try:
+        man = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(man, dict) or "opgen_version" not in man or not isinstance(man.get("splits"), dict):
+        return None
+    return man
+
+
+def listed_files(man: dict) -> set[str]:
+    return {f["path"] for s in man["splits"].values() for f in s.get("files", [])} | {"manifest.json"}
+
+
+def check_owner(out: Path, force: bool) -> dict | None:
+    """The previous build's manifest (None if DIR is missing or empty); refuses a foreign DIR unless ``force``."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise OutputError(f"{out}: not a directory")
+    if not out.exists():
+        return None
+    try:
+        names = sorted(p.name for p in out.iterdir())
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot read the output directory ({exc.strerror})") from None
+    if not names:
+        return None
+    man = read_manifest(out)
+    if force:
+        return man
+    if man is None:
+        raise OutputError(f"{out}: holds {len(names)} entries ({', '.join(names[:3])}{', …' if len(names) > 3 else ''})"
+                          f" but no opgen manifest.json; a build replaces its whole output directory, so it "
+                          f"refuses one it did not write (pass --force to replace it)")
+    extra = sorted(set(names) - listed_files(man))
+    if extra:
+        raise OutputError(f"{out}: holds files its manifest does not list ({', '.join(extra[:3])}"
+                          f"{', …' if len(extra) > 3 else ''}); a build replaces its whole output directory "
+                          f"(pass --force to replace it anyway)")
+    return man
+
+
+def check_writable(out: Path) -> None:
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{parent}: cannot create the output's parent directory ({exc.strerror})") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{parent}: not writable; a build stages its output beside {out.name} and swaps it in")
+
+
+def free_bytes(out: Path) -> int:
+    st = os.statvfs(out.parent)
+    return st.f_bavail * st.f_frsize
+
+
+def check_space(out: Path, estimate: int) -> None:
+    free = free_bytes(out)
+    if free < estimate:
+        raise OutputError(f"{out.parent}: {_mib(free)} free, the build needs about {_mib(estimate)} while it runs "
+                          f"(staged shards and parquet files, estimated from sample rows); free space or build "
+                          f"elsewhere")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+# ---------------------------------------------------------------- staging and swap
+
+
+def stage_path(out: Path) -> Path:
+    return out.with_name(f"{out.name}{NEW_INFIX}{os.getpid()}")
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically exchange two paths (renameat2 RENAME_EXCHANGE); False where unsupported."""
+    if os.environ.get("OPGEN_SWAP") == "rename":
+        return False
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = _libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+def swap(stage: Path, out: Path) -> None:
+    """Make the complete build in ``stage`` the one at ``out``; an interruption leaves one or the other."""
+    fault("before-swap")
+    if not out.exists():
+        os.rename(stage, out)
+        return
+    if _exchange(stage, out):
+        fault("after-swap")
+        shutil.rmtree(stage, ignore_errors=True)  # now the previous build
+        return
+    old = out.with_name(f"{out.name}{OLD_INFIX}{os.getpid()}")
+    os.rename(out, old)
+    fault("between-renames")
+    os.rename(stage, out)
+    fault("after-swap")
+    shutil.rmtree(old, ignore_errors=True)
