@@ -11,7 +11,7 @@ from opgen.infer.base import BACKENDS
 
 def _model_names(models: tuple[Path, ...]) -> list[str]:
     """Folder names; where two checkpoints share one (run1/step100, run2/step100) the parent joins in."""
-    names = [m.name.removesuffix(".jsonl") for m in models]
+    names = [m.name.removesuffix(".jsonl").removesuffix(".parquet") for m in models]
     if len(set(names)) < len(names):
         names = [f"{m.parent.name}_{n}" if names.count(n) > 1 else n for m, n in zip(models, names)]
     if len(set(names)) < len(names):
@@ -23,8 +23,9 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 
 @click.command("eval")
 @click.option("--model", "models", multiple=True, required=True, type=click.Path(exists=True, path_type=Path),
-              help="A model directory (HF format), or for --backend replay a responses JSONL file or a folder "
-                   "of <data>_generations.jsonl. Repeat for a checkpoint sweep.")
+              help="A model directory (HF format), or for --backend replay a responses JSONL file, verl's "
+                   "generation parquet (a 'responses' column) or a folder of <data>_generations.jsonl/.parquet. "
+                   "Repeat for a checkpoint sweep.")
 @click.option("--data", "data_files", multiple=True, required=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A parquet data file (rows per docs/contracts.md). Repeatable.")

@@ -106,6 +106,14 @@ def test_main_eval_averages_compute_score_float_over_a_generation_parquet(rows, 
            for i in range(len(df))]
     assert [score for _, score in got] == [0.5] * len(df)
     assert float(np.mean([score for _, score in got])) == 0.5
+    # The same file replayed by opgen eval: each row's 2 samples, gold then wrong.
+    from click.testing import CliRunner
+    from opgen.cli import cli
+
+    res = CliRunner().invoke(cli, ["eval", "--backend", "replay", "--quiet", "--model", str(gen), "--data", str(data),
+                                   "--out", str(tmp_path / "out"), "--n", "2"])
+    assert res.exit_code == 0, res.output
+    assert "data: 6 rows, 0 truncated, accuracy 0.500" in res.output
 
 
 def _verl_config_dir():
