@@ -82,3 +82,23 @@ def test_keys_policy_minimal_keeps_the_score_and_full_is_the_default():
     assert tuple(fwd) == MINIMAL_KEYS and not any(math.isnan(v) for v in fwd.values())
     with pytest.raises(ValueError, match="keys must be one of full, minimal"):
         compute_score("d", "x", PROGRAM, keys="tiny")
+
+
+def test_batch_keeps_the_whole_sandbox_pool_busy(monkeypatch):
+    # Two samples per sandbox worker in flight at once: a barrier of that size only opens if the
+    # batch really grades them concurrently (a sequential loop would time the barrier out).
+    import threading
+
+    import opgen.reward
+    from opgen.score.sandbox import shared
+
+    width = 2 * shared().workers
+    barrier = threading.Barrier(width, timeout=30)
+
+    def fake(data_source, solution_str, ground_truth, extra_info=None, **kw):
+        barrier.wait()
+        return {"score": 1.0}
+
+    monkeypatch.setattr(opgen.reward, "compute_score", fake)
+    got = compute_score_batch(["d"] * width, ["x"] * width, ["{}"] * width)
+    assert got == [{"score": 1.0}] * width
