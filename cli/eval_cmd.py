@@ -54,12 +54,16 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
               help="vLLM memory share (default 0.9 on a GPU, 0.1 of host RAM on CPU).")
 @click.option("--enforce-eager", is_flag=True, help="vLLM: no CUDA graphs / compilation (faster start).")
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
+              help="vLLM: one more keyword argument of vllm.LLM(...), e.g. max_num_seqs=64, revision=main, "
+                   "enable_prefix_caching=true; VALUE is read as YAML (numbers, true/false, lists, {k: v}). "
+                   "Repeatable.")
 @click.option("--hf-batch-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="transformers: prompts per generate() call.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
-          tensor_parallel_size, hf_batch_size, quiet) -> None:
+          tensor_parallel_size, engine_args, hf_batch_size, quiet) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -85,7 +89,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         batch_size=batch_size, workers=workers, progress=not quiet,
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                              enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
-                             batch_size=hf_batch_size),
+                             batch_size=hf_batch_size, engine_args=_engine_args(engine_args, backend)),
     )
     results = []
     for model, name in zip(models, names):
@@ -103,6 +107,33 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         from opgen import sweep
         written = sweep.write_sweep(out_dir, results)
         click.echo(f"sweep: {', '.join(str(p) for p in written)}")
+
+
+def _engine_args(pairs: tuple[str, ...], backend: str) -> tuple[tuple[str, object], ...]:
+    """``KEY=VALUE`` options -> sorted (key, value) pairs; VALUE parsed as YAML (``8`` -> 8)."""
+    import yaml
+
+    from opgen.infer.vllm_backend import check_engine_args
+
+    if pairs and backend != "vllm":
+        raise click.BadParameter(f"applies to --backend vllm only (this run: {backend})", param_hint="--engine-arg")
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise click.BadParameter(f"{pair!r}: expected KEY=VALUE with KEY a Python name", param_hint="--engine-arg")
+        if key in out:
+            raise click.BadParameter(f"{key!r} given twice", param_hint="--engine-arg")
+        try:
+            out[key] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise click.BadParameter(f"{pair!r}: VALUE is not YAML ({exc})", param_hint="--engine-arg") from None
+    try:
+        check_engine_args(out)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--engine-arg") from None
+    return tuple(sorted(out.items()))
 
 
 def _summary_line(metrics: dict) -> str:
