@@ -63,9 +63,15 @@ class Dataset:
     def __getitem__(self, index: int | slice) -> dict | list[dict]:
         if isinstance(index, slice):
             return self.table.take(list(range(len(self))[index])).to_pylist()
+        import operator
+
         n = len(self)
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise TypeError(f"index with an int or a slice, not {type(index).__name__}")
+        if isinstance(index, bool):
+            raise TypeError("index with an int or a slice, not bool")
+        try:
+            index = operator.index(index)  # ints, numpy integers
+        except TypeError:
+            raise TypeError(f"index with an int or a slice, not {type(index).__name__}") from None
         if not -n <= index < n:
             raise IndexError(f"row {index} of a {n}-row split {self.split!r}")
         return self.table.slice(index % n, 1).to_pylist()[0]
