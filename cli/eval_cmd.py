@@ -12,7 +12,7 @@ from opgen.infer.base import BACKENDS
 
 def _model_names(models: tuple[Path, ...]) -> list[str]:
     """Folder names; where two checkpoints share one (run1/step100, run2/step100) the parent joins in."""
-    names = [m.name.removesuffix(".jsonl") for m in models]
+    names = [m.name.removesuffix(".jsonl").removesuffix(".parquet") for m in models]
     if len(set(names)) < len(names):
         names = [f"{m.parent.name}_{n}" if names.count(n) > 1 else n for m, n in zip(models, names)]
     if len(set(names)) < len(names):
@@ -24,9 +24,9 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 
 @click.command("eval")
 @click.option("--model", "models", multiple=True, required=True, type=click.Path(path_type=Path),
-              help="A model directory (HF format), for --backend replay a responses JSONL file or a folder "
-                   "of <data>_generations.jsonl, for --backend openai the served model's name. Repeat for a "
-                   "checkpoint sweep.")
+              help="A model directory (HF format); for --backend replay a responses JSONL file, verl's "
+                   "generation parquet (a 'responses' column) or a folder of <data>_generations.jsonl/.parquet; "
+                   "for --backend openai the served model's name. Repeat for a checkpoint sweep.")
 @click.option("--data", "data_files", multiple=True, required=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A parquet data file (rows per docs/contracts.md). Repeatable.")
@@ -55,6 +55,10 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
               help="vLLM memory share (default 0.9 on a GPU, 0.1 of host RAM on CPU).")
 @click.option("--enforce-eager", is_flag=True, help="vLLM: no CUDA graphs / compilation (faster start).")
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
+              help="vLLM: one more keyword argument of vllm.LLM(...), e.g. max_num_seqs=64, revision=main, "
+                   "enable_prefix_caching=true; VALUE is read as YAML (numbers, true/false, lists, {k: v}). "
+                   "Repeatable.")
 @click.option("--hf-batch-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="transformers: prompts per generate() call.")
 @click.option("--base-url", "base_urls", multiple=True,
@@ -93,8 +97,8 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--quiet", is_flag=True, help="No progress bars (same as --no-progress).")
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
-          tensor_parallel_size, hf_batch_size, base_urls, api_key_env, concurrency, request_timeout, retries,
-          executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus, chunk_rows, namespace,
+          tensor_parallel_size, engine_args, hf_batch_size, base_urls, api_key_env, concurrency, request_timeout,
+          retries, executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus, chunk_rows, namespace,
           progress, quiet) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
@@ -133,7 +137,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         batch_size=batch_size, workers=workers, progress=bars, namespace=namespace,
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                              enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
-                             batch_size=hf_batch_size),
+                             batch_size=hf_batch_size, engine_args=_engine_args(engine_args, backend)),
         openai=openai,
     )
     if backend == "replay":
@@ -249,6 +253,33 @@ def _check_replay(models, data_files, limit, decomposed) -> None:
             replay.check_source(model, data)
         except BackendError as exc:  # exit 1, as when the same problem surfaces mid-run
             raise click.ClickException(str(exc)) from None
+
+
+def _engine_args(pairs: tuple[str, ...], backend: str) -> tuple[tuple[str, object], ...]:
+    """``KEY=VALUE`` options -> sorted (key, value) pairs; VALUE parsed as YAML (``8`` -> 8)."""
+    import yaml
+
+    from opgen.infer.vllm_backend import check_engine_args
+
+    if pairs and backend != "vllm":
+        raise click.BadParameter(f"applies to --backend vllm only (this run: {backend})", param_hint="--engine-arg")
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise click.BadParameter(f"{pair!r}: expected KEY=VALUE with KEY a Python name", param_hint="--engine-arg")
+        if key in out:
+            raise click.BadParameter(f"{key!r} given twice", param_hint="--engine-arg")
+        try:
+            out[key] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise click.BadParameter(f"{pair!r}: VALUE is not YAML ({exc})", param_hint="--engine-arg") from None
+    try:
+        check_engine_args(out)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--engine-arg") from None
+    return tuple(sorted(out.items()))
 
 
 def _summary_line(metrics: dict) -> str:

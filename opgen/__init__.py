@@ -1,3 +1,24 @@
-"""opgen: synthetic compositional string-operator tasks — build, score, publish."""
+"""opgen: synthetic compositional string-operator tasks — build, score, publish.
+
+The notebook API (docs/api.md) is importable from here: ``opgen.create_dataset``,
+``opgen.build_splits``, ``opgen.score_answers``, ``opgen.register_generator``, ``opgen.load_recipe``,
+``opgen.Generator``. They are loaded on first use, so ``import opgen`` stays as light as it was.
+"""
 
 __version__ = "0.1.0"
+
+_API = ("Dataset", "Generator", "Scores", "build_splits", "create_dataset", "load_recipe", "register_generator",
+        "score_answers")
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from opgen import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'opgen' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])

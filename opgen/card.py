@@ -104,15 +104,69 @@ def _size_category(n: int) -> str:
     return "10M<n<100M"
 
 
-def front_matter(plan: Plan, *, license: str, pretty_name: str) -> dict:
+def _feature_type(t) -> dict:
+    """An Arrow type as the Hub card's ``features`` YAML spells it (datasets' own simplified form:
+    ``dtype: string``, ``list: string``, ``struct: [...]``, ``list: [...]`` for a list of structs)."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(t):
+        return {"struct": [{"name": t.field(i).name, **_feature_type(t.field(i).type)} for i in range(t.num_fields)]}
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = _feature_type(t.value_type)
+        key = "large_list" if pa.types.is_large_list(t) else "list"
+        if "dtype" in inner:
+            return {key: inner["dtype"]}
+        if "struct" in inner:
+            return {key: inner["struct"]}
+        return {key: inner}
+    names = {pa.string(): "string", pa.large_string(): "large_string", pa.int64(): "int64", pa.int32(): "int32",
+             pa.int16(): "int16", pa.int8(): "int8", pa.bool_(): "bool", pa.float64(): "float64",
+             pa.float32(): "float32", pa.binary(): "binary", pa.uint64(): "uint64", pa.uint32(): "uint32"}
+    if t in names:
+        return {"dtype": names[t]}
+    raise ValueError(f"no Hub feature type for the Arrow type {t}")
+
+
+def features(schema) -> list[dict]:
+    """A parquet file's Arrow schema as the card's ``dataset_info.features`` list."""
+    return [{"name": f.name, **_feature_type(f.type)} for f in schema]
+
+
+def dataset_info(plan: Plan, tree_root: Path) -> list[dict]:
+    """Per config: its features (from its first file's schema; every file of a config shares it)
+    and per split the row count and the uncompressed bytes (parquet footers' row-group sizes, read
+    without decoding any data); ``download_size``: the parquet files' bytes."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for config in plan.configs:
+        members = plan.splits_of(config)
+        schema = pq.read_schema(tree_root / members[0].repo_paths()[0])
+        splits = []
+        for s in members:
+            size = 0
+            for rel in s.repo_paths():
+                meta = pq.read_metadata(tree_root / rel)
+                size += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+            splits.append({"name": s.name, "num_bytes": size, "num_examples": s.rows})
+        out.append({"config_name": config, "features": features(schema), "splits": splits,
+                    "download_size": sum(f.bytes for s in members for f in s.files),
+                    "dataset_size": sum(x["num_bytes"] for x in splits)})
+    return out
+
+
+def front_matter(plan: Plan, *, license: str, pretty_name: str, tree_root: Path | None = None) -> dict:
     configs = []
     for config in plan.configs:
         data_files = []
         for s in plan.splits_of(config):
             paths = list(s.repo_paths())
             data_files.append({"split": s.name, "path": paths[0] if len(paths) == 1 else paths})
-        configs.append({"config_name": config, "data_files": data_files})
-    return {
+        entry: dict = {"config_name": config, "data_files": data_files}
+        if config == plan.default_config:
+            entry["default"] = True
+        configs.append(entry)
+    meta = {
         "pretty_name": pretty_name,
         "license": license,
         "language": ["en"],
@@ -121,6 +175,9 @@ def front_matter(plan: Plan, *, license: str, pretty_name: str) -> dict:
         "size_categories": [_size_category(sum(s.rows for s in plan.splits))],
         "configs": configs,
     }
+    if tree_root is not None:
+        meta["dataset_info"] = dataset_info(plan, tree_root)
+    return meta
 
 
 _SHOWN = ("prompt", "reward_model", "extra_info", "messages", "response")
@@ -386,11 +443,12 @@ def _provenance(plan: Plan) -> str:
 
 
 def _load(plan: Plan, repo_id: str) -> str:
-    s = plan.splits[0]
+    s = plan.splits_of(plan.default_config)[0] if plan.default_config else plan.splits[0]
     lines = ["from datasets import load_dataset", "",
              f'ds = load_dataset("{repo_id}", "{s.config}", split="{s.name}")',
              'row = ds[0]  # prompt, reward_model.ground_truth (JSON text), extra_info (depth, k, ops, ...)',
-             "", "# every config:"]
+             "", f'# no config name: the default config, "{plan.default_config}"',
+             f'# load_dataset("{repo_id}", split="{s.name}")', "", "# every config:"]
     lines += [f'# load_dataset("{repo_id}", "{c}")' for c in plan.configs]
     return _fence("\n".join(lines), "python")
 
@@ -400,7 +458,7 @@ def render(plan: Plan, tree_root: Path, repo_id: str, *, license: str = "apache-
     """The card for a tree whose data files are already in place under ``tree_root``."""
     recipes = [str(r.get("name")) for r in plan.manifest.get("recipes") or [] if r.get("name")]
     pretty_name = pretty_name or ("opgen " + " + ".join(recipes) if recipes else "opgen string-operator tasks")
-    meta = yaml.safe_dump(front_matter(plan, license=license, pretty_name=pretty_name),
+    meta = yaml.safe_dump(front_matter(plan, license=license, pretty_name=pretty_name, tree_root=tree_root),
                           sort_keys=False, allow_unicode=True, width=1000)
     total = sum(s.rows for s in plan.splits)
     n_train, n_held = len(library.TRAIN_IDS), len(library.HELDOUT_IDS)
@@ -415,9 +473,12 @@ def render(plan: Plan, tree_root: Path, repo_id: str, *, license: str = "apache-
         "recall-then-assemble format where the format says `ra`: one `Recall func_N: <gloss>` block per "
         "operator, then one `Assemble:` block with every definition and `main_solution`. This is the data of "
         "the compgen-checkpoints study (Qwen3-4B-Base); config names keep the study's file names "
-        "(`heldout_trees_d1-8.parquet` → config `heldout_trees`, split `heldout_trees_d1_8`).",
-        "## Configs\n\nOne config per split family; Hub split names are the build's split names with "
-        "dashes replaced by underscores (the Hub rejects dashes).\n\n" + _configs(plan),
+        "(`heldout_trees_d1-8.parquet` → config `heldout_trees`; the table below maps every split to its "
+        "build file).",
+        "## Configs\n\nOne config per split family. A config's one split of role train is named `train` and "
+        "its one eval split `test`; where a config holds several splits of one role, each keeps the build's "
+        "split name with dashes replaced by underscores (the Hub rejects dashes). "
+        f"The default config (loaded without a config name) is `{plan.default_config}`.\n\n" + _configs(plan),
         "## Loading\n\n" + _load(plan, repo_id),
         "## Training with verl\n\n" + _verl(plan, repo_id),
         "## Formats\n\nOne real row of each format in this build.\n\n" + _formats(plan, tree_root),

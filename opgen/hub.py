@@ -65,6 +65,11 @@ class Split:
     rows: int
     files: tuple[BuildFile, ...]
     info: dict  # the manifest's whole entry (counts, output_length, rejections)
+    file_name: str = ""  # the build name made Hub-safe (heldout_trees_d1_8); ``name`` may be a role
+
+    @property
+    def role(self) -> str:
+        return str(self.info.get("role", ""))
 
     def repo_paths(self) -> tuple[str, ...]:
         n = len(self.files)
@@ -79,6 +84,9 @@ class Plan:
     manifest: dict
     manifest_sha256: str
     splits: tuple[Split, ...]  # sorted by (config, name)
+    # The config ``load_dataset(repo)`` loads without a config name: that of the build's first
+    # split (the first recipe's first split, e.g. heldout_trees for the eval suite).
+    default_config: str = ""
 
     @property
     def configs(self) -> tuple[str, ...]:
@@ -181,12 +189,14 @@ def plan(build_dir: Path) -> Plan:
     kinds: dict[str, set[str]] = {}
     for _, _, family, info, _ in entries:
         kinds.setdefault(family, set()).add(str(info["kind"]))
+    config_of = {build_name: hub_name(family) if len(kinds[family]) == 1 else hub_name(f"{family}_{info['kind']}")
+                 for build_name, _, family, info, _ in entries}
+    names = _role_names([(config_of[b], b, name, info.get("role")) for b, name, _, info, _ in entries])
     splits = []
     for build_name, name, family, info, files in entries:
-        config = hub_name(family) if len(kinds[family]) == 1 else hub_name(f"{family}_{info['kind']}")
-        splits.append(Split(build_name, name, config, family, str(info["kind"]), str(info["mode"]),
-                            str(info["prompt_format"]), str(info["answer_format"]), int(info["rows"]),
-                            files, info))
+        splits.append(Split(build_name, names[build_name], config_of[build_name], family, str(info["kind"]),
+                            str(info["mode"]), str(info["prompt_format"]), str(info["answer_format"]),
+                            int(info["rows"]), files, info, name))
     splits.sort(key=lambda s: (s.config, s.name))
     families: dict[str, str] = {}
     for s in splits:
@@ -206,7 +216,30 @@ def plan(build_dir: Path) -> Plan:
             other = used.setdefault(f.path, s.build_name)
             if other != s.build_name or sum(g.path == f.path for g in s.files) > 1:
                 raise HubError(f"{mpath}: file {f.path!r} is listed more than once")
-    return Plan(build_dir, manifest, hashlib.sha256(raw).hexdigest(), tuple(splits))
+    first = next(iter(manifest["splits"]))  # manifest order is build order
+    return Plan(build_dir, manifest, hashlib.sha256(raw).hexdigest(), tuple(splits), config_of[first])
+
+
+# The Hub's (and datasets') conventional split names per role.
+ROLE_SPLITS = {"train": "train", "eval": "test"}
+
+
+def _role_names(entries: list[tuple[str, str, str, object]]) -> dict[str, str]:
+    """Hub split names: ``train`` / ``test`` for the one split of that role in its config, where
+    that is unambiguous; else (two eval splits in one config, no role in the manifest, a name
+    clash) every split of the config keeps its file name. ``entries``: (config, build name, file
+    name, role)."""
+    by_config: dict[str, list[tuple[str, str, object]]] = {}
+    for config, build_name, file_name, role in entries:
+        by_config.setdefault(config, []).append((build_name, file_name, role))
+    out: dict[str, str] = {}
+    for members in by_config.values():
+        roles = [role for _, _, role in members]
+        proposed = {b: ROLE_SPLITS[role] if role in ROLE_SPLITS and roles.count(role) == 1 else f
+                    for b, f, role in members}
+        clash = len(set(proposed.values())) < len(proposed)
+        out.update({b: f for b, f, _ in members} if clash else proposed)
+    return out
 
 
 def _copy_verified(src: Path, dst: Path, f: BuildFile) -> None:

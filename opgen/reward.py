@@ -1,9 +1,18 @@
-"""verl's reward entry point: ``compute_score`` for opgen rows (and native ``codeio-forward-*`` rows).
+"""verl's reward entry points: ``compute_score`` for opgen rows (and native ``codeio-forward-*`` rows).
 
 Plug into verl with ``custom_reward_function.path=<site-packages>/opgen/reward.py`` and
-``custom_reward_function.name=compute_score`` (newer verl: ``reward.custom_reward_function.*``);
+``custom_reward_function.name=<entry point>`` (newer verl: ``reward.custom_reward_function.*``);
 policies go through ``reward_kwargs`` (see docs/scoring.md). Model code runs in the process-wide
 sandbox (:func:`opgen.score.sandbox.shared`), never in the trainer's process or thread.
+
+One entry point per way verl calls a reward function (docs/verl.md, "Reward managers"):
+
+- ``compute_score``: one sample -> dict (verl 0.9 reward loop ``naive``/``dapo``; verl <= 0.7 ``naive``);
+- ``compute_score_async``: the same as a coroutine (verl 0.9's reward loop awaits it);
+- ``compute_score_batch``: keyword lists -> list of dicts (verl <= 0.7 ``batch`` manager), graded
+  concurrently over the whole sandbox pool;
+- ``compute_score_float``: one sample -> float, never raising (verl <= 0.7 ``prime`` manager, which
+  zeroes the whole batch on any exception, and ``verl.trainer.main_eval``, which averages returns).
 """
 
 from __future__ import annotations
@@ -13,25 +22,34 @@ from __future__ import annotations
 KEYS = ("score", "acc", "format_ok", "error", "structure_ok", "n_tasks", "tasks_correct", "recall_expected",
         "recall_correct", "recall_chimera", "recall_arity", "recall_wrong_body", "recall_missing",
         "recall_duplicated", "recall_extra", "recall_missing_import")
+# ``keys="minimal"``: what a multi-sample validation needs. verl bootstraps best@N/worst@N for every
+# numeric key per prompt, so each extra key costs as much of verl's metric time as ``score`` itself.
+MINIMAL_KEYS = ("score", "acc")
+KEY_POLICIES = {"full": KEYS, "minimal": MINIMAL_KEYS}
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str | dict, extra_info: dict | None = None,
                   policy: str = "output", group: str = "fraction", mode: str = "auto", namespace: str = "strict",
+                  keys: str = "full",
                   **kwargs: object) -> dict:
     """Score one sample. ``policy``: "output" (default) or "output_structure"; ``group``: "fraction"
     (default) or "all"; ``mode``: "auto" (default), "forward" or "program"; ``namespace``: "strict"
-    (default: programs run on their own) or "native" (with the native module's imports, ``gcd``).
+    (default: programs run on their own) or "native" (with the native module's imports, ``gcd``);
+    ``keys``: "full" (default, :data:`KEYS`) or "minimal" (:data:`MINIMAL_KEYS`, for validation with
+    n > 1 samples).
 
-    ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows)."""
+    ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows): verl
+    stacks every sample's keys as the first sample's, so no key may be absent (docs/verl.md)."""
     from opgen.score.grade import grade
 
+    wanted = _key_set(keys)
     extra = extra_info or {}
     g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, namespace=namespace,
               answer_format=str(extra.get("answer_format", "") or ""),
               assistant_prefix=str(extra.get("assistant_prefix", "") or ""))
     rc = g["recall"]
     recall_wrong = rc["wrong_body"] + rc["no_definition"] + rc["syntax"]
-    return {
+    return _select(wanted, {
         "score": float(g["score"]),
         "acc": float(g["acc"]),
         "format_ok": float(bool(g["format_ok"])),
@@ -48,4 +66,80 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
         "recall_duplicated": float(rc["duplicated"]),
         "recall_extra": float(rc["extra"]),
         "recall_missing_import": float(rc["missing_import"]),
-    }
+    })
+
+
+def _key_set(keys: str) -> tuple[str, ...]:
+    try:
+        return KEY_POLICIES[keys]
+    except (KeyError, TypeError):
+        raise ValueError(f"keys must be one of {', '.join(KEY_POLICIES)}, got {keys!r}") from None
+
+
+def _check_settings(kwargs: dict) -> None:
+    from opgen.score.grade import GROUP_POLICIES, MODES, POLICIES
+
+    _key_set(kwargs.get("keys", "full"))
+    for name, allowed, default in (("policy", POLICIES, "output"), ("group", GROUP_POLICIES, "fraction"),
+                                   ("mode", MODES, "auto")):
+        if kwargs.get(name, default) not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {kwargs[name]!r}")
+
+
+def _select(wanted: tuple[str, ...], full: dict) -> dict:
+    return full if wanted is KEYS else {k: full[k] for k in wanted}
+
+
+async def compute_score_async(data_source: str, solution_str: str, ground_truth: str | dict,
+                              extra_info: dict | None = None, **kwargs: object) -> dict:
+    """:func:`compute_score` as a coroutine: verl 0.9's reward loop awaits a coroutine function in
+    its own event loop instead of handing it to the loop's default thread pool. The grading (the
+    sandbox round trips) runs in a worker thread, so the event loop is never blocked."""
+    import asyncio
+
+    return await asyncio.to_thread(compute_score, data_source, solution_str, ground_truth, extra_info, **kwargs)
+
+
+def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=None, **kwargs: object) -> list[dict]:
+    """Score a batch (verl <= 0.7's ``batch`` reward manager calls this with keyword lists); one dict
+    per sample, in order. Samples are graded concurrently, two per sandbox worker, so the whole
+    pool (``OPGEN_SANDBOX_WORKERS``) is busy; ``kwargs`` go to every :func:`compute_score` call."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opgen.score.sandbox import shared
+
+    sources, texts, truths = list(data_sources), list(solution_strs), list(ground_truths)
+    extras = [None] * len(sources) if extra_infos is None else list(extra_infos)
+    if not len(sources) == len(texts) == len(truths) == len(extras):
+        raise ValueError(f"compute_score_batch: {len(sources)} data_sources, {len(texts)} solution_strs, "
+                         f"{len(truths)} ground_truths and {len(extras)} extra_infos (must be equal)")
+    _check_settings(kwargs)  # a wrong setting fails once, before any grading
+    if not sources:
+        return []
+
+    def one(i: int) -> dict:
+        return compute_score(sources[i], texts[i], truths[i], extras[i], **kwargs)
+
+    with ThreadPoolExecutor(max(1, 2 * shared().workers)) as pool:
+        return list(pool.map(one, range(len(sources))))
+
+
+def compute_score_float(data_source: str, solution_str: str, ground_truth: str | dict,
+                        extra_info: dict | None = None, **kwargs: object) -> float:
+    """The reward as a float, for callers that take a number: verl <= 0.7's ``prime`` manager (calls
+    ``f(data_source, solution, ground_truth, extra_info)`` in its process pool and sets the whole
+    batch to 0 on any exception) and ``verl.trainer.main_eval`` (``f(data_source, response,
+    ground_truth)``, averaged with ``np.mean``).
+
+    A sample that cannot be graded (a malformed ground truth, a sandbox that cannot start) scores
+    0.0 alone, with one line on stderr naming it, instead of zeroing its batch. A wrong setting
+    (``policy``, ``group``, ``mode``, ``keys``) is no sample's fault and raises ValueError."""
+    _check_settings(kwargs)
+    try:
+        return float(compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)["score"])
+    except Exception as exc:  # noqa: BLE001 - one sample's failure must not reach its batch
+        import sys
+
+        print(f"opgen.reward.compute_score_float: {data_source}: scored 0.0: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+        return 0.0

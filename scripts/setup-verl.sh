@@ -13,6 +13,9 @@ VERL_VERSION="0.9.1"
 # The CPU build of this torch lies on the project's machines (pip's find-links); verl needs torch
 # but none of the CUDA wheels, and installing torch first stops pip from picking a CUDA build.
 TORCH_VERSION="2.13.0"
+# verl.trainer.sft_trainer imports the rollout server's web stack at module level; the suite
+# imports the trainer to run its own config checks (SFTTrainer._build_config).
+SERVER_PKGS=("uvicorn==0.54.0" "fastapi==0.165.0")
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${1:-$repo/.venv-verl}"
@@ -30,6 +33,7 @@ from importlib.metadata import version
 verl, torch = sys.argv[1], sys.argv[2]
 ok = version("verl") == verl and version("torch").split("+")[0] == torch
 import verl.utils.dataset.rl_dataset, verl.utils.dataset.multiturn_sft_dataset  # noqa: E401,F401
+import uvicorn, fastapi  # noqa: E401,F401
 import opgen  # noqa: F401
 sys.exit(0 if ok else 1)
 PY
@@ -45,7 +49,7 @@ fi
 start=$(date +%s)
 "$vpy" -m pip install --quiet --upgrade pip
 "$vpy" -m pip install --quiet "torch==$TORCH_VERSION"
-"$vpy" -m pip install --quiet "verl==$VERL_VERSION"
+"$vpy" -m pip install --quiet "verl==$VERL_VERSION" "${SERVER_PKGS[@]}"
 "$vpy" -m pip install --quiet -e "$repo[test]"
 installed || { echo "setup-verl: verl did not import after install in $venv" >&2; exit 1; }
 echo "setup-verl: installed verl==$VERL_VERSION into $venv in $(( $(date +%s) - start )) s" \

@@ -182,7 +182,7 @@ def test_real_build_card_shows_one_real_row_per_format(real_tree: Path):
         prefix = row["extra_info"]["assistant_prefix"]
         if prefix:  # probe 1b: the teacher-forced prefix is shown
             assert prefix.rstrip("\n") in body
-    forward = _first_row(real_tree, "data/codeio_forward/forward_atomic-00000-of-00001.parquet")
+    forward = _first_row(real_tree, "data/codeio_forward/test-00000-of-00001.parquet")  # its only eval split
     assert forward["prompt"][0]["content"].rstrip("\n") in body
 
 

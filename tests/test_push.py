@@ -60,13 +60,22 @@ splits:
 """
 
 
+def expected_name(manifest: dict, name: str) -> str:
+    """The Hub split name docs/hub.md promises: a family's only split of role train is `train`, its
+    only eval split `test`; any other keeps its build name with dashes as underscores."""
+    info = manifest["splits"][name]
+    same = [s for s in manifest["splits"].values() if s["family"] == info["family"] and s["role"] == info["role"]]
+    return {"train": "train", "eval": "test"}[info["role"]] if len(same) == 1 else name.replace("-", "_")
+
+
 def expected_tree(build: Path) -> list[str]:
     """The tree docs/hub.md promises for a build, computed from its manifest alone."""
     manifest = json.loads((build / "manifest.json").read_text())
     paths = ["README.md", "manifest.json"]
     for name, info in manifest["splits"].items():
         n = len(info["files"])
-        paths += [f"data/{info['family']}/{name.replace('-', '_')}-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
+        hub_split = expected_name(manifest, name)
+        paths += [f"data/{info['family']}/{hub_split}-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
     return sorted(paths)
 
 
@@ -225,10 +234,11 @@ def test_real_build_dry_run_loads_config_by_config(built: Path, tmp_path: Path):
     manifest = json.loads((built / "manifest.json").read_text())
     expected: dict[str, dict] = {}
     for name, info in manifest["splits"].items():
-        expected.setdefault(info["family"], {})[name.replace("-", "_")] = [info["rows"],
-                                                                          rows.schema(info["kind"]).names]
+        expected.setdefault(info["family"], {})[expected_name(manifest, name)] = [info["rows"],
+                                                                                 rows.schema(info["kind"]).names]
     assert sorted(expected) == ["codeio_forward", "heldout_trees", "probe_1b", "sft_eco"]
-    assert expected["heldout_trees"]["heldout_trees_d4"][0] == 3 and expected["probe_1b"]["probe_1b"][0] == 6
+    assert expected["heldout_trees"]["heldout_trees_d4"][0] == 3 and expected["probe_1b"]["test"][0] == 6
+    assert sorted(expected["sft_eco"]) == ["train"] and sorted(expected["codeio_forward"]) == ["test"]
     assert load_with_datasets(tree, tmp_path) == expected
 
 
@@ -512,3 +522,47 @@ def test_tree_is_identical_across_hash_seeds(hand_build: Path, tmp_path: Path):
         assert proc.returncode == 0, proc.stderr
         trees.append(files_under(out))
     assert trees[0] == trees[1]
+
+
+def test_hub_conventions_default_config_role_splits_and_dataset_info(built: Path, tmp_path: Path):
+    # datasets, offline, on the dry-run tree: no config (the default), each config, split="test"/"train".
+    tree = tmp_path / "tree"
+    assert run(built, "--repo-id", "org/opgen-e2e", "--dry-run", tree).exit_code == 0
+    script = textwrap.dedent("""
+        import json, sys, datasets
+        tree, cache = sys.argv[1], sys.argv[2]
+        out = {"default": {k: v.num_rows for k, v in datasets.load_dataset(tree, cache_dir=cache).items()},
+               "train": datasets.load_dataset(tree, "sft_eco", split="train", cache_dir=cache).num_rows,
+               "test": datasets.load_dataset(tree, "probe_1b", split="test", cache_dir=cache).num_rows,
+               "no_config_split": datasets.load_dataset(tree, split="heldout_trees_d4", cache_dir=cache).num_rows,
+               "features": {}}
+        for config in datasets.get_dataset_config_names(tree):
+            builder = datasets.load_dataset_builder(tree, config, cache_dir=cache)
+            out["features"][config] = builder.info.features._to_yaml_list()
+        print(json.dumps(out))
+    """)
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home")}
+    proc = subprocess.run([sys.executable, "-c", script, str(tree), str(tmp_path / "hf_cache")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    manifest = json.loads((built / "manifest.json").read_text())
+    rows = {name: info["rows"] for name, info in manifest["splits"].items()}
+    # The default config is the build's first split's family (heldout_trees: d1-3 and d4, two eval splits).
+    assert got["default"] == {"heldout_trees_d1_3": rows["heldout_trees_d1-3"],
+                              "heldout_trees_d4": rows["heldout_trees_d4"]}
+    assert got["no_config_split"] == rows["heldout_trees_d4"]
+    assert got["train"] == rows["train"] and got["test"] == rows["probe_1b"]
+    import yaml
+
+    meta = yaml.safe_load((tree / "README.md").read_text().split("---\n")[1])
+    assert [c["config_name"] for c in meta["configs"] if c.get("default")] == ["heldout_trees"]
+    info = {d["config_name"]: d for d in meta["dataset_info"]}
+    assert sorted(info) == sorted(got["features"])
+    for config, d in info.items():
+        # the card's features are datasets' own spelling of the files' schema
+        assert d["features"] == got["features"][config], config
+        files = [f for s in hub.plan(built).splits_of(config) for f in s.files]
+        assert d["download_size"] == sum(f.bytes for f in files)
+        assert sum(x["num_examples"] for x in d["splits"]) == sum(f.rows for f in files)
+        assert all(x["num_bytes"] > 0 for x in d["splits"])

@@ -523,6 +523,75 @@ def test_launch_script_builds_data_and_composes_a_valid_verl_config(
 
 
 
+@pytest.fixture(scope="session")
+def model_dir(tok_dir, tmp_path_factory):
+    return H.build_model_dir(tmp_path_factory.mktemp("model"), tok_dir)
+
+
+def _main_ppo_checks(cfg) -> None:
+    """What ``verl.trainer.main_ppo.main`` runs on its composed config before any training."""
+    from verl.trainer.main_ppo import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(cfg)
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+
+
+def _sft_trainer_checks(cfg):
+    """What ``verl.trainer.sft_trainer.SFTTrainer.__init__`` builds from its config first
+    (``_build_config``: model, engine, optimizer, checkpoint and profiler dataclasses)."""
+    _need("uvicorn")  # verl.trainer.sft_trainer imports the rollout server at module level
+    from verl.trainer.sft_trainer import SFTTrainer
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(cfg)
+    trainer = SFTTrainer.__new__(SFTTrainer)  # __init__ would start torch.distributed and load weights
+    trainer.config = cfg
+    trainer._build_config()
+    return trainer
+
+
+@pytest.mark.verl
+def test_grpo_example_passes_main_ppo_validation_as_launched(real_builds, model_dir, tmp_path):
+    env = {"MODEL": str(model_dir), "DATA": str(tmp_path / "data"), "OPGEN_LIMIT": str(BUILD_LIMIT),
+           "PYTHON": sys.executable, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    cfg = _compose(EXAMPLES / "config", "grpo_rl_r1", _overrides(_dry_run("run_grpo_rl_r1.sh", env)))
+    _main_ppo_checks(cfg)
+    # The study's RL settings (compgen-checkpoints.md): batch 128, KL 0.01 to the init, 100 steps.
+    assert cfg.data.train_batch_size == 128
+    actor = cfg.actor_rollout_ref.actor
+    assert actor.use_kl_loss and actor.kl_loss_coef == 0.01 and not cfg.algorithm.use_kl_in_reward
+    assert cfg.trainer.total_training_steps == 100
+
+
+@pytest.mark.verl
+def test_validation_catches_what_the_old_grpo_example_left_unset(model_dir):
+    # The check can fail: the micro-batch sizes the example once left unset (dynamic batch size off).
+    cfg = _compose(EXAMPLES / "config", "grpo_rl_r1", [
+        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null"])
+    with pytest.raises(Exception, match="ppo_micro_batch_size"):
+        _main_ppo_checks(cfg)
+
+
+@pytest.mark.verl
+def test_sft_example_passes_the_sft_trainers_config_checks_as_launched(real_builds, model_dir, tmp_path):
+    env = {"MODEL": str(model_dir), "DATA": str(tmp_path / "data"), "OPGEN_LIMIT": str(BUILD_LIMIT),
+           "PYTHON": sys.executable, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    cfg = _compose(EXAMPLES / "config", "sft_sft_eco", _overrides(_dry_run("run_sft_sft_eco.sh", env)))
+    trainer = _sft_trainer_checks(cfg)
+    # The study's SFT settings: 2 epochs, batch 128, LR 2e-5.
+    assert trainer.optimizer_config.lr == 2e-5
+    assert cfg.data.train_batch_size == 128 and cfg.trainer.total_epochs == 2
+    # The check reads the model folder, so it can fail: a config.json that names no architecture.
+    bare = H.build_model_dir(tmp_path / "bare", model_dir)
+    config = json.loads((bare / "config.json").read_text())
+    config.pop("architectures")
+    (bare / "config.json").write_text(json.dumps(config))
+    with pytest.raises(Exception, match="architecture"):
+        _sft_trainer_checks(_compose(EXAMPLES / "config", "sft_sft_eco", [f"model.path={bare}"]))
+
+
 @pytest.mark.verl
 def test_legacy_reward_keys_need_migration_in_verl_0_9(verl_config_dir):
     # docs/verl.md warns that verl 0.9's main_ppo reads only reward.custom_reward_function: the

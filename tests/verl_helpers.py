@@ -175,3 +175,16 @@ def wrong_answer(gt: dict) -> str:
         return f'```json\n{json.dumps({"output": out + "#wrong"})}\n```'
     entries = "\n\n".join(f"def {t['entry']}(x):\n    return x + '#wrong'" for t in gt["tasks"])
     return f"```python\n{entries}\n```"
+
+
+def build_model_dir(folder: Path, tokenizer_dir: Path) -> Path:
+    """A model folder verl's config classes accept: the tiny tokenizer plus a one-layer Qwen2
+    ``config.json`` (no weights: config validation reads the architecture, never the tensors)."""
+    import shutil
+
+    from transformers import Qwen2Config
+
+    shutil.copytree(tokenizer_dir, folder, dirs_exist_ok=True)
+    Qwen2Config(vocab_size=600, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, architectures=["Qwen2ForCausalLM"]).save_pretrained(folder)
+    return folder

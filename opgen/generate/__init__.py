@@ -351,10 +351,53 @@ def registry() -> dict[str, type[Generator]]:
     return _REGISTRY
 
 
+def register_generator(cls: type[Generator], name: str | None = None) -> type[Generator]:
+    """Make a user's generator class nameable by recipes (``generator: <name>``); returns ``cls``,
+    so it also works as a class decorator. ``name`` defaults to ``cls.NAME``.
+
+    Registering the same class twice is a no-op; a name already taken by another class (a bundled
+    generator or another user's) is refused. A recipe may instead name the class by import path,
+    ``generator: "package.module:ClassName"``, which imports and registers it on first use (what
+    ``opgen build`` needs: it never runs the user's registration code).
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Generator)):
+        raise TypeError(f"register_generator needs a subclass of opgen.generate.Generator, got {cls!r}")
+    name = name or cls.NAME
+    if not name or not isinstance(name, str):
+        raise ValueError(f"{cls.__qualname__}: give a name (or set NAME on the class)")
+    reg = registry()
+    if name in reg and reg[name] is not cls:
+        raise ValueError(f"generator {name!r} is already registered ({reg[name].__module__}.{reg[name].__qualname__})")
+    reg[name] = cls
+    return cls
+
+
+def _import_generator(path: str) -> type[Generator]:
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise GeneratorError(f"generator {path!r}: an import path is 'package.module:ClassName'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module: any error while importing it is theirs to see
+        raise GeneratorError(f"generator {path!r}: cannot import {module_name!r} "
+                             f"({type(exc).__name__}: {exc})") from None
+    cls = module
+    for part in attr.split("."):
+        cls = getattr(cls, part, None)
+        if cls is None:
+            raise GeneratorError(f"generator {path!r}: module {module_name!r} has no {attr!r}")
+    if not (isinstance(cls, type) and issubclass(cls, Generator)):
+        raise GeneratorError(f"generator {path!r} is not a subclass of opgen.generate.Generator")
+    return register_generator(cls, path)
+
+
 def get(name: str) -> type[Generator]:
     reg = registry()
     if name not in reg:
-        raise GeneratorError(f"unknown generator {name!r} (known: {', '.join(sorted(reg))})")
+        if ":" in name:
+            return _import_generator(name)
+        raise GeneratorError(f"unknown generator {name!r} (known: {', '.join(sorted(reg))}; a generator of "
+                             f"your own: register_generator(cls) or 'package.module:ClassName')")
     return reg[name]
 
 

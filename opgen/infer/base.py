@@ -132,6 +132,8 @@ class EngineOptions:
     tensor_parallel_size: int = 1
     batch_size: int = 8  # transformers only: prompts per generate() call
     trust_remote_code: bool = False
+    # vLLM only: more keyword arguments of vllm.LLM(...) (``--engine-arg KEY=VALUE``), sorted by key.
+    engine_args: tuple[tuple[str, object], ...] = ()
 
 
 def make_backend(kind: str, model: Path, sampling: Sampling, options: EngineOptions | None = None,

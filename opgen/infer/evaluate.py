@@ -57,7 +57,10 @@ def write_json_atomic(path: Path, obj: object) -> None:
 
 def _generation_settings(cfg: EvalConfig, model: Path) -> dict:
     """What must not change between an interrupted run and its resumption."""
-    return {"backend": cfg.backend, "model": str(model), "sampling": cfg.sampling.to_dict()}
+    settings = {"backend": cfg.backend, "model": str(model), "sampling": cfg.sampling.to_dict()}
+    if cfg.engine.engine_args:  # e.g. a revision or a quantization changes what the model answers
+        settings["engine_args"] = dict(cfg.engine.engine_args)
+    return settings
 
 
 def _check_settings(path: Path, settings: dict, resume: bool) -> None:

@@ -5,6 +5,10 @@ The source is a responses JSONL file (the scorer's format: ``{"index": i, "respo
 ``<data>_generations.jsonl`` (an earlier `opgen eval` output), ``<data>_responses.jsonl`` or
 ``<data>.jsonl``. Recall answers of a decomposed run (``"recalls": [{"op", "response"}]``) replay
 the decomposed requests ``<index>/<op>``.
+
+A ``.parquet`` source (or ``<data>_generations.parquet`` in a directory) is read as verl's
+generation output (``verl.trainer.main_generation_server``): the data rows, in order, plus a
+``responses`` column of n strings each (:func:`load_verl_generations`).
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from opgen.infer.base import STOP, Backend, BackendError, Generation, Request, Sampling
+from opgen.infer.base import STOP, Backend, BackendError, Generation, Request, Sampling, prompt_sha256
 
-_NAMES = ("{}_generations.jsonl", "{}_responses.jsonl", "{}.jsonl")
+_NAMES = ("{}_generations.jsonl", "{}_responses.jsonl", "{}.jsonl", "{}_generations.parquet")
+# verl's generation file records no finish reason: truncation is unknown, never counted as "length".
+UNKNOWN_FINISH = "unknown"
 
 
 def _as_list(value: object, what: str) -> list[str]:
@@ -28,6 +34,8 @@ def _as_list(value: object, what: str) -> list[str]:
 
 def load_responses(path: Path) -> dict[str, dict]:
     """Key ("<index>" or "<index>/<op>") -> {responses, finish_reasons, prompt_sha256, ...}."""
+    if Path(path).suffix == ".parquet":
+        return load_verl_generations(Path(path))
     table: dict[str, dict] = {}
     try:
         fh = open(path, "rb")
@@ -138,6 +146,48 @@ def check_source(source: Path, data: Sequence[tuple[str, Sequence, int, bool]]) 
             if is_decomposed and not any("/" in k for k in table):
                 raise BackendError(f"replay: --decomposed needs recall answers (\"recalls\" per line) in {path}; "
                                    f"it has none")
+
+
+def load_verl_generations(path: Path) -> dict[str, dict]:
+    """verl's generation parquet -> the table :func:`load_responses` returns, keyed by row position.
+
+    ``verl.trainer.main_generation_server`` writes its data rows back in order (its
+    ``data.train_files`` concatenated) with ``responses``: a list of ``actor_rollout_ref.rollout.n``
+    strings per row. Each row's ``prompt_sha256`` is computed from the file's own ``prompt`` (and
+    ``extra_info.assistant_prefix``), so replaying it against a different data file, or one whose
+    rows were reordered, stops at the first row that differs.
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:
+        raise BackendError(f"{path}: not a readable parquet file ({exc})") from None
+    names = set(pf.schema_arrow.names)
+    for col in ("responses", "prompt"):
+        if col not in names:
+            raise BackendError(f"{path}: no {col!r} column, so not verl's generation output "
+                               f"(columns: {', '.join(sorted(names))})")
+    cols = ["responses", "prompt"] + (["extra_info"] if "extra_info" in names else [])
+    table: dict[str, dict] = {}
+    for batch in pf.iter_batches(batch_size=4096, columns=cols):
+        for rec in batch.to_pylist():
+            i = len(table)
+            where = f"{path}: row {i}"
+            try:
+                responses = _as_list(rec["responses"], "'responses'")
+            except ValueError as exc:
+                raise BackendError(f"{where}: {exc}") from None
+            prompt = rec["prompt"]
+            if not isinstance(prompt, list) or not all(
+                    isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                    for m in prompt):
+                raise BackendError(f"{where}: 'prompt' must be a list of {{role, content}}")
+            prefix = str((rec.get("extra_info") or {}).get("assistant_prefix") or "")
+            table[str(i)] = {"responses": responses, "finish_reasons": [UNKNOWN_FINISH] * len(responses),
+                             "prompt_sha256": prompt_sha256(prompt, prefix), "prompt_tokens": -1,
+                             "completion_tokens": []}
+    return table
 
 
 class ReplayBackend(Backend):

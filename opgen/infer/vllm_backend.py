@@ -11,6 +11,35 @@ from pathlib import Path
 
 from opgen.infer.base import Backend, BackendError, EngineOptions, Generation, Request, Sampling, check_model_dir
 
+# Keyword arguments of vllm.LLM that opgen sets itself, each from an option of its own (or, for
+# generation_config, deliberately: sampling defaults come from opgen, never from the checkpoint).
+OWN_ARGS = {"model": "--model", "dtype": "--dtype", "gpu_memory_utilization": "--gpu-memory-utilization",
+            "enforce_eager": "--enforce-eager", "tensor_parallel_size": "--tensor-parallel-size",
+            "trust_remote_code": "(not settable)", "generation_config": "(not settable)",
+            "max_model_len": "--max-model-len", "seed": "--seed"}
+
+
+def check_engine_args(engine_args: dict) -> None:
+    """Refuse a key opgen sets itself (ValueError naming the option to use instead)."""
+    for key in sorted(engine_args):
+        if key in OWN_ARGS:
+            raise ValueError(f"--engine-arg {key}: opgen sets this itself; use {OWN_ARGS[key]}")
+
+
+def _known_engine_args() -> set[str] | None:
+    """vllm.EngineArgs' fields (what vllm.LLM accepts beyond its own parameters), or None if unknown."""
+    import dataclasses
+    import inspect
+
+    try:
+        from vllm import LLM, EngineArgs
+    except ImportError:
+        return None
+    names = {f.name for f in dataclasses.fields(EngineArgs)} if dataclasses.is_dataclass(EngineArgs) else set()
+    names |= {p for p in inspect.signature(LLM.__init__).parameters if p not in ("self", "kwargs")}
+    return names or None
+
+
 # On the CPU backend this is the share of *host* memory reserved for the KV cache; vLLM's GPU
 # default (0.9) fails to start on an ordinary machine.
 CPU_MEMORY_SHARE = 0.1
@@ -49,6 +78,17 @@ class VLLMBackend(Backend):
             kwargs["max_model_len"] = sampling.max_model_len
         if sampling.seed is not None:
             kwargs["seed"] = sampling.seed
+        extra = dict(options.engine_args)
+        try:
+            check_engine_args(extra)
+        except ValueError as exc:
+            raise BackendError(str(exc)) from None
+        known = _known_engine_args()
+        unknown = sorted(set(extra) - known) if known is not None else []
+        if unknown:
+            raise BackendError(f"--engine-arg {unknown[0]}: not an argument of this vLLM's LLM/EngineArgs "
+                               f"(see `vllm serve --help` for the names, with '-' as '_')")
+        kwargs.update(extra)
         try:
             self.llm = LLM(**kwargs)
         except Exception as exc:  # engine start failures come as many exception types

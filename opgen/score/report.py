@@ -122,6 +122,27 @@ def _jobs(rows: list[Row], responses: dict[int, list[str]]) -> Iterator[tuple[Ro
             yield rows[index], sample, text
 
 
+def grade_records(rows: list[Row], answers: dict[int, list[str]], box: Sandbox, *, mode: str = "auto",
+                  policy: str = "output", group: str = "fraction", namespace: str = "strict") -> list[dict]:
+    """One record per response (row order, then sample order), graded concurrently in ``box``:
+    the lines of ``scores.jsonl``, and what :func:`summarize` reads."""
+    def one(job: tuple[Row, int, str]) -> dict:
+        row, sample, text = job
+        g = grade(row.ground_truth, text, policy=policy, group=group, mode=mode, sandbox=box, namespace=namespace,
+                  answer_format=str(row.extra.get("answer_format", "") or ""),
+                  assistant_prefix=str(row.extra.get("assistant_prefix", "") or ""))
+        rec = {"index": row.position, "sample": sample}
+        rec.update({k: row.extra.get(k, "") for k in _MEASURES})
+        rec["scope"] = M.scope_of(rec["ops"])
+        rec.update(M.row_measures(row.extra))
+        rec["data_source"] = row.data_source
+        rec.update(g)
+        return rec
+
+    with ThreadPoolExecutor(max(1, box.workers * 2)) as pool:
+        return list(pool.map(one, _jobs(rows, answers)))
+
+
 def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", workers: int = 2,
                 policy: str = "output", group: str = "fraction", sandbox: Sandbox | None = None,
                 timeout_s: float = 2.0, plots: bool = True, namespace: str = "strict",
@@ -140,21 +161,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     own = sandbox is None
     box = sandbox or Sandbox(workers=workers, timeout_s=timeout_s)
     try:
-        def one(job: tuple[Row, int, str]) -> dict:
-            row, sample, text = job
-            g = grade(row.ground_truth, text, policy=policy, group=group, mode=mode, sandbox=box, namespace=namespace,
-                      answer_format=str(row.extra.get("answer_format", "") or ""),
-                      assistant_prefix=str(row.extra.get("assistant_prefix", "") or ""))
-            rec = {"index": row.position, "sample": sample}
-            rec.update({k: row.extra.get(k, "") for k in _MEASURES})
-            rec["scope"] = M.scope_of(rec["ops"])
-            rec.update(M.row_measures(row.extra))
-            rec["data_source"] = row.data_source
-            rec.update(g)
-            return rec
-
-        with ThreadPoolExecutor(max(1, box.workers * 2)) as pool:
-            records = list(pool.map(one, _jobs(rows, answers)))
+        records = grade_records(rows, answers, box, mode=mode, policy=policy, group=group, namespace=namespace)
         level = box.level
     finally:
         if own:

@@ -1,0 +1,198 @@
+"""A researcher's API: build a recipe's split in memory, score responses in memory, add generators.
+
+The notebook counterpart of ``opgen build`` and ``opgen score`` (docs/api.md)::
+
+    import opgen
+    ds = opgen.create_dataset("eval-suite", "heldout_trees_d1-8", size=64, seed=3)
+    ds[0]["prompt"], len(ds), ds.table            # rows as dicts, or one pyarrow.Table
+    result = opgen.score_answers(ds, responses)   # one grade per row + the summary opgen score writes
+
+Rows are the file build's rows: :func:`create_dataset` runs the same builder (every phase,
+duplicate redraws and the leakage check included) into a temporary directory and reads the
+parquet back, so ``create_dataset(r, s, size=n, seed=k)`` equals the rows of
+``opgen build r --only s --limit n --seed k``. ``size`` is that ``--limit``: the first ``size``
+rows of the split, never more than the split has.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opgen.generate import Generator, register_generator
+
+# Generator is re-exported for user generators: subclass it, register it, name it in a recipe.
+__all__ = ["Dataset", "Generator", "Scores", "build_splits", "create_dataset", "load_recipe", "register_generator",
+           "score_answers"]
+
+
+def load_recipe(recipe: Any, seed: int | None = None):
+    """A bundled recipe's name, a YAML path, a recipe dict (the YAML's content) or a
+    :class:`opgen.recipe.Recipe` -> a resolved Recipe (``seed`` overrides the recipe's)."""
+    from opgen import recipe as R
+
+    if isinstance(recipe, R.Recipe):
+        return recipe if seed is None else R.resolve(recipe.raw, recipe.path, recipe.sha256, seed)
+    if isinstance(recipe, Mapping):
+        import hashlib
+        import json
+
+        data = dict(recipe)
+        sha = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+        return R.resolve(data, f"<recipe {data.get('name', '?')}>", sha, seed)
+    if isinstance(recipe, (str, Path)):
+        return R.load(str(recipe), seed)
+    raise TypeError(f"a recipe is a name, a path, a dict or an opgen.recipe.Recipe, not {type(recipe).__name__}")
+
+
+@dataclass
+class Dataset:
+    """One split's rows: ``ds[i]`` (a dict, the parquet row), ``ds[a:b]`` (a list), ``len(ds)``,
+    iteration, ``ds.table`` (the pyarrow.Table), ``ds.manifest`` (the split's manifest entry)."""
+
+    split: str
+    table: Any  # pyarrow.Table
+    manifest: dict
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __getitem__(self, index: int | slice) -> dict | list[dict]:
+        if isinstance(index, slice):
+            return self.table.take(list(range(len(self))[index])).to_pylist()
+        import operator
+
+        n = len(self)
+        if isinstance(index, bool):
+            raise TypeError("index with an int or a slice, not bool")
+        try:
+            index = operator.index(index)  # ints, numpy integers
+        except TypeError:
+            raise TypeError(f"index with an int or a slice, not {type(index).__name__}") from None
+        if not -n <= index < n:
+            raise IndexError(f"row {index} of a {n}-row split {self.split!r}")
+        return self.table.slice(index % n, 1).to_pylist()[0]
+
+    def __iter__(self) -> Iterator[dict]:
+        for batch in self.table.to_batches():
+            yield from batch.to_pylist()
+
+    def to_pylist(self) -> list[dict]:
+        return self.table.to_pylist()
+
+    def __repr__(self) -> str:
+        return f"Dataset(split={self.split!r}, rows={len(self)}, kind={self.manifest.get('kind')!r})"
+
+
+def build_splits(recipe: Any, splits: Sequence[str] | None = None, *, size: int | None = None,
+                 seed: int | None = None, workers: int = 1) -> dict[str, Dataset]:
+    """Every split of ``recipe`` (or only ``splits``), built as ``opgen build`` builds them, in memory.
+
+    ``size``: at most this many rows per split (``--limit``); ``seed``: overrides the recipe's
+    (``--seed``); ``workers``: build processes (rows are identical for any number)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from opgen import build as B
+
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+        raise ValueError(f"size must be a positive integer, got {size!r}")
+    loaded = load_recipe(recipe, seed)
+    with tempfile.TemporaryDirectory(prefix="opgen-api-") as tmp:
+        man = B.build([loaded], Path(tmp), workers=workers, only=tuple(splits or ()), limit=size, seed=seed)
+        out = {}
+        for name, section in man["splits"].items():
+            tables = [pq.read_table(Path(tmp) / f["path"]) for f in section["files"]]
+            table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+            out[name] = Dataset(name, table.combine_chunks(), section)
+    return out
+
+
+def create_dataset(recipe: Any, split: str | None = None, *, size: int | None = None, seed: int | None = None,
+                   workers: int = 1) -> Dataset:
+    """One split of ``recipe`` in memory (``split`` may be omitted for a one-split recipe).
+
+    A split is built alone (``--only``), as ``opgen build --only``: its duplicate checks run against
+    itself, not against the recipe's other splits."""
+    loaded = load_recipe(recipe, seed)
+    names = [s.name for s in loaded.splits]
+    if split is None:
+        if len(names) != 1:
+            raise ValueError(f"recipe {loaded.name!r} has {len(names)} splits; name one: {', '.join(names)}")
+        split = names[0]
+    if split not in names:
+        raise KeyError(f"recipe {loaded.name!r} has no split {split!r} (splits: {', '.join(names)})")
+    return build_splits(loaded, [split], size=size, seed=seed, workers=workers)[split]
+
+
+@dataclass
+class Scores:
+    """``grades``: one list per row (one grade dict per response, in order; empty for a row without
+    a response); ``records``: every grade as one flat record (the lines of ``scores.jsonl``);
+    ``summary``: what ``opgen score`` writes to ``summary.json``."""
+
+    grades: list[list[dict]]
+    records: list[dict]
+    summary: dict
+
+    @property
+    def scores(self) -> list[float | None]:
+        """The mean score of each row's responses (None for a row without a response)."""
+        return [sum(g["score"] for g in gs) / len(gs) if gs else None for gs in self.grades]
+
+
+def _rows_of(rows: Any):
+    from opgen.score.report import Row
+
+    if isinstance(rows, Dataset):
+        rows = rows.table
+    if hasattr(rows, "to_pylist") and hasattr(rows, "num_rows"):  # a pyarrow.Table
+        rows = rows.to_pylist()
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise TypeError(f"row {i}: a row is a dict (a parquet row), not {type(row).__name__}")
+        gt = (row.get("reward_model") or {}).get("ground_truth")
+        if not isinstance(gt, str):
+            raise ValueError(f"row {i}: reward_model.ground_truth is missing or not a string")
+        out.append(Row(i, gt, row.get("data_source") or "", dict(row.get("extra_info") or {})))
+    return out
+
+
+def score_answers(rows: Any, responses: Sequence[str | Sequence[str] | None], *, mode: str = "auto",
+                  policy: str = "output", group: str = "fraction", workers: int = 2,
+                  timeout_s: float = 2.0, namespace: str = "strict") -> Scores:
+    """Grade ``responses[i]`` (a string, a list of samples, or None for no response) against row
+    ``i`` of ``rows`` (a :class:`Dataset`, a pyarrow.Table or a list of row dicts), in opgen's
+    sandbox, exactly as ``opgen score`` grades a file (same grades, same summary)."""
+    from opgen.score.grade import GroundTruthError, load_truth
+    from opgen.score.report import grade_records, summarize
+    from opgen.score.sandbox import Sandbox
+
+    data = _rows_of(rows)
+    if len(responses) != len(data):
+        raise ValueError(f"{len(responses)} responses for {len(data)} rows (give None for a row without one)")
+    answers: dict[int, list[str]] = {}
+    for i, got in enumerate(responses):
+        if got is None:
+            continue
+        samples = [got] if isinstance(got, str) else list(got)
+        if not samples or not all(isinstance(s, str) for s in samples):
+            raise TypeError(f"responses[{i}]: a string or a non-empty list of strings")
+        try:
+            load_truth(data[i].ground_truth)
+        except GroundTruthError as exc:
+            raise ValueError(f"row {i}: {exc}") from None
+        answers[i] = samples
+    with Sandbox(workers=workers, timeout_s=timeout_s) as box:
+        records = grade_records(data, answers, box, mode=mode, policy=policy, group=group, namespace=namespace)
+        level = box.level
+    summary = summarize(records, n_rows=len(data), answered=len(answers))
+    summary.update({"mode": mode, "policy": policy, "group": group, "namespace": namespace, "isolation": level})
+    grades: list[list[dict]] = [[] for _ in data]
+    for rec in records:
+        grades[rec["index"]].append(rec)
+    return Scores(grades, records, summary)
