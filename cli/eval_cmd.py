@@ -56,9 +56,10 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--hf-batch-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="transformers: prompts per generate() call.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
+@click.option("--no-static", is_flag=True, help="Scorer: run every program in the sandbox (docs/scoring.md).")
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
-          tensor_parallel_size, hf_batch_size, quiet) -> None:
+          tensor_parallel_size, hf_batch_size, quiet, no_static) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -81,7 +82,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
                         max_model_len=max_model_len)
     cfg = ev.EvalConfig(
         backend=backend, sampling=sampling, limit=limit, resume=resume, decomposed=decomposed, score=not no_score,
-        batch_size=batch_size, workers=workers, progress=not quiet,
+        batch_size=batch_size, workers=workers, progress=not quiet, static=not no_static,
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                              enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
                              batch_size=hf_batch_size),

@@ -26,8 +26,11 @@ import click
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
               help="Wall-clock seconds per program call.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--no-static", is_flag=True,
+              help="Run every program in the sandbox (by default programs of library code only are evaluated "
+                   "without running them, with the same grades; docs/scoring.md).")
 def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
-          timeout_s: float, no_plots: bool) -> None:
+          timeout_s: float, no_plots: bool, no_static: bool) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
     from opgen.score.report import ScoreInputError, score_files
     from opgen.score.sandbox import SandboxError
@@ -37,7 +40,7 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
             raise click.BadParameter(f"{path} does not exist or is not a file", param_hint=opt)
     try:
         summary = score_files(data, responses, out, mode=mode, workers=workers, policy=policy, group=group,
-                              timeout_s=timeout_s, plots=not no_plots)
+                              timeout_s=timeout_s, plots=not no_plots, static=not no_static)
     except ScoreInputError as exc:
         raise click.ClickException(str(exc)) from None
     except SandboxError as exc:

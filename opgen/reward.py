@@ -16,15 +16,18 @@ KEYS = ("score", "acc", "format_ok", "error", "structure_ok", "n_tasks", "tasks_
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str | dict, extra_info: dict | None = None,
-                  policy: str = "output", group: str = "fraction", mode: str = "auto", **kwargs: object) -> dict:
+                  policy: str = "output", group: str = "fraction", mode: str = "auto", static: bool = True,
+                  **kwargs: object) -> dict:
     """Score one sample. ``policy``: "output" (default) or "output_structure"; ``group``: "fraction"
-    (default) or "all"; ``mode``: "auto" (default), "forward" or "program".
+    (default) or "all"; ``mode``: "auto" (default), "forward" or "program"; ``static``: False runs
+    every program in the sandbox (by default programs of library code only are evaluated without
+    running them, with the same grades).
 
     ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows)."""
     from opgen.score.grade import grade
 
     extra = extra_info or {}
-    g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode,
+    g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, static=bool(static),
               answer_format=str(extra.get("answer_format", "") or ""),
               assistant_prefix=str(extra.get("assistant_prefix", "") or ""))
     rc = g["recall"]

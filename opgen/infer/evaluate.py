@@ -40,6 +40,7 @@ class EvalConfig:
     batch_size: int = 256
     workers: int = 2
     progress: bool = True
+    static: bool = True  # grade programs of library code only without running them (docs/scoring.md)
 
 
 def data_name(path: Path) -> str:
@@ -74,10 +75,10 @@ def _check_settings(path: Path, settings: dict, resume: bool) -> None:
     write_json_atomic(path, settings)
 
 
-def score(data: Path, responses: Path, out: Path, workers: int) -> dict:
+def score(data: Path, responses: Path, out: Path, workers: int, static: bool = True) -> dict:
     from opgen.score import score_files
 
-    return score_files(data, responses, out, workers=workers)
+    return score_files(data, responses, out, workers=workers, static=static)
 
 
 def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, plan: Plan, suffix: str,
@@ -97,20 +98,22 @@ def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, 
     if cfg.score:
         result["scores"] = name
         extra = len(log) > len(records)
-        result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, wanted if extra else None)
+        result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, wanted if extra else None,
+                                        cfg.static)
     return result
 
 
-def _score_rows(data: Path, gen_path: Path, out: Path, workers: int, only: set[int] | None) -> dict:
+def _score_rows(data: Path, gen_path: Path, out: Path, workers: int, only: set[int] | None,
+                static: bool = True) -> dict:
     """Score the generations, or only rows ``only``: a file resumed under a smaller --limit holds
     more rows than were asked for this time."""
     if only is None:
-        return score(data, gen_path, out, workers)
+        return score(data, gen_path, out, workers, static)
     fd, tmp = tempfile.mkstemp(prefix=f".{gen_path.name}.", suffix=".jsonl", dir=gen_path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             copy_rows(gen_path, fh, only)
-        summary = score(data, Path(tmp), out, workers)
+        summary = score(data, Path(tmp), out, workers, static)
     finally:
         Path(tmp).unlink(missing_ok=True)
     summary["responses"] = str(gen_path)

@@ -107,8 +107,9 @@ def _jobs(rows: list[Row], responses: dict[int, list[str]]) -> Iterator[tuple[Ro
 
 def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", workers: int = 2,
                 policy: str = "output", group: str = "fraction", sandbox: Sandbox | None = None,
-                timeout_s: float = 2.0, plots: bool = True) -> dict:
-    """Grade every response, write the report into ``out``, return the summary."""
+                timeout_s: float = 2.0, plots: bool = True, static: bool = True) -> dict:
+    """Grade every response, write the report into ``out``, return the summary. ``static=False``
+    runs every program in the sandbox (see grade())."""
     data, responses, out = Path(data), Path(responses), Path(out)
     rows = read_rows(data)
     answers = read_responses(responses, len(rows))
@@ -124,7 +125,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     try:
         def one(job: tuple[Row, int, str]) -> dict:
             row, sample, text = job
-            g = grade(row.ground_truth, text, policy=policy, group=group, mode=mode, sandbox=box,
+            g = grade(row.ground_truth, text, policy=policy, group=group, mode=mode, sandbox=box, static=static,
                       answer_format=str(row.extra.get("answer_format", "") or ""),
                       assistant_prefix=str(row.extra.get("assistant_prefix", "") or ""))
             rec = {"index": row.position, "sample": sample}
@@ -141,7 +142,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
             box.close()
     summary = summarize(records, n_rows=len(rows), answered=len(answers))
     summary.update({"data_path": str(data), "responses_path": str(responses), "mode": mode, "policy": policy,
-                    "group": group, "isolation": level})
+                    "group": group, "isolation": level, "static": static})
     out.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     _write_atomic(out / "scores.jsonl", lines.encode("utf-8"))
