@@ -191,7 +191,7 @@ _LIMITS = (
     ("func_1(func_1(func_1(func_1(func_1(func_1(func_1(func_1(x, 4), 4), 4), 4), 4), 4), 4), 4)", "output cap"),
     ("func_13(func_1(func_1(func_1(func_1(func_1(x, 4), 4), 4), 4), 4), '-')", "output cap"),
     ("func_17(func_1(func_1(func_1(func_1(x, 4), 4), 4), 4))", "recursion"),
-    ("func_17(func_1(func_1(func_1(func_1(func_1(func_1(x, 4), 4), 4), 4), 4), 4))", "recursion depth"),
+    ("func_17(func_1(x, 1500))", "deep recursion, within the sandbox's stack"),
     ("func_20(func_1(func_1(func_1(func_1(func_1(x, 4), 4), 4), 4), 4), func_9(func_1(x, 200)))", "recursion"),
     ("func_1(x, 1000000000)", "memory"),
     ("func_18('', 2000000000)", "timeout"),
@@ -352,7 +352,7 @@ def differential(items: list[tuple[str, dict, str]], box: object, threads: int =
         local.hit = False
         return G.grade(gt, response, sandbox=box, static=static), local.hit
 
-    disagreements: list[tuple[str, dict, str, dict, dict]] = []
+    disagreements: list[tuple[str, dict, str, dict, dict, bool]] = []
     by_kind: dict[str, list[int]] = {}
     hits = 0
     for start in range(0, len(items), chunk):
@@ -373,10 +373,13 @@ def differential(items: list[tuple[str, dict, str]], box: object, threads: int =
             counts[0] += 1
             counts[1] += hit
             hits += hit
-            if a != b:
-                disagreements.append((it[0], it[1], it[2], a, b))
+            if a != b:  # hit: the static path answered; else the sandbox twice (its own limits' timing)
+                disagreements.append((it[0], it[1], it[2], a, b, hit))
         if progress:
-            print(f"  {start + len(part)} graded, {len(disagreements)} disagreements, {hits} static", flush=True)
+            static_bad = sum(d[5] for d in disagreements)
+            print(f"  {start + len(part)} graded, {static_bad} disagreements where the static path answered, "
+                  f"{len(disagreements) - static_bad} between two sandbox runs, {hits} answered statically", flush=True)
     if swap:
         D._VERDICTS = {}
-    return {"n": len(items), "disagreements": disagreements, "static": hits, "by_kind": by_kind}
+    return {"n": len(items), "disagreements": disagreements, "static_disagreements": sum(d[5] for d in disagreements),
+            "static": hits, "by_kind": by_kind}
