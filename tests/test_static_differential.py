@@ -1,14 +1,17 @@
 """The static path against the sandbox on built eval-suite rows and their variants (tests/static_corpus.py).
 
 The main suite grades a deterministic sample of 3,000 programs both ways; the full corpus of
-100,000 is ``-m slow`` here and ``python benchmarks/differential_static.py`` (which prints counts).
+100,000 (~35 min on a shared 2-CPU VM) runs with OPGEN_FULL_DIFFERENTIAL=1, or as
+``python benchmarks/differential_static.py`` (which prints the counts).
 """
 
 from __future__ import annotations
 
-import pytest
+import os
 
+import pytest
 import static_corpus as C
+
 from opgen.score.sandbox import Sandbox
 
 
@@ -45,6 +48,7 @@ def test_static_path_agrees_with_the_sandbox_on_a_sample(rows, box):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("OPGEN_FULL_DIFFERENTIAL"), reason="set OPGEN_FULL_DIFFERENTIAL=1 (~35 min)")
 def test_static_path_agrees_with_the_sandbox_on_100000_programs(tmp_path_factory, box):
     items = list(C.corpus(C.built_rows(tmp_path_factory.mktemp("full") / "eval-suite"), 100_000, seed=0))
     _check(C.differential(items, box))

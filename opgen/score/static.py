@@ -97,13 +97,22 @@ def _library() -> tuple[dict[str, str], dict[str, frozenset[str]]]:
 
 @cache
 def _verbatim(name: str) -> tuple[tuple[str, str], ...]:
-    """(exact source text, operator id) of every operator's source defined under ``name``."""
+    """(exact source text, operator id) of every operator's source defined under ``name``, the
+    operator of that name first (the commonest case by far)."""
     out = []
-    for op in ops.OPERATORS:
+    for op in sorted(ops.OPERATORS, key=lambda o: o.id != name):
         head = f"def {op.id}("
         assert op.source.startswith(head)
         out.append((f"def {name}(" + op.source[len(head):], op.id))
     return tuple(out)
+
+
+@cache
+def _signature(body: str) -> tuple[int, tuple[type, ...], frozenset[str]]:
+    """(arity, the argument types it is written for, library names it refers to) of an operator."""
+    op = ops.get(body)
+    types_ = (str,) * op.n_inputs + tuple(int if p.kind == "int" else str for p in op.params)
+    return op.arity, types_, _library()[1][body]
 
 
 @cache
@@ -224,17 +233,15 @@ class _Run:
 
     def guard(self, body: str, args: tuple) -> None:
         """Decline unless the call provably stays far below every time, memory and stack limit."""
-        op = ops.get(body)
-        _, refs = _library()
-        for ref in refs[body]:
+        arity, wanted, refs = _signature(body)
+        for ref in refs:
             # A recursive operator recurses through the name it was written with: only the same
             # body (or nothing: a NameError) there keeps the recursion the one costed below.
             if ref in self.ns and self.bodies.get(ref) != body:
                 raise _Decline
-        if len(args) != op.arity:
+        if len(args) != arity:
             return  # Python refuses the call before the body runs (TypeError)
-        kinds = ("s",) * op.n_inputs + tuple("int" if p.kind == "int" else "str" for p in op.params)
-        if all((type(a) is str) if k in ("s", "str") else (type(a) is int) for a, k in zip(args, kinds)):
+        if tuple(map(type, args)) == wanted:
             out, steps, depth = _cost(body, args)
             if out > MAX_VALUE_CHARS or depth > MAX_RECURSION:
                 raise _Decline
