@@ -279,3 +279,13 @@ def test_opgen_score_no_static(cli, runner, tmp_path):
         assert json.loads((out / "summary.json").read_text())["static"] is (not extra)
         records.append((out / "scores.jsonl").read_text())
     assert records[0] == records[1] and json.loads(records[0])["score"] == 1.0
+
+
+def test_caches_stay_bounded_whatever_names_a_program_uses():
+    for i in range(1500):
+        name = f"func_{1000 + i}"
+        code = chimera_src("func_9", name) + f"def main_solution(x):\n    return {name}(x)\n"
+        (r,) = S.run_units([Unit(code, (("main_solution", ("ab",)),))], NoRun())
+        assert r.value == "abba"
+    assert S._verbatim.cache_info().currsize <= len(ops.OPERATORS)
+    assert S._code.cache_info().currsize <= 1024

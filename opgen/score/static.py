@@ -35,7 +35,7 @@ import re
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from opgen import expr as E
 from opgen import ops
@@ -115,7 +115,7 @@ def _signature(body: str) -> tuple[int, tuple[type, ...], frozenset[str]]:
     return op.arity, types_, _library()[1][body]
 
 
-@cache
+@lru_cache(maxsize=1024)  # names are the model's: bounded (a code object is a few KB)
 def _code(body: str, name: str) -> types.CodeType:
     """The library's code for ``body`` defined as ``name``: compiled from the library's own source."""
     module = ast.parse(ops.get(body).source)
@@ -162,7 +162,7 @@ def _bindings(code: str, entries: frozenset[str]) -> dict[str, str | _Grammar]:
             break
         name_end = code.find("(", pos + 4, pos + 40)
         name = code[pos + 4:name_end] if name_end > 0 else ""
-        if not _FUNC_NAME.match(name):
+        if name not in ops.BY_ID:  # other names are parsed (and _verbatim's cache stays 25 entries)
             break
         for text, body in _verbatim(name):
             if code.startswith(text, pos):
@@ -336,6 +336,11 @@ class _Run:
             raise _Decline from None
         except _PORTABLE as exc:
             status, detail = _classify(exc)
+            if not detail.isascii():
+                try:
+                    detail.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise _Decline from None
             return Result(status, None, detail)
         except Exception:
             raise _Decline from None
