@@ -26,8 +26,10 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
     ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows)."""
     from opgen.score.grade import grade
 
+    if not isinstance(static, bool):  # a reward_kwargs string "false" must not read as true
+        raise ValueError(f"static must be true or false, got {static!r}")
     extra = extra_info or {}
-    g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, static=bool(static),
+    g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, static=static,
               answer_format=str(extra.get("answer_format", "") or ""),
               assistant_prefix=str(extra.get("assistant_prefix", "") or ""))
     rc = g["recall"]

@@ -259,6 +259,8 @@ def test_static_false_and_the_entry_points_reach_the_sandbox(box, tmp_path):
     assert sb.asked == 1
     assert compute_score("opgen/x", ra(gt), json.dumps(gt))["score"] == 1.0
     assert compute_score("opgen/x", ra(gt), json.dumps(gt), static=False)["score"] == 1.0
+    with pytest.raises(ValueError, match="static"):
+        compute_score("opgen/x", ra(gt), json.dumps(gt), static="false")
 
 
 def test_opgen_score_no_static(cli, runner, tmp_path):
