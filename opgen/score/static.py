@@ -370,9 +370,12 @@ def _cost(body: str, args: tuple) -> tuple[int, int, int]:
     characters copied by C code / 16."""
     n = len(args[0])
     p = args[1] if len(args) > 1 else None
-    if body in ("func_1", "func_18"):  # s * n; a loop of n concatenations
+    if body == "func_1":  # s * n: one allocation
         out = n * max(p, 0)
-        return out, out // 16 + (max(p, 0) if body == "func_18" else 1), 0
+        return out, out // 16 + 1, 0
+    if body == "func_18":  # n concatenations, each of which may copy the result so far
+        turns = max(p, 0)
+        return n * turns, turns + turns * turns * n // 32 + 1, 0
     if body == "func_13":
         out = max(n * (1 + len(p)) - len(p), 0)
         return out, out // 16 + 1, 0
