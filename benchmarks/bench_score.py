@@ -1,6 +1,7 @@
 """Program-grading throughput with full isolation, side by side with one fresh `python` per program.
 
     python benchmarks/bench_score.py [--n 2000] [--baseline-n 200] [--workers 2] [--repeat 3]
+                                     [--mix-timeouts 0.001]
 
 Typical RA answers: gold recall-then-assemble answers of depth 2-4 trees (2-4 distinct operators),
 graded by ``opgen.score.grade`` through the warm sandbox pool (one isolated child per response,
@@ -8,6 +9,13 @@ recall probes included), from as many threads as the pool has workers x 2. The b
 program in a fresh ``python -I`` subprocess (the common approach), the same number in parallel.
 Prints programs/s, CPU per program, the ratio (medians over ``--repeat`` rounds, each round
 measuring both side by side), whether the targets are met, and peak RSS.
+
+The static path (opgen/score/static.py: programs of library code only, graded without running)
+is measured in the same rounds: (a) the same canonical answers with it on, (b) a realistic mix —
+70% canonical, 10% chimeras (another operator's body under a name), 10% correct but with a
+renamed variable (the sandbox runs those), 10% broken (syntax errors, exceptions and, at
+``--mix-timeouts`` of all responses, programs that loop until the wall clock stops them) — and
+(c) sandbox only (``static=False``: the canonical answers, as before the static path).
 """
 
 from __future__ import annotations
@@ -70,6 +78,47 @@ def typical_rows(n: int, seed: int = 0) -> list[tuple[dict, str]]:
     return rows
 
 
+def _renamed_var(source: str) -> str:
+    """The operator's source with its first parameter renamed: the same function, another AST."""
+    import ast
+
+    tree = ast.parse(source)
+    old = tree.body[0].args.args[0].arg
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.arg == old:
+            node.arg = "text"
+        elif isinstance(node, ast.Name) and node.id == old:
+            node.id = "text"
+    return ast.unparse(tree) + "\n"
+
+
+def mixed_rows(rows: list[tuple[dict, str]], timeouts: float, seed: int = 1) -> list[tuple[dict, str]]:
+    """(b): 70% canonical, 10% chimeras, 10% renamed variables, 10% broken (``timeouts`` of all loop)."""
+    rng = random.Random(seed)
+    out = []
+    for gt, answer in rows:
+        used = gt["tasks"][0]["ops"]
+        victim = rng.choice(used)
+        src = ops.get(victim).source
+        u = rng.random()
+        if u < 0.7:
+            out.append((gt, answer))
+        elif u < 0.8:
+            same = [o for o in ops.OPERATORS if o.arity == ops.get(victim).arity and o.id != victim]
+            other = rng.choice(same).source
+            out.append((gt, answer.replace(src, f"def {victim}(" + other.split("(", 1)[1])))
+        elif u < 0.9:
+            out.append((gt, answer.replace(src, _renamed_var(src))))
+        elif u < 0.9 + timeouts:
+            out.append((gt, answer.replace("def main_solution(x):\n", "def main_solution(x):\n    while True:\n"
+                                                                        "        pass\n")))
+        elif rng.random() < 0.5:
+            out.append((gt, answer.replace("def main_solution(x):", "def main_solution(x)")))  # syntax
+        else:  # an exception inside a recalled body
+            out.append((gt, answer.replace(src, src.replace('"""\n', '"""\n    [][0]\n', 1))))
+    return out
+
+
 def _cpu(which: str = "all") -> float:
     # The scorer's own CPU plus that of every reaped descendant (workers are reaped when the pool closes).
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -77,19 +126,22 @@ def _cpu(which: str = "all") -> float:
     return {"all": scorer + sandbox, "scorer": scorer}[which]
 
 
-def bench_sandbox(rows: list[tuple[dict, str]], workers: int, diagnose: bool) -> tuple[float, float, str, int]:
+def bench_sandbox(rows: list[tuple[dict, str]], workers: int, diagnose: bool, static: bool = False,
+                  label: str = "") -> tuple[float, float, str, int]:
     """(programs/s wall clock, CPU seconds per program over all processes, isolation level, scored 1.0)."""
     with Sandbox(workers=workers, timeout_s=2.0) as box:
         level = box.level
         grade(rows[0][0], rows[0][1], sandbox=box)  # warm caches (true probe outputs)
         c0, s0, t0 = _cpu(), _cpu("scorer"), time.perf_counter()
         with ThreadPoolExecutor(workers * 2) as pool:
-            scores = list(pool.map(lambda r: grade(r[0], r[1], sandbox=box, diagnose=diagnose)["score"], rows))
+            scores = list(pool.map(lambda r: grade(r[0], r[1], sandbox=box, diagnose=diagnose,
+                                                   static=static)["score"], rows))
         dt = time.perf_counter() - t0
         scorer = _cpu("scorer") - s0
     cpu = _cpu() - c0  # includes the pool's shutdown, a few ms
-    print(f"  ({'with' if diagnose else 'without'} diagnostics: scorer process {scorer / len(rows) * 1e3:.2f} ms "
-          f"CPU per program, sandbox workers and children {(cpu - scorer) / len(rows) * 1e3:.2f} ms)")
+    print(f"  ({label or ('with' if diagnose else 'without') + ' diagnostics'}: {len(rows) / dt:.0f} responses/s, "
+          f"scorer process {scorer / len(rows) * 1e3:.2f} ms CPU per program, sandbox workers and children "
+          f"{(cpu - scorer) / len(rows) * 1e3:.2f} ms)", flush=True)
     return len(rows) / dt, cpu / len(rows), level, sum(s == 1.0 for s in scores)
 
 
@@ -175,13 +227,18 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000, help="responses for the sandbox runs")
     ap.add_argument("--baseline-n", type=int, default=200, help="programs for the subprocess baseline")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=1, help="rounds of all three runs; medians are printed")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of all the runs; medians are printed")
+    ap.add_argument("--mix-timeouts", type=float, default=0.001,
+                    help="share of (b)'s responses that loop until the wall clock (2 s) stops them")
     args = ap.parse_args()
     rows = typical_rows(args.n)
-    runs: dict[str, list[tuple]] = {"full": [], "bare": [], "base": []}
+    mix = mixed_rows(rows, args.mix_timeouts)
+    runs: dict[str, list[tuple]] = {"full": [], "bare": [], "base": [], "a": [], "b": []}
     for round_ in range(args.repeat):
         # Side by side in every round, so that the ratio compares runs under the same load.
-        runs["full"].append(bench_sandbox(rows, args.workers, diagnose=True))
+        runs["a"].append(bench_sandbox(rows, args.workers, diagnose=True, static=True, label="(a) static, canonical"))
+        runs["full"].append(bench_sandbox(rows, args.workers, diagnose=True, label="(c) sandbox only, canonical"))
+        runs["b"].append(bench_sandbox(mix, args.workers, diagnose=True, static=True, label="(b) static, mix"))
         runs["bare"].append(bench_sandbox(rows, args.workers, diagnose=False))
         runs["base"].append(bench_subprocess(rows[: args.baseline_n], args.workers))
         if args.repeat > 1:
@@ -189,6 +246,8 @@ def main() -> None:
             print(f"round {round_ + 1}: {full[0]:.1f} programs/s ({full[1] * 1e3:.2f} ms CPU), baseline "
                   f"{base[0]:.1f} programs/s ({base[1] * 1e3:.2f} ms CPU), ratio {full[0] / base[0]:.1f}x")
     full, full_cpu = (_median([r[i] for r in runs["full"]]) for i in (0, 1))
+    rate_a, cpu_a = (_median([r[i] for r in runs["a"]]) for i in (0, 1))
+    rate_b, cpu_b = (_median([r[i] for r in runs["b"]]) for i in (0, 1))
     bare, bare_cpu = (_median([r[i] for r in runs["bare"]]) for i in (0, 1))
     base, base_cpu = (_median([r[i] for r in runs["base"]]) for i in (0, 1))
     ratio = _median([f[0] / b[0] for f, b in zip(runs["full"], runs["base"])])
@@ -202,7 +261,9 @@ def main() -> None:
           + (f"   medians of {args.repeat} rounds" if args.repeat > 1 else ""))
     print(f"machine: {cores} CPUs, load average {load:.2f} at the end (other processes share the CPUs)")
     print("                                          wall clock       CPU per program   CPU-bound capacity")
-    for label, rate, cpu, ok, n in (("sandbox, grade with recall diagnostics", full, full_cpu, ok_full, len(rows)),
+    for label, rate, cpu, ok, n in (("(a) static path, canonical answers", rate_a, cpu_a, runs["a"][-1][3], len(rows)),
+                                    ("(b) static path, realistic mix", rate_b, cpu_b, runs["b"][-1][3], len(mix)),
+                                    ("(c) sandbox only, canonical answers", full, full_cpu, ok_full, len(rows)),
                                     ("sandbox, grade without diagnostics", bare, bare_cpu, ok_bare, len(rows)),
                                     ("baseline, fresh python per program", base, base_cpu, ok_base, args.baseline_n)):
         print(f"{label:40s} {rate:8.1f} programs/s  {cpu * 1e3:7.2f} ms  {cores / cpu:10.1f} programs/s"
@@ -212,6 +273,9 @@ def main() -> None:
           f"{base_cpu / bare_cpu:.1f}x without")
     print(f"targets (>= 1,000 programs/s and >= 30x the baseline, with diagnostics): "
           f"{'met' if full >= 1000 and ratio >= 30 else 'NOT met'} ({full:.0f} programs/s, {ratio:.1f}x)")
+    print(f"static path targets: (a) >= 10,000/s {'met' if rate_a >= 10_000 else 'NOT met'} ({rate_a:.0f}/s), "
+          f"(b) >= 3,000/s {'met' if rate_b >= 3_000 else 'NOT met'} ({rate_b:.0f}/s; {args.mix_timeouts:.1%} of it "
+          f"timeouts, each holding a worker 2 s), (c) sandbox only {full:.0f}/s")
     print(f"peak RSS: scorer {rss_self:.0f} MiB, largest child {rss_kids:.0f} MiB")
     print(f"one sandbox child: {child_faults(rows)} minor page faults, its worker {worker_faults(rows):.0f} per "
           f"response; a page fault here costs {page_fault_cost_us():.1f} us")

@@ -38,9 +38,13 @@ import click
               help="ray: CPUs of the local cluster (default: this machine's).")
 @click.option("--sandbox-actors", type=click.IntRange(min=1), default=None,
               help="ray: sandbox actors (default: the cluster's CPUs / --workers).")
+@click.option("--no-static", is_flag=True,
+              help="Run every program in the sandbox (by default programs of library code only are evaluated "
+                   "without running them, with the same grades; docs/scoring.md).")
 def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
           timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, executor: str,
-          ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None) -> None:
+          ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None,
+          no_static: bool) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
     from opgen.score.report import ScoreInputError, missing_import_warning, score_files
     from opgen.score.sandbox import SandboxError
@@ -67,7 +71,7 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
                 raise click.ClickException(str(exc)) from None
         summary = score_files(data, responses, out, mode=mode, workers=workers, policy=policy, group=group,
                               timeout_s=timeout_s, plots=not no_plots, namespace=namespace,
-                              distance_edges=edges, sandbox=box)
+                              distance_edges=edges, sandbox=box, static=not no_static)
     except ScoreInputError as exc:
         raise click.ClickException(str(exc)) from None
     except SandboxError as exc:

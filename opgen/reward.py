@@ -30,21 +30,25 @@ KEY_POLICIES = {"full": KEYS, "minimal": MINIMAL_KEYS}
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str | dict, extra_info: dict | None = None,
                   policy: str = "output", group: str = "fraction", mode: str = "auto", namespace: str = "strict",
-                  keys: str = "full",
+                  keys: str = "full", static: bool = True,
                   **kwargs: object) -> dict:
     """Score one sample. ``policy``: "output" (default) or "output_structure"; ``group``: "fraction"
     (default) or "all"; ``mode``: "auto" (default), "forward" or "program"; ``namespace``: "strict"
     (default: programs run on their own) or "native" (with the native module's imports, ``gcd``);
     ``keys``: "full" (default, :data:`KEYS`) or "minimal" (:data:`MINIMAL_KEYS`, for validation with
-    n > 1 samples).
+    n > 1 samples); ``static``: False runs every program in the sandbox (by default programs of
+    library code only are evaluated without running them, with the same grades).
 
     ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows): verl
     stacks every sample's keys as the first sample's, so no key may be absent (docs/verl.md)."""
     from opgen.score.grade import grade
 
+    if not isinstance(static, bool):  # a reward_kwargs string "false" must not read as true
+        raise ValueError(f"static must be true or false, got {static!r}")
     wanted = _key_set(keys)
     extra = extra_info or {}
     g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, namespace=namespace,
+              static=static,
               answer_format=str(extra.get("answer_format", "") or ""),
               assistant_prefix=str(extra.get("assistant_prefix", "") or ""))
     rc = g["recall"]

@@ -42,6 +42,7 @@ class EvalConfig:
     progress: bool = True
     namespace: str = "strict"  # the scorer's namespace (opgen score --namespace)
     openai: object | None = None  # openai_backend.OpenAIOptions for --backend openai
+    static: bool = True  # grade programs of library code only without running them (docs/scoring.md)
 
 
 def data_name(path: Path) -> str:
@@ -73,10 +74,11 @@ def _check_settings(path: Path, settings: dict, resume: bool) -> None:
     write_json_atomic(path, settings)
 
 
-def score(data: Path, responses: Path, out: Path, workers: int, namespace: str = "strict") -> dict:
+def score(data: Path, responses: Path, out: Path, workers: int, namespace: str = "strict",
+          static: bool = True) -> dict:
     from opgen.score import score_files
 
-    return score_files(data, responses, out, workers=workers, namespace=namespace)
+    return score_files(data, responses, out, workers=workers, namespace=namespace, static=static)
 
 
 def pass_paths(model_dir: Path, data: Path, suffix: str) -> tuple[str, Path]:
@@ -115,21 +117,22 @@ def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, 
     result, only = pass_result(gen_path, rows, stats)
     if cfg.score:
         result["scores"] = name
-        result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, only, cfg.namespace)
+        result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, only, cfg.namespace,
+                                        cfg.static)
     return result
 
 
 def _score_rows(data: Path, gen_path: Path, out: Path, workers: int, only: set[int] | None,
-                namespace: str = "strict") -> dict:
+                namespace: str = "strict", static: bool = True) -> dict:
     """Score the generations, or only rows ``only``: a file resumed under a smaller --limit holds
     more rows than were asked for this time."""
     if only is None:
-        return score(data, gen_path, out, workers, namespace)
+        return score(data, gen_path, out, workers, namespace, static)
     fd, tmp = tempfile.mkstemp(prefix=f".{gen_path.name}.", suffix=".jsonl", dir=gen_path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             copy_rows(gen_path, fh, only)
-        summary = score(data, Path(tmp), out, workers, namespace)
+        summary = score(data, Path(tmp), out, workers, namespace, static)
     finally:
         Path(tmp).unlink(missing_ok=True)
     summary["responses"] = str(gen_path)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from opgen.score import diagnose as D
 from opgen.score import parse as P
+from opgen.score import static as S
 from opgen.score.sandbox import Result, Sandbox, Unit
 
 POLICIES = ("output", "output_structure")
@@ -162,7 +163,8 @@ def _native_status(r: Result, names: frozenset[str]) -> Result:
 
 
 def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, group: str,
-                   diagnose: bool, answer_format: str, assistant_prefix: str, namespace: str = "strict") -> dict:
+                   diagnose: bool, answer_format: str, assistant_prefix: str, namespace: str = "strict",
+                   static: bool = True) -> dict:
     result = _empty(truth, "program")
     entries = tuple(t.entry for t in truth.tasks)
     # Generated text never holds a teacher-forced prefix (probe 1b); the answer is prefix + text.
@@ -187,7 +189,10 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
     if answer.code is not None:
         units.append(Unit(answer.code, tuple((t.entry, (t.input,)) for t in truth.tasks), tree=tree,
                           imports=imports))
-    results: list[Result] = sandbox.run_units(units) if units else []
+    # Programs of library code only get the sandbox's results without running (opgen/score/static.py).
+    results: list[Result] | None = S.run_units(units, sandbox) if static and units else None
+    if results is None:
+        results = sandbox.run_units(units) if units else []
     for k, check in enumerate(checks):
         n = sum(len(u.calls) for u in check.units())
         D.conclude(check, results[:n], cache=k == 0)
@@ -218,14 +223,17 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
 
 def grade(ground_truth: dict | str, response: str, *, policy: str = "output", group: str = "fraction",
           mode: str = "auto", sandbox: Sandbox | None = None, diagnose: bool = True,
-          answer_format: str = "", assistant_prefix: str = "", namespace: str = "strict") -> dict:
+          answer_format: str = "", assistant_prefix: str = "", namespace: str = "strict",
+          static: bool = True) -> dict:
     """Grade one response. ``policy``: reward output match only, or output and structure;
     ``group``: a group row's score as the fraction of tasks correct, or 1 only when all are;
     ``mode``: ``auto`` follows the ground truth, ``forward``/``program`` force one (native rows are
     always forward). ``sandbox`` defaults to the process-wide one. ``answer_format`` and
     ``assistant_prefix`` are the row's ``extra_info`` fields of those names. ``namespace``:
     ``strict`` runs programs on their own (as the prompts say); ``native`` binds first what the
-    native benchmark's module had imported (:func:`opgen.score.diagnose.native_imports`)."""
+    native benchmark's module had imported (:func:`opgen.score.diagnose.native_imports`).
+    ``static=False`` runs every program in the sandbox (by default programs of library code only are
+    evaluated without running: opgen/score/static.py, the same grades)."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     if group not in GROUP_POLICIES:
@@ -249,4 +257,4 @@ def grade(ground_truth: dict | str, response: str, *, policy: str = "output", gr
 
         sandbox = shared()
     return _grade_program(truth, response, sandbox, policy, group, diagnose, answer_format, assistant_prefix,
-                          namespace)
+                          namespace, static)

@@ -123,13 +123,14 @@ def _jobs(rows: list[Row], responses: dict[int, list[str]]) -> Iterator[tuple[Ro
 
 
 def grade_records(rows: list[Row], answers: dict[int, list[str]], box: Sandbox, *, mode: str = "auto",
-                  policy: str = "output", group: str = "fraction", namespace: str = "strict") -> list[dict]:
+                  policy: str = "output", group: str = "fraction", namespace: str = "strict",
+                  static: bool = True) -> list[dict]:
     """One record per response (row order, then sample order), graded concurrently in ``box``:
     the lines of ``scores.jsonl``, and what :func:`summarize` reads."""
     def one(job: tuple[Row, int, str]) -> dict:
         row, sample, text = job
         g = grade(row.ground_truth, text, policy=policy, group=group, mode=mode, sandbox=box, namespace=namespace,
-                  answer_format=str(row.extra.get("answer_format", "") or ""),
+                  static=static, answer_format=str(row.extra.get("answer_format", "") or ""),
                   assistant_prefix=str(row.extra.get("assistant_prefix", "") or ""))
         rec = {"index": row.position, "sample": sample}
         rec.update({k: row.extra.get(k, "") for k in _MEASURES})
@@ -146,8 +147,9 @@ def grade_records(rows: list[Row], answers: dict[int, list[str]], box: Sandbox, 
 def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", workers: int = 2,
                 policy: str = "output", group: str = "fraction", sandbox: Sandbox | None = None,
                 timeout_s: float = 2.0, plots: bool = True, namespace: str = "strict",
-                distance_edges: tuple[int, ...] = M.DISTANCE_EDGES) -> dict:
-    """Grade every response, write the report into ``out``, return the summary."""
+                distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True) -> dict:
+    """Grade every response, write the report into ``out``, return the summary. ``static=False``
+    runs every program in the sandbox (see grade())."""
     data, responses, out = Path(data), Path(responses), Path(out)
     rows = read_rows(data)
     answers = read_responses(responses, len(rows))
@@ -161,14 +163,15 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     own = sandbox is None
     box = sandbox or Sandbox(workers=workers, timeout_s=timeout_s)
     try:
-        records = grade_records(rows, answers, box, mode=mode, policy=policy, group=group, namespace=namespace)
+        records = grade_records(rows, answers, box, mode=mode, policy=policy, group=group, namespace=namespace,
+                                static=static)
         level = box.level
     finally:
         if own:
             box.close()
     summary = summarize(records, n_rows=len(rows), answered=len(answers), distance_edges=distance_edges)
     summary.update({"data_path": str(data), "responses_path": str(responses), "mode": mode, "policy": policy,
-                    "group": group, "namespace": namespace, "isolation": level})
+                    "group": group, "namespace": namespace, "isolation": level, "static": static})
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     _write_report(out, lines, summary, plots)
     return summary

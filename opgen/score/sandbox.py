@@ -324,6 +324,7 @@ class Sandbox:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.timeout_s = float(timeout_s)
+        self.memory_mb, self.max_output = int(memory_mb), int(max_output)  # read by opgen/score/static.py
         self._argv = [sys.executable, "-I", "-S", str(WORKER), str(memory_mb << 20), str(fsize_bytes), str(nofile),
                       str(nproc), str(max_output), "1" if namespaces else "0"]
         self._idle: queue.Queue[_Worker] = queue.Queue()

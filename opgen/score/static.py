@@ -1,0 +1,447 @@
+"""Grade without running: the sandbox's results for programs that provably run only library code.
+
+A trained model mostly recalls the library's definitions verbatim. :func:`run_units` answers a
+response's units (its program and its recall probes, exactly what ``grade`` would send to
+``Sandbox.run_units``) with the :class:`Result` list the sandbox would return, or ``None`` — and
+then the response goes to the sandbox as before. It answers only when all of this holds:
+
+- every top-level statement of every unit is a function definition or a constant (a docstring);
+- every definition is, as an AST (docstrings and other constant statements aside, formatting
+  never seen), the shown source of a library operator (``opgen/ops.py``) with only the defined
+  name changed — under its own name, another ``func_N`` name (a chimera) or an entry's name — or,
+  for an entry point, a one-argument function whose body is one ``return`` of opgen's expression
+  grammar (``x``, string literals, ``+``, the grammar's methods, calls ``name(arg, ...)`` whose
+  arguments are expressions or int literals, any number of them);
+- nothing the evaluation does could reach a limit the sandbox enforces by time or memory, or a
+  recursion depth where the two processes' stacks differ (see :func:`_guard`).
+
+The result of a call is then computed here by the library's own code: each defined name is bound
+to a function compiled from the library's source of the body it holds (under that name, so that
+error messages name it as Python would), in a fresh namespace per unit, so recursive operators
+recurse through whatever the program bound to their names, as in the sandbox. No model code is
+compiled or run. Exceptions get the worker's own classes and detail text
+(``worker._classify``), returned values its output cap and ``not_a_string`` rule.
+
+tests/test_static_differential.py grades generated programs (correct, chimeras, arity errors,
+renamed variables, mutated bodies, limits) both ways and requires the same grade dict.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import re
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache, lru_cache
+
+from opgen import expr as E
+from opgen import ops
+from opgen.score.sandbox import Result, Unit
+from opgen.score.worker import _classify
+
+# The sandbox limits under which the static path applies at all: its evaluations stay far below
+# them (WORK_BUDGET is ~0.1 s of CPU at the slowest per-character operator on a loaded 2-CPU VM).
+MIN_TIMEOUT_S = 0.5
+MIN_MEMORY_MB = 128
+MAX_VALUE_CHARS = 1_000_000  # no value built here is longer (4 MB at most)
+WORK_BUDGET = 400_000  # per response: interpreted steps + copied characters / 16
+MAX_RECURSION = 2_000  # deepest recursion through a recursive operator evaluated here
+MAX_EXPR_DEPTH = 60  # nesting of an entry's expression
+SMALL_STR, SMALL_INT = 64, 64  # arguments of a call whose types do not fit the body it reaches
+
+# Exceptions a library body can raise on arguments that pass _guard, and whose class and text do
+# not depend on the process: the same here and in the sandbox's child.
+_PORTABLE = (TypeError, AttributeError, NameError, IndexError, ValueError, ZeroDivisionError, KeyError)
+_FUNC_NAME = re.compile(r"func_[0-9]+\Z")
+
+
+class _Decline(Exception):
+    """The static path cannot prove the sandbox's result: the response goes to the sandbox."""
+
+
+# ---------------------------------------------------------------- recognising definitions
+
+
+def _strip(node: ast.AST) -> ast.AST:
+    """Drop constant expression statements (docstrings included) from every body: they do nothing."""
+    for sub in ast.walk(node):
+        for name in ("body", "orelse", "finalbody"):
+            stmts = getattr(sub, name, None)
+            if isinstance(stmts, list):
+                stmts[:] = [s for s in stmts if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return node
+
+
+_PLACEHOLDER = "\0"
+
+
+def _body_key(fn: ast.FunctionDef) -> str:
+    """The definition's AST without its name and constant statements (mutates ``fn``)."""
+    fn.name = _PLACEHOLDER
+    return ast.dump(_strip(fn))
+
+
+@cache
+def _library() -> tuple[dict[str, str], dict[str, frozenset[str]]]:
+    """(normalised AST dump -> operator id, operator id -> library names its body refers to)."""
+    keys, refs = {}, {}
+    for op in ops.OPERATORS:
+        (fn,) = ast.parse(op.source).body
+        refs[op.id] = frozenset(n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in ops.BY_ID)
+        keys[_body_key(fn)] = op.id
+    return keys, refs
+
+
+@cache
+def _verbatim(name: str) -> tuple[tuple[str, str], ...]:
+    """(exact source text, operator id) of every operator's source defined under ``name``, the
+    operator of that name first (the commonest case by far)."""
+    out = []
+    for op in sorted(ops.OPERATORS, key=lambda o: o.id != name):
+        head = f"def {op.id}("
+        assert op.source.startswith(head)
+        out.append((f"def {name}(" + op.source[len(head):], op.id))
+    return tuple(out)
+
+
+@cache
+def _signature(body: str) -> tuple[int, tuple[type, ...], frozenset[str]]:
+    """(arity, the argument types it is written for, library names it refers to) of an operator."""
+    op = ops.get(body)
+    types_ = (str,) * op.n_inputs + tuple(int if p.kind == "int" else str for p in op.params)
+    return op.arity, types_, _library()[1][body]
+
+
+@lru_cache(maxsize=1024)  # names are the model's: bounded (a code object is a few KB)
+def _code(body: str, name: str) -> types.CodeType:
+    """The library's code for ``body`` defined as ``name``: compiled from the library's own source."""
+    module = ast.parse(ops.get(body).source)
+    module.body[0].name = name
+    code = compile(module, f"<opgen {body}>", "exec", dont_inherit=True)
+    return next(c for c in code.co_consts if isinstance(c, types.CodeType))
+
+
+@dataclass(frozen=True)
+class _Grammar:
+    """An entry point: ``def name(param): return <expr>`` with ``expr`` in the grammar."""
+
+    param: str
+    expr: ast.expr
+
+
+def _grammar_def(fn: ast.FunctionDef) -> _Grammar | None:
+    a = fn.args
+    if (fn.decorator_list or fn.returns is not None or a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg
+            or a.defaults or len(a.args) != 1 or a.args[0].annotation is not None):
+        return None
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return None
+    return _Grammar(a.args[0].arg, body[0].value)
+
+
+def _bindings(code: str, entries: frozenset[str]) -> dict[str, str | _Grammar]:
+    """What each name of the program is bound to after it runs: an operator id (the body it holds)
+    or an entry's expression. Raises _Decline for anything else.
+
+    Leading exact library sources (the commonest case) are matched as text; the rest is parsed.
+    Text of complete top-level definitions followed by text whose first line is at column 0 (any
+    other start does not parse alone) tokenizes as the two parts one after the other, so the rest's
+    statements are the program's remaining statements.
+    """
+    bound: dict[str, str | _Grammar] = {}
+    pos, n = 0, len(code)
+    while pos < n:
+        if code[pos] == "\n":
+            pos += 1
+            continue
+        if not code.startswith("def func_", pos):
+            break
+        name_end = code.find("(", pos + 4, pos + 40)
+        name = code[pos + 4:name_end] if name_end > 0 else ""
+        if name not in ops.BY_ID:  # other names are parsed (and _verbatim's cache stays 25 entries)
+            break
+        for text, body in _verbatim(name):
+            if code.startswith(text, pos):
+                bound[name] = body
+                pos += len(text)
+                break
+        else:
+            break
+    rest = code[pos:]
+    if rest.strip():
+        try:
+            module = E.parse_python(rest)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            raise _Decline from None
+        keys, _ = _library()
+        for stmt in module.body:
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+                continue
+            if not isinstance(stmt, ast.FunctionDef):
+                raise _Decline
+            name = stmt.name
+            grammar = _grammar_def(stmt) if name in entries else None
+            if grammar is not None:
+                bound[name] = grammar
+                continue
+            if not (_FUNC_NAME.match(name) or name in entries):
+                raise _Decline
+            body = keys.get(_body_key(stmt))
+            if body is None:
+                raise _Decline
+            bound[name] = body
+    return bound
+
+
+# ---------------------------------------------------------------- evaluating
+
+
+class _Run:
+    """One response's evaluation: its namespace per unit, its work budget, the sandbox's output cap."""
+
+    def __init__(self, max_output: int):
+        self.max_output = max_output
+        self.work = 0
+
+    def namespace(self, bound: dict[str, str | _Grammar]) -> dict:
+        ns: dict = {"__name__": "__main__", "__builtins__": builtins}
+        self.bodies: dict[str, str] = {}
+        self.grammar: dict[str, _Grammar] = {}
+        for name, what in bound.items():
+            if isinstance(what, _Grammar):
+                self.grammar[name] = what
+                ns[name] = what
+            else:
+                self.bodies[name] = what
+                ns[name] = types.FunctionType(_code(what, name), ns, name)
+        self.ns = ns
+        return ns
+
+    def charge(self, steps: int) -> None:
+        self.work += steps
+        if self.work > WORK_BUDGET:
+            raise _Decline
+
+    def call(self, name: str, args: tuple) -> object:
+        """``name(*args)``, ``name`` bound to a library body."""
+        self.guard(self.bodies[name], args)
+        return self.ns[name](*args)
+
+    def guard(self, body: str, args: tuple) -> None:
+        """Decline unless the call provably stays far below every time, memory and stack limit."""
+        arity, wanted, refs = _signature(body)
+        for ref in refs:
+            # A recursive operator recurses through the name it was written with: only the same
+            # body (or nothing: a NameError) there keeps the recursion the one costed below.
+            if ref in self.ns and self.bodies.get(ref) != body:
+                raise _Decline
+        if len(args) != arity:
+            return  # Python refuses the call before the body runs (TypeError)
+        if tuple(map(type, args)) == wanted:
+            out, steps, depth = _cost(body, args)
+            if out > MAX_VALUE_CHARS or depth > MAX_RECURSION:
+                raise _Decline
+            self.charge(steps)
+            return
+        # Types that do not fit the body: it fails or returns at once, provided nothing is large
+        # (a '%' in a string could be a format with a huge width: `n % len(s)` in func_8).
+        for a in args:
+            if type(a) is str:
+                if len(a) > SMALL_STR or "%" in a:
+                    raise _Decline
+            elif type(a) is not int or not -SMALL_INT <= a <= SMALL_INT:
+                raise _Decline
+        self.charge(SMALL_STR * SMALL_INT // 16 + 2 * SMALL_INT)  # at most a 64 x 64 repetition or loop
+
+    def expr(self, node: ast.expr, param: str, x: str, depth: int) -> object:
+        """The value of a grammar expression, in Python's evaluation order."""
+        if depth > MAX_EXPR_DEPTH:
+            raise _Decline
+        if isinstance(node, ast.Name):
+            if node.id != param:
+                raise _Decline
+            return x
+        if isinstance(node, ast.Constant):
+            if type(node.value) is not str or len(node.value) > MAX_VALUE_CHARS:
+                raise _Decline
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left = self.expr(node.left, param, x, depth + 1)
+            right = self.expr(node.right, param, x, depth + 1)
+            if type(left) is str and type(right) is str:
+                if len(left) + len(right) > MAX_VALUE_CHARS:
+                    raise _Decline
+                self.charge((len(left) + len(right)) // 16 + 1)
+            elif not (_small(left) and _small(right)):
+                raise _Decline
+            return left + right
+        if isinstance(node, ast.Call) and not node.keywords:
+            func = node.func
+            if isinstance(func, ast.Attribute):
+                if func.attr not in ops.METHODS or node.args:
+                    raise _Decline
+                value = self.expr(func.value, param, x, depth + 1)
+                if type(value) is str:
+                    if 3 * len(value) > MAX_VALUE_CHARS:  # case mappings grow a character at most 3-fold
+                        raise _Decline
+                    self.charge(len(value) + 1)
+                elif not _small(value):
+                    raise _Decline
+                return getattr(value, func.attr)()
+            if not isinstance(func, ast.Name) or func.id == param:
+                raise _Decline
+            name = func.id
+            # The callee is looked up before the arguments are evaluated.
+            if name not in self.bodies:
+                if name in self.ns or hasattr(builtins, name):
+                    raise _Decline  # an entry point, a module attribute or a builtin
+                raise NameError(f"name '{name}' is not defined")
+            args = tuple(self.arg(a, param, x, depth + 1) for a in node.args)
+            return self.call(name, args)
+        raise _Decline
+
+    def arg(self, node: ast.expr, param: str, x: str, depth: int) -> object:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)
+                and type(node.operand.value) is int):
+            return -node.operand.value
+        if isinstance(node, ast.Starred):
+            raise _Decline
+        return self.expr(node, param, x, depth)
+
+    def result(self, call: tuple[str, tuple]) -> Result:
+        """One call of a unit, as the worker's child reports it (worker._run_calls)."""
+        entry, args = call
+        args = tuple(args)
+        if entry not in self.ns:
+            return Result("missing_name", None, f"{entry} is not defined")
+        try:
+            if entry in self.grammar:
+                if len(args) != 1 or type(args[0]) is not str:
+                    raise _Decline
+                grammar = self.grammar[entry]
+                value = self.expr(grammar.expr, grammar.param, args[0], 0)
+            elif entry in self.bodies:
+                value = self.call(entry, args)
+            else:
+                raise _Decline  # __name__, __builtins__
+        except _Decline:
+            raise
+        except (RecursionError, MemoryError):
+            raise _Decline from None
+        except _PORTABLE as exc:
+            status, detail = _classify(exc)
+            if not detail.isascii():
+                try:
+                    detail.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise _Decline from None
+            return Result(status, None, detail)
+        except Exception:
+            raise _Decline from None
+        if type(value) is not str:
+            if type(value) is not int:
+                raise _Decline
+            return Result("not_a_string", None, f"returned {type(value).__name__}")
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates: the sandbox's own business
+                raise _Decline from None
+        if len(value) > self.max_output:
+            return Result("output_too_large", None, f"{len(value)} characters > {self.max_output}")
+        return Result("ok", value, "")
+
+
+def _small(value: object) -> bool:
+    if type(value) is str:
+        return len(value) <= SMALL_STR and "%" not in value
+    return type(value) is int and -SMALL_INT <= value <= SMALL_INT
+
+
+def _cost(body: str, args: tuple) -> tuple[int, int, int]:
+    """(longest output, work, recursion depth) of the library operator ``body`` on well-typed ``args``:
+    upper bounds read off its shown source in ops.py. Work counts interpreted steps, plus
+    characters copied by C code / 16."""
+    n = len(args[0])
+    p = args[1] if len(args) > 1 else None
+    if body == "func_1":  # s * n: one allocation
+        out = n * max(p, 0)
+        return out, out // 16 + 1, 0
+    if body == "func_18":  # n concatenations, each of which may copy the result so far
+        turns = max(p, 0)
+        return n * turns, turns + turns * turns * n // 32 + 1, 0
+    if body == "func_13":
+        out = max(n * (1 + len(p)) - len(p), 0)
+        return out, out // 16 + 1, 0
+    if body in ("func_5", "func_6"):
+        return n + len(p), (n + len(p)) // 16 + 1, 0
+    if body in ("func_7", "func_20"):
+        m = len(p)
+        if body == "func_7":
+            return n + m, 2 * (n + m) + 1, 0
+        short = min(n, m)
+        return n + m, 4 * short + short * (n + m) // 16 + 1, short + 1
+    if body == "func_17":  # one frame and one slice per character
+        return n, 2 * n + n * n // 32 + 1, n + 1
+    if body == "func_19":  # n rotations by one, each a slice of the whole
+        turns = max(p, 0) if n else 0
+        return n, 2 * turns + turns * n // 16 + 1, 0
+    if body == "func_24":  # one mirror at most: s + s[::-1] is a palindrome
+        return 2 * n, n // 2 + 1, 2
+    if body == "func_23":  # the first candidate, t + '1', has a digit: two levels of search
+        return n + 1, 3 * n + 8, 3
+    if body in ("func_9", "func_14"):
+        return 2 * n, 2 * n + 1, 0
+    if body == "func_15":
+        return 3 * n, 2 * n + 1, 0
+    if body == "func_10":
+        return 3 * n, 2 * n + 1, 0  # case mappings grow a character at most 3-fold
+    if body in ("func_0", "func_2", "func_11", "func_12", "func_16", "func_21"):
+        return n, 3 * n + 1, 0
+    if body in ("func_3", "func_4", "func_8", "func_22"):
+        return n, n // 4 + 1, 0
+    raise _Decline  # an operator added to the library without a cost here
+
+
+# ---------------------------------------------------------------- the entry point
+
+
+def applies(sandbox: object) -> bool:
+    """Whether the sandbox's limits leave the static path's evaluations far inside them."""
+    return (getattr(sandbox, "timeout_s", 0) >= MIN_TIMEOUT_S and getattr(sandbox, "memory_mb", 0) >= MIN_MEMORY_MB
+            and isinstance(getattr(sandbox, "max_output", None), int))
+
+
+def run_units(units: Sequence[Unit], sandbox: object) -> list[Result] | None:
+    """The results ``sandbox.run_units(units)`` would give, or None when that is not provable."""
+    if not applies(sandbox):
+        return None
+    run = _Run(sandbox.max_output)  # type: ignore[attr-defined]
+    plans = []
+    try:
+        for unit in units:
+            if not unit.calls:
+                continue
+            if getattr(unit, "imports", ()):  # the native namespace: names bound before the program
+                return None
+            entries = frozenset(e for e, _ in unit.calls if not _FUNC_NAME.match(e))
+            plans.append((_bindings(unit.code, entries), unit.calls))
+        _, refs = _library()
+        recursive = any(refs[b] for bound, _ in plans for b in bound.values() if isinstance(b, str))
+        out: list[Result] = []
+        # The sandbox's child runs with a recursion limit of 20,000; here recursion is kept to
+        # MAX_RECURSION, under the same raised limit as every in-process evaluation.
+        with E.recursion_headroom() if recursive else contextlib.nullcontext():
+            for bound, calls in plans:
+                run.namespace(bound)
+                for call in calls:
+                    out.append(run.result(call))
+        return out
+    except (_Decline, RecursionError, MemoryError):
+        return None

@@ -1,0 +1,385 @@
+"""Programs for the static path's differential test and benchmark: built rows' answers and variants.
+
+``corpus(rows, n, seed)`` yields ``(kind, ground_truth, response)``; every kind is a way a model
+answers (canonical, reformatted, chimeras, arity errors, renamed variables, mutated bodies,
+missing definitions, helpers, top-level code, resource limits, syntax errors ...). The kinds the
+static path can prove and those it must leave to the sandbox are both in it: the test requires the
+two paths to give the same grade dict whichever path is taken.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+from opgen import ops
+
+
+def built_rows(out: Path, limit: int | None = None) -> list[dict]:
+    """Ground truths of the bundled eval suite, built into ``out`` (``opgen build``'s library call)."""
+    import pyarrow.parquet as pq
+
+    from opgen import build, recipe
+
+    if not (out / "manifest.json").exists():
+        build.build([recipe.load("eval-suite")], out, limit=limit)
+    rows = []
+    for path in sorted(out.glob("*.parquet")):
+        for rm in pq.read_table(path, columns=["reward_model"]).column("reward_model").to_pylist():
+            rows.append(json.loads(rm["ground_truth"]))
+    return rows
+
+
+def _recall_order(tasks: list[dict]) -> list[str]:
+    seen: dict[str, None] = {}
+    for t in tasks:
+        for op in t["ops"]:
+            seen.setdefault(op, None)
+    return list(seen)
+
+
+def _respond(recalls: list[tuple[str, str | None]], assemble: str, think: str = "") -> str:
+    blocks = [f"Recall {op}: {ops.get(op).gloss if op in ops.BY_ID else 'x'}\n"
+              + (f"```python\n{code}```\n" if code is not None else "") for op, code in recalls]
+    return think + "\n".join(blocks) + "\nAssemble:\n```python\n" + assemble + "\n```"
+
+
+def _renamed(source: str, name: str) -> str:
+    head = source.split("(", 1)
+    return f"def {name}(" + head[1]
+
+
+def _unparsed(source: str) -> str:
+    return ast.unparse(ast.parse(source)) + "\n"
+
+
+class _Mutate(ast.NodeTransformer):
+    def __init__(self, rng: random.Random, kind: str):
+        self.rng, self.kind, self.done = rng, kind, False
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if self.kind == "const" and not self.done and self.rng.random() < 0.5:
+            if type(node.value) is int:
+                self.done = True
+                return ast.Constant(node.value + self.rng.choice((-1, 1, 2)))
+            if type(node.value) is str and len(node.value) < 20:
+                self.done = True
+                return ast.Constant(node.value + "z" if node.value else "q")
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if self.kind == "op" and not self.done and self.rng.random() < 0.6:
+            self.done = True
+            swaps = {ast.Add: ast.Mult, ast.Mult: ast.Add, ast.Sub: ast.Add, ast.Mod: ast.FloorDiv}
+            node.op = swaps.get(type(node.op), ast.Sub)()
+        return node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        if self.kind == "op" and not self.done and self.rng.random() < 0.6:
+            self.done = True
+            swaps = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.In: ast.NotIn,
+                     ast.NotIn: ast.In, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+            node.ops = [swaps.get(type(node.ops[0]), ast.Eq)()] + node.ops[1:]
+        return node
+
+
+def _mutated(source: str, rng: random.Random, kind: str) -> str:
+    tree = ast.parse(source)
+    for _ in range(4):
+        m = _Mutate(rng, kind)
+        new = m.visit(ast.parse(source))
+        if m.done:
+            tree = new
+            break
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+def _rename_var(source: str, rng: random.Random) -> str:
+    tree = ast.parse(source)
+    fn = tree.body[0]
+    names = [a.arg for a in fn.args.args] + sorted({n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+                                                    and isinstance(n.ctx, ast.Store)})
+    old = rng.choice(names)
+    new = old + "_v"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == old:
+            node.id = new
+        elif isinstance(node, ast.arg) and node.arg == old:
+            node.arg = new
+    return ast.unparse(tree) + "\n"
+
+
+def _arity_changed(source: str, rng: random.Random) -> str:
+    tree = ast.parse(source)
+    fn = tree.body[0]
+    if len(fn.args.args) > 1 and rng.random() < 0.6:
+        fn.args.args.pop()
+    else:
+        fn.args.args.append(ast.arg("extra"))
+    return ast.unparse(tree) + "\n"
+
+
+def _reformatted_main(entry: str, expr: str, rng: random.Random) -> str:
+    choice = rng.randrange(6)
+    if choice == 0:
+        return f'def {entry}(x):\n    """Compose the library calls."""\n    return {expr}'
+    if choice == 1:
+        return f"def {entry}(s):\n    return {expr.replace('x', 's') if _only_x(expr) else expr}"
+    if choice == 2:
+        return f"def {entry}( x ):\n    # the program\n\n    return ({expr})\n"
+    if choice == 3:
+        return f"def {entry}(x):\n    return {expr.replace(', ', ' , ').replace('(', '( ')}"
+    if choice == 4:
+        return f"def {entry}(x):\n    'doc'\n    ...\n    return {expr}\n\n\n# end\n"
+    return f"def {entry}(x):\n\treturn {expr}"
+
+
+def _only_x(expr: str) -> bool:
+    # 'x' only as the variable: no literal holds an x (then replacing it is a rename)
+    tree = ast.parse(expr, mode="eval")
+    return not any(isinstance(n, ast.Constant) and isinstance(n.value, str) and "x" in n.value for n in ast.walk(tree))
+
+
+def _expr_variant(expr: str, rng: random.Random) -> str:
+    """A different expression of (mostly) the grammar: another parameter, method, literal, arity..."""
+    tree = ast.parse(expr, mode="eval")
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    choice = rng.randrange(11)
+    if choice == 0 and calls:  # another int parameter
+        c = rng.choice(calls)
+        ints = [a for a in c.args if isinstance(a, ast.Constant) and type(a.value) is int]
+        if ints:
+            ints[0].value += rng.choice((-5, -1, 1, 3, 40))
+    elif choice == 1 and calls:  # one argument fewer or more: an arity error
+        c = rng.choice(calls)
+        if c.args and rng.random() < 0.5:
+            c.args.pop()
+        else:
+            c.args.append(ast.Constant(rng.choice((2, "ab"))))
+    elif choice == 2 and calls:  # an operator never defined
+        rng.choice(calls).func.id = rng.choice(("func_99", "helper"))
+    elif choice == 3:
+        tree.body = ast.Call(ast.Attribute(tree.body, rng.choice(ops.METHODS), ast.Load()), [], [])
+    elif choice == 4:
+        tree.body = ast.BinOp(tree.body, ast.Add(), ast.Constant(rng.choice(("!", "ß", "é", "%d"))))
+    elif choice == 5 and calls:  # a builtin
+        tree.body = ast.Call(ast.Name("str", ast.Load()), [tree.body], [])
+    elif choice == 6 and calls:  # an int where a string goes
+        c = rng.choice(calls)
+        c.args[0] = ast.Constant(rng.choice((0, 3, -2, 70)))
+    elif choice == 7 and calls:  # a string parameter, '%' formats included
+        c = rng.choice(calls)
+        if len(c.args) > 1:
+            c.args[-1] = ast.Constant(rng.choice(("ab", "%s", "-", "%5d", "xy" * 40)))
+    elif choice == 8 and calls:  # another operator of the library under the call
+        rng.choice(calls).func.id = rng.choice(ops.ALL_IDS)
+    elif choice == 9:
+        tree.body = ast.BinOp(ast.Constant("pre"), ast.Add(), tree.body)
+    else:  # keyword argument: not the grammar
+        if calls and calls[0].args:
+            calls[0].keywords = [ast.keyword("s", calls[0].args.pop(0))]
+    return ast.unparse(tree)
+
+
+_LIMITS = (
+    # (main expression, what the sandbox meets)
+    ("func_1(func_1(func_1(func_1(func_1(func_1(func_1(func_1(x, 4), 4), 4), 4), 4), 4), 4), 4)", "output cap"),
+    ("func_13(func_1(func_1(func_1(func_1(func_1(x, 4), 4), 4), 4), 4), '-')", "output cap"),
+    ("func_17(func_1(func_1(func_1(func_1(x, 4), 4), 4), 4))", "recursion"),
+    ("func_17(func_1(x, 1500))", "deep recursion, within the sandbox's stack"),
+    ("func_20(func_1(func_1(func_1(func_1(func_1(x, 4), 4), 4), 4), 4), func_9(func_1(x, 200)))", "recursion"),
+    ("func_1(x, 1000000000)", "memory"),
+    ("func_18('', 2000000000)", "timeout"),
+    ("func_19(x, 100000000)", "timeout"),
+    ("func_1(x, 10 ** 30)", "overflow"),
+    ("func_24(func_1(x, 300), 5)", "fine"),
+    ("func_23(func_1(x, 100), 100000)", "fine"),
+)
+
+KINDS = ("canonical", "reformatted", "doc", "chimera", "chimera_recall", "arity_def", "arity_call", "renamed",
+         "mutated_const", "mutated_op", "expr_variant", "missing_def", "helper", "toplevel", "limits",
+         "syntax", "plain_block", "recursion_rebind", "duplicate_entry", "group", "no_answer", "think")
+# Sampling weights: limits (timeouts cost the sandbox its wall clock) stay rare.
+_WEIGHTS = {"limits": 0.15, "group": 0.5, "no_answer": 0.2, "think": 0.5}
+
+
+def corpus(rows: list[dict], n: int, seed: int = 0) -> Iterator[tuple[str, dict, str]]:
+    rng = random.Random(seed)
+    weights = [_WEIGHTS.get(k, 1.0) for k in KINDS]
+    for _ in range(n):
+        kind = rng.choices(KINDS, weights)[0]
+        gt = rows[rng.randrange(len(rows))]
+        if kind == "group":
+            other = rows[rng.randrange(len(rows))]
+            tasks = [dict(t, entry=f"main_solution_{j}") for j, t in enumerate(gt["tasks"] + other["tasks"], 1)]
+            gt = {"mode": "program", "tasks": tasks}
+        yield kind, gt, answer(kind, gt, random.Random(rng.getrandbits(64)))
+
+
+def answer(kind: str, gt: dict, rng: random.Random) -> str:
+    tasks = gt["tasks"]
+    order = _recall_order(tasks)
+    src = {op: ops.get(op).source for op in order}
+    mains = {t["entry"]: f"def {t['entry']}(x):\n    return {t['expr']}" for t in tasks}
+    recall_src = dict(src)
+    victim = rng.choice(order)
+    think = ""
+    if kind == "reformatted":
+        for op in order:
+            if rng.random() < 0.5:
+                src[op] = _unparsed(src[op])
+        for t in tasks:
+            mains[t["entry"]] = _reformatted_main(t["entry"], t["expr"], rng)
+    elif kind == "doc":
+        src[victim] = src[victim].replace(src[victim].split("\n")[1] + "\n", "", 1) if rng.random() < 0.5 \
+            else src[victim].replace('"""', '"""Recalled: ', 1)
+        recall_src[victim] = src[victim]
+    elif kind in ("chimera", "chimera_recall"):
+        op = ops.get(victim)
+        same = [o.id for o in ops.OPERATORS if o.arity == op.arity and o.id != victim]
+        other = rng.choice(same if same and rng.random() < 0.8 else list(ops.ALL_IDS))
+        src[victim] = _renamed(ops.get(other).source, victim)
+        if kind == "chimera_recall" or rng.random() < 0.7:
+            recall_src[victim] = src[victim]
+    elif kind == "arity_def":
+        src[victim] = _arity_changed(src[victim], rng)
+        recall_src[victim] = src[victim]
+    elif kind == "arity_call":
+        t = rng.choice(tasks)
+        tree = ast.parse(t["expr"], mode="eval")
+        calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call)]
+        c = rng.choice(calls)
+        if c.args and (len(c.args) > 1 or rng.random() < 0.3):
+            c.args.pop()
+        else:
+            c.args.append(ast.Constant(rng.choice((1, "ab", 2))))
+        mains[t["entry"]] = f"def {t['entry']}(x):\n    return {ast.unparse(tree)}"
+    elif kind == "renamed":
+        src[victim] = _rename_var(src[victim], rng)
+        if rng.random() < 0.5:
+            recall_src[victim] = src[victim]
+    elif kind in ("mutated_const", "mutated_op"):
+        src[victim] = _mutated(src[victim], rng, "const" if kind == "mutated_const" else "op")
+        if rng.random() < 0.6:
+            recall_src[victim] = src[victim]
+    elif kind == "expr_variant":
+        t = rng.choice(tasks)
+        mains[t["entry"]] = f"def {t['entry']}(x):\n    return {_expr_variant(t['expr'], rng)}"
+    elif kind == "missing_def":
+        del src[victim]
+        if rng.random() < 0.5:
+            del recall_src[victim]
+    elif kind == "helper":
+        params = ops.get(victim).signature
+        impl = _renamed(src[victim], f"{victim}_impl")
+        src[victim] = (f"def _h{params}:\n    return {victim}_impl{params}\n\n" + impl
+                       + f"\ndef {victim}{params}:\n    return _h{params}\n")
+    elif kind == "toplevel":
+        line = rng.choice(("import math\n", "x = 5\n", "print('hi')\n", "from math import gcd\n",
+                           "main_solution = None\n", "if True:\n    pass\n"))
+        where = rng.choice(order)
+        src[where] = line + src[where] if rng.random() < 0.5 else src[where] + line
+    elif kind == "limits":
+        expr, _ = rng.choice(_LIMITS)
+        need = {n.id for n in ast.walk(ast.parse(expr)) if isinstance(n, ast.Name) and n.id in ops.BY_ID}
+        for op in sorted(need - set(src)):
+            src[op] = recall_src[op] = ops.get(op).source
+        t = tasks[0]
+        mains[t["entry"]] = f"def {t['entry']}(x):\n    return {expr}"
+    elif kind == "syntax":
+        src[victim] = src[victim].replace("):", ")", 1)
+    elif kind == "recursion_rebind":
+        rec = rng.choice(("func_17", "func_20", "func_24"))
+        src[victim] = _renamed(ops.get(rec).source, victim)
+        recall_src[victim] = src[victim]
+        if rng.random() < 0.6:
+            others = [o.id for o in ops.OPERATORS if o.arity == ops.get(rec).arity]
+            src[rec] = _renamed(ops.get(rng.choice(others)).source, rec)
+    elif kind == "duplicate_entry":
+        t = rng.choice(tasks)
+        first = f"def {t['entry']}(x):\n    return x\n\n"
+        mains[t["entry"]] = first + mains[t["entry"]] if rng.random() < 0.5 else mains[t["entry"]] + "\n\n" + first
+    elif kind == "think":
+        think = "<think>Recall func_3: no\n```python\ndef main_solution(x):\n    return x\n```\n</think>\n"
+    defs = "\n".join(src.values())
+    assemble = (defs + "\n" if defs else "") + "\n\n".join(mains.values())
+    if kind == "plain_block":
+        return "Here is the program:\n```python\n" + assemble + "\n```\n"
+    if kind == "no_answer":
+        return "I cannot do this." if rng.random() < 0.5 else "```python\ndef other(x):\n    return x\n```"
+    recalls: list[tuple[str, str | None]] = [(op, recall_src.get(op)) for op in order]
+    if rng.random() < 0.1:  # a duplicated or extra block
+        recalls.append((rng.choice(list(ops.ALL_IDS)), ops.get(rng.choice(list(ops.ALL_IDS))).source))
+    if rng.random() < 0.05:
+        recalls = recalls[1:]
+    return _respond(recalls, assemble, think)
+
+
+def differential(items: list[tuple[str, dict, str]], box: object, threads: int = 4, chunk: int = 4000,
+                 progress: bool = False) -> dict:
+    """Grade every item with the static path off (sandbox only) and on; count the disagreements.
+
+    Recall verdicts are cached by text within a path (diagnose._VERDICTS), so each path keeps its
+    own cache: a verdict the sandbox computed never answers for the static path, nor the reverse.
+    """
+    import importlib
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opgen.score import diagnose as D
+    from opgen.score import static as S
+
+    G = importlib.import_module("opgen.score.grade")
+    caches: dict[str, dict] = {"sandbox": {}, "static": {}}
+    swap = isinstance(getattr(D, "_VERDICTS", None), dict)
+    real = S.run_units
+    local = threading.local()
+
+    def counted(units, sandbox):
+        got = real(units, sandbox)
+        local.hit = got is not None
+        return got
+
+    def grade(item, static: bool) -> tuple[dict, bool]:
+        _, gt, response = item
+        if not swap and hasattr(getattr(D, "_VERDICTS", None), "clear"):
+            D._VERDICTS.clear()  # a cache of another shape: emptied before every grade instead
+        local.hit = False
+        return G.grade(gt, response, sandbox=box, static=static), local.hit
+
+    disagreements: list[tuple[str, dict, str, dict, dict, bool]] = []
+    by_kind: dict[str, list[int]] = {}
+    hits = 0
+    for start in range(0, len(items), chunk):
+        part = items[start:start + chunk]
+        with ThreadPoolExecutor(threads) as pool:
+            if swap:
+                D._VERDICTS = caches["sandbox"]
+            slow = list(pool.map(lambda it: grade(it, False)[0], part))
+            if swap:
+                D._VERDICTS = caches["static"]
+            S.run_units = counted
+            try:
+                fast = list(pool.map(lambda it: grade(it, True), part))
+            finally:
+                S.run_units = real
+        for it, (a, hit), b in zip(part, fast, slow):
+            counts = by_kind.setdefault(it[0], [0, 0])
+            counts[0] += 1
+            counts[1] += hit
+            hits += hit
+            if a != b:  # hit: the static path answered; else the sandbox twice (its own limits' timing)
+                disagreements.append((it[0], it[1], it[2], a, b, hit))
+        if progress:
+            static_bad = sum(d[5] for d in disagreements)
+            print(f"  {start + len(part)} graded, {static_bad} disagreements where the static path answered, "
+                  f"{len(disagreements) - static_bad} between two sandbox runs, {hits} answered statically", flush=True)
+    if swap:
+        D._VERDICTS = {}
+    return {"n": len(items), "disagreements": disagreements, "static_disagreements": sum(d[5] for d in disagreements),
+            "static": hits, "by_kind": by_kind}
