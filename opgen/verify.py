@@ -53,6 +53,8 @@ def _recipes(man: dict, where: Path):
         if not isinstance(res, dict):
             raise VerifyError(f"{where}: recipes[{n}] has no resolved recipe to rebuild from")
         data = {k: v for k, v in res.items() if v is not None}
+        if isinstance(data.get("splits"), dict):
+            data["splits"] = {name: _recipe_split(s) for name, s in data["splits"].items()}
         try:
             recipes.append(R.resolve(data, r.get("path", f"recipes[{n}]"), r.get("sha256", "")))
         except R.RecipeError as exc:
@@ -141,3 +143,15 @@ def render(report: Report) -> str:
         else:
             lines.append(f"FAIL {s.name}: " + "; ".join(s.problems))
     return "\n".join(lines)
+
+
+def _recipe_split(split: object) -> object:
+    """A resolved split as recipe text: unset keys left out, a prompt template named by its file
+    (the resolved form records ``{"file", "sha256"}``; the rebuild reads the file again)."""
+    if not isinstance(split, dict):
+        return split
+    out = {k: v for k, v in split.items() if v is not None}
+    template = out.get("prompt_template")
+    if isinstance(template, dict):
+        out["prompt_template"] = template.get("file")
+    return out
