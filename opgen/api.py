@@ -164,7 +164,7 @@ def _rows_of(rows: Any):
 
 def score_answers(rows: Any, responses: Sequence[str | Sequence[str] | None], *, mode: str = "auto",
                   policy: str = "output", group: str = "fraction", workers: int = 2,
-                  timeout_s: float = 2.0, namespace: str = "strict") -> Scores:
+                  timeout_s: float = 2.0, namespace: str = "strict", static: bool = True) -> Scores:
     """Grade ``responses[i]`` (a string, a list of samples, or None for no response) against row
     ``i`` of ``rows`` (a :class:`Dataset`, a pyarrow.Table or a list of row dicts), in opgen's
     sandbox, exactly as ``opgen score`` grades a file (same grades, same summary)."""
@@ -188,10 +188,12 @@ def score_answers(rows: Any, responses: Sequence[str | Sequence[str] | None], *,
             raise ValueError(f"row {i}: {exc}") from None
         answers[i] = samples
     with Sandbox(workers=workers, timeout_s=timeout_s) as box:
-        records = grade_records(data, answers, box, mode=mode, policy=policy, group=group, namespace=namespace)
+        records = grade_records(data, answers, box, mode=mode, policy=policy, group=group, namespace=namespace,
+                                static=static)
         level = box.level
     summary = summarize(records, n_rows=len(data), answered=len(answers))
-    summary.update({"mode": mode, "policy": policy, "group": group, "namespace": namespace, "isolation": level})
+    summary.update({"mode": mode, "policy": policy, "group": group, "namespace": namespace, "isolation": level,
+                    "static": static})
     grades: list[list[dict]] = [[] for _ in data]
     for rec in records:
         grades[rec["index"]].append(rec)
