@@ -7,7 +7,6 @@ Each test is an attack that succeeded on the sandbox before the jail (commit eed
 from __future__ import annotations
 
 import ctypes
-import os
 import shutil
 import subprocess
 import time

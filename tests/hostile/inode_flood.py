@@ -7,9 +7,9 @@ def main_solution(x):
     n = 0
     try:
         while n < 50000:
-            os.close(os.open("f%d" % n, os.O_CREAT | os.O_WRONLY))
+            os.close(os.open(f"f{n}", os.O_CREAT | os.O_WRONLY))
             n += 1
     except OSError:
         pass
     # Not a string when nothing capped the files: the old sandbox lands in not_a_string.
-    return n if n == 50000 else "files %d" % n
+    return n if n == 50000 else f"files {n}"

@@ -12,4 +12,4 @@ def main_solution(x):
             made += 1
     except OSError:
         pass
-    return "made %d" % made
+    return f"made {made}"
