@@ -26,11 +26,16 @@ import click
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
               help="Wall-clock seconds per program call.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--allow-weak-sandbox", is_flag=True,
+              help="Grade even where the sandbox's isolation is below 'full' (it says what is then unprotected).")
 def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
-          timeout_s: float, no_plots: bool) -> None:
+          timeout_s: float, no_plots: bool, allow_weak_sandbox: bool) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
     from opgen.score.report import ScoreInputError, score_files
-    from opgen.score.sandbox import SandboxError
+    from opgen.score.sandbox import SandboxError, allow_weak_for_this_process
+
+    if allow_weak_sandbox:
+        allow_weak_for_this_process()
 
     for path, opt in ((data, "--data"), (responses, "--responses")):
         if not path.is_file():

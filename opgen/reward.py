@@ -16,15 +16,21 @@ KEYS = ("score", "acc", "format_ok", "error", "structure_ok", "n_tasks", "tasks_
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str | dict, extra_info: dict | None = None,
-                  policy: str = "output", group: str = "fraction", mode: str = "auto", **kwargs: object) -> dict:
+                  policy: str = "output", group: str = "fraction", mode: str = "auto",
+                  allow_weak_sandbox: bool | None = None, **kwargs: object) -> dict:
     """Score one sample. ``policy``: "output" (default) or "output_structure"; ``group``: "fraction"
-    (default) or "all"; ``mode``: "auto" (default), "forward" or "program".
+    (default) or "all"; ``mode``: "auto" (default), "forward" or "program"; ``allow_weak_sandbox``:
+    grade even below ``full`` isolation (default: ``OPGEN_ALLOW_WEAK_SANDBOX=1`` in the
+    environment; otherwise a weak sandbox raises ``SandboxError`` naming what is unprotected).
 
     ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows)."""
     from opgen.score.grade import grade
+    from opgen.score.sandbox import shared
 
     extra = extra_info or {}
     g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode,
+              # None: grade() starts the shared sandbox only for rows that run code.
+              sandbox=None if allow_weak_sandbox is None else shared(allow_weak_sandbox=allow_weak_sandbox),
               answer_format=str(extra.get("answer_format", "") or ""),
               assistant_prefix=str(extra.get("assistant_prefix", "") or ""))
     rc = g["recall"]

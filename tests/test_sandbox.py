@@ -331,3 +331,24 @@ def test_each_worker_runs_its_children_under_a_uid_of_its_own():
         (rb,) = b.run([Job(code, "f", ("",))])
         assert seen_a <= set(a.uids) and int(rb.value) == b.uids[0]
         assert len(set(a.uids + b.uids)) == 3
+
+
+def test_compute_score_takes_the_weak_flag(monkeypatch):
+    import functools
+    import json
+
+    import opgen.score.sandbox as S
+    from opgen.reward import compute_score
+    from test_grade import ra_answer, truth
+
+    monkeypatch.delenv("OPGEN_ALLOW_WEAK_SANDBOX", raising=False)
+    monkeypatch.setattr(S, "Sandbox", functools.partial(S.Sandbox, namespaces=False))
+    monkeypatch.setattr(S, "_shared", None)
+    gt = truth(("func_5(func_3(x), 'ab')", "weak"))
+    try:
+        with pytest.raises(SandboxError, match="below 'full'"):
+            compute_score("d", ra_answer(gt), json.dumps(gt), allow_weak_sandbox=False)
+        assert compute_score("d", ra_answer(gt), json.dumps(gt), allow_weak_sandbox=True)["score"] == 1.0
+    finally:
+        if S._shared is not None:
+            S._shared.close()

@@ -254,6 +254,20 @@ def weak_message(isolation: dict) -> str:
             "unprotected then:\n" + "\n".join(risks))
 
 
+def allow_weak_for_this_process() -> None:
+    """What ``--allow-weak-sandbox`` does: every sandbox this process starts may run below ``full``
+    (through the environment variable, so that it also reaches code that builds its own)."""
+    os.environ[ALLOW_WEAK_ENV] = "1"
+
+
+def check_isolation(allow_weak_sandbox: bool | None = None) -> str:
+    """Start one worker to learn the level here; raise :class:`SandboxError` (with the risks) where
+    it is below ``full`` and weak isolation was not asked for. Returns the level. Commands that
+    grade only after hours of work (``opgen eval``) call this first."""
+    with Sandbox(workers=1, allow_weak_sandbox=allow_weak_sandbox) as box:
+        return box.level
+
+
 def _weak_allowed(flag: bool | None) -> bool:
     if flag is not None:
         return bool(flag)

@@ -109,38 +109,65 @@ _RET_ALLOW, _RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 _EPERM, _ENOSYS = 1, 38
 
 
-def seccomp_program(machine: str) -> bytes | None:
+KILL_X86_64 = (62, 200, 234)  # kill, tkill, tgkill: the target pid is the first argument
+
+
+def seccomp_program(machine: str, protected: tuple[int, ...] = (1,)) -> bytes | None:
     """The child's filter as ``struct sock_filter`` records, or None for an architecture it has no
     table for (the level then says so).
 
     Checks the architecture field first (an i386 or x32 call on x86-64 uses other numbers: killed),
-    then refuses the denied calls, ``clone`` with any namespace flag, and ``clone3`` with ENOSYS
-    (its flags sit in memory the filter cannot read; the C library then falls back to ``clone``).
+    then refuses the denied calls, ``clone`` with any namespace flag, signals to the ``protected``
+    pids (the worker: pid 1 in its PID namespace, or its own pid without one), and ``clone3``
+    with ENOSYS (its flags sit in memory the filter cannot read; the C library then falls back to
+    ``clone``). Everything else is allowed.
     """
     if machine != "x86_64":
         return None
-    prog: list[tuple[int, int, int, int]] = []
+    prog: list[list] = []  # [code, jt, jf, k], jt/jf as label names or 0
 
-    def op(code: int, jt: int = 0, jf: int = 0, k: int = 0) -> None:
-        prog.append((code, jt, jf, k))
+    def op(code: int, jt: object = 0, jf: object = 0, k: int = 0) -> None:
+        prog.append([code, jt, jf, k])
+
+    labels: dict[str, int] = {}
+
+    def label(name: str) -> None:
+        labels[name] = len(prog)
 
     op(_BPF_LD_W_ABS, k=4)  # seccomp_data.arch
-    op(_BPF_JEQ_K, 1, 0, AUDIT_ARCH_X86_64)
-    op(_BPF_RET_K, k=_RET_KILL_PROCESS)
+    op(_BPF_JEQ_K, 0, "kill", AUDIT_ARCH_X86_64)
     op(_BPF_LD_W_ABS, k=0)  # seccomp_data.nr
-    op(_BPF_JGE_K, 0, 1, 0x40000000)  # the x32 ABI
-    op(_BPF_RET_K, k=_RET_KILL_PROCESS)
-    op(_BPF_JEQ_K, 0, 1, CLONE3_X86_64)
-    op(_BPF_RET_K, k=_RET_ERRNO | _ENOSYS)
-    numbers = sorted(set(DENIED_X86_64.values()))
-    for i, nr in enumerate(numbers):  # each match jumps to the EPERM return after the list
-        op(_BPF_JEQ_K, len(numbers) - i + 3, 0, nr)
-    op(_BPF_JEQ_K, 0, 2, CLONE_X86_64)  # not clone: on to the allow
-    op(_BPF_LD_W_ABS, k=16)  # args[0], low half: clone's flags
-    op(_BPF_JSET_K, 1, 0, NAMESPACE_FLAGS)
+    op(_BPF_JGE_K, "kill", 0, 0x40000000)  # the x32 ABI
+    op(_BPF_JEQ_K, "enosys", 0, CLONE3_X86_64)
+    for nr in sorted(set(DENIED_X86_64.values())):
+        op(_BPF_JEQ_K, "eperm", 0, nr)
+    op(_BPF_JEQ_K, "clone", 0, CLONE_X86_64)
+    for nr in KILL_X86_64:
+        op(_BPF_JEQ_K, "signal", 0, nr)
     op(_BPF_RET_K, k=_RET_ALLOW)
+    label("clone")
+    op(_BPF_LD_W_ABS, k=16)  # args[0], low half: clone's flags
+    op(_BPF_JSET_K, "eperm", 0, NAMESPACE_FLAGS)
+    op(_BPF_RET_K, k=_RET_ALLOW)
+    label("signal")
+    op(_BPF_LD_W_ABS, k=16)  # args[0], low half: the target (also -pid, a process group, stays allowed)
+    for pid in protected:
+        op(_BPF_JEQ_K, "eperm", 0, pid)
+    op(_BPF_RET_K, k=_RET_ALLOW)
+    label("eperm")
     op(_BPF_RET_K, k=_RET_ERRNO | _EPERM)
-    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+    label("enosys")
+    op(_BPF_RET_K, k=_RET_ERRNO | _ENOSYS)
+    label("kill")
+    op(_BPF_RET_K, k=_RET_KILL_PROCESS)
+    out = []
+    for i, (code, jt, jf, k) in enumerate(prog):
+        jt = labels[jt] - i - 1 if isinstance(jt, str) else jt
+        jf = labels[jf] - i - 1 if isinstance(jf, str) else jf
+        if not (0 <= jt <= 255 and 0 <= jf <= 255):
+            raise ValueError("seccomp jump out of range")
+        out.append(struct.pack("=HBBI", code, jt, jf, k))
+    return b"".join(out)
 
 
 _ARITY = re.compile(r"positional argument|required (keyword-only )?argument|unexpected keyword argument|"
@@ -763,7 +790,7 @@ def _prepare_jail(isolation: dict, drop_caps: bool) -> object:
         _JAIL.capset.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
         _JAIL.drop_caps = True
         _JAIL._keep = (ctypes.addressof(header), ctypes.addressof(data), header, data)
-    program = seccomp_program(platform.machine())
+    program = seccomp_program(platform.machine(), tuple(sorted({1, os.getpid()})))
     isolation["seccomp"] = False
     if program is not None:
         buffer = ctypes.create_string_buffer(program, len(program))
