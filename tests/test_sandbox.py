@@ -337,9 +337,10 @@ def test_compute_score_takes_the_weak_flag(monkeypatch):
     import functools
     import json
 
+    from test_grade import ra_answer, truth
+
     import opgen.score.sandbox as S
     from opgen.reward import compute_score
-    from test_grade import ra_answer, truth
 
     monkeypatch.delenv("OPGEN_ALLOW_WEAK_SANDBOX", raising=False)
     monkeypatch.setattr(S, "Sandbox", functools.partial(S.Sandbox, namespaces=False))

@@ -432,7 +432,7 @@ class Sandbox:
         self.workers = workers
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="opgen-sandbox")
         self._pid = os.getpid()
-        self._finalizer = weakref.finalize(self, Sandbox._shutdown, self._all, self._pool, self._pid)
+        self._finalizer = weakref.finalize(self, type(self)._shutdown, self._all, self._pool, self._pid)
 
     # -- running
 
