@@ -267,3 +267,25 @@ def test_the_scorer_is_not_dumpable_where_children_keep_its_uid():
         "    print(r.status, secret in (r.value or ''), b.isolation.get('scorer_nondumpable'))\n")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["exception", "False", "True"], proc.stdout
+
+
+def test_an_unprivileged_childs_changes_to_the_work_area_do_not_reach_the_next_response():
+    """With a user namespace the child owns the work area's root (only one uid is mapped), so it
+    can change it; the worker then replaces the tmpfs."""
+    if not _namespaces_allowed():
+        pytest.skip("this system does not allow unshare(2)")
+    from test_sandbox_jail import _READ_ROOT, _TOUCH_ROOT
+
+    proc = _as_nobody(
+        "from opgen.score.sandbox import Job, Sandbox\n"
+        f"touch, read = {_TOUCH_ROOT!r}, {_READ_ROOT!r}\n"
+        "with Sandbox(workers=1, timeout_s=2.0) as b:\n"
+        "    run = lambda code: b.run([Job(code, 'f', ('',))])[0]\n"
+        "    before = run(read).value\n"
+        "    touched = run(touch).value\n"
+        "    print(b.level, touched, run(read).value == before)\n")
+    assert proc.returncode == 0, proc.stderr
+    level, touched, same = proc.stdout.split()
+    if level != "full":
+        pytest.skip(f"unprivileged user namespaces are not allowed here: {level}")
+    assert touched != "none" and same == "True", proc.stdout
