@@ -15,8 +15,9 @@ hello message, so the scorer can state the level and refuse a weak one):
 - network, IPC and UTS namespaces (no network, no SysV IPC or POSIX message queue shared with
   the machine or surviving the worker) and a mount namespace with a private read-only tmpfs that
   the worker ``chroot``s into: model code sees no file of the machine at all;
-- a work area that is a fresh tmpfs per request (mounted ``noexec,nosuid,nodev`` with byte and
-  inode caps, unmounted after the request: nothing written survives it, and cleanup cannot fail);
+- a work area on a tmpfs (``noexec,nosuid,nodev,noatime`` with byte and inode caps): a fresh
+  directory per request; a request that leaves anything, or changes the area's root, gets the
+  tmpfs unmounted and remade: nothing written survives it, and cleanup cannot fail;
 - per child, after the rest: a seccomp filter (no ``execve``, no socket, no SysV IPC, no ptrace or
   process_vm_*, no namespace or mount calls; other architectures' calling conventions kill);
 - per child: its own session and process group, when we are root a uid/gid of this worker's own
