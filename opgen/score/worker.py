@@ -18,8 +18,11 @@ hello message, so the scorer can state the level and refuse a weak one):
 - a work area on a tmpfs (``noexec,nosuid,nodev,noatime`` with byte and inode caps): a fresh
   directory per request; a request that leaves anything, or changes the area's root, gets the
   tmpfs unmounted and remade: nothing written survives it, and cleanup cannot fail;
-- per child, after the rest: a seccomp filter (no ``execve``, no socket, no SysV IPC, no ptrace or
-  process_vm_*, no namespace or mount calls; other architectures' calling conventions kill);
+- last, on the worker itself (so every child inherits it at no cost): a seccomp filter (no
+  ``execve``, no socket, no SysV IPC, no ptrace or process_vm_*, no namespace calls, no signals
+  to the worker; other architectures' calling conventions kill). ``mount``/``umount2`` stay for
+  the worker's work area; children cannot use them (no capability: a uid of their own, or every
+  capability dropped in a user namespace);
 - per child: its own session and process group, when we are root a uid/gid of this worker's own
   (``UID_BASE`` + the host pid of the worker's first stage: unique among live workers, owner of no
   file), so that ``RLIMIT_NPROC`` binds, counts only this worker's children — a fork bomb in one
@@ -113,9 +116,11 @@ _EPERM, _ENOSYS = 1, 38
 KILL_X86_64 = (62, 200, 234)  # kill, tkill, tgkill: the target pid is the first argument
 
 
-def seccomp_program(machine: str, protected: tuple[int, ...] = (1,)) -> bytes | None:
-    """The child's filter as ``struct sock_filter`` records, or None for an architecture it has no
-    table for (the level then says so).
+def seccomp_program(machine: str, protected: tuple[int, ...] = (1,), allow_mount: bool = False) -> bytes | None:
+    """The filter as ``struct sock_filter`` records, or None for an architecture it has no table
+    for (the level then says so). The worker installs it on itself once, after its own setup, so
+    every child inherits it at no cost; ``allow_mount`` leaves ``mount``/``umount2`` to the worker
+    (it remakes the work area), which children cannot use anyway: they hold no capability.
 
     Checks the architecture field first (an i386 or x32 call on x86-64 uses other numbers: killed),
     then refuses the denied calls, ``clone`` with any namespace flag, signals to the ``protected``
@@ -140,7 +145,8 @@ def seccomp_program(machine: str, protected: tuple[int, ...] = (1,)) -> bytes | 
     op(_BPF_LD_W_ABS, k=0)  # seccomp_data.nr
     op(_BPF_JGE_K, "kill", 0, 0x40000000)  # the x32 ABI
     op(_BPF_JEQ_K, "enosys", 0, CLONE3_X86_64)
-    for nr in sorted(set(DENIED_X86_64.values())):
+    skip = {DENIED_X86_64["mount"], DENIED_X86_64["umount2"]} if allow_mount else set()
+    for nr in sorted(set(DENIED_X86_64.values()) - skip):
         op(_BPF_JEQ_K, "eperm", 0, nr)
     op(_BPF_JEQ_K, "clone", 0, CLONE_X86_64)
     for nr in KILL_X86_64:
@@ -264,8 +270,8 @@ def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:
 
 
 class _Jail:
-    """What a child applies to itself after the fork, prepared once by the worker (ctypes is
-    loaded there; a child only calls)."""
+    """The seccomp filter (installed once, on the worker: children inherit it) and what a child
+    applies to itself after the fork, prepared by the worker (ctypes is loaded there)."""
 
     drop_caps = False
     prctl = None
@@ -279,12 +285,13 @@ class _Jail:
             # capability (effective, permitted, inheritable; no exec can regain them).
             if self.capset(self._keep[0], self._keep[1]) != 0:
                 return False
-        if self.prctl is not None:
-            if self.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-                return False
-            if self.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self.filter_addr, 0, 0) != 0:
-                return False
         return True
+
+    def install(self) -> bool:
+        if self.prctl is None:
+            return False
+        return (self.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                and self.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self.filter_addr, 0, 0) == 0)
 
 
 _JAIL = _Jail()
@@ -829,7 +836,7 @@ def _prepare_jail(isolation: dict, drop_caps: bool) -> object:
         _JAIL.capset.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
         _JAIL.drop_caps = True
         _JAIL._keep = (ctypes.addressof(header), ctypes.addressof(data), header, data)
-    program = seccomp_program(platform.machine(), tuple(sorted({1, os.getpid()})))
+    program = seccomp_program(platform.machine(), tuple(sorted({1, os.getpid()})), allow_mount=True)
     isolation["seccomp"] = False
     if program is not None:
         buffer = ctypes.create_string_buffer(program, len(program))
@@ -844,7 +851,7 @@ def _prepare_jail(isolation: dict, drop_caps: bool) -> object:
         if pid == 0:
             code = 1
             try:
-                if _JAIL.apply():
+                if _JAIL.install():
                     import socket
 
                     try:
@@ -903,9 +910,13 @@ def _serve_stage(limits: dict, root_dir: str, flags: str, uid: int) -> None:
             isolation["worktmpfs"] = mounts.fresh(b"/work", options) and mounts.drop(b"/work")
     if not isolation["worktmpfs"]:
         isolation["work_inodes"] = 0
+    worker = Worker(limits, root_dir, isolation, mounts)
+    if isolation["seccomp"]:
+        # Last: from here on neither the worker nor any child it forks can make a denied call.
+        isolation["seccomp"] = _JAIL.install()
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
-        _serve(Worker(limits, root_dir, isolation, mounts), rfd, wfd)
+        _serve(worker, rfd, wfd)
     finally:
         if not isolation["mountns"]:
             _rmtree("/work" if isolation["chroot"] else os.path.join(root_dir, "work"))
