@@ -7,6 +7,7 @@ Each test is an attack that succeeded on the sandbox before the jail (commit eed
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import subprocess
 import time
@@ -185,6 +186,7 @@ def test_the_calls_a_jail_must_refuse_are_refused():
 # (no chroot; the weak level, asked for) and shows that the system calls themselves are denied.
 _SHM_CTYPES = '''
 import ctypes
+import os
 def f(x):
     libc = ctypes.CDLL(None, use_errno=True)
     shmid = libc.shmget(0x0BADC0DE, 4096, 0o1000 | 0o666)
@@ -361,3 +363,40 @@ def test_the_work_areas_root_carries_nothing_to_the_next_response(one):
     before = run1(one, _READ_ROOT).value
     run1(one, _TOUCH_ROOT)
     assert run1(one, _READ_ROOT).value == before
+
+
+_DETACH = '''
+import os, time
+def f(x):
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(w, b"1")  # detached: in a session of its own, out of the child's group
+            time.sleep(1)
+            with open("TARGET", "w") as fh:
+                fh.write("outlived the request")
+        os._exit(0)
+    os.read(r, 1)
+    return "detached"
+'''
+
+
+def test_without_a_pid_namespace_the_workers_uid_is_emptied_after_each_request(tmp_path):
+    """A detached process outlived its request where there is no PID namespace; with a uid of
+    the worker's own (root), every process of that uid is killed after each request."""
+    if os.geteuid() != 0:
+        pytest.skip("the per-worker uid needs root")
+    import tempfile
+
+    shared_dir = tempfile.mkdtemp(prefix="opgen-detach-")
+    os.chmod(shared_dir, 0o777)  # writable by the child's uid
+    target = os.path.join(shared_dir, "late")
+    try:
+        with Sandbox(workers=1, timeout_s=2.0, namespaces=False, allow_weak_sandbox=True) as b:
+            assert b.isolation["uid_drop"] and not b.isolation["pidns"]
+            assert run1(b, _DETACH.replace("TARGET", target)).value == "detached"
+            time.sleep(1.5)
+        assert not os.path.exists(target)
+    finally:
+        shutil.rmtree(shared_dir, ignore_errors=True)
