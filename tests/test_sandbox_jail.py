@@ -400,3 +400,53 @@ def test_without_a_pid_namespace_the_workers_uid_is_emptied_after_each_request(t
         assert not os.path.exists(target)
     finally:
         shutil.rmtree(shared_dir, ignore_errors=True)
+
+
+def _run_bpf(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int:
+    """A classic-BPF interpreter for the few instructions the filter uses, over seccomp_data."""
+    import struct
+
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *(list(args) + [0] * 6)[:6])
+    ins = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    for _ in range(10_000):
+        code, jt, jf, k = ins[pc]
+        if code == 0x20:  # ld w abs
+            acc = struct.unpack_from("<I", data, k)[0]
+            pc += 1
+        elif code in (0x15, 0x35, 0x45):  # jeq, jge, jset
+            hit = acc == k if code == 0x15 else acc >= k if code == 0x35 else bool(acc & k)
+            pc += 1 + (jt if hit else jf)
+        elif code == 0x06:
+            return k
+        else:
+            raise AssertionError(f"unexpected instruction {code:#x}")
+    raise AssertionError("no return")
+
+
+def test_the_seccomp_program_decides_as_documented():
+    from opgen.score import worker as W
+
+    prog = W.seccomp_program("x86_64", protected=(1, 4242), allow_mount=True)
+    arch = W.AUDIT_ARCH_X86_64
+    allow, kill, eperm, enosys = 0x7FFF0000, 0x80000000, 0x00050001, 0x00050026
+    assert _run_bpf(prog, 0, 0x40000003) == kill  # an i386 call on x86-64
+    assert _run_bpf(prog, 0x40000000 | 0, arch) == kill  # the x32 ABI
+    for name, nr in W.DENIED_X86_64.items():
+        want = allow if name in ("mount", "umount2") else eperm
+        assert _run_bpf(prog, nr, arch) == want, name
+    for nr in (0, 1, 3, 9, 12, 57, 60, 231, 202):  # read, write, close, mmap, brk, fork, exit, exit_group, futex
+        assert _run_bpf(prog, nr, arch) == allow, nr
+    assert _run_bpf(prog, 435, arch) == enosys  # clone3
+    assert _run_bpf(prog, 56, arch, (17,)) == allow  # clone as fork() makes it (SIGCHLD)
+    assert _run_bpf(prog, 56, arch, (0x3D0F00,)) == allow  # clone as a thread
+    for flag in (0x00020000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x02000000):
+        assert _run_bpf(prog, 56, arch, (flag | 17,)) == eperm, hex(flag)
+    for nr in (62, 200, 234):  # kill, tkill, tgkill
+        assert _run_bpf(prog, nr, arch, (1, 9)) == eperm
+        assert _run_bpf(prog, nr, arch, (4242, 9)) == eperm
+        assert _run_bpf(prog, nr, arch, (4243, 9)) == allow
+    assert _run_bpf(prog, 62, arch, ((1 << 32) - 1, 9)) == allow  # kill(-1): the worker's own cleanup
+    strict = W.seccomp_program("x86_64")
+    assert _run_bpf(strict, 165, arch) == eperm and _run_bpf(strict, 166, arch) == eperm
+    assert W.seccomp_program("aarch64") is None
