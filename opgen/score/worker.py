@@ -314,7 +314,7 @@ def _child(wfd: int, workdir: str, units: list, start: int, cpu_s: int, rlimits:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
-        if not _JAIL.apply():
+        if _JAIL.drop_caps and not _JAIL.apply():
             os._exit(111)  # never run model code outside the jail the worker reported
         sys.setrecursionlimit(20_000)  # the library's recursive operators recurse once per character
         _run_calls(wfd, units, start, max_output)
@@ -495,9 +495,11 @@ class Worker:
             os.mkdir("/work/r", 0o700)
             if self.uid is not None:
                 os.chown("/work/r", self.uid, self.uid)
-            # Fixed times on the area's root (mounted noatime): any change the request makes to
-            # it (an entry, a mode, times, an attribute) shows in _clear_work_area.
-            os.utime("/work", ns=(0, 0))
+            if self.uid is None:
+                # Children own the area's root (a user namespace maps one uid): fixed times on it
+                # (mounted noatime), so that any change a request makes to it (an entry, a mode,
+                # times, an attribute) shows in _clear_work_area.
+                os.utime("/work", ns=(0, 0))
             return "/work/r"
         self.serial += 1
         workdir = os.path.join(self.workroot, str(self.serial))
@@ -513,11 +515,16 @@ class Worker:
             # otherwise the tmpfs is unmounted (lazily: it goes with its last reference, which
             # cannot fail on what the program made) and a fresh one mounted. Unmounting costs
             # ~2-3 ms of wall clock here (the kernel waits for a grace period), so only then.
+            # With a uid of their own, children cannot touch the root (root's, 0711): only the
+            # request's directory needs checking, and removing it is the check.
             clean = False
             try:
-                st = os.stat("/work")
-                clean = ((st.st_mode, st.st_nlink, st.st_atime_ns, st.st_mtime_ns, st.st_uid, st.st_gid)
-                         == self.work_root_state and os.listdir("/work") == ["r"] and not _xattrs("/work"))
+                if self.uid is None:
+                    st = os.stat("/work")
+                    clean = ((st.st_mode, st.st_nlink, st.st_atime_ns, st.st_mtime_ns, st.st_uid, st.st_gid)
+                             == self.work_root_state and os.listdir("/work") == ["r"] and not _xattrs("/work"))
+                else:
+                    clean = True
                 if clean:
                     os.rmdir("/work/r")
             except OSError:
