@@ -135,3 +135,28 @@ def test_extra_or_malformed_frames_do_not_kill_the_worker(box, frames):
     assert "worker lost" not in r.detail, r
     (ok,) = box.run([Job("def f(x):\n    return x * 2\n", "f", ("ab",))])
     assert ok.value == "abab"
+
+
+@pytest.mark.parametrize("reply,status", [
+    ([("ok", "a" * 5000, "")], "output_too_large"),  # past max_output (1,000 here)
+    ([("exception", None, "e" * 5000)], "exception"),
+    ([("ok", 3, "")], "killed"),  # not a string
+    ([("forged", None, "")], "killed"),  # no such status
+    ([("ok", "a", ""), ("ok", "b", "")], "killed"),  # more results than calls
+    ({"not": "a list"}, "killed"),
+])
+def test_the_scorer_checks_the_workers_reply_too(reply, status, monkeypatch):
+    """The caps hold on the trusted side even if a worker's reply is not what it should be."""
+    from opgen.score import sandbox as S
+
+    with Sandbox(workers=1, timeout_s=1.0, max_output=1000) as b:
+        worker = b._all[0]
+        real = worker.receive
+        monkeypatch.setattr(worker, "receive", lambda *a, **k: (real(*a, **k), reply)[1])
+        (r,) = b.run([Job("def f(x):\n    return x\n", "f", ("a",))])
+        assert r.status == status, r
+        assert (r.value is None or len(r.value) <= 1000) and len(r.detail) <= S.DETAIL_CAP
+        if status == "killed":
+            assert "worker lost" in r.detail
+        monkeypatch.undo()
+        assert b.run([Job("def f(x):\n    return x * 2\n", "f", ("ab",))])[0].value == "abab"

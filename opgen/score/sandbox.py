@@ -374,6 +374,7 @@ class _FairPool:
 
 
 DETAIL_CAP = 600  # as worker.DETAIL_CAP
+_STATUS_SET = frozenset(STATUSES)
 
 
 class Sandbox:
@@ -490,25 +491,23 @@ class Sandbox:
 
     def _checked(self, raw: object, n_calls: int) -> list[Result]:
         # The caps are the worker's job; checked once more here, on the trusted side, so that no
-        # reply shape or size the scorer did not expect reaches a grade.
+        # reply shape or size the scorer did not expect reaches a grade (a bad item: the worker
+        # is replaced). Most items are "ok": that path is kept short.
         if type(raw) is not list or len(raw) != n_calls:
             raise SandboxError(f"malformed reply ({type(raw).__name__})")
-        out = []
-        for item in raw:
-            if type(item) is not tuple or len(item) != 3:
-                raise SandboxError("malformed reply item")
-            status, value, detail = item
-            if status not in STATUSES or type(detail) is not str:
-                raise SandboxError("malformed reply item")
+        cap, out = self.max_output, []
+        for status, value, detail in raw:  # not a triple: ValueError/TypeError, a lost worker
             if status == "ok":
                 if type(value) is not str:
                     raise SandboxError("malformed reply value")
-                if len(value) > self.max_output:
-                    out.append(Result("output_too_large", None, f"{len(value)} characters > {self.max_output}"))
+                if len(value) > cap:
+                    out.append(Result("output_too_large", None, f"{len(value)} characters > {cap}"))
                     continue
-            elif value is not None:
-                raise SandboxError("malformed reply value")
-            out.append(Result(status, value, detail[:DETAIL_CAP]))
+            elif status not in _STATUS_SET or value is not None:
+                raise SandboxError("malformed reply item")
+            if type(detail) is not str:
+                raise SandboxError("malformed reply detail")
+            out.append(Result(status, value, detail if len(detail) <= DETAIL_CAP else detail[:DETAIL_CAP]))
         return out
 
     def run(self, jobs: Sequence[Job]) -> list[Result]:
