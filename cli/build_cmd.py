@@ -146,7 +146,9 @@ def summary(man: dict, out: Path) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 @click.option("--sandbox-workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Sandbox processes for rows whose ref_code is not opgen's.")
-def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int) -> None:
+@click.option("--allow-weak-sandbox", is_flag=True,
+              help="Run foreign ref_code even where the sandbox's isolation is below 'full'.")
+def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int, allow_weak_sandbox: bool) -> None:
     """Check parquet files (or build directories) against the row schemas and re-execute every ground truth.
 
     opgen rows are re-derived from their parsed expressions; other verl rows' ref_code runs in the
@@ -157,8 +159,15 @@ def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int) -> No
     files = V.expand(list(paths))
     if not files:
         raise click.BadParameter("no parquet files found", param_hint="PATHS")
+    from opgen.score.sandbox import SandboxError, allow_weak_for_this_process
+
+    if allow_weak_sandbox:
+        allow_weak_for_this_process()
     runner = V.sandbox_runner(workers=sandbox_workers)
-    reports = [V.validate_file(f, runner) for f in files]
+    try:
+        reports = [V.validate_file(f, runner) for f in files]
+    except SandboxError as exc:
+        raise click.ClickException(f"sandbox failure: {exc}") from None
     manifest_problems = [m for p in paths if p.is_dir() for m in V.check_manifest(p)]
     if as_json:
         click.echo(json.dumps([{"path": r.path, "kind": r.kind, "rows": r.rows, "ok": r.ok, "error": r.error,

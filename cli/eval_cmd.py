@@ -96,11 +96,13 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--progress/--no-progress", default=None, help="Progress bars on stderr (default: when a terminal).")
 @click.option("--quiet", is_flag=True, help="No progress bars (same as --no-progress).")
 @click.option("--no-static", is_flag=True, help="Scorer: run every program in the sandbox (docs/scoring.md).")
+@click.option("--allow-weak-sandbox", is_flag=True,
+              help="Grade even where the sandbox's isolation is below 'full' (it says what is then unprotected).")
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
           tensor_parallel_size, engine_args, hf_batch_size, base_urls, api_key_env, concurrency, request_timeout,
           retries, executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus, chunk_rows, namespace,
-          progress, quiet, no_static) -> None:
+          progress, quiet, no_static, allow_weak_sandbox) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -130,6 +132,16 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         raise click.BadParameter(f"two data files are both named {sorted(data_names)[0]!r}", param_hint="--data")
     if decomposed and n != 1:
         raise click.UsageError("--decomposed draws one sample per recall; use it with --n 1")
+    if not no_score:
+        # Before any generation: a sandbox refused after hours of generating would waste them.
+        from opgen.score.sandbox import SandboxError, allow_weak_for_this_process, check_isolation
+
+        if allow_weak_sandbox:
+            allow_weak_for_this_process()
+        try:
+            check_isolation()
+        except SandboxError as exc:
+            raise click.ClickException(f"sandbox failure: {exc}") from None
     bars = not quiet and (sys.stderr.isatty() if progress is None else progress)
     sampling = Sampling(max_new_tokens=max_new_tokens, n=n, temperature=temperature, top_p=top_p, seed=seed,
                         max_model_len=max_model_len)

@@ -41,13 +41,18 @@ import click
 @click.option("--no-static", is_flag=True,
               help="Run every program in the sandbox (by default programs of library code only are evaluated "
                    "without running them, with the same grades; docs/scoring.md).")
+@click.option("--allow-weak-sandbox", is_flag=True,
+              help="Grade even where the sandbox's isolation is below 'full' (it says what is then unprotected).")
 def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
           timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, executor: str,
           ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None,
-          no_static: bool) -> None:
+          no_static: bool, allow_weak_sandbox: bool) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
     from opgen.score.report import ScoreInputError, missing_import_warning, score_files
-    from opgen.score.sandbox import SandboxError
+    from opgen.score.sandbox import SandboxError, allow_weak_for_this_process
+
+    if allow_weak_sandbox:
+        allow_weak_for_this_process()
 
     try:
         edges = tuple(int(e) for e in distance_edges.split(",") if e.strip())

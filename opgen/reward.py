@@ -30,18 +30,21 @@ KEY_POLICIES = {"full": KEYS, "minimal": MINIMAL_KEYS}
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str | dict, extra_info: dict | None = None,
                   policy: str = "output", group: str = "fraction", mode: str = "auto", namespace: str = "strict",
-                  keys: str = "full", static: bool = True,
+                  keys: str = "full", static: bool = True, allow_weak_sandbox: bool | None = None,
                   **kwargs: object) -> dict:
     """Score one sample. ``policy``: "output" (default) or "output_structure"; ``group``: "fraction"
     (default) or "all"; ``mode``: "auto" (default), "forward" or "program"; ``namespace``: "strict"
     (default: programs run on their own) or "native" (with the native module's imports, ``gcd``);
     ``keys``: "full" (default, :data:`KEYS`) or "minimal" (:data:`MINIMAL_KEYS`, for validation with
     n > 1 samples); ``static``: False runs every program in the sandbox (by default programs of
-    library code only are evaluated without running them, with the same grades).
+    library code only are evaluated without running them, with the same grades);
+    ``allow_weak_sandbox``: grade even below ``full`` isolation (default: ``OPGEN_ALLOW_WEAK_SANDBOX=1``
+    in the environment; otherwise a weak sandbox raises ``SandboxError`` naming what is unprotected).
 
     ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows): verl
     stacks every sample's keys as the first sample's, so no key may be absent (docs/verl.md)."""
     from opgen.score.grade import grade
+    from opgen.score.sandbox import shared
 
     if not isinstance(static, bool):  # a reward_kwargs string "false" must not read as true
         raise ValueError(f"static must be true or false, got {static!r}")
@@ -49,6 +52,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
     extra = extra_info or {}
     g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, namespace=namespace,
               static=static,
+              # None: grade() starts the shared sandbox only for rows that run code.
+              sandbox=None if allow_weak_sandbox is None else shared(allow_weak_sandbox=allow_weak_sandbox),
               answer_format=str(extra.get("answer_format", "") or ""),
               assistant_prefix=str(extra.get("assistant_prefix", "") or ""))
     rc = g["recall"]
@@ -124,7 +129,9 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
     def one(i: int) -> dict:
         return compute_score(sources[i], texts[i], truths[i], extras[i], **kwargs)
 
-    with ThreadPoolExecutor(max(1, 2 * shared().workers)) as pool:
+    allow = kwargs.get("allow_weak_sandbox")
+    box = shared(allow_weak_sandbox=None if allow is None else bool(allow))
+    with ThreadPoolExecutor(max(1, 2 * box.workers)) as pool:
         return list(pool.map(one, range(len(sources))))
 
 

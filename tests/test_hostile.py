@@ -5,6 +5,7 @@ and the wall time per program stays bounded."""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def test_without_namespaces_rlimits_still_hold(sentinel, kind):
     if kind == "write_outside" and os.geteuid() != 0:
         pytest.skip("without root the sentinel is the user's own file")
     code, expected = load(kind, sentinel)
-    with Sandbox(workers=1, timeout_s=TIMEOUT_S, namespaces=False) as b:
+    with Sandbox(workers=1, timeout_s=TIMEOUT_S, namespaces=False, allow_weak_sandbox=True) as b:
         assert "chroot" not in b.level and "netns" not in b.level
         g = grade(GOLD, f"```python\n{code}\n```", sandbox=b)
         assert g["score"] == 0.0 and g["error"] in expected, g
@@ -140,33 +141,151 @@ def test_looping_recall_costs_one_timeout_not_one_per_probe(box):
     assert time.monotonic() - t0 < 3 * TIMEOUT_S + 2
 
 
-def test_unprivileged_fallback_reports_rlimits_and_still_grades():
-    """As an ordinary user (no root, no namespaces requested) the sandbox says so and still works."""
+def _as_nobody(script: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    """Run ``script`` with the system python as nobody (uid 65534), opgen importable; skip where
+    that is impossible here."""
     import shutil
-    import subprocess
     import tempfile
 
     setpriv, python = shutil.which("setpriv"), "/usr/bin/python3"
     if os.geteuid() != 0 or not setpriv or not os.path.exists(python):
         pytest.skip("needs root to switch to nobody, setpriv and /usr/bin/python3")
     # pytest's own tmp_path lives under a 0700 directory that nobody cannot enter.
-    tmp_path = Path(tempfile.mkdtemp(prefix="opgen-fallback-"))
-    script = tmp_path / "fallback.py"
-    script.write_text(
-        "from opgen.score.sandbox import Job, Sandbox\n"
-        "with Sandbox(workers=1, timeout_s=1.0) as b:\n"
-        "    rs = b.run([Job('def f(x):\\n    return x[::-1]', 'f', ('ab',)),\n"
-        "                Job('def f(x):\\n    while True: pass', 'f', ('ab',)),\n"
-        "                Job('def f(x):\\n    return \"a\" * 10 ** 10', 'f', ('ab',))])\n"
-        "    print(b.level, [(r.status, r.value) for r in rs])\n")
-    script.chmod(0o644)
+    tmp_path = Path(tempfile.mkdtemp(prefix="opgen-nobody-"))
+    path = tmp_path / "script.py"
+    path.write_text(script)
+    path.chmod(0o644)
     tmp_path.chmod(0o755)
     repo = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, str(script)],
-                          capture_output=True, text=True, timeout=60, cwd="/",
-                          env={"PYTHONPATH": str(repo), "HOME": "/tmp", "PATH": "/usr/bin:/bin"})
+    try:
+        proc = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, str(path)],
+                              capture_output=True, text=True, timeout=timeout, cwd="/",
+                              env={"PYTHONPATH": f"{repo}:{repo / 'tests'}", "HOME": "/tmp",
+                                   "PATH": "/usr/bin:/bin"})
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
     if proc.returncode != 0 and ("No module named" in proc.stderr or "Permission denied" in proc.stderr):
-        pytest.skip(f"the system python cannot run opgen's sandbox as nobody: {proc.stderr[-200:]}")
+        pytest.skip(f"the system python cannot run opgen's sandbox as nobody: {proc.stderr[-300:]}")
+    return proc
+
+
+_THREE = ("    rs = b.run([Job('def f(x):\\n    return x[::-1]', 'f', ('ab',)),\n"
+          "                Job('def f(x):\\n    while True: pass', 'f', ('ab',)),\n"
+          "                Job('def f(x):\\n    return \"a\" * 10 ** 10', 'f', ('ab',))])\n")
+
+
+def test_unprivileged_fallback_reports_rlimits_and_still_grades():
+    """As an ordinary user with no namespaces (asked for: it is below full) the sandbox says so and
+    still works; the seccomp filter and non-dumpable processes are all that is left of the jail."""
+    proc = _as_nobody(
+        "from opgen.score.sandbox import Job, Sandbox, SandboxError\n"
+        "try:\n"
+        "    Sandbox(workers=1, namespaces=False)\n"
+        "except SandboxError as exc:\n"
+        "    print('refused', 'without uid' in str(exc))\n"
+        "with Sandbox(workers=1, timeout_s=1.0, namespaces=False, allow_weak_sandbox=True) as b:\n"
+        + _THREE +
+        "    print(b.level, [(r.status, r.value) for r in rs])\n")
     assert proc.returncode == 0, proc.stderr
-    shutil.rmtree(tmp_path, ignore_errors=True)
-    assert proc.stdout.strip() == "rlimits [('ok', 'ba'), ('timeout', None), ('memory', None)]"
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "refused True"
+    assert lines[1] in ("rlimits [('ok', 'ba'), ('timeout', None), ('memory', None)]",
+                        "partial(seccomp) [('ok', 'ba'), ('timeout', None), ('memory', None)]"), lines
+
+
+def test_unprivileged_scorer_gets_full_isolation_from_a_user_namespace():
+    if not _namespaces_allowed():
+        pytest.skip("this system does not allow unshare(2)")
+    proc = _as_nobody(
+        "from opgen.score.sandbox import Job, Sandbox\n"
+        "with Sandbox(workers=1, timeout_s=1.0) as b:\n"
+        + _THREE +
+        "    print(b.level, 'userns' in b.mechanisms, [(r.status, r.value) for r in rs])\n")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.strip()
+    if out.startswith("partial"):
+        pytest.skip(f"unprivileged user namespaces are not allowed here: {out}")
+    assert out == "full True [('ok', 'ba'), ('timeout', None), ('memory', None)]"
+
+
+def test_the_hostile_corpus_as_an_unprivileged_scorer():
+    """The whole corpus, graded by a scorer running as nobody (full through a user namespace)."""
+    if not _namespaces_allowed():
+        pytest.skip("this system does not allow unshare(2)")
+    import json
+
+    corpus = {kind: (CORPUS / f"{kind}.py").read_text() for kind in KINDS}
+    proc = _as_nobody(
+        "import json, tempfile\n"
+        "from pathlib import Path\n"
+        "from opgen.score import grade\n"
+        "from opgen.score.sandbox import Sandbox\n"
+        f"CORPUS, GOLD, HONEST = {json.dumps(corpus)!r}, {json.dumps(GOLD)!r}, {ra_answer(GOLD)!r}\n"
+        "CORPUS, GOLD = json.loads(CORPUS), json.loads(GOLD)\n"
+        "d = Path(tempfile.mkdtemp()); s = d / 'precious.txt'; s.write_text('do not touch')\n"
+        "out = {}\n"
+        f"with Sandbox(workers=2, timeout_s={TIMEOUT_S}) as b:\n"
+        "    out['level'] = b.level\n"
+        "    for kind, text in CORPUS.items():\n"
+        "        expected = text.splitlines()[0][len('# expect: '):].split()\n"
+        "        code = text.replace('__SENTINEL__', str(s))\n"
+        "        g = grade(GOLD, '```python\\n' + code + '\\n```', sandbox=b)\n"
+        "        honest = grade(GOLD, HONEST, sandbox=b)['score']\n"
+        "        out[kind] = [g['score'], g['error'], expected, honest]\n"
+        "out['sentinel'] = s.read_text()\n"
+        "print(json.dumps(out))\n", timeout=400)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if out["level"] != "full":
+        pytest.skip(f"unprivileged user namespaces are not allowed here: {out['level']}")
+    assert out.pop("sentinel") == "do not touch"
+    out.pop("level")
+    bad = {k: v for k, v in out.items() if not (v[0] == 0.0 and v[1] in v[2] and v[3] == 1.0)}
+    assert not bad, bad
+    assert len(out) == len(KINDS)
+
+
+_READ_SCORER = """
+import os
+def main_solution(x):
+    with open("/proc/PID/mem", "rb") as fh:
+        fh.seek(ADDR)
+        return fh.read(200).decode("latin-1")
+"""
+
+
+def test_the_scorer_is_not_dumpable_where_children_keep_its_uid():
+    """Under rlimits (no namespaces, not root) a child read the expected output from the scorer's
+    memory through /proc; the scorer now makes itself non-dumpable."""
+    proc = _as_nobody(
+        "import os\n"
+        "from opgen.score.sandbox import Job, Sandbox\n"
+        "secret = 'expected-' + str(os.getpid()) + '-output'\n"
+        f"code = {_READ_SCORER!r}.replace('PID', str(os.getpid())).replace('ADDR', str(id(secret)))\n"
+        "with Sandbox(workers=1, timeout_s=2.0, namespaces=False, allow_weak_sandbox=True) as b:\n"
+        "    (r,) = b.run([Job(code, 'main_solution', ('x',))])\n"
+        "    print(r.status, secret in (r.value or ''), b.isolation.get('scorer_nondumpable'))\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["exception", "False", "True"], proc.stdout
+
+
+def test_an_unprivileged_childs_changes_to_the_work_area_do_not_reach_the_next_response():
+    """With a user namespace the child owns the work area's root (only one uid is mapped), so it
+    can change it; the worker then replaces the tmpfs."""
+    if not _namespaces_allowed():
+        pytest.skip("this system does not allow unshare(2)")
+    from test_sandbox_jail import _READ_ROOT, _TOUCH_ROOT
+
+    proc = _as_nobody(
+        "from opgen.score.sandbox import Job, Sandbox\n"
+        f"touch, read = {_TOUCH_ROOT!r}, {_READ_ROOT!r}\n"
+        "with Sandbox(workers=1, timeout_s=2.0) as b:\n"
+        "    run = lambda code: b.run([Job(code, 'f', ('',))])[0]\n"
+        "    before = run(read).value\n"
+        "    touched = run(touch).value\n"
+        "    print(b.level, touched, run(read).value == before)\n")
+    assert proc.returncode == 0, proc.stderr
+    level, touched, same = proc.stdout.split()
+    if level != "full":
+        pytest.skip(f"unprivileged user namespaces are not allowed here: {level}")
+    assert touched != "none" and same == "True", proc.stdout

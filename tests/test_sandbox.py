@@ -104,10 +104,79 @@ def test_usable_from_many_threads(box):
     assert out == {i: f"abc{i}" for i in range(16)}
 
 
+FULL = ("pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp")
+
+
 def test_isolation_level_names():
-    assert isolation_level({k: True for k in ("uid_drop", "pidns", "netns", "mountns", "chroot")}) == "full"
+    assert isolation_level({k: True for k in ("uid_drop", *FULL)}) == "full"
+    # An unprivileged scorer: a user namespace (children keep its uid, every capability dropped).
+    assert isolation_level({k: True for k in ("userns", *FULL)}) == "full"
+    # The mechanisms of the old "full" are no longer enough.
+    assert isolation_level({k: True for k in ("uid_drop", "pidns", "netns", "mountns", "chroot")}) == \
+        "partial(uid_drop+pidns+netns+mountns+chroot)"
+    for k in FULL:
+        assert isolation_level({j: True for j in ("uid_drop", *FULL) if j != k}).startswith("partial("), k
+    assert isolation_level({k: True for k in FULL}).startswith("partial(")  # neither uid drop nor userns
     assert isolation_level({"uid_drop": True}) == "partial(uid_drop)"
     assert isolation_level({}) == "rlimits"
+    assert isolation_level({"nondumpable": True}) == "rlimits"
+
+
+def test_the_level_says_which_mechanisms_are_in_force(box):
+    from opgen.score.sandbox import MECHANISMS
+
+    assert box.mechanisms == tuple(k for k in MECHANISMS if box.isolation.get(k))
+    assert box.level == isolation_level(box.isolation)
+    if box.level == "full":
+        assert set(FULL) <= set(box.mechanisms) and box.risks == ()
+
+
+def test_weak_isolation_is_refused_unless_asked_for(monkeypatch):
+    from opgen.score.sandbox import WeakSandboxWarning
+
+    monkeypatch.delenv("OPGEN_ALLOW_WEAK_SANDBOX", raising=False)
+    with pytest.raises(SandboxError) as info:
+        Sandbox(workers=1, namespaces=False)
+    text = str(info.value)
+    assert "below 'full'" in text and "--allow-weak-sandbox" in text and "OPGEN_ALLOW_WEAK_SANDBOX=1" in text
+    assert "without netns: model code has the machine's network" in text
+    assert "opgen's own operators" in text  # no chroot: the library is importable
+    # Asked for: by the argument, or by the environment (verl's reward workers); it warns.
+    with pytest.warns(WeakSandboxWarning, match="unprotected"):
+        with Sandbox(workers=1, namespaces=False, allow_weak_sandbox=True) as b:
+            assert b.level != "full" and "netns" in b.risks
+            assert b.run([job("return x")])[0].value == "abc"
+    monkeypatch.setenv("OPGEN_ALLOW_WEAK_SANDBOX", "1")
+    with pytest.warns(WeakSandboxWarning):
+        Sandbox(workers=1, namespaces=False).close()
+    with pytest.raises(SandboxError):  # the argument wins over the environment
+        Sandbox(workers=1, namespaces=False, allow_weak_sandbox=False)
+
+
+def test_workers_are_handed_out_first_come_first_served():
+    """With 7 threads on 2 workers, 2 threads made ~3,750 calls and 5 made one (a plain queue lets
+    the thread that returns a worker take it straight back)."""
+    import time
+
+    counts = [0] * 7
+    stop = threading.Event()
+    with Sandbox(workers=2, timeout_s=2.0) as b:
+        def loop(i: int) -> None:
+            while not stop.is_set():
+                b.run([job("return x")])
+                counts[i] += 1
+
+        threads = [threading.Thread(target=loop, args=(i,)) for i in range(7)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while sum(counts) < 700 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        for t in threads:
+            t.join()
+    # Roughly equal shares (each waits its turn behind the others); generous for a loaded machine.
+    assert min(counts) >= max(counts) / 3, counts
 
 
 def test_closed_sandbox_refuses_and_bad_workers():
@@ -262,3 +331,25 @@ def test_each_worker_runs_its_children_under_a_uid_of_its_own():
         (rb,) = b.run([Job(code, "f", ("",))])
         assert seen_a <= set(a.uids) and int(rb.value) == b.uids[0]
         assert len(set(a.uids + b.uids)) == 3
+
+
+def test_compute_score_takes_the_weak_flag(monkeypatch):
+    import functools
+    import json
+
+    from test_grade import ra_answer, truth
+
+    import opgen.score.sandbox as S
+    from opgen.reward import compute_score
+
+    monkeypatch.delenv("OPGEN_ALLOW_WEAK_SANDBOX", raising=False)
+    monkeypatch.setattr(S, "Sandbox", functools.partial(S.Sandbox, namespaces=False))
+    monkeypatch.setattr(S, "_shared", None)
+    gt = truth(("func_5(func_3(x), 'ab')", "weak"))
+    try:
+        with pytest.raises(SandboxError, match="below 'full'"):
+            compute_score("d", ra_answer(gt), json.dumps(gt), allow_weak_sandbox=False)
+        assert compute_score("d", ra_answer(gt), json.dumps(gt), allow_weak_sandbox=True)["score"] == 1.0
+    finally:
+        if S._shared is not None:
+            S._shared.close()

@@ -89,3 +89,74 @@ def test_structure_shortcut_agrees_with_comparing_parsed_trees():
         assert D.structure_matches(code, "main_solution", " " + text.replace(", ", " ,  ") + " ")
         assert D.structure_matches(code, "main_solution", E.render(other)) == (other == tree)
     assert not D.structure_matches("def main_solution(x):\n    return x\n", "main_solution", "func_0(")
+
+
+# ------------------------------------------------------------ frames written by the child itself
+
+_OWN_FRAMES = '''
+import os, struct
+def frame(code, payload):
+    data = payload.encode()
+    return struct.pack(">BII", code, os.getpid(), len(data)) + data
+def f(x):
+    data = FRAMES
+    for fd in range(3, 64):  # the result pipe is the child's only descriptor above 2
+        try:
+            os.write(fd, data)
+        except OSError:
+            pass
+    os._exit(0)
+'''
+
+
+def _forger(frames: str) -> str:
+    return _OWN_FRAMES.replace("FRAMES", frames)
+
+
+@pytest.mark.parametrize("frames,status", [
+    ("frame(1, 'a' * 3_000)", "output_too_large"),  # an "ok" value over max_output (1,000 here)
+    ("frame(5, 'e' * 3_000)", "exception"),  # a detail far over any the worker writes
+])
+def test_caps_hold_for_frames_the_child_writes_itself(box, frames, status):
+    (r,) = box.run([Job(_forger(frames), "f", ("a",))])
+    assert r.status == status, r
+    assert r.value is None or len(r.value) <= 1000
+    assert len(r.detail) <= 1000
+
+
+@pytest.mark.parametrize("frames", [
+    "frame(1, 'one') + frame(1, 'extra') + frame(0, '0')",  # results and a load report past the last call
+    "struct.pack('>BII', 77, os.getpid(), 3) + b'bad'",  # a status that does not exist
+    "struct.pack('>BII', 1, os.getpid(), 2 ** 31) + b'x'",  # a length far past any cap
+    "frame(1, '')[:5]",  # a truncated header
+])
+def test_extra_or_malformed_frames_do_not_kill_the_worker(box, frames):
+    (r,) = box.run([Job(_forger(frames), "f", ("a",))])
+    assert "worker lost" not in r.detail, r
+    (ok,) = box.run([Job("def f(x):\n    return x * 2\n", "f", ("ab",))])
+    assert ok.value == "abab"
+
+
+@pytest.mark.parametrize("reply,status", [
+    ([("ok", "a" * 5000, "")], "output_too_large"),  # past max_output (1,000 here)
+    ([("exception", None, "e" * 5000)], "exception"),
+    ([("ok", 3, "")], "killed"),  # not a string
+    ([("forged", None, "")], "killed"),  # no such status
+    ([("ok", "a", ""), ("ok", "b", "")], "killed"),  # more results than calls
+    ({"not": "a list"}, "killed"),
+])
+def test_the_scorer_checks_the_workers_reply_too(reply, status, monkeypatch):
+    """The caps hold on the trusted side even if a worker's reply is not what it should be."""
+    from opgen.score import sandbox as S
+
+    with Sandbox(workers=1, timeout_s=1.0, max_output=1000) as b:
+        worker = b._all[0]
+        real = worker.receive
+        monkeypatch.setattr(worker, "receive", lambda *a, **k: (real(*a, **k), reply)[1])
+        (r,) = b.run([Job("def f(x):\n    return x\n", "f", ("a",))])
+        assert r.status == status, r
+        assert (r.value is None or len(r.value) <= 1000) and len(r.detail) <= S.DETAIL_CAP
+        if status == "killed":
+            assert "worker lost" in r.detail
+        monkeypatch.undo()
+        assert b.run([Job("def f(x):\n    return x * 2\n", "f", ("ab",))])[0].value == "abab"

@@ -268,3 +268,42 @@ def test_teacher_forced_prefix_rows_grade_the_continuation(cli, runner, tmp_path
     assert all(s["score"] == 1.0 for s in scores if s["sample"] == 0)
     drifted = [s for s in scores if s["sample"] == 1 and s["target_op"] == "func_24"]
     assert drifted and all(s["error"] == "arity" and s["recalls"][0]["verdict"] == "arity" for s in drifted)
+
+
+def test_weak_sandbox_is_refused_unless_the_flag_is_given(built, cli, runner, tmp_path, monkeypatch):
+    """Below full isolation `opgen score` refuses, naming what is unprotected and the flag; with
+    --allow-weak-sandbox it grades and says the level."""
+    import functools
+
+    import opgen.score.report as R
+    from opgen.score.sandbox import Sandbox
+
+    monkeypatch.delenv("OPGEN_ALLOW_WEAK_SANDBOX", raising=False)
+    monkeypatch.setattr(R, "Sandbox", functools.partial(Sandbox, namespaces=False))
+    data = built / "heldout_trees.parquet"
+    rows = pq.read_table(data).to_pylist()
+    responses = [{"index": 0, "response": gold(rows[0])}]
+    res = run(cli, runner, data, responses, tmp_path / "refused")
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "below 'full'" in res.output and "--allow-weak-sandbox" in res.output, res.output
+    assert "model code has the machine's network" in res.output
+    assert not (tmp_path / "refused" / "scores.jsonl").exists()
+    res = run(cli, runner, data, responses, tmp_path / "allowed", "--allow-weak-sandbox")
+    assert res.exit_code == 0, res.output
+    assert "isolation partial(" in res.output
+    assert json.loads((tmp_path / "allowed" / "summary.json").read_text())["isolation"].startswith("partial(")
+
+
+def test_eval_refuses_a_weak_sandbox_before_generating(built, cli, runner, tmp_path, monkeypatch):
+    import functools
+
+    import opgen.score.sandbox as S
+
+    monkeypatch.delenv("OPGEN_ALLOW_WEAK_SANDBOX", raising=False)
+    monkeypatch.setattr(S, "Sandbox", functools.partial(S.Sandbox, namespaces=False))
+    replay = tmp_path / "model.jsonl"
+    replay.write_text("")
+    res = runner.invoke(cli, ["eval", "--model", str(replay), "--data", str(built / "heldout_trees.parquet"),
+                              "--out", str(tmp_path / "ev"), "--backend", "replay"])
+    assert res.exit_code != 0 and "below 'full'" in res.output and "--allow-weak-sandbox" in res.output, res.output
+    assert not (tmp_path / "ev").exists() or not any((tmp_path / "ev").rglob("*generations*"))

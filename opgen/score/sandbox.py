@@ -18,7 +18,6 @@ import atexit
 import marshal
 import math
 import os
-import queue
 import re
 import select
 import shutil
@@ -29,6 +28,7 @@ import tempfile
 import threading
 import warnings
 import weakref
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -246,12 +246,100 @@ def _describe(exc: BaseException) -> str:
         return name
 
 
+# Every mechanism a worker can report, strongest isolation needing all of them (``userns`` stands
+# for ``uid_drop`` where the scorer is not root: see worker.py).
+MECHANISMS = ("uid_drop", "userns", "pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp",
+              "nondumpable")
+_FULL = ("pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp")
+
+# What is unprotected without each mechanism (the refusal, the warning and docs/scoring.md say it).
+RISKS = {
+    "uid": "model code runs as the scorer's own uid: it can read, write and delete every file the account "
+           "can reach and signal the account's processes (the scorer is made non-dumpable, so /proc/<pid>/mem "
+           "and ptrace of it stay closed)",
+    "pidns": "processes a program forks or detaches can outlive its request (and, under a shared uid, kill "
+             "later responses' children)",
+    "netns": "model code has the machine's network",
+    "ipcns": "SysV IPC and POSIX message queues are the machine's: data parked there can outlive the scorer",
+    "utsns": "model code shares the machine's host name",
+    "mountns": "model code sees the machine's files: data and answer files, /proc of other processes, and "
+               "opgen's own operators, which it can import to pass without defining any",
+    "chroot": "model code sees the machine's files: data and answer files, /proc of other processes, and "
+              "opgen's own operators, which it can import to pass without defining any",
+    "worktmpfs": "the work directory is on the machine's disk, executable, with no inode cap; what a response "
+                 "leaves is removed by a walk, not by unmounting",
+    "seccomp": "execve, sockets, SysV IPC, ptrace, process_vm_readv/writev and namespace or mount calls are "
+               "not refused (a binary written by the program can run; shared memory can pass answers between "
+               "responses where no IPC namespace is in force)",
+}
+ALLOW_WEAK_ENV = "OPGEN_ALLOW_WEAK_SANDBOX"
+
+
+class WeakSandboxWarning(RuntimeWarning):
+    """Grading runs below ``full`` isolation because it was asked to (the message lists the risks)."""
+
+
+def mechanisms(isolation: dict) -> tuple[str, ...]:
+    """The mechanisms in force, in :data:`MECHANISMS` order."""
+    return tuple(k for k in MECHANISMS if isolation.get(k))
+
+
+def missing(isolation: dict) -> tuple[str, ...]:
+    """What ``full`` needs and ``isolation`` lacks (``uid``: neither a uid drop nor a user namespace)."""
+    lack = () if isolation.get("uid_drop") or isolation.get("userns") else ("uid",)
+    return lack + tuple(k for k in _FULL if not isolation.get(k))
+
+
 def isolation_level(isolation: dict) -> str:
-    """``full`` when every mechanism is in force, else ``partial(<present>)``, or ``rlimits`` alone."""
-    present = [k for k in ("uid_drop", "pidns", "netns", "mountns", "chroot") if isolation.get(k)]
-    if len(present) == 5:
+    """``full`` when every mechanism ``full`` needs is in force, else ``partial(<present>)``, or
+    ``rlimits`` alone."""
+    if not missing(isolation):
         return "full"
+    present = [k for k in mechanisms(isolation) if k != "nondumpable"]
     return f"partial({'+'.join(present)})" if present else "rlimits"
+
+
+def weak_message(isolation: dict) -> str:
+    """What is unprotected at this level, one risk a line (the texts of :data:`RISKS`)."""
+    lack = missing(isolation)
+    risks, seen = [], set()
+    for k in lack:
+        if RISKS[k] not in seen:
+            seen.add(RISKS[k])
+            risks.append(f"  - without {k}: {RISKS[k]}")
+    return (f"sandbox isolation is {isolation_level(isolation)}, below 'full' (missing: {', '.join(lack)}); "
+            "unprotected then:\n" + "\n".join(risks))
+
+
+def allow_weak_for_this_process() -> None:
+    """What ``--allow-weak-sandbox`` does: every sandbox this process starts may run below ``full``
+    (through the environment variable, so that it also reaches code that builds its own)."""
+    os.environ[ALLOW_WEAK_ENV] = "1"
+
+
+def check_isolation(allow_weak_sandbox: bool | None = None) -> str:
+    """Start one worker to learn the level here; raise :class:`SandboxError` (with the risks) where
+    it is below ``full`` and weak isolation was not asked for. Returns the level. Commands that
+    grade only after hours of work (``opgen eval``) call this first."""
+    with Sandbox(workers=1, allow_weak_sandbox=allow_weak_sandbox) as box:
+        return box.level
+
+
+def _weak_allowed(flag: bool | None) -> bool:
+    if flag is not None:
+        return bool(flag)
+    return os.environ.get(ALLOW_WEAK_ENV, "") == "1"
+
+
+def _make_nondumpable() -> bool:
+    # Children that keep the scorer's uid could otherwise open /proc/<scorer>/mem (the expected
+    # outputs live there) or ptrace it.
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+    except (ImportError, OSError, AttributeError):
+        return False
 
 
 class _Worker:
@@ -293,8 +381,10 @@ class _Worker:
             n -= len(chunk)
         return b"".join(parts)
 
-    def receive(self, deadline_s: float) -> object:
+    def receive(self, deadline_s: float, max_bytes: int = 1 << 30) -> object:
         (length,) = struct.unpack(">I", self._read(4, deadline_s))
+        if length > max_bytes:
+            raise SandboxError(f"sandbox worker sent {length} bytes, more than {max_bytes}")
         return marshal.loads(self._read(length, deadline_s))
 
     def close(self) -> None:
@@ -311,44 +401,102 @@ class _Worker:
         shutil.rmtree(self.root_dir, ignore_errors=True)
 
 
+class _FairPool:
+    """Idle workers handed out first come, first served: a thread returning a worker cannot take it
+    straight back while others wait (a plain queue let 2 of 7 threads make ~3,750 calls and 5 make
+    one); the returned worker goes to the longest waiter."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: deque[_Worker] = deque()
+        self._waiters: deque[list] = deque()  # [event, worker or None]
+
+    def put(self, worker: _Worker) -> None:
+        with self._lock:
+            if self._waiters:
+                slot = self._waiters.popleft()
+                slot[1] = worker
+                slot[0].set()
+                return
+            self._idle.append(worker)
+
+    def get(self) -> _Worker:
+        with self._lock:
+            if self._idle and not self._waiters:
+                return self._idle.popleft()
+            slot: list = [threading.Event(), None]
+            self._waiters.append(slot)
+        slot[0].wait()
+        return slot[1]
+
+
+DETAIL_CAP = 600  # as worker.DETAIL_CAP
+_STATUS_SET = frozenset(STATUSES)
+
+
 class Sandbox:
     """A pool of warm, isolated workers. Use as a context manager, or call :meth:`close`.
 
     ``timeout_s`` bounds each call (and the loading of each program) in wall-clock seconds;
-    ``memory_mb`` is the address space a program may add; ``max_output`` caps a returned value's
-    characters; ``namespaces=False`` skips the PID/network/mount namespaces and the chroot.
+    ``budget_s`` (default twice ``timeout_s``) bounds all calls of one :meth:`run_units` (one
+    response: its program and its recall probes together) in wall-clock and CPU seconds;
+    ``memory_mb`` is the address space a program's process may add, and at most ``nproc``
+    processes and threads run for it (so its processes together stay under ``nproc`` times that);
+    ``max_output`` caps a returned value's characters; ``work_mb``/``work_inodes`` cap the work area;
+    ``namespaces=False`` skips the namespaces and the chroot. Below ``full`` isolation the
+    sandbox refuses to start unless ``allow_weak_sandbox`` is true (default: the environment
+    variable ``OPGEN_ALLOW_WEAK_SANDBOX=1``); it then warns with what is unprotected.
     """
 
     def __init__(self, workers: int = 2, timeout_s: float = 2.0, memory_mb: int = 512, max_output: int = 100_000,
-                 fsize_bytes: int = 1 << 20, nofile: int = 64, nproc: int = 64, namespaces: bool = True):
+                 fsize_bytes: int = 1 << 20, nofile: int = 64, nproc: int = 8, namespaces: bool = True,
+                 budget_s: float | None = None, work_mb: int = 16, work_inodes: int = 4096,
+                 allow_weak_sandbox: bool | None = None):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.timeout_s = float(timeout_s)
+        self.budget_s = float(budget_s) if budget_s is not None else 2 * self.timeout_s
+        if self.budget_s < self.timeout_s:
+            raise ValueError(f"budget_s ({self.budget_s:g}) must be at least timeout_s ({self.timeout_s:g})")
         self.memory_mb, self.max_output = int(memory_mb), int(max_output)  # read by opgen/score/static.py
+        self.nproc = nproc
         self._argv = [sys.executable, "-I", "-S", str(WORKER), str(memory_mb << 20), str(fsize_bytes), str(nofile),
-                      str(nproc), str(max_output), "1" if namespaces else "0"]
-        self._idle: queue.Queue[_Worker] = queue.Queue()
+                      str(nproc), str(max_output), str(work_mb << 20), str(work_inodes), "1" if namespaces else "0"]
+        self._idle = _FairPool()
         self._lock = threading.Lock()
         self._closed = False
         self._all: list[_Worker] = []
         with ThreadPoolExecutor(workers) as pool:
             started = list(pool.map(lambda _: _Worker(self._argv), range(workers)))
+        self.isolation: dict = {k: v for k, v in started[0].isolation.items() if k != "uid"}
+        self.level = isolation_level(self.isolation)
+        self.mechanisms = mechanisms(self.isolation)
+        self.risks = missing(self.isolation)
+        if self.level != "full":
+            if not _weak_allowed(allow_weak_sandbox):
+                for w in started:
+                    w.close()
+                raise SandboxError(weak_message(self.isolation) + "\nGrading refuses to start. To grade anyway, "
+                                   "pass --allow-weak-sandbox (opgen score / opgen eval), allow_weak_sandbox=True "
+                                   f"(compute_score, Sandbox, score_files) or set {ALLOW_WEAK_ENV}=1.")
+            warnings.warn(weak_message(self.isolation), WeakSandboxWarning, stacklevel=2)
+        if not self.isolation.get("uid_drop"):
+            self.isolation["scorer_nondumpable"] = _make_nondumpable()
         for w in started:
             self._all.append(w)
             self._idle.put(w)
-        self.isolation: dict = {k: v for k, v in started[0].isolation.items() if k != "uid"}
         # Each worker's children run under a uid of that worker's own (see worker.py).
         self.uids: tuple[int, ...] = tuple(int(w.isolation["uid"]) for w in started)
-        self.level = isolation_level(self.isolation)
         self.workers = workers
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="opgen-sandbox")
         self._pid = os.getpid()
-        self._finalizer = weakref.finalize(self, Sandbox._shutdown, self._all, self._pool, self._pid)
+        self._finalizer = weakref.finalize(self, type(self)._shutdown, self._all, self._pool, self._pid)
 
     # -- running
 
     def run_units(self, units: Sequence[Unit]) -> list[Result]:
-        """Run the units of ONE response in one child (restarted after a timeout or crash)."""
+        """Run the units of ONE response in one child (restarted after a timeout or crash), all of
+        them within one budget (``budget_s``)."""
         if self._closed:
             raise SandboxError("the sandbox is closed")
         if os.getpid() != self._pid:
@@ -380,20 +528,44 @@ class Sandbox:
         return out
 
     def _request(self, units: list, n_calls: int) -> list[Result]:
-        request = (units, self.timeout_s)
-        # The worker enforces every timeout; this one only guards against a worker that itself hangs.
-        guard = self.timeout_s * (n_calls + len(units)) * 2 + 30.0
+        request = (units, self.timeout_s, self.budget_s)
+        # The worker enforces the timeouts and the budget; this only guards against a worker that hangs.
+        guard = self.budget_s * 2 + 30.0
+        # A reply is n_calls triples of capped strings; anything larger is not the worker's.
+        max_bytes = n_calls * (self.max_output * 4 + 4 * DETAIL_CAP + 64) + 1024
         worker = self._idle.get()
         try:
             try:
                 worker.send(request)
-                raw = worker.receive(guard)
-            except (SandboxError, OSError, ValueError, EOFError) as exc:
+                raw = worker.receive(guard, max_bytes)
+                results = self._checked(raw, n_calls)
+            except (SandboxError, OSError, ValueError, EOFError, TypeError) as exc:
                 worker = self._replace(worker)
                 return [Result("killed", None, f"sandbox worker lost: {exc}")] * n_calls
         finally:
             self._idle.put(worker)
-        return [Result(s, v, d) for s, v, d in raw]
+        return results
+
+    def _checked(self, raw: object, n_calls: int) -> list[Result]:
+        # The caps are the worker's job; checked once more here, on the trusted side, so that no
+        # reply shape or size the scorer did not expect reaches a grade (a bad item: the worker
+        # is replaced). Most items are "ok": that path is kept short.
+        if type(raw) is not list or len(raw) != n_calls:
+            raise SandboxError(f"malformed reply ({type(raw).__name__})")
+        cap, out = self.max_output, []
+        for status, value, detail in raw:  # not a triple: ValueError/TypeError, a lost worker
+            if status == "ok":
+                if type(value) is not str:
+                    raise SandboxError("malformed reply value")
+                if len(value) > cap:
+                    out.append(Result("output_too_large", None, f"{len(value)} characters > {cap}"))
+                    continue
+            elif status not in _STATUS_SET or value is not None:
+                raise SandboxError("malformed reply item")
+            if type(detail) is not str:
+                raise SandboxError("malformed reply detail")
+            out.append(Result(status, value, detail if len(detail) <= DETAIL_CAP else detail[:DETAIL_CAP]))
+        return out
 
     def run(self, jobs: Sequence[Job]) -> list[Result]:
         """Run each job in its own fresh child, in parallel over the workers; results in job order."""
@@ -436,13 +608,15 @@ _shared: Sandbox | None = None
 _shared_lock = threading.Lock()
 
 
-def shared(workers: int | None = None) -> Sandbox:
-    """A process-wide sandbox, started on first use (the verl reward entry point uses it)."""
+def shared(workers: int | None = None, allow_weak_sandbox: bool | None = None) -> Sandbox:
+    """A process-wide sandbox, started on first use (the verl reward entry point uses it).
+    ``allow_weak_sandbox``: see :class:`Sandbox` (default: ``OPGEN_ALLOW_WEAK_SANDBOX=1``)."""
     global _shared
     with _shared_lock:
         # A process forked after the pool started (Ray, multiprocessing) must not share its pipes.
         if _shared is None or _shared._closed or _shared._pid != os.getpid():
             n = workers or int(os.environ.get("OPGEN_SANDBOX_WORKERS", "0")) or min(4, os.cpu_count() or 1)
-            _shared = Sandbox(workers=n, timeout_s=float(os.environ.get("OPGEN_SANDBOX_TIMEOUT", "2.0")))
+            _shared = Sandbox(workers=n, timeout_s=float(os.environ.get("OPGEN_SANDBOX_TIMEOUT", "2.0")),
+                              allow_weak_sandbox=allow_weak_sandbox)
             atexit.register(_shared.close)
         return _shared

@@ -4,13 +4,25 @@ This file runs as a standalone script (``python -I -S worker.py ARGS``) and impo
 library, so a worker starts in milliseconds and its children inherit nothing of the scorer: no
 environment, no open files, no expected answers (the worker never receives them).
 
-Isolation, strongest first, each step taken only when the system allows it (what was obtained is
-reported back in the hello message, so the scorer can state the level in its outputs):
+Jail once, fork many: the worker sets up its isolation once, at start, and every child forks from
+it. Each step is taken only when the system allows it (what was obtained is reported back in the
+hello message, so the scorer can state the level and refuse a weak one):
 
+- without root, a user namespace first (the only way an ordinary account gets the others; the
+  children then keep the scorer's uid outside, with every capability dropped);
 - a PID namespace whose init is this worker, so that after every request ``kill(-1)`` removes
   whatever the program forked, double-forked or daemonised;
-- a network namespace (no interfaces but a down loopback) and a mount namespace with a private
-  tmpfs that the worker ``chroot``s into: model code sees no file of the machine at all;
+- network, IPC and UTS namespaces (no network, no SysV IPC or POSIX message queue shared with
+  the machine or surviving the worker) and a mount namespace with a private read-only tmpfs that
+  the worker ``chroot``s into: model code sees no file of the machine at all;
+- a work area on a tmpfs (``noexec,nosuid,nodev,noatime`` with byte and inode caps): a fresh
+  directory per request; a request that leaves anything, or changes the area's root, gets the
+  tmpfs unmounted and remade: nothing written survives it, and cleanup cannot fail;
+- last, on the worker itself (so every child inherits it at no cost): a seccomp filter (no
+  ``execve``, no socket, no SysV IPC, no ptrace or process_vm_*, no namespace calls, no signals
+  to the worker; other architectures' calling conventions kill). ``mount``/``umount2`` stay for
+  the worker's work area; children cannot use them (no capability: a uid of their own, or every
+  capability dropped in a user namespace);
 - per child: its own session and process group, when we are root a uid/gid of this worker's own
   (``UID_BASE`` + the host pid of the worker's first stage: unique among live workers, owner of no
   file), so that ``RLIMIT_NPROC`` binds, counts only this worker's children — a fork bomb in one
@@ -19,13 +31,17 @@ reported back in the hello message, so the scorer can state the level in its out
   /dev/null; every inherited descriptor closed except the result pipe.
 
 Protocol (worker <-> scorer, over stdin/stdout, trusted): 4-byte big-endian length + ``marshal``
-payload. A request is ``(units, timeout_s)`` with ``units = [(code, [(entry, args), ...], fail_fast), ...]``
+payload. A request is ``(units, timeout_s, budget_s)`` (``budget_s``: one wall-clock and CPU
+budget for all calls of the request, i.e. of one response) with
+``units = [(code, [(entry, args), ...], fail_fast), ...]``
 (``code``: the marshalled code the scorer compiled, which the worker unmarshals before forking, or
 source text for the child to compile);
 the reply is a list of ``(status, value, detail)``, one per call, in order.
 Child -> worker (hostile): frames of 1 status byte + 4-byte sender pid + 4-byte length + UTF-8
-payload, parsed defensively; frames from any pid but the child's are dropped, so a child can only
-ever lie about its own result.
+payload, parsed defensively by the worker (bounded reads, caps on values and details applied
+here, not in the child; frames past the last call ignored; a malformed frame ends that child
+with ``killed``); frames from any pid but the child's are dropped, so a child can only ever lie
+about its own result.
 """
 
 from __future__ import annotations
@@ -61,7 +77,105 @@ _CODE = {name: i for i, name in enumerate(STATUSES)}
 # no account uses: a shared uid such as nobody's would pool RLIMIT_NPROC across every sandbox.
 UID_BASE = 2_000_000_000
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 0x4000, 1 << 18
+CLONE_NEWUSER, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWCGROUP = 0x10000000, 0x08000000, 0x04000000, 0x02000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_NOATIME = 1, 2, 4, 8, 32, 1024
+MS_REC, MS_PRIVATE, MNT_DETACH = 0x4000, 1 << 18, 2
+PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, SECCOMP_MODE_FILTER = 4, 22, 38, 2
+# A detail longer than this is cut by the worker (the child's own cap is 500, plus a prefix).
+DETAIL_CAP = 600
+
+# ------------------------------------------------------------------ the seccomp filter (assembled here)
+
+AUDIT_ARCH_X86_64 = 0xC000003E
+# x86-64 numbers of the system calls a child is refused (EPERM): running programs, sockets, SysV
+# IPC and POSIX message queues, tracing and reading other processes, namespaces, mounts and the
+# new mount API, chroot, kernel modules and keys, bpf, perf, userfaultfd, io_uring (whose
+# requests seccomp would not see).
+DENIED_X86_64 = {
+    "execve": 59, "execveat": 322, "socket": 41, "socketpair": 53, "ptrace": 101,
+    "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "pidfd_getfd": 438,
+    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
+    "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240,
+    "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
+    "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
+    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+    "mount_setattr": 442, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323, "io_uring_setup": 425,
+    "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250, "add_key": 248, "request_key": 249,
+    "init_module": 175, "finit_module": 313, "delete_module": 176, "kexec_load": 246, "kexec_file_load": 320,
+    "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163, "quotactl": 179, "name_to_handle_at": 303,
+    "open_by_handle_at": 304, "lookup_dcookie": 212, "vhangup": 153, "iopl": 172, "ioperm": 173,
+}
+CLONE_X86_64, CLONE3_X86_64 = 56, 435
+NAMESPACE_FLAGS = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | \
+    CLONE_NEWCGROUP
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_JSET_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+_RET_ALLOW, _RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
+_EPERM, _ENOSYS = 1, 38
+
+
+KILL_X86_64 = (62, 200, 234)  # kill, tkill, tgkill: the target pid is the first argument
+
+
+def seccomp_program(machine: str, protected: tuple[int, ...] = (1,), allow_mount: bool = False) -> bytes | None:
+    """The filter as ``struct sock_filter`` records, or None for an architecture it has no table
+    for (the level then says so). The worker installs it on itself once, after its own setup, so
+    every child inherits it at no cost; ``allow_mount`` leaves ``mount``/``umount2`` to the worker
+    (it remakes the work area), which children cannot use anyway: they hold no capability.
+
+    Checks the architecture field first (an i386 or x32 call on x86-64 uses other numbers: killed),
+    then refuses the denied calls, ``clone`` with any namespace flag, signals to the ``protected``
+    pids (the worker: pid 1 in its PID namespace, or its own pid without one), and ``clone3``
+    with ENOSYS (its flags sit in memory the filter cannot read; the C library then falls back to
+    ``clone``). Everything else is allowed.
+    """
+    if machine != "x86_64":
+        return None
+    prog: list[list] = []  # [code, jt, jf, k], jt/jf as label names or 0
+
+    def op(code: int, jt: object = 0, jf: object = 0, k: int = 0) -> None:
+        prog.append([code, jt, jf, k])
+
+    labels: dict[str, int] = {}
+
+    def label(name: str) -> None:
+        labels[name] = len(prog)
+
+    op(_BPF_LD_W_ABS, k=4)  # seccomp_data.arch
+    op(_BPF_JEQ_K, 0, "kill", AUDIT_ARCH_X86_64)
+    op(_BPF_LD_W_ABS, k=0)  # seccomp_data.nr
+    op(_BPF_JGE_K, "kill", 0, 0x40000000)  # the x32 ABI
+    op(_BPF_JEQ_K, "enosys", 0, CLONE3_X86_64)
+    skip = {DENIED_X86_64["mount"], DENIED_X86_64["umount2"]} if allow_mount else set()
+    for nr in sorted(set(DENIED_X86_64.values()) - skip):
+        op(_BPF_JEQ_K, "eperm", 0, nr)
+    op(_BPF_JEQ_K, "clone", 0, CLONE_X86_64)
+    for nr in KILL_X86_64:
+        op(_BPF_JEQ_K, "signal", 0, nr)
+    op(_BPF_RET_K, k=_RET_ALLOW)
+    label("clone")
+    op(_BPF_LD_W_ABS, k=16)  # args[0], low half: clone's flags
+    op(_BPF_JSET_K, "eperm", 0, NAMESPACE_FLAGS)
+    op(_BPF_RET_K, k=_RET_ALLOW)
+    label("signal")
+    op(_BPF_LD_W_ABS, k=16)  # args[0], low half: the target (also -pid, a process group, stays allowed)
+    for pid in protected:
+        op(_BPF_JEQ_K, "eperm", 0, pid)
+    op(_BPF_RET_K, k=_RET_ALLOW)
+    label("eperm")
+    op(_BPF_RET_K, k=_RET_ERRNO | _EPERM)
+    label("enosys")
+    op(_BPF_RET_K, k=_RET_ERRNO | _ENOSYS)
+    label("kill")
+    op(_BPF_RET_K, k=_RET_KILL_PROCESS)
+    out = []
+    for i, (code, jt, jf, k) in enumerate(prog):
+        jt = labels[jt] - i - 1 if isinstance(jt, str) else jt
+        jf = labels[jf] - i - 1 if isinstance(jf, str) else jf
+        if not (0 <= jt <= 255 and 0 <= jf <= 255):
+            raise ValueError("seccomp jump out of range")
+        out.append(struct.pack("=HBBI", code, jt, jf, k))
+    return b"".join(out)
+
 
 _ARITY = re.compile(r"positional argument|required (keyword-only )?argument|unexpected keyword argument|"
                     r"takes no arguments")
@@ -155,6 +269,34 @@ def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:
         position += len(calls)
 
 
+class _Jail:
+    """The seccomp filter (installed once, on the worker: children inherit it) and what a child
+    applies to itself after the fork, prepared by the worker (ctypes is loaded there)."""
+
+    drop_caps = False
+    prctl = None
+    capset = None
+    filter_addr = 0
+    _keep: tuple = ()
+
+    def apply(self) -> bool:
+        if self.drop_caps:
+            # In a user namespace of its own the child is that namespace's root: drop every
+            # capability (effective, permitted, inheritable; no exec can regain them).
+            if self.capset(self._keep[0], self._keep[1]) != 0:
+                return False
+        return True
+
+    def install(self) -> bool:
+        if self.prctl is None:
+            return False
+        return (self.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                and self.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self.filter_addr, 0, 0) == 0)
+
+
+_JAIL = _Jail()
+
+
 def _child(wfd: int, workdir: str, units: list, start: int, cpu_s: int, rlimits: tuple, max_output: int,
            uid: int | None) -> None:
     # Every step here pays page faults for what it touches (the dominant cost of a child): what
@@ -172,6 +314,8 @@ def _child(wfd: int, workdir: str, units: list, start: int, cpu_s: int, rlimits:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
+        if _JAIL.drop_caps and not _JAIL.apply():
+            os._exit(111)  # never run model code outside the jail the worker reported
         sys.setrecursionlimit(20_000)  # the library's recursive operators recurse once per character
         _run_calls(wfd, units, start, max_output)
     finally:
@@ -181,14 +325,47 @@ def _child(wfd: int, workdir: str, units: list, start: int, cpu_s: int, rlimits:
 # ------------------------------------------------------------------ the worker side (trusted)
 
 
+def _xattrs(path: str) -> list:
+    try:
+        return os.listxattr(path, follow_symlinks=False)
+    except OSError:  # no extended attributes on this file system
+        return []
+
+
+class _Mounts:
+    """mount(2)/umount2(2) for the work area (through ctypes, loaded by the worker)."""
+
+    def __init__(self, libc: object) -> None:
+        self.mount, self.umount2 = libc.mount, libc.umount2
+
+    def fresh(self, target: bytes, options: bytes) -> bool:
+        flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME
+        return self.mount(b"tmpfs", target, b"tmpfs", flags, options) == 0
+
+    def drop(self, target: bytes) -> bool:
+        return self.umount2(target, MNT_DETACH) == 0
+
+
 class Worker:
-    def __init__(self, limits: dict, root_dir: str, isolation: dict):
+    def __init__(self, limits: dict, root_dir: str, isolation: dict, mounts: _Mounts | None = None):
         self.limits = limits
         self.isolation = isolation
         self.uid = isolation["uid"] if isolation["uid_drop"] else None
+        self.mounts = mounts if isolation.get("worktmpfs") else None
         self.workroot = "/work" if isolation["chroot"] else os.path.join(root_dir, "work")
-        os.makedirs(self.workroot, mode=0o711, exist_ok=True)
+        if self.mounts is None:
+            os.makedirs(self.workroot, mode=0o711, exist_ok=True)
+        self.work_options = (f"size={limits['work_bytes']},nr_inodes={limits['work_inodes']},mode=0711,"
+                             "uid=0,gid=0").encode()
         self.serial = 0
+        self.remounts = 0
+        if self.mounts is not None:
+            self._mount_work()
+            os.mkdir("/work/r", 0o700)
+            os.utime("/work", ns=(0, 0))
+            st = os.stat("/work")
+            self.work_root_state = (st.st_mode, st.st_nlink, st.st_atime_ns, st.st_mtime_ns, st.st_uid, st.st_gid)
+            os.rmdir("/work/r")
         # Limits that cannot hinder the worker are set on it once and inherited by every child.
         # RLIMIT_NPROC stays per child: it counts every process of the user, and without root the
         # worker's own forks would fail on a busy account.
@@ -200,31 +377,35 @@ class Worker:
                         (resource.RLIMIT_NPROC, (limits["nproc"],) * 2))
 
     def _frames(self, rfd: int, pid: int, units: list, n_expected: int, timeout_s: float, out: list,
-                loaded: set) -> str:
+                loaded: set, budget_end: float) -> str:
         """Read frames until ``n_expected`` results or the child ends; return why reading stopped.
 
         A unit's loading has ``timeout_s``, and so has each call from the previous result or load
-        report on. A load report counts once, for the unit whose call is due: repeated reports
-        (the program holds the pipe) must not keep the wall clock from running out.
+        report on, but never past ``budget_end`` (the response's one budget). A load report counts
+        once, for the unit whose call is due: repeated reports (the program holds the pipe) must
+        not keep the wall clock from running out. The caps are applied here, on what the child
+        wrote, whoever wrote it: a value over ``max_output`` characters, a detail over
+        ``DETAIL_CAP``; frames after the last expected one are never read.
         """
         buf = b""
-        limit = self.limits["max_output"] * 4 + 64
-        deadline = time.monotonic() + timeout_s
+        max_output = self.limits["max_output"]
+        limit = max_output * 4 + 64
+        deadline = min(time.monotonic() + timeout_s, budget_end)
         while len(out) < n_expected:
             left = deadline - time.monotonic()
             if left <= 0:
-                return "timeout"
+                return "budget" if deadline >= budget_end else "timeout"
             ready, _, _ = select.select([rfd], [], [], left)
             if not ready:
-                return "timeout"
+                return "budget" if deadline >= budget_end else "timeout"
             chunk = os.read(rfd, 1 << 16)
             if not chunk:
                 return "eof"
             buf += chunk
-            while len(buf) >= 9:
+            while len(buf) >= 9 and len(out) < n_expected:
                 code, sender, length = struct.unpack(">BII", buf[:9])
                 if code >= len(STATUSES) or length > limit:
-                    out.append(("output_too_large" if length > limit else "killed", None,
+                    out.append(("output_too_large" if code == 1 and length > limit else "killed", None,
                                 "malformed result frame"))
                     return "bad"
                 if len(buf) < 9 + length:
@@ -237,15 +418,24 @@ class Worker:
                     unit = str(self._unit_of(units, len(out))[0])
                     if unit not in loaded and payload == unit.encode():
                         loaded.add(unit)
-                        deadline = time.monotonic() + timeout_s
+                        deadline = min(time.monotonic() + timeout_s, budget_end)
                     continue
                 try:
                     text = payload.decode("utf-8", "surrogatepass")
                 except UnicodeDecodeError:
                     out.append(("killed", None, "malformed result payload"))
                     return "bad"
-                out.append((status, text, "") if status == "ok" else (status, None, text))
-                deadline = time.monotonic() + timeout_s
+                if status == "ok":
+                    if len(text) > max_output:
+                        out.append(("output_too_large", None, f"{len(text)} characters > {max_output}"))
+                    else:
+                        out.append(("ok", text, ""))
+                else:
+                    out.append((status, None, text[:DETAIL_CAP]))
+                deadline = min(time.monotonic() + timeout_s, budget_end)
+            if len(buf) > limit + 9:  # cannot happen with a well-formed frame
+                out.append(("killed", None, "malformed result frame"))
+                return "bad"
         return "done"
 
     def _reap(self, pid: int) -> int | None:
@@ -267,6 +457,8 @@ class Worker:
                 os.kill(-1, signal.SIGKILL)
             except OSError:
                 pass
+        elif self.uid is not None:
+            self._kill_uid()
         give_up = time.monotonic() + 2.0
         while True:
             try:
@@ -279,21 +471,94 @@ class Worker:
                 time.sleep(0.0005)  # killed processes take a moment to become reapable
         return status
 
-    def run(self, units: list, timeout_s: float) -> list:
+    def _kill_uid(self) -> None:
+        # No PID namespace, but a uid of this worker's own: a process of that uid signals every
+        # process of it (not itself) until none is left, so nothing detached outlives the request.
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setresgid(self.uid, self.uid, self.uid)
+                os.setresuid(self.uid, self.uid, self.uid)
+                for _ in range(1000):
+                    os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            os._exit(0)
+        os.waitpid(pid, 0)
+
+    def _mount_work(self) -> None:
+        if not self.mounts.fresh(b"/work", self.work_options):
+            raise SystemExit("cannot mount the work area")  # the scorer replaces this worker
+
+    def _work_area(self) -> str:
+        if self.mounts is not None:
+            os.mkdir("/work/r", 0o700)
+            if self.uid is not None:
+                os.chown("/work/r", self.uid, self.uid)
+            if self.uid is None:
+                # Children own the area's root (a user namespace maps one uid): fixed times on it
+                # (mounted noatime), so that any change a request makes to it (an entry, a mode,
+                # times, an attribute) shows in _clear_work_area.
+                os.utime("/work", ns=(0, 0))
+            return "/work/r"
+        self.serial += 1
+        workdir = os.path.join(self.workroot, str(self.serial))
+        os.mkdir(workdir, 0o700)
+        if self.uid is not None:
+            os.chown(workdir, self.uid, self.uid)
+        return workdir
+
+    def _clear_work_area(self, workdir: str) -> None:
+        if self.mounts is not None:
+            # Every process of the request is dead. The area is as the worker left it when its
+            # root is untouched and the request's directory is empty (removing it proves it);
+            # otherwise the tmpfs is unmounted (lazily: it goes with its last reference, which
+            # cannot fail on what the program made) and a fresh one mounted. Unmounting costs
+            # ~2-3 ms of wall clock here (the kernel waits for a grace period), so only then.
+            # With a uid of their own, children cannot touch the root (root's, 0711): only the
+            # request's directory needs checking, and removing it is the check.
+            clean = False
+            try:
+                if self.uid is None:
+                    st = os.stat("/work")
+                    clean = ((st.st_mode, st.st_nlink, st.st_atime_ns, st.st_mtime_ns, st.st_uid, st.st_gid)
+                             == self.work_root_state and os.listdir("/work") == ["r"] and not _xattrs("/work"))
+                else:
+                    clean = True
+                if clean:
+                    os.rmdir("/work/r")
+            except OSError:
+                clean = False
+            if not clean:
+                self.remounts += 1
+                if not self.mounts.drop(b"/work"):
+                    raise SystemExit("cannot unmount the work area")
+                self._mount_work()
+            return
+        try:
+            os.rmdir(workdir)
+        except OSError:
+            _rmtree(workdir)
+
+    def run(self, units: list, timeout_s: float, budget_s: float | None = None) -> list:
         total = sum(len(calls) for _, calls, _ in units)
+        if budget_s is None:
+            budget_s = timeout_s * (total + len(units))
+        budget_end = time.monotonic() + budget_s
         # Unmarshalled here, once, not in each child: a child creating the code objects writes to
         # ~65 copy-on-write pages of the heap (~0.25 ms); here they land on pages the worker
         # writes to anyway, and a child only reads them (and touches their reference counts).
         units = [(_unmarshalled(code), calls, fail_fast) for code, calls, fail_fast in units]
         out: list = []
         while len(out) < total:
+            left = budget_end - time.monotonic()
+            if left <= 0:
+                out.extend([("timeout", None, f"response budget of {budget_s:g} s spent")] * (total - len(out)))
+                break
             start = len(out)
-            self.serial += 1
-            workdir = os.path.join(self.workroot, str(self.serial))
-            os.mkdir(workdir, 0o700)
-            if self.uid is not None:
-                os.chown(workdir, self.uid, self.uid)
-            cpu_s = int(timeout_s * (total - start + len(units))) + 1
+            workdir = self._work_area()
+            # CPU: the budget left, for all threads of the child (whole seconds, at least one).
+            cpu_s = int(left) + 1
             rfd, wfd = os.pipe()
             pid = os.fork()
             if pid == 0:
@@ -302,16 +567,13 @@ class Worker:
             os.close(wfd)
             loaded: set = set()
             try:
-                why = self._frames(rfd, pid, units, total, timeout_s, out, loaded)
+                why = self._frames(rfd, pid, units, total, timeout_s, out, loaded, budget_end)
             finally:
                 os.close(rfd)
                 wait_status = self._reap(pid)
-                try:
-                    os.rmdir(workdir)
-                except OSError:
-                    _rmtree(workdir)
-            if why in ("timeout", "eof") and len(out) < total:
-                failure = self._ending(why, wait_status, timeout_s)
+                self._clear_work_area(workdir)
+            if why in ("timeout", "eof", "budget") and len(out) < total:
+                failure = self._ending(why, wait_status, timeout_s, budget_s)
                 unit, unit_end = self._unit_of(units, len(out))
                 # A unit that never finished loading fails as a whole, not once per call; so does
                 # a fail-fast unit (probes of one definition) at its first timeout or crash.
@@ -329,9 +591,11 @@ class Worker:
         raise IndexError(position)
 
     @staticmethod
-    def _ending(why: str, wait_status: int | None, timeout_s: float) -> tuple:
+    def _ending(why: str, wait_status: int | None, timeout_s: float, budget_s: float) -> tuple:
         if why == "timeout":
             return ("timeout", None, f"no result within {timeout_s:g} s wall clock")
+        if why == "budget":
+            return ("timeout", None, f"response budget of {budget_s:g} s spent")
         if wait_status is not None and os.WIFSIGNALED(wait_status):
             sig = os.WTERMSIG(wait_status)
             if sig == signal.SIGXCPU:
@@ -340,6 +604,7 @@ class Worker:
             return ("killed", None, f"killed by {name}")
         code = os.WEXITSTATUS(wait_status) if wait_status is not None and os.WIFEXITED(wait_status) else -1
         return ("killed", None, f"exited (code {code}) without a result")
+
 
 
 def _unmarshalled(code: object) -> object:
@@ -380,33 +645,84 @@ def _serve(worker: Worker, rfd: int, wfd: int) -> None:
         body = _read_exact(rfd, struct.unpack(">I", head)[0])
         if body is None:
             return
-        units, timeout_s = marshal.loads(body)
-        _send_msg(wfd, worker.run(units, timeout_s))
+        request = marshal.loads(body)
+        units, timeout_s = request[0], request[1]
+        budget_s = request[2] if len(request) > 2 else None
+        _send_msg(wfd, worker.run(units, timeout_s, budget_s))
 
 
 def _rmtree(path: str) -> None:
-    for parent, dirs, files in os.walk(path, topdown=False):
-        for name in files:
-            try:
-                os.unlink(os.path.join(parent, name))
-            except OSError:
-                pass
-        for name in dirs:
-            try:
-                os.rmdir(os.path.join(parent, name))
-            except OSError:
-                pass
+    """Remove ``path`` and all below it, for the fallback without a work tmpfs (no mount namespace).
+
+    Flattening, through directory descriptors and never following a symbolic link: every
+    subdirectory found is first renamed to the top of the tree, so no recursion and no path of
+    any length is needed (1,200 nested directories, chains longer than PATH_MAX), and at most
+    two descriptors are open. Processes that could race it are dead by now (PID namespace, or the
+    worker's own uid killed), and a link is unlinked, never followed.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        top = os.open(path, flags)
+    except OSError:
+        return
+    moved = 0
+    try:
+        for _ in range(1_000_000):  # bounded; each round removes at least one directory or stops
+            pending = []
+            with os.scandir(top) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(entry.name)
+                        else:
+                            os.unlink(entry.name, dir_fd=top)
+                    except OSError:
+                        pass
+            if not pending:
+                break
+            progress = False
+            for name in pending:
+                try:
+                    fd = os.open(name, flags, dir_fd=top)
+                except OSError:
+                    continue
+                try:
+                    with os.scandir(fd) as entries:
+                        for entry in entries:
+                            try:
+                                if entry.is_dir(follow_symlinks=False):
+                                    moved += 1
+                                    os.rename(entry.name, f".rm{moved}", src_dir_fd=fd, dst_dir_fd=top)
+                                    progress = True
+                                else:
+                                    os.unlink(entry.name, dir_fd=fd)
+                            except OSError:
+                                pass
+                finally:
+                    os.close(fd)
+                try:
+                    os.rmdir(name, dir_fd=top)
+                    progress = True
+                except OSError:
+                    pass
+            if not progress:
+                break
+    except OSError:
+        pass
+    finally:
+        os.close(top)
     try:
         os.rmdir(path)
     except OSError:
         pass
 
 
-def _setup_namespaces(root_dir: str, uid: int) -> None:
+def _setup_namespaces(root_dir: str, uid: int, limits: dict) -> None:
     """Stage one: enter namespaces (needs ctypes), then exec a lean interpreter to serve in them.
 
-    ctypes and its libraries would make every later fork slower, and they are needed only here, so
-    the serving stage is a fresh image: namespaces, mounts and descriptors survive ``execv``.
+    Namespaces, mounts and descriptors survive ``execv``. Without root a user namespace comes
+    first (mapping the account's uid to the namespace's root), which is what lets an ordinary
+    account create the others.
     """
     import ctypes
 
@@ -418,7 +734,18 @@ def _setup_namespaces(root_dir: str, uid: int) -> None:
     def mount(source: bytes | None, target: bytes, fstype: bytes | None, flags: int, data: bytes | None) -> bool:
         return libc.mount(source, target, fstype, ctypes.c_ulong(flags), data) == 0
 
-    got = {"pidns": False, "netns": False, "mountns": False}
+    got = {"userns": False, "pidns": False, "netns": False, "ipcns": False, "utsns": False, "mountns": False}
+    if os.geteuid() != 0:
+        outer_uid, outer_gid = os.geteuid(), os.getegid()
+        if unshare(CLONE_NEWUSER):
+            try:
+                for name, text in (("setgroups", "deny"), ("uid_map", f"0 {outer_uid} 1"),
+                                   ("gid_map", f"0 {outer_gid} 1")):
+                    with open(f"/proc/self/{name}", "w") as fh:
+                        fh.write(text)
+                got["userns"] = True
+            except OSError:
+                pass
     if unshare(CLONE_NEWPID):
         pid = os.fork()
         if pid:  # stays outside only to wait, then remove the root directory (empty on this side)
@@ -429,11 +756,19 @@ def _setup_namespaces(root_dir: str, uid: int) -> None:
             os._exit(0)
         got["pidns"] = os.getpid() == 1
     got["netns"] = unshare(CLONE_NEWNET)
+    got["ipcns"] = unshare(CLONE_NEWIPC)
+    if unshare(CLONE_NEWUTS):
+        got["utsns"] = libc.sethostname(b"sandbox", 7) == 0
     if unshare(CLONE_NEWNS) and mount(None, b"/", None, MS_REC | MS_PRIVATE, None):
-        got["mountns"] = mount(b"tmpfs", root_dir.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=0755")
+        root = root_dir.encode()
+        if mount(b"tmpfs", root, b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=64k,nr_inodes=16,mode=0755"):
+            os.mkdir(os.path.join(root_dir, "work"), 0o755)
+            # The root the children see is read-only: only the per-request work area is writable.
+            got["mountns"] = mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                                   None)
     flags = ",".join(k for k, v in got.items() if v) or "-"
-    os.execv(sys.executable,
-             [sys.executable, "-I", "-S", __file__, *sys.argv[1:7], root_dir, "serve", flags, str(uid)])
+    os.execv(sys.executable, [sys.executable, "-I", "-S", __file__, *sys.argv[1:_N_ARGS + 2], root_dir, "serve",
+                              flags, str(uid)])
 
 
 # Representative model code. The first compile in a process initialises the parser and grows the
@@ -483,6 +818,63 @@ def _warm_up() -> None:
     gc.freeze()
 
 
+def _prepare_jail(isolation: dict, drop_caps: bool) -> object:
+    """Load ctypes (once, in the worker), make the worker non-dumpable, prepare what a child
+    applies to itself, and probe that it works: a forked probe installs the filter and must be
+    refused a socket. Returns libc, or None without ctypes."""
+    try:
+        import ctypes
+    except ImportError:
+        return None
+    import platform
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    # Non-dumpable: a process of the same uid cannot open /proc/<worker>/mem or ptrace it.
+    isolation["nondumpable"] = libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    prctl = libc.prctl
+    prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+    if drop_caps:
+        class Header(ctypes.Structure):
+            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+        header = Header(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+        data = (ctypes.c_uint32 * 6)()
+        _JAIL.capset = libc.capset
+        _JAIL.capset.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+        _JAIL.drop_caps = True
+        _JAIL._keep = (ctypes.addressof(header), ctypes.addressof(data), header, data)
+    program = seccomp_program(platform.machine(), tuple(sorted({1, os.getpid()})), allow_mount=True)
+    isolation["seccomp"] = False
+    if program is not None:
+        buffer = ctypes.create_string_buffer(program, len(program))
+
+        class Fprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        fprog = Fprog(len(program) // 8, ctypes.addressof(buffer))
+        _JAIL.prctl, _JAIL.filter_addr = prctl, ctypes.addressof(fprog)
+        _JAIL._keep = _JAIL._keep + (buffer, fprog)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                if _JAIL.install():
+                    import socket
+
+                    try:
+                        socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                        code = 2
+                    except PermissionError:
+                        code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        isolation["seccomp"] = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        if not isolation["seccomp"]:
+            _JAIL.prctl = None
+    return libc
+
+
 def _serve_stage(limits: dict, root_dir: str, flags: str, uid: int) -> None:
     for name in PRELOAD:
         __import__(name)
@@ -496,36 +888,62 @@ def _serve_stage(limits: dict, root_dir: str, flags: str, uid: int) -> None:
     # RLIMIT_AS is set relative to the worker's own size, known only before /proc disappears.
     with open("/proc/self/statm") as fh:
         vm_bytes = int(fh.read().split()[0]) * resource.getpagesize()
-    limits["as_bytes"] += vm_bytes + (64 << 20)
     got = set(flags.split(","))
-    root = os.geteuid() == 0
-    isolation = {"uid_drop": root, "uid": uid if root else os.geteuid(), "pidns": "pidns" in got and os.getpid() == 1,
-                 "netns": "netns" in got, "mountns": "mountns" in got, "chroot": False}
-    if os.geteuid() == 0 and flags != "off":
+    userns = "userns" in got
+    # In a user namespace of its own the worker is that namespace's root: children keep its uid
+    # (the account's, outside) and drop every capability instead of changing uid.
+    root = os.geteuid() == 0 and not userns
+    isolation = {"uid_drop": root, "userns": userns, "uid": uid if root else os.geteuid(),
+                 "pidns": "pidns" in got and os.getpid() == 1, "netns": "netns" in got, "ipcns": "ipcns" in got,
+                 "utsns": "utsns" in got, "mountns": "mountns" in got, "chroot": False, "worktmpfs": False,
+                 "seccomp": False, "nondumpable": False, "work_bytes": limits["work_bytes"],
+                 "work_inodes": limits["work_inodes"], "nproc": limits["nproc"]}
+    libc = _prepare_jail(isolation, drop_caps=userns)
+    # ctypes' own mappings are in the worker's size too.
+    with open("/proc/self/statm") as fh:
+        vm_bytes = max(vm_bytes, int(fh.read().split()[0]) * resource.getpagesize())
+    limits["as_bytes"] += vm_bytes + (64 << 20)
+    mounts = None
+    if os.geteuid() == 0 and flags != "off" and isolation["mountns"]:
         try:
             os.chroot(root_dir)
             os.chdir("/")
             isolation["chroot"] = True
         except OSError:
             pass
+        if isolation["chroot"] and libc is not None:
+            mounts = _Mounts(libc)
+            options = (f"size={limits['work_bytes']},nr_inodes={limits['work_inodes']},mode=0700").encode()
+            isolation["worktmpfs"] = mounts.fresh(b"/work", options) and mounts.drop(b"/work")
+    if not isolation["worktmpfs"]:
+        isolation["work_inodes"] = 0
+    worker = Worker(limits, root_dir, isolation, mounts)
+    if isolation["seccomp"]:
+        # Last: from here on neither the worker nor any child it forks can make a denied call.
+        isolation["seccomp"] = _JAIL.install()
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
-        _serve(Worker(limits, root_dir, isolation), rfd, wfd)
+        _serve(worker, rfd, wfd)
     finally:
         if not isolation["mountns"]:
             _rmtree("/work" if isolation["chroot"] else os.path.join(root_dir, "work"))
     os._exit(0)
 
 
+_N_ARGS = 7  # the limits, as main() reads them
+
+
 def main() -> None:
-    """argv: AS_BYTES FSIZE NOFILE NPROC MAX_OUTPUT NAMESPACES(0|1) ROOT_DIR [serve FLAGS UID]."""
+    """argv: AS_BYTES FSIZE NOFILE NPROC MAX_OUTPUT WORK_BYTES WORK_INODES NAMESPACES(0|1) ROOT_DIR
+    [serve FLAGS UID]."""
     limits = {"as_bytes": int(sys.argv[1]), "fsize_bytes": int(sys.argv[2]), "nofile": int(sys.argv[3]),
-              "nproc": int(sys.argv[4]), "max_output": int(sys.argv[5])}
-    want_ns, root_dir = sys.argv[6] == "1", sys.argv[7]
-    if len(sys.argv) > 10 and sys.argv[8] == "serve":
-        _serve_stage(limits, root_dir, sys.argv[9], int(sys.argv[10]))
+              "nproc": int(sys.argv[4]), "max_output": int(sys.argv[5]), "work_bytes": int(sys.argv[6]),
+              "work_inodes": int(sys.argv[7])}
+    want_ns, root_dir = sys.argv[8] == "1", sys.argv[9]
+    if len(sys.argv) > 12 and sys.argv[10] == "serve":
+        _serve_stage(limits, root_dir, sys.argv[11], int(sys.argv[12]))
     elif want_ns:
-        _setup_namespaces(root_dir, UID_BASE + os.getpid())
+        _setup_namespaces(root_dir, UID_BASE + os.getpid(), limits)
     else:
         _serve_stage(limits, root_dir, "off", UID_BASE + os.getpid())
 
