@@ -148,3 +148,25 @@ def _texts_joined(row: tuple) -> tuple:
     """A buffered row with its prompt, ground truth and answer as whole strings (the fast path
     keeps long texts as pieces until a column is written)."""
     return tuple(F.text(v) if k < 3 and v is not None else v for k, v in enumerate(row))
+
+
+def test_the_recipe_schema_lists_exactly_the_registered_formats():
+    from opgen.resources import schema_path
+
+    props = json.loads(schema_path("recipe.schema.json").read_text())
+    found = {}
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key in ("prompt_format", "answer_format"):
+                if isinstance(node.get(key), dict) and "enum" in node[key]:
+                    found.setdefault(key, []).append(node[key]["enum"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(props)
+    assert found["prompt_format"] and all(e == list(F.PROMPT_FORMATS) for e in found["prompt_format"])
+    assert found["answer_format"] and all(e == list(F.ANSWER_FORMATS) for e in found["answer_format"])
