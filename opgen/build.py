@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from opgen import expr as E
-from opgen import leakage, write
+from opgen import leakage, ops, write
 from opgen import manifest as M
 from opgen.generate import Generator, GeneratorError
 from opgen.recipe import Recipe, SplitConfig, build_generator
@@ -100,8 +100,8 @@ def _facts_arrays(facts: list[Facts]) -> dict:
         "prog_rows": prog_rows.astype(np.int32),
         "depth": np.array(depth, dtype=np.int16),
         "k": np.array(k, dtype=np.int16),
-        "opmask": np.array(opmask, dtype=np.uint32),
-        "composed": np.array(composed, dtype=np.uint32),
+        "opmask": np.array(opmask, dtype=ops.MASK_DTYPE),
+        "composed": np.array(composed, dtype=ops.MASK_DTYPE),
         "out_len": np.array(out_len, dtype=np.int32),
         "conditions": Counter(c for c in condition if c),
         "condition_of": {i: c for i, c in enumerate(condition) if c},

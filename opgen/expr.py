@@ -181,22 +181,17 @@ def call_capped(node: Call, fn, inputs: tuple[str, ...], max_len: int) -> str:
     return value
 
 
-# The exact output length of the operators that grow their input by a factor, so that a call which
-# would build a huge string (func_1 with n=4 on a 10^6-character value) is refused before it runs.
-# Operators absent here grow at most twofold and are checked after they return.
-PRECHECKED = ("func_1", "func_13", "func_15", "func_18")  # the operators _precheck knows
+# The operators with a growth bound (Operator.out_len, in opgen.ops): a call which would build a huge
+# string (func_1 with n=4 on a 10^6-character value) is refused before it runs. The others grow at
+# most twofold and are checked after they return.
+PRECHECKED = tuple(op.id for op in ops.OPERATORS if op.out_len is not None)
 
 
 def _precheck(node: Call, args: Sequence[str], max_len: int) -> None:
-    n = len(args[0])
-    if node.op in ("func_1", "func_18"):
-        out = n * max(int(node.params[0]), 0)
-    elif node.op == "func_13":
-        out = max(n * (1 + len(str(node.params[0]))) - len(str(node.params[0])), 0)
-    elif node.op == "func_15":
-        out = 3 * n
-    else:
+    out_len = ops.get(node.op).out_len
+    if out_len is None:
         return
+    out = out_len(len(args[0]), node.params)
     if out > max_len:
         raise OutputTooLong(out, max_len)
 

@@ -80,14 +80,6 @@ def needs_native_names(code: str | None, tree: ast.Module | None = None) -> bool
     return bool(read - bound)
 
 
-def _param_kind(op: ops.Operator) -> str:
-    if op.n_inputs == 2:
-        return "s1,s2"
-    if not op.params:
-        return "s"
-    return "s,int" if op.params[0].kind == "int" else "s,str"
-
-
 @cache
 def probe_args(kind: str) -> tuple[tuple, ...]:
     """The fixed probe argument tuples of a signature kind (shared by every operator of that kind)."""
@@ -97,10 +89,13 @@ def probe_args(kind: str) -> tuple[tuple, ...]:
         return tuple((s, n) for s in PROBE_INPUTS for n in PROBE_INTS)
     if kind == "s,str":
         return tuple((s, p) for s in PROBE_INPUTS for p in PROBE_STRS)
-    return PROBE_PAIRS
+    if kind == "s1,s2":
+        return PROBE_PAIRS
+    raise ValueError(f"unknown signature kind {kind!r} (known: {', '.join(ops.KINDS)})")
 
 
-KINDS_BY_ARITY = {1: ("s",), 2: ("s,int", "s,str", "s1,s2")}
+# The signature kinds (opgen.ops.KINDS, in their order) by their number of arguments.
+KINDS_BY_ARITY = {a: tuple(k for k in ops.KINDS if k.count(",") + 1 == a) for a in (1, 2)}
 
 
 @cache
@@ -110,17 +105,12 @@ def true_outputs(op_id: str) -> tuple[str | None, ...]:
     op = ops.get(op_id)
     out = []
     with E.recursion_headroom():
-        for args in probe_args(_param_kind(op)):
+        for args in probe_args(op.kind):
             try:
                 out.append(op.fn(*args))
             except Exception:
                 out.append(None)
     return tuple(out)
-
-
-@cache
-def ops_of_kind(kind: str) -> tuple[str, ...]:
-    return tuple(op.id for op in ops.OPERATORS if _param_kind(op) == kind)
 
 
 @dataclass
@@ -218,7 +208,7 @@ def plan(recall: Recall, namespace: str = "strict") -> RecallCheck:
         return _remember(check)
     check.arity_range = sig
     lo, hi = sig
-    own = _param_kind(op)
+    own = op.kind
     kinds = [own] if lo <= op.arity <= hi else []
     kinds += [k for a, ks in KINDS_BY_ARITY.items() if lo <= a <= hi for k in ks if k != own]
     check.kinds = tuple(kinds)
@@ -243,7 +233,7 @@ def conclude(check: RecallCheck, results: Sequence[Result], cache: bool = True) 
         got[kind] = tuple(r.value if r.ok else None for r in results[i:i + n])
         i += n
     op = ops.get(check.op)
-    own = _param_kind(op)
+    own = op.kind
     lo, hi = check.arity_range or (0, 0)
     arity_ok = lo <= op.arity <= hi
     if arity_ok and got.get(own) == true_outputs(op.id):
@@ -251,7 +241,7 @@ def conclude(check: RecallCheck, results: Sequence[Result], cache: bool = True) 
         return _remember(check, cache)
     # The first operator (library order) whose every probe output the definition reproduces.
     for kind in check.kinds:
-        for other in ops_of_kind(kind):
+        for other in ops.of_kind(kind):
             if other != op.id and got[kind] == true_outputs(other):
                 check.chimera_of = other
                 break
