@@ -14,13 +14,13 @@ import ast
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import Literal, Union, overload
 
 from opgen import ops
 
-ParamValue = Union[int, str]
+ParamValue = ops.ParamValue
 
 
 class ExprError(ValueError):
@@ -164,7 +164,7 @@ def evaluate(e: Expr, x: str, max_len: int | None = None) -> str:
     return value
 
 
-def call_capped(node: Call, fn, inputs: tuple[str, ...], max_len: int) -> str:
+def call_capped(node: Call, fn: Callable[..., str], inputs: tuple[str, ...], max_len: int) -> str:
     """``node``'s operator (``fn``) applied to known input values, with ``evaluate``'s guards.
 
     Generators that compute a value as they draw (one call on ``x``, a chain growing outwards) use
@@ -253,7 +253,13 @@ def render_program(e: Expr, entry: str = "main_solution") -> str:
 # ---------------------------------------------------------------- parsing
 
 
-def parse_python(source: str, mode: str = "exec") -> ast.AST:
+@overload
+def parse_python(source: str, mode: Literal["exec"] = "exec") -> ast.Module: ...
+@overload
+def parse_python(source: str, mode: Literal["eval"]) -> ast.Expression: ...
+
+
+def parse_python(source: str, mode: Literal["exec", "eval"] = "exec") -> ast.Module | ast.Expression:
     """``ast.parse``, one call at a time across the process's threads.
 
     CPython 3.11 keeps the recursion counter of its AST-object builder in state shared by every
@@ -264,7 +270,9 @@ def parse_python(source: str, mode: str = "exec") -> ast.AST:
     The lock is re-entrant: a finalizer that parses on the thread already holding it must not hang.
     """
     with _parse_lock:
-        return ast.parse(source, mode=mode)
+        tree = ast.parse(source, mode=mode)
+    assert isinstance(tree, (ast.Module, ast.Expression))
+    return tree
 
 
 _parse_lock = threading.RLock()

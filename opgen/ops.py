@@ -11,6 +11,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Union
 
 TRAIN = "train"
 HELDOUT = "heldout"
@@ -44,8 +45,10 @@ class Param:
 # "s" one string; "s,int" / "s,str" a string and an int / a string parameter; "s1,s2" two strings.
 KINDS: tuple[str, ...] = ("s", "s,int", "s,str", "s1,s2")
 
+# A parameter value in an expression: an int or a str (opgen.expr.ParamValue).
+ParamValue = Union[int, str]
 # The exact output length of a call, from the length of its first input and its parameters.
-OutLen = Callable[[int, tuple[object, ...]], int]
+OutLen = Callable[[int, tuple[ParamValue, ...]], int]
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ def _src(text: str) -> str:
     return textwrap.dedent(text).strip("\n") + "\n"
 
 
-_LETTERS = dict(kind="letters", lo=2, hi=4)
+_LETTERS: dict[str, Any] = dict(kind="letters", lo=2, hi=4)
 
 # (id, native name, gloss, split, n_inputs, params, source)
 _TABLE: list[tuple[str, str, str, str, int, tuple[Param, ...], str]] = [
@@ -326,11 +329,11 @@ _TABLE: list[tuple[str, str, str, str, int, tuple[Param, ...], str]] = [
 
 
 
-def _times(n: int, params: tuple[object, ...]) -> int:  # s * n, and n concatenations in a loop
-    return n * max(int(params[0]), 0)  # type: ignore[call-overload]
+def _times(n: int, params: tuple[ParamValue, ...]) -> int:  # s * n, and n concatenations in a loop
+    return n * max(int(params[0]), 0)
 
 
-def _joined(n: int, params: tuple[object, ...]) -> int:  # sep.join(s)
+def _joined(n: int, params: tuple[ParamValue, ...]) -> int:  # sep.join(s)
     sep = len(str(params[0]))
     return max(n * (1 + sep) - sep, 0)
 

@@ -125,7 +125,7 @@ def _check(s: Any, v: Any, root: Any) -> bool | None:
     return True
 
 
-def _object(s: dict, key: str, v: dict, root: Any) -> bool | None:
+def _object(s: dict[str, Any], key: str, v: dict[str, Any], root: Any) -> bool | None:
     props = s.get("properties", {})
     if key == "properties":
         for name, sub in props.items():

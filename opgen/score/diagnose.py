@@ -67,7 +67,8 @@ def needs_native_names(code: str | None, tree: ast.Module | None = None) -> bool
             tree = E.parse_python(code)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return False
-    read, bound = set(), set()
+    read: set[str] = set()
+    bound: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in names:
             (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
@@ -81,7 +82,7 @@ def needs_native_names(code: str | None, tree: ast.Module | None = None) -> bool
 
 
 @cache
-def probe_args(kind: str) -> tuple[tuple, ...]:
+def probe_args(kind: str) -> tuple[tuple[str | int, ...], ...]:
     """The fixed probe argument tuples of a signature kind (shared by every operator of that kind)."""
     if kind == "s":
         return tuple((s,) for s in PROBE_INPUTS)
@@ -103,7 +104,7 @@ def true_outputs(op_id: str) -> tuple[str | None, ...]:
     """The true operator's outputs on its kind's probes (None where it raises), computed in-process:
     this is the library's own code, not a model's."""
     op = ops.get(op_id)
-    out = []
+    out: list[str | None] = []
     with E.recursion_headroom():
         for args in probe_args(op.kind):
             try:
@@ -200,7 +201,7 @@ def plan(recall: Recall, namespace: str = "strict") -> RecallCheck:
         check.verdict, check.detail = "no_definition", "no code block after the recall header"
         return check
     sig = _signature(recall.code, op.id)
-    if sig == "syntax":
+    if isinstance(sig, str):  # "syntax"
         check.verdict, check.detail = "syntax", "the block does not parse"
         return _remember(check)
     if sig is None:
@@ -226,7 +227,7 @@ def conclude(check: RecallCheck, results: Sequence[Result], cache: bool = True) 
     n_probe = sum(len(probe_args(k)) for k in check.kinds)
     native_results = results[n_probe:2 * n_probe] if check.with_native else ()
     results = results[:n_probe]
-    got: dict[str, tuple] = {}
+    got: dict[str, tuple[str | None, ...]] = {}
     i = 0
     for kind in check.kinds:
         n = len(probe_args(kind))
@@ -325,9 +326,9 @@ def called_def(tree: ast.Module, entry: str, code: str | None = None) -> ast.Fun
     top = {id(node) for node in tree.body}
     last = None
     n_top = 0
-    for node in tree.body:
-        if _binds(node, entry):
-            last = node
+    for stmt in tree.body:
+        if _binds(stmt, entry):
+            last = stmt
             n_top += 1
     if not isinstance(last, ast.FunctionDef) or last.decorator_list:
         return None

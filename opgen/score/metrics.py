@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 Z95 = 1.959963984540054
 
@@ -44,12 +45,13 @@ def ks_for(n: int) -> list[int]:
     return ks
 
 
-def proportion(successes: int, n: int) -> dict:
+def proportion(successes: int, n: int) -> dict[str, Any]:
     lo, hi = wilson(successes, n)
     return {"n": n, "correct": successes, "acc": successes / n if n else 0.0, "ci_low": lo, "ci_high": hi}
 
 
-def grouped(records: Iterable[Mapping], key: str | Sequence[str], value: str = "acc") -> dict[str, dict]:
+def grouped(records: Iterable[Mapping[str, Any]], key: str | Sequence[str],
+            value: str = "acc") -> dict[str, dict[str, Any]]:
     """Accuracy with a 95% Wilson interval per value of ``key`` (a field, or a tuple of fields joined by '|')."""
     keys = (key,) if isinstance(key, str) else tuple(key)
     counts: dict[str, list[int]] = {}
@@ -61,7 +63,7 @@ def grouped(records: Iterable[Mapping], key: str | Sequence[str], value: str = "
     return {label: proportion(s, n) for label, (s, n) in sorted(counts.items(), key=lambda kv: _sort_key(kv[0]))}
 
 
-def _sort_key(label: str) -> tuple:
+def _sort_key(label: str) -> tuple[tuple[int, int, str], ...]:
     # Numeric parts sort numerically (depth 10 after depth 9), text parts as text.
     return tuple((0, int(p), "") if p.lstrip("-").isdigit() else (1, 0, p) for p in label.split("|"))
 
@@ -78,7 +80,7 @@ def pass_at_k_table(correct_by_row: Mapping[int, Sequence[bool]]) -> dict[str, f
     return out
 
 
-def recall_tables(records: Iterable[Mapping]) -> dict:
+def recall_tables(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Per-operator recall accuracy, chimera confusion and arity-error rates over all recall blocks.
 
     Accuracy counts a missing block as a failure (the operator was needed and not recalled);
