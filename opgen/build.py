@@ -315,7 +315,7 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
         raise
 
 
-def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, t0) -> dict:
+def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, t0) -> dict:  # noqa: C901
     global _COUNTER, _TICK
     total = sum(p.rows for p in plans)
     n_workers = max(1, min(workers, len(units)))

@@ -351,7 +351,7 @@ _OUT_LEN: dict[str, OutLen] = {
 def _compile_library() -> tuple[Operator, ...]:
     namespace: dict[str, object] = {"__name__": "opgen.ops.library"}
     for op_id, *_rest, source in _TABLE:
-        exec(compile(source, f"<opgen {op_id}>", "exec"), namespace)  # noqa: S102 - our own sources
+        exec(compile(source, f"<opgen {op_id}>", "exec"), namespace)
     ops = []
     for op_id, name, gloss, split, n_inputs, params, source in _TABLE:
         fn = namespace[op_id]

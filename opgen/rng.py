@@ -193,7 +193,7 @@ class CounterRng(Rng):
     __slots__ = ()
     _key: int  # type: ignore[assignment]  # the parent's slot, holding this stream's 64-bit seed
 
-    def __init__(self, key: int, i: int, j: int):  # noqa: D107 - the parent's slots, another stream
+    def __init__(self, key: int, i: int, j: int):
         self._key = counter_seed(key, i, j)
         self._counter = 0
         self._buf = ()
