@@ -460,6 +460,7 @@ def test_headroom_nested_restores_the_original_limit():
     assert sys.getrecursionlimit() == base
 
 
+@pytest.mark.slow
 def test_parsing_from_many_threads_never_trips_cpythons_shared_ast_counter():
     """CPython 3.11 shares the AST builder's recursion counter between threads; a thread switch in the
     middle of a parse (here: finalizers that release the GIL, run by the garbage collector) made the
