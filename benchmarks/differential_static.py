@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import static_corpus as C  # noqa: E402
+import static_corpus as C
 
-from opgen.score.sandbox import Sandbox  # noqa: E402
+from opgen.score.sandbox import Sandbox
 
 
 def main() -> int:

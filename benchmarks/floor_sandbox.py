@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_score import typical_rows  # noqa: E402
+from bench_score import typical_rows
 
-from opgen.score.parse import parse_program_answer  # noqa: E402
-from opgen.score.sandbox import Sandbox, Unit  # noqa: E402
+from opgen.score.parse import parse_program_answer
+from opgen.score.sandbox import Sandbox, Unit
 
 WORKER = Path(__file__).resolve().parent.parent / "opgen" / "score" / "worker.py"
 

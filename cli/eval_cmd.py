@@ -98,7 +98,7 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--no-static", is_flag=True, help="Scorer: run every program in the sandbox (docs/scoring.md).")
 @click.option("--allow-weak-sandbox", is_flag=True,
               help="Grade even where the sandbox's isolation is below 'full' (it says what is then unprotected).")
-def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
+def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,  # noqa: C901
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
           tensor_parallel_size, engine_args, hf_batch_size, base_urls, api_key_env, concurrency, request_timeout,
           retries, executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus, chunk_rows, namespace,

@@ -43,7 +43,7 @@ import click
                    "without running them, with the same grades; docs/scoring.md).")
 @click.option("--allow-weak-sandbox", is_flag=True,
               help="Grade even where the sandbox's isolation is below 'full' (it says what is then unprotected).")
-def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
+def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,  # noqa: C901
           timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, executor: str,
           ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None,
           no_static: bool, allow_weak_sandbox: bool) -> None:

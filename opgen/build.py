@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from opgen import content, formats, leakage, outdir, write
+from opgen import content, formats, leakage, ops, outdir, write
 from opgen import expr as E
 from opgen import manifest as M
 from opgen.generate import Generator, GeneratorError
@@ -104,8 +104,8 @@ def _facts_arrays(facts: list[Facts]) -> dict:
         "prog_rows": prog_rows.astype(np.int32),
         "depth": np.array(depth, dtype=np.int16),
         "k": np.array(k, dtype=np.int16),
-        "opmask": np.array(opmask, dtype=np.uint32),
-        "composed": np.array(composed, dtype=np.uint32),
+        "opmask": np.array(opmask, dtype=ops.MASK_DTYPE),
+        "composed": np.array(composed, dtype=ops.MASK_DTYPE),
         "out_len": np.array(out_len, dtype=np.int32),
         "unchanged": np.array(unchanged, dtype=np.int32),
         "identity": np.array(identity, dtype=np.int32),

@@ -29,9 +29,9 @@ _BAR = 40
 # What each of the study's split families is for (compgen-checkpoints): pattern on the config
 # name → (what it is, the study's file or checkpoint it serves). First match wins.
 FAMILIES: list[tuple[str, str, str]] = [
-    (r"^heldout_trees", "expression trees over the 12 held-out operators, exact depths 1-8",
+    (r"^heldout_trees", f"expression trees over the {len(library.HELDOUT_IDS)} held-out operators, exact depths 1-8",
      "eval/heldout_trees_d1-8.parquet: the held-out d4 / d8 accuracy of every checkpoint"),
-    (r"^trainop_trees", "expression trees over the 13 train operators, exact depths 1-8",
+    (r"^trainop_trees", f"expression trees over the {len(library.TRAIN_IDS)} train operators, exact depths 1-8",
      "eval/trainop_trees_d1-8.parquet: the in-distribution counterpart of heldout_trees"),
     (r"^heldout_chains", "pure nesting chains f1(f2(…(x))) over held-out operators, depths 1-20",
      "eval/heldout_chains_d1-20.parquet: the chains d20 numbers of the RL contrasts"),
@@ -44,8 +44,8 @@ FAMILIES: list[tuple[str, str, str]] = [
     (r"^probe_1f", "builtin-method argument tails in front of the operator's own argument",
      "eval/probe_1f.parquet"),
     (r"^probe_1g", "a long literal (8-200 characters) as the operator's first argument", "eval/probe_1g.parquet"),
-    (r"^(stage_?15|closed_book)", "closed-book data: depth-1 atomic tasks over all 25 operators and "
-     "depth-2..4 train-operator compositions, prose + one code block", "checkpoint stage15b-init"),
+    (r"^(stage_?15|closed_book)", f"closed-book data: depth-1 atomic tasks over all {len(library.OPERATORS)} "
+     "operators and depth-2..4 train-operator compositions, prose + one code block", "checkpoint stage15b-init"),
     (r"^sft_d1", "atomic tasks, one operator per answer, no composition rows", "SFT cell sft-d1-s1"),
     (r"^sft_v1", "atomic tasks one per answer + mixed-structure train-operator compositions, depth 2-4",
      "SFT cell sft-v1-s1"),

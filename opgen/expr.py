@@ -14,13 +14,13 @@ import ast
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import Literal, Union, overload
 
 from opgen import ops
 
-ParamValue = Union[int, str]
+ParamValue = ops.ParamValue
 
 
 class ExprError(ValueError):
@@ -164,7 +164,7 @@ def evaluate(e: Expr, x: str, max_len: int | None = None) -> str:
     return value
 
 
-def call_capped(node: Call, fn, inputs: tuple[str, ...], max_len: int) -> str:
+def call_capped(node: Call, fn: Callable[..., str], inputs: tuple[str, ...], max_len: int) -> str:
     """``node``'s operator (``fn``) applied to known input values, with ``evaluate``'s guards.
 
     Generators that compute a value as they draw (one call on ``x``, a chain growing outwards) use
@@ -181,22 +181,17 @@ def call_capped(node: Call, fn, inputs: tuple[str, ...], max_len: int) -> str:
     return value
 
 
-# The exact output length of the operators that grow their input by a factor, so that a call which
-# would build a huge string (func_1 with n=4 on a 10^6-character value) is refused before it runs.
-# Operators absent here grow at most twofold and are checked after they return.
-PRECHECKED = ("func_1", "func_13", "func_15", "func_18")  # the operators _precheck knows
+# The operators with a growth bound (Operator.out_len, in opgen.ops): a call which would build a huge
+# string (func_1 with n=4 on a 10^6-character value) is refused before it runs. The others grow at
+# most twofold and are checked after they return.
+PRECHECKED = tuple(op.id for op in ops.OPERATORS if op.out_len is not None)
 
 
 def _precheck(node: Call, args: Sequence[str], max_len: int) -> None:
-    n = len(args[0])
-    if node.op in ("func_1", "func_18"):
-        out = n * max(int(node.params[0]), 0)
-    elif node.op == "func_13":
-        out = max(n * (1 + len(str(node.params[0]))) - len(str(node.params[0])), 0)
-    elif node.op == "func_15":
-        out = 3 * n
-    else:
+    out_len = ops.get(node.op).out_len
+    if out_len is None:
         return
+    out = out_len(len(args[0]), node.params)
     if out > max_len:
         raise OutputTooLong(out, max_len)
 
@@ -258,7 +253,13 @@ def render_program(e: Expr, entry: str = "main_solution") -> str:
 # ---------------------------------------------------------------- parsing
 
 
-def parse_python(source: str, mode: str = "exec") -> ast.AST:
+@overload
+def parse_python(source: str, mode: Literal["exec"] = "exec") -> ast.Module: ...
+@overload
+def parse_python(source: str, mode: Literal["eval"]) -> ast.Expression: ...
+
+
+def parse_python(source: str, mode: Literal["exec", "eval"] = "exec") -> ast.Module | ast.Expression:
     """``ast.parse``, one call at a time across the process's threads.
 
     CPython 3.11 keeps the recursion counter of its AST-object builder in state shared by every
@@ -269,7 +270,9 @@ def parse_python(source: str, mode: str = "exec") -> ast.AST:
     The lock is re-entrant: a finalizer that parses on the thread already holding it must not hang.
     """
     with _parse_lock:
-        return ast.parse(source, mode=mode)
+        tree = ast.parse(source, mode=mode)
+    assert isinstance(tree, (ast.Module, ast.Expression))
+    return tree
 
 
 _parse_lock = threading.RLock()

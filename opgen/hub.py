@@ -157,7 +157,7 @@ def _build_file(build_dir: Path, where: str, entry: object) -> BuildFile:
     return BuildFile(rel, entry["rows"], digest, entry["bytes"])
 
 
-def plan(build_dir: Path) -> Plan:
+def plan(build_dir: Path) -> Plan:  # noqa: C901
     """Read the manifest and decide every file's place in the tree (reads no parquet)."""
     build_dir = Path(build_dir)
     manifest, raw = read_manifest(build_dir)

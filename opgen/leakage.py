@@ -24,7 +24,7 @@ class SplitKeys:
     prompt: np.ndarray  # uint64 per row
     program: np.ndarray  # uint64 per task
     program_rows: np.ndarray  # row index of each entry of ``program``
-    composed: np.ndarray  # uint32 per row: bits of operators that occur in a composed task
+    composed: np.ndarray  # ops.MASK_DTYPE per row: bits of operators that occur in a composed task
 
 
 # Set operations on key arrays by sorting and binary search: ``np.isin`` / ``np.union1d`` go through
@@ -80,7 +80,7 @@ def check(splits: list[SplitKeys], heldout_ops: tuple[str, ...], allow: tuple[st
         mask |= 1 << ops.get(op_id).index
     if mask:
         for tr in train:
-            rows = np.flatnonzero(tr.composed & np.uint32(mask))
+            rows = np.flatnonzero(tr.composed & np.array(mask, dtype=ops.MASK_DTYPE))
             if rows.size:
                 violations.append({"kind": "heldout_composed", "split": tr.name, "train_split": tr.name,
                                    "rows": int(rows.size), "examples": rows[:_EXAMPLES].tolist()})

@@ -32,7 +32,7 @@ def split_section(cfg, rows: int, files: list[dict], depth: np.ndarray, k: np.nd
                   conditions: Counter, out_len: np.ndarray, rejections: Counter, mode: str) -> dict:
     op_counts = {}
     for op in ops.OPERATORS:
-        n = int(np.count_nonzero(opmask & np.uint32(1 << op.index)))
+        n = int(np.count_nonzero(opmask & np.array(1 << op.index, dtype=ops.MASK_DTYPE)))
         if n:
             op_counts[op.id] = n
     return {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Union
 
 TRAIN = "train"
 HELDOUT = "heldout"
@@ -40,16 +41,32 @@ class Param:
         return isinstance(value, str)
 
 
+# Signature kinds: the shapes of an operator's arguments, in the order the diagnosis probes them.
+# "s" one string; "s,int" / "s,str" a string and an int / a string parameter; "s1,s2" two strings.
+KINDS: tuple[str, ...] = ("s", "s,int", "s,str", "s1,s2")
+
+# A parameter value in an expression: an int or a str (opgen.expr.ParamValue).
+ParamValue = Union[int, str]
+# The exact output length of a call, from the length of its first input and its parameters.
+OutLen = Callable[[int, tuple[ParamValue, ...]], int]
+
+
 @dataclass(frozen=True)
 class Operator:
+    """One operator: its facts live here, and every other module reads them from the operator."""
+
     id: str
-    name: str
-    gloss: str
-    source: str
+    name: str  # the native benchmark's name
+    gloss: str  # a short English description (the card's operator table)
+    source: str  # the shown source: the code opgen executes, compiled from this text
     n_inputs: int  # string inputs: 1 (unary) or 2 (binary: both are expressions)
     params: tuple[Param, ...]
     split: str
     fn: Callable[..., str]
+    # Growth bound: the exact output length, for the operators that grow their input by a factor
+    # (so that a call which would build a huge string is refused before it runs). None: the
+    # operator grows its input at most twofold, and its output is checked after it returns.
+    out_len: OutLen | None = None
 
     @property
     def index(self) -> int:
@@ -67,12 +84,21 @@ class Operator:
     def signature(self) -> str:
         return f"({', '.join(self.input_names + tuple(p.name for p in self.params))})"
 
+    @property
+    def kind(self) -> str:
+        """The signature kind (one of :data:`KINDS`): which probe arguments the diagnosis feeds it."""
+        if self.n_inputs == 2:
+            return "s1,s2"
+        if not self.params:
+            return "s"
+        return "s,int" if self.params[0].kind == "int" else "s,str"
+
 
 def _src(text: str) -> str:
     return textwrap.dedent(text).strip("\n") + "\n"
 
 
-_LETTERS = dict(kind="letters", lo=2, hi=4)
+_LETTERS: dict[str, Any] = dict(kind="letters", lo=2, hi=4)
 
 # (id, native name, gloss, split, n_inputs, params, source)
 _TABLE: list[tuple[str, str, str, str, int, tuple[Param, ...], str]] = [
@@ -301,23 +327,62 @@ _TABLE: list[tuple[str, str, str, str, int, tuple[Param, ...], str]] = [
 ]
 
 
+
+
+def _times(n: int, params: tuple[ParamValue, ...]) -> int:  # s * n, and n concatenations in a loop
+    return n * max(int(params[0]), 0)
+
+
+def _joined(n: int, params: tuple[ParamValue, ...]) -> int:  # sep.join(s)
+    sep = len(str(params[0]))
+    return max(n * (1 + sep) - sep, 0)
+
+
+# Growth bounds (Operator.out_len) of the operators that grow their input by a factor; every other
+# operator grows its input at most twofold (tests/test_ops.py checks both against the sources).
+_OUT_LEN: dict[str, OutLen] = {
+    "func_1": _times,
+    "func_13": _joined,
+    "func_15": lambda n, params: 3 * n,  # '«' + ch + '»' per character
+    "func_18": _times,
+}
+
+
 def _compile_library() -> tuple[Operator, ...]:
     namespace: dict[str, object] = {"__name__": "opgen.ops.library"}
     for op_id, *_rest, source in _TABLE:
-        exec(compile(source, f"<opgen {op_id}>", "exec"), namespace)  # noqa: S102 - our own sources
+        exec(compile(source, f"<opgen {op_id}>", "exec"), namespace)
     ops = []
     for op_id, name, gloss, split, n_inputs, params, source in _TABLE:
         fn = namespace[op_id]
         assert callable(fn)
-        ops.append(Operator(op_id, name, gloss, source, n_inputs, params, split, fn))  # type: ignore[arg-type]
+        ops.append(Operator(op_id, name, gloss, source, n_inputs, params, split, fn, _OUT_LEN.get(op_id)))
+    unknown = set(_OUT_LEN) - {op.id for op in ops}
+    if unknown:
+        raise RuntimeError(f"growth bounds for operators not in the library: {sorted(unknown)}")
     return tuple(ops)
 
 
+def mask_dtype(n_operators: int) -> str:
+    """The numpy dtype of an operator bitmask (bit ``op.index`` set per operator a row uses) for a
+    library of ``n_operators``: the narrowest unsigned integer that holds every bit. More operators
+    than the widest mask holds is an error here, at import, never a bit silently lost later."""
+    for bits in (32, 64):
+        if n_operators <= bits:
+            return f"uint{bits}"
+    raise RuntimeError(f"{n_operators} operators do not fit in a 64-bit operator mask: widen opgen.ops.mask_dtype")
+
+
 OPERATORS: tuple[Operator, ...] = _compile_library()
+if [op.index for op in OPERATORS] != list(range(len(OPERATORS))):
+    raise RuntimeError("operator ids must be func_0 .. func_N-1 in order (their index is their mask bit)")
+# The dtype of every operator bitmask (rows, build keys, manifest counts, the leakage check).
+MASK_DTYPE: str = mask_dtype(len(OPERATORS))
 BY_ID: dict[str, Operator] = {op.id: op for op in OPERATORS}
 TRAIN_IDS: tuple[str, ...] = tuple(op.id for op in OPERATORS if op.split == TRAIN)
 HELDOUT_IDS: tuple[str, ...] = tuple(op.id for op in OPERATORS if op.split == HELDOUT)
 ALL_IDS: tuple[str, ...] = tuple(op.id for op in OPERATORS)
+_BY_KIND: dict[str, tuple[str, ...]] = {k: tuple(op.id for op in OPERATORS if op.kind == k) for k in KINDS}
 
 # Builtin zero-argument string methods the expression grammar allows, written `(expr).name()`.
 # The native generator samples the first four; probes use the rest.
@@ -356,3 +421,11 @@ def resolve_set(spec: str | list[str]) -> tuple[str, ...]:
 
 def call(op_id: str, *args: object) -> str:
     return get(op_id).fn(*args)
+
+
+def of_kind(kind: str) -> tuple[str, ...]:
+    """The ids of the operators of a signature kind (:attr:`Operator.kind`), in library order."""
+    try:
+        return _BY_KIND[kind]
+    except KeyError:
+        raise ValueError(f"unknown signature kind {kind!r} (known: {', '.join(KINDS)})") from None

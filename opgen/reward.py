@@ -148,7 +148,7 @@ def compute_score_float(data_source: str, solution_str: str, ground_truth: str |
     _check_settings(kwargs)
     try:
         return float(compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)["score"])
-    except Exception as exc:  # noqa: BLE001 - one sample's failure must not reach its batch
+    except Exception as exc:  # one sample's failure must not reach its batch
         import sys
 
         print(f"opgen.reward.compute_score_float: {data_source}: scored 0.0: {type(exc).__name__}: {exc}",

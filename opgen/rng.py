@@ -12,7 +12,11 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 T = TypeVar("T")
 
@@ -187,8 +191,9 @@ class CounterRng(Rng):
     """``Rng``'s draws over the counter stream of candidate ``(i, j)`` under ``key``."""
 
     __slots__ = ()
+    _key: int  # type: ignore[assignment]  # the parent's slot, holding this stream's 64-bit seed
 
-    def __init__(self, key: int, i: int, j: int):  # noqa: D107 - the parent's slots, another stream
+    def __init__(self, key: int, i: int, j: int):
         self._key = counter_seed(key, i, j)
         self._counter = 0
         self._buf = ()
@@ -213,7 +218,8 @@ class CounterRng(Rng):
         return r
 
 
-def counter_blocks(key: int, i, j):
+def counter_blocks(key: int, i: npt.ArrayLike,
+                   j: npt.ArrayLike) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
     """``(seeds, words)`` for candidates ``(i[n], j[n])`` (numpy integer arrays): the seed of each
     stream and its first eight words, shape ``(n, 8)``, equal to ``CounterRng``'s."""
     import numpy as np
@@ -227,10 +233,11 @@ def counter_blocks(key: int, i, j):
         return seeds, _mix64_np(seeds[:, None] + steps[None, :])
 
 
-def _mix64_np(z):
+def _mix64_np(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     import numpy as np
 
     u = np.uint64
     z = (z ^ (z >> u(30))) * u(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> u(27))) * u(0x94D049BB133111EB)
-    return z ^ (z >> u(31))
+    out: npt.NDArray[np.uint64] = z ^ (z >> u(31))
+    return out

@@ -14,12 +14,13 @@ gives jsonschema with that rule, and the fast check follows it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 _ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "title", "description", "default", "examples", "$comment"})
 
 
-def validator(schema: Any):
+def validator(schema: Any) -> Any:
     """A Draft 2020-12 jsonschema validator whose ``integer`` excludes floats (2.0 is not an integer)."""
     import jsonschema
 
@@ -77,69 +78,103 @@ def _check(s: Any, v: Any, root: Any) -> bool | None:
     for key, arg in s.items():
         if key in _ANNOTATIONS:
             continue
-        if key == "type":
-            names = arg if type(arg) is list else [arg]
-            found = [_is_type(v, n) for n in names]
-            if None in found:
-                return None
-            if not any(found):
-                return False
-        elif key == "enum" or key == "const":
-            options = arg if key == "enum" else [arg]
-            same = [_same(v, o) for o in options]
-            if True not in same:
-                return None if None in same else False
-        elif key == "pattern":
-            if t is str and not re.search(arg, v):
-                return False
-        elif key in ("minimum", "maximum"):
-            if t in (int, float):
-                if (v < arg) if key == "minimum" else (v > arg):
-                    return False
-        elif key in ("minLength", "minItems", "maxItems", "minProperties"):
-            if (key == "minLength" and t is str) or (key in ("minItems", "maxItems") and t is list) or \
-                    (key == "minProperties" and t is dict):
-                n = len(v)
-                if (n > arg) if key == "maxItems" else (n < arg):
-                    return False
-        elif key == "uniqueItems":
-            if arg and t is list:
-                if not all(type(x) is str for x in v):
-                    return None
-                if len(set(v)) != len(v):
-                    return False
-        elif key == "items":
-            if t is list:
-                for x in v:
-                    r = _check(arg, x, root)
-                    if r is not True:
-                        return r
-        elif key == "required":
-            if t is dict and any(k not in v for k in arg):
-                return False
-        elif key in ("properties", "additionalProperties", "propertyNames"):
-            if t is dict:
-                r = _object(s, key, v, root)
-                if r is not True:
-                    return r
-        elif key == "oneOf":
-            results = [_check(sub, v, root) for sub in arg]
-            if None in results:
-                return None
-            if results.count(True) != 1:
-                return False
-        elif key == "$ref":
-            if type(arg) is not str or not arg.startswith("#/$defs/") or "/" in arg[8:] or "~" in arg:
-                return None
-            r = _check(root["$defs"][arg[8:]], v, root)
-            if r is not True:
-                return r
-        else:
+        rule = _RULES.get(key)
+        if rule is None:  # a keyword this check does not model: ask jsonschema
             return None
+        r = rule(s, key, arg, v, t, root)
+        if r is not True:
+            return r
     return True
 
 
-def _object(s: dict, key: str, v: dict, root: Any) -> bool | None:
+# One function per keyword: True (this keyword holds, go on), False (invalid) or None (ask jsonschema).
+# Each gets (schema, keyword, its argument, value, type(value), root schema).
+Rule = Callable[[dict[str, Any], str, Any, Any, type, Any], "bool | None"]
+
+
+def _type(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> bool | None:
+    names = arg if type(arg) is list else [arg]
+    found = [_is_type(v, n) for n in names]
+    if None in found:
+        return None
+    return any(found)
+
+
+def _enum(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> bool | None:
+    options = arg if key == "enum" else [arg]
+    same = [_same(v, o) for o in options]
+    if True not in same:
+        return None if None in same else False
+    return True
+
+
+def _pattern(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> bool | None:
+    return not (t is str and not re.search(arg, v))
+
+
+def _bound(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> bool | None:
+    if t in (int, float):
+        return not ((v < arg) if key == "minimum" else (v > arg))
+    return True
+
+
+def _size(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> bool | None:
+    if (key == "minLength" and t is str) or (key in ("minItems", "maxItems") and t is list) or \
+            (key == "minProperties" and t is dict):
+        n = len(v)
+        return not ((n > arg) if key == "maxItems" else (n < arg))
+    return True
+
+
+def _unique(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> bool | None:
+    if arg and t is list:
+        if not all(type(x) is str for x in v):
+            return None
+        return len(set(v)) == len(v)
+    return True
+
+
+def _items(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> bool | None:
+    if t is list:
+        for x in v:
+            r = _check(arg, x, root)
+            if r is not True:
+                return r
+    return True
+
+
+def _required(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> bool | None:
+    return not (t is dict and any(k not in v for k in arg))
+
+
+def _properties(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> bool | None:
+    return _object(s, key, v, root) if t is dict else True
+
+
+def _one_of(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> bool | None:
+    results = [_check(sub, v, root) for sub in arg]
+    if None in results:
+        return None
+    return results.count(True) == 1
+
+
+def _ref(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> bool | None:
+    if type(arg) is not str or not arg.startswith("#/$defs/") or "/" in arg[8:] or "~" in arg:
+        return None
+    return _check(root["$defs"][arg[8:]], v, root)
+
+
+_RULES: dict[str, Rule] = {
+    "type": _type, "enum": _enum, "const": _enum, "pattern": _pattern,
+    "minimum": _bound, "maximum": _bound,
+    "minLength": _size, "minItems": _size, "maxItems": _size, "minProperties": _size,
+    "uniqueItems": _unique, "items": _items, "required": _required,
+    "properties": _properties, "additionalProperties": _properties, "propertyNames": _properties,
+    "oneOf": _one_of, "$ref": _ref,
+}
+
+
+def _object(s: dict[str, Any], key: str, v: dict[str, Any], root: Any) -> bool | None:
     props = s.get("properties", {})
     if key == "properties":
         for name, sub in props.items():

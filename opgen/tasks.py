@@ -25,7 +25,7 @@ class Task:
     # A build makes one Task and one Item per row: the frozen dataclass's generated __init__ sets
     # each field through object.__setattr__ (~1.3 us here); storing into __dict__ is the same
     # object at under half the cost (tests/test_tasks.py compares them field by field).
-    def __init__(self, program: E.Expr, input: str, output: str,  # noqa: A002 - the field's name
+    def __init__(self, program: E.Expr, input: str, output: str,
                  meta: tuple[tuple[str, object], ...] = ()):
         d = self.__dict__
         d["program"] = program

@@ -221,7 +221,7 @@ def corpus(rows: list[dict], n: int, seed: int = 0) -> Iterator[tuple[str, dict,
         yield kind, gt, answer(kind, gt, random.Random(rng.getrandbits(64)))
 
 
-def answer(kind: str, gt: dict, rng: random.Random) -> str:
+def answer(kind: str, gt: dict, rng: random.Random) -> str:  # noqa: C901
     tasks = gt["tasks"]
     order = _recall_order(tasks)
     src = {op: ops.get(op).source for op in order}

@@ -62,6 +62,7 @@ def test_every_held_out_eval_program_holds_a_held_out_operator(eval_suite):
             assert json.loads(gt["ground_truth"])["ops"]
 
 
+@pytest.mark.slow
 def test_validate_passes_on_every_built_file(eval_suite, runner, cli):
     out, _ = eval_suite
     result = runner.invoke(cli, ["validate", str(out)])
@@ -104,6 +105,7 @@ def _build(recipe: Path, out: Path, workers: int, hashseed: str) -> dict[str, st
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir()) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_files_are_byte_identical_across_worker_counts_and_hash_seeds(tmp_path):
     recipe = tmp_path / "det.yaml"
     recipe.write_text(DET_RECIPE)

@@ -294,7 +294,7 @@ def check_gold_ra(row: dict) -> None:
         assert r.gloss == ops.get(r.op).gloss and r.code == ops.get(r.op).source
     assert row["response"].startswith(row["extra_info"]["assistant_prefix"])
     namespace: dict = {}
-    exec(compile(answer.code, "<gold answer>", "exec"), namespace)  # noqa: S102 - our own gold, not model code
+    exec(compile(answer.code, "<gold answer>", "exec"), namespace)
     with E.recursion_headroom():
         for t in gt["tasks"]:
             assert E.parse_program(answer.code, t["entry"]) == E.parse(t["expr"])
@@ -313,6 +313,7 @@ def small_cells(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell, rows", [("sft-d1", 10_000), ("sft-v1", 3000), ("sft-c4", 3000),
                                         ("sft-c4b", 3000), ("stage1", 3000), ("stage15b-init", 3000)])
 def test_built_counts(small_cells, cell, rows):
@@ -321,6 +322,7 @@ def test_built_counts(small_cells, cell, rows):
     assert man["leakage"]["ok"] and man["leakage"]["heldout_ops"] == list(ops.HELDOUT_IDS)
 
 
+@pytest.mark.slow
 def test_built_grouped_cells_count_every_task_once(small_cells):
     for cell, comps in (("sft-c1", 0), ("sft-eco", 15_979)):
         man, out = small_cells[cell]
@@ -332,6 +334,7 @@ def test_built_grouped_cells_count_every_task_once(small_cells):
         assert man["splits"]["train"]["rows"] == len(rows)
 
 
+@pytest.mark.slow
 def test_built_sft_cells_share_the_same_10000_atomic_tasks(small_cells):
     # Built in full here: d1, c1, eco; the others' atomic side is the same pool by construction
     # (test_every_sft_cell_holds_the_same_atomic_tasks checks all six through their generators).
@@ -344,6 +347,7 @@ def test_built_sft_cells_share_the_same_10000_atomic_tasks(small_cells):
     assert sets["sft-d1"] == sets["sft-c1"] == sets["sft-eco"] == idset(C.atomic_pool())
 
 
+@pytest.mark.slow
 def test_built_heldout_only_in_depth1_atomic_tasks(small_cells):
     for cell, (_, out) in small_cells.items():
         for gt in truths(out, "train"):
@@ -352,6 +356,7 @@ def test_built_heldout_only_in_depth1_atomic_tasks(small_cells):
                     assert t["depth"] == 1 and len(t["ops"]) == 1, (cell, t["expr"])
 
 
+@pytest.mark.slow
 def test_built_gold_answers_are_well_formed_ra(small_cells):
     for cell in ("sft-eco", "sft-v1", "sft-c4", "sft-c4b"):
         _, out = small_cells[cell]
@@ -360,6 +365,7 @@ def test_built_gold_answers_are_well_formed_ra(small_cells):
             check_gold_ra(r)
 
 
+@pytest.mark.slow
 def test_built_stage15b_is_prose_and_one_code_block(small_cells):
     _, out = small_cells["stage15b-init"]
     for r in read_rows(out, "train", FULL)[:500]:
@@ -367,6 +373,7 @@ def test_built_stage15b_is_prose_and_one_code_block(small_cells):
         assert r["extra_info"]["answer_format"] == "prose_code"
 
 
+@pytest.mark.slow
 def test_built_stage1_shows_the_bodies(small_cells):
     _, out = small_cells["stage1"]
     for r in read_rows(out, "train", ("prompt", "extra_info"))[:200]:
@@ -375,6 +382,7 @@ def test_built_stage1_shows_the_bodies(small_cells):
         assert r["extra_info"]["depth"] == 1
 
 
+@pytest.mark.slow
 def test_built_files_are_reproducible_across_workers_and_hash_seeds(tmp_path, small_cells):
     man, _ = small_cells["sft-c1"]
     env = {**os.environ, "PYTHONHASHSEED": "4242"}
@@ -392,6 +400,7 @@ def matched_build(tmp_path_factory):
     return run_build(tmp_path_factory.mktemp("matched"), "sft-matched", "--limit", "1240")
 
 
+@pytest.mark.slow
 def test_built_matched_streams_match_step_by_step(matched_build):
     man, out = matched_build
     iso = [task_ids(gt) for gt in truths(out, "isolated")]
@@ -407,12 +416,14 @@ def test_built_matched_streams_match_step_by_step(matched_build):
         check_gold_ra(r)
 
 
+@pytest.mark.slow
 def test_matched_single_stream_recipes_plan_the_same_steps(tmp_path, matched_build):
     _, both = matched_build
     _, alone = run_build(tmp_path, "sft-matched-grouped", "--limit", "192")
     assert [task_ids(gt) for gt in truths(alone, "train")] == [task_ids(gt) for gt in truths(both, "grouped")[:192]]
 
 
+@pytest.mark.slow
 def test_manifest_shows_shared_pool_and_step_hashes(matched_build, small_cells):
     man, _ = matched_build
     sections = man["splits"]
@@ -422,6 +433,7 @@ def test_manifest_shows_shared_pool_and_step_hashes(matched_build, small_cells):
     assert len(pools) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["rl-r1", "rl-mda"])
 def test_built_rl_pools(tmp_path, recipe):
     man, out = run_build(tmp_path, recipe, "--limit", "300")

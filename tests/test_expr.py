@@ -99,7 +99,7 @@ def _exec_program(tree, x: str) -> str:
     """What a model's answer would compute: the used sources, then main_solution, in a fresh namespace."""
     program = "".join(ops.get(o).source + "\n\n" for o in E.ops_used(tree)) + E.render_program(tree)
     namespace: dict = {}
-    exec(compile(program, "<program>", "exec"), namespace)  # noqa: S102 - our own rendering
+    exec(compile(program, "<program>", "exec"), namespace)
     return namespace["main_solution"](x)
 
 
@@ -206,7 +206,7 @@ def test_parse_program_reads_the_definition_python_would_run():
                "def main_solution(x):\n    '''Doc.'''\n    return func_3(x)\n")
     assert E.parse_program(program) == Call("func_3", (Var(),))
     ns: dict = {}
-    exec(ops.get("func_3").source + "\n" + program, ns)  # noqa: S102
+    exec(ops.get("func_3").source + "\n" + program, ns)
     assert ns["main_solution"]("cba") == E.evaluate(E.parse_program(program), "cba")
 
 
@@ -461,6 +461,7 @@ def test_headroom_nested_restores_the_original_limit():
     assert sys.getrecursionlimit() == base
 
 
+@pytest.mark.slow
 def test_parsing_from_many_threads_never_trips_cpythons_shared_ast_counter():
     """CPython 3.11 shares the AST builder's recursion counter between threads; a thread switch in the
     middle of a parse (here: finalizers that release the GIL, run by the garbage collector) made the

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("scipy")
 
-from opgen.fit import models as M  # noqa: E402
-from opgen.fit import pipeline as P  # noqa: E402
+from opgen.fit import models as M
+from opgen.fit import pipeline as P
 
 STEPS = [10, 20, 40, 80, 160, 320, 640, 1280]
 REPLICATES = 200

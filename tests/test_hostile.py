@@ -15,6 +15,8 @@ from test_grade import ra_answer, truth
 from opgen.score import grade
 from opgen.score.sandbox import Sandbox
 
+pytestmark = pytest.mark.slow  # every kind runs the real sandbox to its limits: seconds each
+
 CORPUS = Path(__file__).with_name("hostile")
 KINDS = sorted(p.stem for p in CORPUS.glob("*.py"))
 TIMEOUT_S = 1.0

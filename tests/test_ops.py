@@ -421,6 +421,7 @@ def test_shown_source_standalone_equals_library_on_fixed_corpus(op):
     assert _standalone(op, cases) == _in_process(op, cases)
 
 
+@pytest.mark.slow  # 75 fresh interpreters
 @pytest.mark.parametrize("op_id", ALL)
 @settings(max_examples=3)
 @given(data=st.data())

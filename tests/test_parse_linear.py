@@ -67,6 +67,7 @@ STRUCTURED = st.lists(st.sampled_from(PIECES), max_size=60).map("".join)
 TEXTS = st.one_of(STRUCTURED, st.text(alphabet=st.sampled_from(list(" \t\n`:Recal func_12def(x)Asmb")), max_size=80))
 
 
+@pytest.mark.slow
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(TEXTS)
 def test_new_parser_matches_the_old_one(text):

@@ -179,6 +179,7 @@ def probes_build(tmp_path_factory):
     return json.loads((out / "manifest.json").read_text()), out
 
 
+@pytest.mark.slow
 def test_built_probe_counts_per_condition_in_the_manifest(probes_build):
     man, out = probes_build
     for split, (rows, conditions) in PROBE_ROWS.items():
@@ -190,6 +191,7 @@ def test_built_probe_counts_per_condition_in_the_manifest(probes_build):
     assert man["leakage"]["ok"]
 
 
+@pytest.mark.slow
 def test_built_probe_rows_carry_their_measures(probes_build):
     _, out = probes_build
     for split in PROBE_ROWS:
@@ -216,6 +218,7 @@ def test_built_probe_rows_carry_their_measures(probes_build):
                 assert x["assistant_prefix"] == "" and x["n_tasks"] == 1
 
 
+@pytest.mark.slow
 def test_a_gold_answer_continuing_the_1b_prefix_grades_correct_task_by_task(probes_build):
     from opgen.score import grade
 

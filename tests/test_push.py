@@ -223,6 +223,7 @@ def files_under(root: Path) -> dict[str, bytes]:
 
 # --- the dry-run tree ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_real_build_dry_run_loads_config_by_config(built: Path, tmp_path: Path):
     from opgen import rows
 
@@ -243,6 +244,7 @@ def test_real_build_dry_run_loads_config_by_config(built: Path, tmp_path: Path):
 
 
 
+@pytest.mark.slow
 def test_dry_run_writes_the_tree_and_datasets_loads_every_config(hand_build: Path, tmp_path: Path):
     tree = tmp_path / "tree"
     result = run(hand_build, "--repo-id", "org/opgen-hand", "--dry-run", tree)
@@ -475,6 +477,7 @@ def test_private_and_revision_are_passed_through(hand_build: Path, fake_hub):
     assert fake_hub.commits[0]["revision"] == "v2"
 
 
+@pytest.mark.slow
 def test_push_refuses_a_corrupted_build_before_touching_the_hub(tmp_path: Path, fake_hub):
     build = real_build(tmp_path)
     victim = json.loads((build / "manifest.json").read_text())["splits"]["train"]["files"][1]["path"]

@@ -30,6 +30,7 @@ SAMPLES = [
 ]
 
 
+@pytest.mark.slow
 def test_same_keys_and_types_for_every_sample():
     outs = [compute_score(ds, text, json.dumps(gt), extra_info={"answer_format": "ra"}) for ds, text, gt, _ in SAMPLES]
     for out, (_, _, _, expected) in zip(outs, SAMPLES):
@@ -50,6 +51,7 @@ def test_policies_as_keyword_arguments():
     assert compute_score("d", half, GROUP, group="all")["score"] == 0.0
 
 
+@pytest.mark.slow
 def test_thread_safe_like_verl_reward_loops():
     with ThreadPoolExecutor(8) as pool:
         outs = list(pool.map(lambda s: compute_score(s[0], s[1], s[2])["score"], SAMPLES * 4))

@@ -92,6 +92,7 @@ def run(cli, runner, data: Path, responses: list[dict], out: Path, *extra: str):
                                "--workers", "2", *extra])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", ["heldout_trees", "trainop_chains", "groups", "prose", "forward"])
 def test_every_gold_answer_scores_one_and_every_wrong_one_zero(built, cli, runner, tmp_path, split):
     data = built / f"{split}.parquet"
@@ -209,6 +210,7 @@ def test_native_benchmark_rows(cli, runner, tmp_path):
     assert [s["score"] for s in scores] == [1.0, 0.0, 1.0, 0.0]
 
 
+@pytest.mark.slow
 def test_artifacts_are_byte_identical_across_workers_and_hash_seeds(built, tmp_path):
     import os
     import subprocess

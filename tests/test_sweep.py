@@ -93,6 +93,7 @@ def test_sweep_json_matches_the_table_and_plots_are_pngs(sweep_run):
         assert (tmp / "out" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_sweep_files_are_reproducible(sweep_run):
     go, tmp = sweep_run
     go(tmp / "a")

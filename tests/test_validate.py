@@ -42,6 +42,7 @@ def built(tmp_path_factory):
     return root / "out"
 
 
+@pytest.mark.slow
 def test_every_sft_format_validates_and_gold_answers_reparse(built, runner, cli):
     result = runner.invoke(cli, ["validate", str(built)])
     assert result.exit_code == 0, result.output
@@ -103,6 +104,7 @@ def _native(path: Path, rows: list[tuple[str, str, str]]) -> None:
     pq.write_table(table, path)
 
 
+@pytest.mark.slow
 def test_foreign_rows_run_through_the_sandbox_and_failures_are_named(runner, cli, tmp_path):
     good = "def func_3(s):\n    return ''.join(sorted(s))\n\ndef main_solution(x):\n    return func_3(x)\n"
     hostile = "import os\ndef main_solution(x):\n    while True:\n        pass\n"

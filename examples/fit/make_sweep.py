@@ -20,7 +20,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
-import fit_fixtures as F  # noqa: E402
+import fit_fixtures as F
 
 STEPS = (20, 40, 80, 160, 320, 640, 1280, 2560)
 RUNS = {  # run: (pretraining tokens, validation loss, asymptote A, midpoint step)

@@ -108,7 +108,7 @@ def _read_csv(path: Path) -> list[dict]:
 # ---------------------------------------------------------------------------------------- runs table
 
 
-def read_runs_table(path: Path) -> tuple[list[dict], dict[str, dict]]:
+def read_runs_table(path: Path) -> tuple[list[dict], dict[str, dict]]:  # noqa: C901
     """Checkpoints [{run, seed, model, step}] and per-run attributes from a YAML or CSV runs table.
 
     CSV: one row per model folder — run, model, seed, step (optional: from the folder name) and the
@@ -187,7 +187,7 @@ def _ops_of(data_path: Path, cache: dict, obs: Observations) -> list[str]:
     return cache[key]
 
 
-def _read_checkpoint(model_dir: Path, run: str, seed: int, step: int, cluster_by: str, obs: Observations,
+def _read_checkpoint(model_dir: Path, run: str, seed: int, step: int, cluster_by: str, obs: Observations,  # noqa: C901
                      ops_cache: dict) -> dict:
     from opgen.sweep import _correct, model_records
 
@@ -244,7 +244,7 @@ def _read_checkpoint(model_dir: Path, run: str, seed: int, step: int, cluster_by
     return tokens
 
 
-def read_sweeps(sweeps: Iterable[Path], runs_table: Path | None, cluster_by: str = "ops") -> Observations:
+def read_sweeps(sweeps: Iterable[Path], runs_table: Path | None, cluster_by: str = "ops") -> Observations:  # noqa: C901
     """opgen eval output folders. With a runs table, its model names are looked up in the folders;
     without one, each folder is one run (named after it, seed 0) and every finished model in it a
     checkpoint whose step comes from its name."""

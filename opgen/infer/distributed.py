@@ -246,7 +246,7 @@ def _fault() -> tuple[str, int] | None:
     return kind, int(n)
 
 
-def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Sequence[Path], out: Path,
+def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Sequence[Path], out: Path,  # noqa: C901
                    cfg: EvalConfig, pool, *, chunk_rows: int = 1024, depth: int = 2,
                    executor: str = "ray") -> tuple[list[dict], SweepReport]:
     """Evaluate every model on every data file with the replicas of ``pool``; returns each model's

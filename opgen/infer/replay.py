@@ -32,7 +32,7 @@ def _as_list(value: object, what: str) -> list[str]:
     raise ValueError(f"{what} must be a string or a list of strings")
 
 
-def load_responses(path: Path) -> dict[str, dict]:
+def load_responses(path: Path) -> dict[str, dict]:  # noqa: C901
     """Key ("<index>" or "<index>/<op>") -> {responses, finish_reasons, prompt_sha256, ...}."""
     if Path(path).suffix == ".parquet":
         return load_verl_generations(Path(path))

@@ -67,7 +67,8 @@ def needs_native_names(code: str | None, tree: ast.Module | None = None) -> bool
             tree = E.parse_python(code)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return False
-    read, bound = set(), set()
+    read: set[str] = set()
+    bound: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in names:
             (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
@@ -80,16 +81,8 @@ def needs_native_names(code: str | None, tree: ast.Module | None = None) -> bool
     return bool(read - bound)
 
 
-def _param_kind(op: ops.Operator) -> str:
-    if op.n_inputs == 2:
-        return "s1,s2"
-    if not op.params:
-        return "s"
-    return "s,int" if op.params[0].kind == "int" else "s,str"
-
-
 @cache
-def probe_args(kind: str) -> tuple[tuple, ...]:
+def probe_args(kind: str) -> tuple[tuple[str | int, ...], ...]:
     """The fixed probe argument tuples of a signature kind (shared by every operator of that kind)."""
     if kind == "s":
         return tuple((s,) for s in PROBE_INPUTS)
@@ -97,10 +90,13 @@ def probe_args(kind: str) -> tuple[tuple, ...]:
         return tuple((s, n) for s in PROBE_INPUTS for n in PROBE_INTS)
     if kind == "s,str":
         return tuple((s, p) for s in PROBE_INPUTS for p in PROBE_STRS)
-    return PROBE_PAIRS
+    if kind == "s1,s2":
+        return PROBE_PAIRS
+    raise ValueError(f"unknown signature kind {kind!r} (known: {', '.join(ops.KINDS)})")
 
 
-KINDS_BY_ARITY = {1: ("s",), 2: ("s,int", "s,str", "s1,s2")}
+# The signature kinds (opgen.ops.KINDS, in their order) by their number of arguments.
+KINDS_BY_ARITY = {a: tuple(k for k in ops.KINDS if k.count(",") + 1 == a) for a in (1, 2)}
 
 
 @cache
@@ -108,19 +104,14 @@ def true_outputs(op_id: str) -> tuple[str | None, ...]:
     """The true operator's outputs on its kind's probes (None where it raises), computed in-process:
     this is the library's own code, not a model's."""
     op = ops.get(op_id)
-    out = []
+    out: list[str | None] = []
     with E.recursion_headroom():
-        for args in probe_args(_param_kind(op)):
+        for args in probe_args(op.kind):
             try:
                 out.append(op.fn(*args))
             except Exception:
                 out.append(None)
     return tuple(out)
-
-
-@cache
-def ops_of_kind(kind: str) -> tuple[str, ...]:
-    return tuple(op.id for op in ops.OPERATORS if _param_kind(op) == kind)
 
 
 @dataclass
@@ -210,7 +201,7 @@ def plan(recall: Recall, namespace: str = "strict") -> RecallCheck:
         check.verdict, check.detail = "no_definition", "no code block after the recall header"
         return check
     sig = _signature(recall.code, op.id)
-    if sig == "syntax":
+    if isinstance(sig, str):  # "syntax"
         check.verdict, check.detail = "syntax", "the block does not parse"
         return _remember(check)
     if sig is None:
@@ -218,7 +209,7 @@ def plan(recall: Recall, namespace: str = "strict") -> RecallCheck:
         return _remember(check)
     check.arity_range = sig
     lo, hi = sig
-    own = _param_kind(op)
+    own = op.kind
     kinds = [own] if lo <= op.arity <= hi else []
     kinds += [k for a, ks in KINDS_BY_ARITY.items() if lo <= a <= hi for k in ks if k != own]
     check.kinds = tuple(kinds)
@@ -236,14 +227,14 @@ def conclude(check: RecallCheck, results: Sequence[Result], cache: bool = True) 
     n_probe = sum(len(probe_args(k)) for k in check.kinds)
     native_results = results[n_probe:2 * n_probe] if check.with_native else ()
     results = results[:n_probe]
-    got: dict[str, tuple] = {}
+    got: dict[str, tuple[str | None, ...]] = {}
     i = 0
     for kind in check.kinds:
         n = len(probe_args(kind))
         got[kind] = tuple(r.value if r.ok else None for r in results[i:i + n])
         i += n
     op = ops.get(check.op)
-    own = _param_kind(op)
+    own = op.kind
     lo, hi = check.arity_range or (0, 0)
     arity_ok = lo <= op.arity <= hi
     if arity_ok and got.get(own) == true_outputs(op.id):
@@ -251,7 +242,7 @@ def conclude(check: RecallCheck, results: Sequence[Result], cache: bool = True) 
         return _remember(check, cache)
     # The first operator (library order) whose every probe output the definition reproduces.
     for kind in check.kinds:
-        for other in ops_of_kind(kind):
+        for other in ops.of_kind(kind):
             if other != op.id and got[kind] == true_outputs(other):
                 check.chimera_of = other
                 break
@@ -335,9 +326,9 @@ def called_def(tree: ast.Module, entry: str, code: str | None = None) -> ast.Fun
     top = {id(node) for node in tree.body}
     last = None
     n_top = 0
-    for node in tree.body:
-        if _binds(node, entry):
-            last = node
+    for stmt in tree.body:
+        if _binds(stmt, entry):
+            last = stmt
             n_top += 1
     if not isinstance(last, ast.FunctionDef) or last.decorator_list:
         return None

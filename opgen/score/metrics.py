@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 Z95 = 1.959963984540054
 
@@ -44,12 +45,13 @@ def ks_for(n: int) -> list[int]:
     return ks
 
 
-def proportion(successes: int, n: int) -> dict:
+def proportion(successes: int, n: int) -> dict[str, Any]:
     lo, hi = wilson(successes, n)
     return {"n": n, "correct": successes, "acc": successes / n if n else 0.0, "ci_low": lo, "ci_high": hi}
 
 
-def grouped(records: Iterable[Mapping], key: str | Sequence[str], value: str = "acc") -> dict[str, dict]:
+def grouped(records: Iterable[Mapping[str, Any]], key: str | Sequence[str],
+            value: str = "acc") -> dict[str, dict[str, Any]]:
     """Accuracy with a 95% Wilson interval per value of ``key`` (a field, or a tuple of fields joined by '|')."""
     keys = (key,) if isinstance(key, str) else tuple(key)
     counts: dict[str, list[int]] = {}
@@ -83,12 +85,12 @@ def bucket_of(chars: int, edges: Sequence[int]) -> str:
     return labels[-1]
 
 
-def row_measures(extra: Mapping) -> dict:
+def row_measures(extra: Mapping[str, Any]) -> dict[str, Any]:
     """What a scored record keeps of a row's issue-18 measures: whether the row is degenerate (a
     call returns its argument unchanged, or the output is the input) and, per parameterised
     operator, the row's largest name→argument distance — the call that counts when a row holds
     several calls of the operator (the farthest one, where the study's drift shows first)."""
-    out: dict = {"degenerate": None, "output_is_input": None, "op_distance": {}}
+    out: dict[str, Any] = {"degenerate": None, "output_is_input": None, "op_distance": {}}
     if "unchanged_calls" in extra and extra.get("unchanged_calls") is not None:
         out["output_is_input"] = bool(int(extra.get("output_is_input") or 0))
         out["degenerate"] = bool(int(extra.get("unchanged_calls") or 0)) or out["output_is_input"]
@@ -101,7 +103,8 @@ def row_measures(extra: Mapping) -> dict:
     return out
 
 
-def arity_by_distance(records: Iterable[Mapping], edges: Sequence[int] = DISTANCE_EDGES) -> dict[str, dict]:
+def arity_by_distance(records: Iterable[Mapping[str, Any]],
+                      edges: Sequence[int] = DISTANCE_EDGES) -> dict[str, dict[str, dict[str, Any]]]:
     """Per operator and distance bucket: recall blocks written, arity errors among them, the rate
     and its 95% Wilson interval. A block's distance is its row's largest distance for that
     operator (``row_measures``); blocks of operators without a trailing argument are not counted."""
@@ -120,7 +123,7 @@ def arity_by_distance(records: Iterable[Mapping], edges: Sequence[int] = DISTANC
             c[0] += rc.get("verdict") == "arity"
             c[1] += 1
     order = {op_id: i for i, op_id in enumerate(ops.ALL_IDS)}
-    out = {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     for op in sorted(counts, key=lambda o: order.get(o, len(order))):
         out[op] = {}
         for b in labels:
@@ -130,7 +133,7 @@ def arity_by_distance(records: Iterable[Mapping], edges: Sequence[int] = DISTANC
     return out
 
 
-def scope_of(op_ids) -> str:
+def scope_of(op_ids: object) -> str:
     """``id`` when a row calls only the study's train operators, ``ood`` when it calls a held-out
     one, ``""`` when its operators are unknown (a foreign file without ``extra_info.ops``)."""
     from opgen import ops
@@ -141,7 +144,7 @@ def scope_of(op_ids) -> str:
     return "ood" if any(o in held for o in op_ids) else "id"
 
 
-def scope_table(records: Iterable[Mapping]) -> dict[str, dict]:
+def scope_table(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """The Interplay release's roll-up: accuracy on ID rows (train operators only), OOD rows (a
     held-out operator) and all rows together, each with a 95% Wilson interval."""
     counts = {s: [0, 0] for s in SCOPES}
@@ -154,7 +157,7 @@ def scope_table(records: Iterable[Mapping]) -> dict[str, dict]:
     return {s: proportion(c, n) for s, (c, n) in counts.items()}
 
 
-def merge_scopes(tables: Iterable[Mapping[str, Mapping]]) -> dict[str, dict]:
+def merge_scopes(tables: Iterable[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Scope tables of several files summed into one (counts added, intervals recomputed)."""
     counts = {s: [0, 0] for s in SCOPES}
     for t in tables:
@@ -166,7 +169,7 @@ def merge_scopes(tables: Iterable[Mapping[str, Mapping]]) -> dict[str, dict]:
     return {s: proportion(c, n) for s, (c, n) in counts.items()}
 
 
-def _sort_key(label: str) -> tuple:
+def _sort_key(label: str) -> tuple[tuple[int, int, str], ...]:
     # Numeric parts sort numerically (depth 10 after depth 9), text parts as text.
     return tuple((0, int(p), "") if p.lstrip("-").isdigit() else (1, 0, p) for p in label.split("|"))
 
@@ -183,7 +186,7 @@ def pass_at_k_table(correct_by_row: Mapping[int, Sequence[bool]]) -> dict[str, f
     return out
 
 
-def recall_tables(records: Iterable[Mapping]) -> dict:
+def recall_tables(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Per-operator recall accuracy, chimera confusion and arity-error rates over all recall blocks.
 
     Accuracy counts a missing block as a failure (the operator was needed and not recalled);

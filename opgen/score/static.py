@@ -257,7 +257,7 @@ class _Run:
                 raise _Decline
         self.charge(SMALL_STR * SMALL_INT // 16 + 2 * SMALL_INT)  # at most a 64 x 64 repetition or loop
 
-    def expr(self, node: ast.expr, param: str, x: str, depth: int) -> object:
+    def expr(self, node: ast.expr, param: str, x: str, depth: int) -> object:  # noqa: C901
         """The value of a grammar expression, in Python's evaluation order."""
         if depth > MAX_EXPR_DEPTH:
             raise _Decline
@@ -314,7 +314,7 @@ class _Run:
             raise _Decline
         return self.expr(node, param, x, depth)
 
-    def result(self, call: tuple[str, tuple]) -> Result:
+    def result(self, call: tuple[str, tuple]) -> Result:  # noqa: C901
         """One call of a unit, as the worker's child reports it (worker._run_calls)."""
         entry, args = call
         args = tuple(args)
@@ -364,7 +364,7 @@ def _small(value: object) -> bool:
     return type(value) is int and -SMALL_INT <= value <= SMALL_INT
 
 
-def _cost(body: str, args: tuple) -> tuple[int, int, int]:
+def _cost(body: str, args: tuple) -> tuple[int, int, int]:  # noqa: C901
     """(longest output, work, recursion depth) of the library operator ``body`` on well-typed ``args``:
     upper bounds read off its shown source in ops.py. Work counts interpreted steps, plus
     characters copied by C code / 16."""

@@ -65,7 +65,7 @@ PRELOAD = ("bisect", "collections", "functools", "heapq", "itertools", "math", "
 
 # Model code shares this interpreter and may replace builtins (``builtins.len = ...``); module-level
 # bindings are looked up before builtins, so the harness keeps the real ones.
-len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec = (  # noqa: A001
+len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec = (
     len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec)
 _loads = marshal.loads  # likewise: a program may replace the module's attribute
 
@@ -209,7 +209,7 @@ def _classify(exc: BaseException) -> tuple[str, str]:
     return "exception", text
 
 
-def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:
+def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:  # noqa: C901
     """Run calls from flat position ``start`` on, sending one frame per call (and one per loaded unit)."""
     position = 0
     for unit_index, (code, calls, _fail_fast) in enumerate(units):
@@ -651,7 +651,7 @@ def _serve(worker: Worker, rfd: int, wfd: int) -> None:
         _send_msg(wfd, worker.run(units, timeout_s, budget_s))
 
 
-def _rmtree(path: str) -> None:
+def _rmtree(path: str) -> None:  # noqa: C901
     """Remove ``path`` and all below it, for the fallback without a work tmpfs (no mount namespace).
 
     Flattening, through directory descriptors and never following a symbolic link: every
