@@ -82,6 +82,9 @@ def worker_init(parent: int) -> None:
 
 
 def _raise_terminated(signum, frame):
+    # One is enough: a second SIGTERM (each worker of a dying build may send one, as may a
+    # supervisor) must not interrupt the clean-up the first one started.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated()
 
 

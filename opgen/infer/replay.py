@@ -166,7 +166,7 @@ def load_verl_generations(path: Path) -> dict[str, dict]:
     names = set(pf.schema_arrow.names)
     for col in ("responses", "prompt"):
         if col not in names:
-            raise BackendError(f"{path}: no {col!r} column, so not verl's generation output "
+            raise BackendError(f"{path} is a parquet file with no {col!r} column, so not verl's generation output "
                                f"(columns: {', '.join(sorted(names))})")
     cols = ["responses", "prompt"] + (["extra_info"] if "extra_info" in names else [])
     table: dict[str, dict] = {}
