@@ -11,7 +11,7 @@ import csv
 import io
 import json
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,15 +161,22 @@ def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, li
         return list(pool.map(one, _jobs(rows, answers)))
 
 
+# seconds a response's program may run (opgen score --timeout's default, and opgen eval's)
+TIMEOUT_S = 2.0
+
+
 def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", workers: int = 2,
                 policy: str = "output", group: str = "fraction", sandbox: Sandbox | None = None,
-                timeout_s: float = 2.0, plots: bool = True, namespace: str = "strict",
-                distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True) -> dict:
-    """Grade every response, write the report into ``out``, return the summary. ``static=False``
-    runs every program in the sandbox (see grade())."""
+                timeout_s: float = TIMEOUT_S, plots: bool = True, namespace: str = "strict",
+                distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
+                only: Collection[int] | None = None) -> dict:
+    """Grade every response (or those of rows ``only``), write the report into ``out``, return the
+    summary. ``static=False`` runs every program in the sandbox (see grade())."""
     data, responses, out = Path(data), Path(responses), Path(out)
     rows = read_rows(data)
     answers = read_responses(responses, len(rows))
+    if only is not None:
+        answers = {i: a for i, a in answers.items() if i in only}
     check_truths(data, rows, answers)
     own = sandbox is None
     box = sandbox or Sandbox(workers=workers, timeout_s=timeout_s)
