@@ -59,6 +59,8 @@ def _generation_settings(cfg: EvalConfig, model: Path) -> dict:
     settings = {"backend": cfg.backend, "model": str(model), "sampling": cfg.sampling.to_dict()}
     if cfg.engine.engine_args:  # e.g. a revision or a quantization changes what the model answers
         settings["engine_args"] = dict(cfg.engine.engine_args)
+    if cfg.engine.chat_template_kwargs:  # e.g. enable_thinking changes the prompt the model is shown
+        settings["chat_template_kwargs"] = dict(cfg.engine.chat_template_kwargs)
     return settings
 
 
