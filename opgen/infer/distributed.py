@@ -228,7 +228,7 @@ class InProcessPool:
     def close(self) -> None:
         for ex in self._threads:
             ex.shutdown(wait=True)
-        self._scoring.shutdown(wait=True)
+        self._scoring.shutdown(wait=True, cancel_futures=True)  # after an error: no grading left to wait for
         if self._grader is not None:
             self._grader.close()
             self._grader = None
