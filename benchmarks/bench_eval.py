@@ -10,7 +10,7 @@
    (replay), rows/s over the generation phase and the replicas' idle share. With ``--hf`` also
    the tiny random-weight model of tests/tiny_model.py with the hf backend (needs torch and
    transformers), 16 new tokens, ``--hf-rows`` rows, graded (scoring pipelined: the share of the
-   wall time the replicas waited on it is printed).
+   wall time the replicas waited on it is printed, and the grader's busy time).
 The local cluster is started on 127.0.0.1 for each run and stopped after it.
 """
 
@@ -77,7 +77,8 @@ def _show(label: str, rep: dict) -> None:
     idle = ", ".join(f"{r['idle_share']:.0%}" for r in rep["replicas"])
     print(f"  {label}: {rep['rows_generated']} rows in {rep['generation_s']:.2f} s = {rep['rows_per_s']:.1f} rows/s "
           f"(idle {idle}; model loads {sum(r['model_loads'] for r in rep['replicas'])}; waiting on scoring "
-          f"{rep['replicas_waiting_on_scoring_share']:.1%} of {rep['wall_s']:.1f} s)")
+          f"{rep['replicas_waiting_on_scoring_share']:.1%} of {rep['wall_s']:.1f} s; grader busy "
+          f"{rep.get('scoring_s', 0.0):.1f} s)")
 
 
 def main() -> None:

@@ -59,6 +59,11 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
               help="vLLM: one more keyword argument of vllm.LLM(...), e.g. max_num_seqs=64, revision=main, "
                    "enable_prefix_caching=true; VALUE is read as YAML (numbers, true/false, lists, {k: v}). "
                    "Repeatable.")
+@click.option("--chat-template-kwarg", "template_kwargs", multiple=True, metavar="KEY=VALUE",
+              help="vllm, hf, openai: one more variable of the chat template, e.g. enable_thinking=false (Qwen3); "
+                   "VALUE is read as YAML, as --engine-arg's. vLLM: llm.chat(chat_template_kwargs=...); "
+                   "transformers: apply_chat_template(**...); openai: the request's chat_template_kwargs. "
+                   "Repeatable.")
 @click.option("--hf-batch-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="transformers: prompts per generate() call.")
 @click.option("--base-url", "base_urls", multiple=True,
@@ -100,9 +105,9 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
               help="Grade even where the sandbox's isolation is below 'full' (it says what is then unprotected).")
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,  # noqa: C901
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
-          tensor_parallel_size, engine_args, hf_batch_size, base_urls, api_key_env, concurrency, request_timeout,
-          retries, executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus, chunk_rows, namespace,
-          progress, quiet, no_static, allow_weak_sandbox) -> None:
+          tensor_parallel_size, engine_args, template_kwargs, hf_batch_size, base_urls, api_key_env, concurrency,
+          request_timeout, retries, executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus,
+          chunk_rows, namespace, progress, quiet, no_static, allow_weak_sandbox) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -150,7 +155,8 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         batch_size=batch_size, workers=workers, progress=bars, namespace=namespace, static=not no_static,
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                              enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
-                             batch_size=hf_batch_size, engine_args=_engine_args(engine_args, backend)),
+                             batch_size=hf_batch_size, engine_args=_engine_args(engine_args, backend),
+                             chat_template_kwargs=_template_kwargs(template_kwargs, backend)),
         openai=openai,
     )
     if backend == "replay":
@@ -268,30 +274,51 @@ def _check_replay(models, data_files, limit, decomposed) -> None:
             raise click.ClickException(str(exc)) from None
 
 
-def _engine_args(pairs: tuple[str, ...], backend: str) -> tuple[tuple[str, object], ...]:
-    """``KEY=VALUE`` options -> sorted (key, value) pairs; VALUE parsed as YAML (``8`` -> 8)."""
+def _key_values(pairs: tuple[str, ...], option: str) -> dict[str, object]:
+    """``KEY=VALUE`` options -> {key: value}; VALUE parsed as YAML (``8`` -> 8, ``false`` -> False)."""
     import yaml
 
-    from opgen.infer.vllm_backend import check_engine_args
-
-    if pairs and backend != "vllm":
-        raise click.BadParameter(f"applies to --backend vllm only (this run: {backend})", param_hint="--engine-arg")
     out: dict[str, object] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key.isidentifier():
-            raise click.BadParameter(f"{pair!r}: expected KEY=VALUE with KEY a Python name", param_hint="--engine-arg")
+            raise click.BadParameter(f"{pair!r}: expected KEY=VALUE with KEY a Python name", param_hint=option)
         if key in out:
-            raise click.BadParameter(f"{key!r} given twice", param_hint="--engine-arg")
+            raise click.BadParameter(f"{key!r} given twice", param_hint=option)
         try:
             out[key] = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
-            raise click.BadParameter(f"{pair!r}: VALUE is not YAML ({exc})", param_hint="--engine-arg") from None
+            raise click.BadParameter(f"{pair!r}: VALUE is not YAML ({exc})", param_hint=option) from None
+    return out
+
+
+def _engine_args(pairs: tuple[str, ...], backend: str) -> tuple[tuple[str, object], ...]:
+    """``--engine-arg`` pairs, sorted by key."""
+    from opgen.infer.vllm_backend import check_engine_args
+
+    if pairs and backend != "vllm":
+        raise click.BadParameter(f"applies to --backend vllm only (this run: {backend})", param_hint="--engine-arg")
+    out = _key_values(pairs, "--engine-arg")
     try:
         check_engine_args(out)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--engine-arg") from None
+    return tuple(sorted(out.items()))
+
+
+def _template_kwargs(pairs: tuple[str, ...], backend: str) -> tuple[tuple[str, object], ...]:
+    """``--chat-template-kwarg`` pairs, sorted by key."""
+    from opgen.infer.base import check_chat_template_kwargs
+
+    if pairs and backend not in ("vllm", "hf", "openai"):
+        raise click.BadParameter(f"applies to --backend vllm, hf and openai (this run: {backend})",
+                                 param_hint="--chat-template-kwarg")
+    out = _key_values(pairs, "--chat-template-kwarg")
+    try:
+        check_chat_template_kwargs(out)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--chat-template-kwarg") from None
     return tuple(sorted(out.items()))
 
 

@@ -118,3 +118,25 @@ def test_prompt_longer_than_the_context_is_a_clear_failure(model, tmp_path):
     trees = tm.write_trees(tmp_path / "trees.parquet", n=1)
     res = _eval(model, tmp_path / "out", trees, extra=("--max-model-len", "16"))
     assert res.exit_code == 1 and "max model length is 16" in res.output
+
+
+def test_chat_template_kwargs_reach_the_template_and_the_token_counts(model, tmp_path):
+    """A template that renders a system turn only when told to: the variable must reach
+    apply_chat_template (the prompt, and so prompt_tokens, grow by that turn)."""
+    import shutil
+
+    hinted = tmp_path / "hinted-model"
+    shutil.copytree(model, hinted)
+    (hinted / "chat_template.jinja").write_text(
+        "{% if system_hint %}{{ '<|im_start|>system\\n' + system_hint + '<|im_end|>\\n' }}{% endif %}"
+        + tm.CHAT_TEMPLATE)
+    trees = tm.write_trees(tmp_path / "trees.parquet", n=2)
+    res = _eval(hinted, tmp_path / "plain", trees)
+    assert res.exit_code == 0, res.output
+    res = _eval(hinted, tmp_path / "hint", trees, extra=("--chat-template-kwarg", "system_hint=Write programs"))
+    assert res.exit_code == 0, res.output
+    plain = _lines(tmp_path / "plain" / "hinted-model" / "trees_generations.jsonl")
+    hint = _lines(tmp_path / "hint" / "hinted-model" / "trees_generations.jsonl")
+    assert all(h["prompt_tokens"] > p["prompt_tokens"] + 3 for h, p in zip(hint, plain))
+    settings = json.loads((tmp_path / "hint" / "hinted-model" / "trees_generations.settings.json").read_text())
+    assert settings["chat_template_kwargs"] == {"system_hint": "Write programs"}

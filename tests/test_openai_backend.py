@@ -218,3 +218,18 @@ def test_ray_options_need_the_ray_executor(cli, runner, tmp_path):
     trees = tm.write_trees(tmp_path / "trees.parquet", n=1)
     res = _eval(cli, runner, tmp_path / "out", ["http://127.0.0.1:9/v1"], trees, extra=("--replicas", "2"))
     assert res.exit_code == 2 and "--replicas: only with --executor ray" in res.output
+
+
+def test_chat_template_kwargs_are_sent_with_every_request(cli, runner, server, tmp_path):
+    trees = tm.write_trees(tmp_path / "trees.parquet", n=3)
+    prefixed = tm.write_prefixed(tmp_path / "prefixed.parquet", n=2)
+    res = _eval(cli, runner, tmp_path / "out", [server.url], trees, prefixed,
+                extra=("--chat-template-kwarg", "enable_thinking=false", "--chat-template-kwarg", "depth=2"))
+    assert res.exit_code == 0, res.output
+    assert len(server.bodies) == 5
+    assert all(b["chat_template_kwargs"] == {"depth": 2, "enable_thinking": False} for b in server.bodies)
+    assert sum(b.get("continue_final_message") is True for b in server.bodies) == 2  # prefix rows still continue
+    settings = json.loads((tmp_path / "out" / MODEL / "trees_generations.settings.json").read_text())
+    assert settings["chat_template_kwargs"] == {"depth": 2, "enable_thinking": False}
+    res = _eval(cli, runner, tmp_path / "plain", [server.url], trees)
+    assert res.exit_code == 0 and all("chat_template_kwargs" not in b for b in server.bodies[5:])

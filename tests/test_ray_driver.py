@@ -85,6 +85,29 @@ def _metrics(out: Path, name: str) -> dict:
     return m
 
 
+def _reports(out: Path) -> dict[str, bytes]:
+    """Every score artifact (scores.jsonl, summary.json/csv, plots), the output folder's name masked."""
+    return {str(p.relative_to(out)): p.read_bytes().replace(str(out).encode(), b"OUT")
+            for name in ("scores.jsonl", "summary.json", "summary.csv", "*.png")
+            for p in sorted(out.glob(f"*/*/{name}"))}
+
+
+class _LoggingPool(dist.InProcessPool):
+    """Records the driver's calls, in order: ("submit", pass) and ("grade"/"finish", pass)."""
+
+    def __init__(self, workers):
+        super().__init__(workers)
+        self.log: list[tuple[str, str]] = []
+
+    def submit(self, rid, task):
+        self.log.append(("submit", f"{task.model}/{task.data_name}"))
+        return super().submit(rid, task)
+
+    def grade(self, method, key, *args):
+        self.log.append((method, key))
+        return super().grade(method, key, *args)
+
+
 def test_chunks_are_whole_batches_balanced_by_prompt_length(tmp_path):
     rows = read_rows(tm.write_trees(tmp_path / "t.parquet", n=40))
     long = [r.__class__(r.index, ((r.messages[0][0], r.messages[0][1] * 3),), "", r.ground_truth, r.extra_info,
@@ -112,8 +135,11 @@ def test_two_replicas_equal_the_local_run(sweep, tmp_path):
         assert (tmp_path / "dist" / name / "trees" / "scores.jsonl").read_bytes() == \
             (local / name / "trees" / "scores.jsonl").read_bytes()
     assert not (tmp_path / "dist" / CHUNKS_DIR).exists() or not any((tmp_path / "dist" / CHUNKS_DIR).rglob("*.jsonl"))
+    reports = _reports(tmp_path / "dist")
+    assert reports == _reports(local) and len(reports) == 2 * 2 * 5  # 2 models x 2 files, plots included
     info = report.to_dict()
     assert info["rows_generated"] == 2 * 2 * sweep["n"]
+    assert info["chunks_graded"] == info["chunks"] and info["scoring_s"] > 0
     assert all(r["chunks"] > 0 for r in info["replicas"])  # both replicas pulled work
     assert 0 <= info["replicas_waiting_on_scoring_share"] <= 1
 
@@ -171,6 +197,8 @@ def test_an_aborted_sweep_resumes_only_the_missing_rows(sweep, tmp_path, monkeyp
     generated = sum(e["run"]["generated"] for m in metrics for e in m["data"].values())
     assert (skipped, generated) == (stored, 2 * 2 * sweep["n"] - stored)
     assert report.rows_generated == generated
+    # the rows the stopped run left (in chunks, in files) are graded too: the same reports
+    assert _reports(out) == _reports(local)
 
 
 def test_resume_over_a_local_generations_file_adds_only_missing_rows(sweep, tmp_path):
@@ -210,3 +238,54 @@ def test_without_ray_the_ray_executor_is_a_clear_error(cli, runner, sweep, tmp_p
     res = runner.invoke(cli, ["build", "eval-suite", "--out", str(tmp_path / "b"), "--limit", "5",
                               "--executor", "ray"])
     assert res.exit_code == 1 and "needs the ray package" in res.output
+
+
+def test_each_chunk_is_graded_as_it_arrives_and_the_report_follows_the_last(sweep, tmp_path):
+    """Scoring is pipelined per chunk: a pass's chunks are graded while later chunks of the same
+    pass are still being generated; its report is written once, after its last grade."""
+    pool = _LoggingPool([dist.ReplicaWorker("replay", EngineOptions())])
+    try:
+        _, report = dist.evaluate_sweep(sweep["models"][:1], sweep["names"][:1], sweep["data"][:1],
+                                        tmp_path / "out", _cfg(score=True), pool, chunk_rows=2, executor="threads")
+    finally:
+        pool.close()
+    log = pool.log
+    submits = [i for i, (kind, _) in enumerate(log) if kind == "submit"]
+    grades = [i for i, (kind, _) in enumerate(log) if kind == "grade"]
+    assert len(grades) == len(submits) == report.chunks >= 4  # one grade per chunk
+    assert sum(g < submits[-1] for g in grades) >= len(grades) - 2  # all but the last (depth 2) before the last chunk
+    assert [kind for kind, _ in log].count("finish") == 1 and log[-1][0] == "finish"
+    assert report.chunks_graded == report.chunks
+
+
+def test_a_resume_under_a_smaller_limit_grades_the_limited_rows_as_the_local_loop(sweep, tmp_path):
+    local, out = tmp_path / "local", tmp_path / "dist"
+    for where in (local, out):
+        _local(sweep, where, _cfg())
+    _local(sweep, local, _cfg(score=True, resume=True, limit=5, static=False))
+    _run(sweep, out, _cfg(score=True, resume=True, limit=5, static=False))
+    assert _reports(out) == _reports(local)
+    for name in sweep["names"]:
+        assert _metrics(out, name) == _metrics(local, name)
+        summary = json.loads((out / name / "trees" / "summary.json").read_text())
+        assert summary["rows_answered"] == 5 and summary["static"] is False
+        assert summary["responses_path"] == str(out / name / "trees_generations.jsonl")
+
+
+def test_an_unreadable_ground_truth_stops_the_sweep_naming_the_row(tmp_path):
+    from opgen.score.report import ScoreInputError
+
+    rows = [tm.program_row(i, "func_3(x)", "ab") for i in range(4)]
+    rows[3]["reward_model"]["ground_truth"] = "not json"
+    data = tm.write_rows(tmp_path / "broken.parquet", rows)
+    model = tmp_path / "answers.jsonl"
+    model.write_text("".join(json.dumps({"index": i, "response": "x"}) + "\n" for i in range(4)))
+    pool = _pool(2)
+    try:
+        with pytest.raises(ScoreInputError, match="broken.parquet: row 3"):
+            dist.evaluate_sweep([model], ["answers"], [data], tmp_path / "out", _cfg(score=True), pool,
+                                chunk_rows=2, executor="threads")
+    finally:
+        pool.close()
+    assert not (tmp_path / "out" / "answers" / "metrics.json").exists()
+    assert not (tmp_path / "out" / "answers" / "broken" / "summary.json").exists()

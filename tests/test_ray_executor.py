@@ -95,11 +95,15 @@ def test_two_replicas_equal_the_local_run(setup):
     assert a != b  # two models, really
     for name in ("run_step10", "run_step20"):
         assert _metrics(out, name) == _metrics(local, name)
-        scores = Path(name) / "trees" / "scores.jsonl"
-        assert (out / scores).read_bytes() == (local / scores).read_bytes()
+        for data in ("trees", "prefixed"):  # graded chunk by chunk, reported as score_files reports
+            for f in ("scores.jsonl", "summary.csv", "accuracy_vs_depth.png", "recall_heatmap.png"):
+                assert (out / name / data / f).read_bytes() == (local / name / data / f).read_bytes(), f
+            assert (out / name / data / "summary.json").read_text().replace(str(out), "OUT") == \
+                (local / name / data / "summary.json").read_text().replace(str(local), "OUT")
     assert (out / "sweep.csv").read_text() == (local / "sweep.csv").read_text()
     report = json.loads((out / "ray_report.json").read_text())
     assert report["rows_generated"] == 2 * 9 and all(r["chunks"] > 0 for r in report["replicas"])
+    assert report["chunks_graded"] == report["chunks"] and report["scoring_s"] > 0
     assert "replicas waited on scoring" in res.output
 
 

@@ -309,3 +309,24 @@ def test_eval_refuses_a_weak_sandbox_before_generating(built, cli, runner, tmp_p
                               "--out", str(tmp_path / "ev"), "--backend", "replay"])
     assert res.exit_code != 0 and "below 'full'" in res.output and "--allow-weak-sandbox" in res.output, res.output
     assert not (tmp_path / "ev").exists() or not any((tmp_path / "ev").rglob("*generations*"))
+
+
+@pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\x85"])
+def test_a_response_holding_a_unicode_line_separator_breaks_no_line(cli, runner, tmp_path, sep):
+    """JSON lets U+2028, U+2029 and U+0085 stand unescaped in a string (opgen eval writes them so);
+    a model that answers with one must not make its line, or the file's other grades, unreadable."""
+    import tiny_model as tm
+
+    data = tm.write_trees(tmp_path / "trees.parquet", n=3)
+    e = tm.TREES[0][0]
+    lines = [{"index": 0, "response": tm.ra_answer(e)}, {"index": 1, "response": f"a{sep}b"},
+             {"index": 2, "response": tm.ra_answer(tm.TREES[2][0]) + sep}]
+    rpath = tmp_path / "r.jsonl"
+    rpath.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines), encoding="utf-8")
+    assert sep in rpath.read_text(encoding="utf-8")
+    res = runner.invoke(cli, ["score", "--data", str(data), "--responses", str(rpath), "--out", str(tmp_path / "o"),
+                              "--no-plots"])
+    assert res.exit_code == 0, res.output
+    scores = [json.loads(line) for line in (tmp_path / "o" / "scores.jsonl").read_text().split("\n") if line]
+    assert [s["index"] for s in scores] == [0, 1, 2]
+    assert [s["score"] for s in scores] == [1.0, 0.0, 1.0]

@@ -134,6 +134,28 @@ class EngineOptions:
     trust_remote_code: bool = False
     # vLLM only: more keyword arguments of vllm.LLM(...) (``--engine-arg KEY=VALUE``), sorted by key.
     engine_args: tuple[tuple[str, object], ...] = ()
+    # vllm, hf, openai: variables of the chat template (``--chat-template-kwarg KEY=VALUE``, e.g.
+    # enable_thinking=false), sorted by key: llm.chat(chat_template_kwargs=...), the tokenizer's
+    # apply_chat_template(**...), the request's "chat_template_kwargs".
+    chat_template_kwargs: tuple[tuple[str, object], ...] = ()
+
+
+# apply_chat_template's own parameters, which opgen sets per request (a row with an assistant
+# prefix continues its final message) or which are not template variables
+OWN_TEMPLATE_ARGS = ("add_generation_prompt", "continue_final_message", "tokenize", "conversation", "messages",
+                     "chat_template", "tools", "documents", "return_dict", "return_tensors")
+
+
+def check_chat_template_kwargs(kwargs: dict) -> None:
+    """Refuse a key opgen sets itself, or a value JSON cannot carry (ValueError naming the key)."""
+    for key in sorted(kwargs):
+        if key in OWN_TEMPLATE_ARGS:
+            raise ValueError(f"--chat-template-kwarg {key}: opgen sets this itself (or it is no template variable)")
+        try:
+            json.dumps(kwargs[key], allow_nan=False)
+        except (TypeError, ValueError):
+            raise ValueError(f"--chat-template-kwarg {key}: {kwargs[key]!r} is not a JSON value (quote it "
+                             f"to pass a string)") from None
 
 
 def make_backend(kind: str, model: Path, sampling: Sampling, options: EngineOptions | None = None,
@@ -152,5 +174,6 @@ def make_backend(kind: str, model: Path, sampling: Sampling, options: EngineOpti
         return ReplayBackend(model)
     if kind == "openai":
         from opgen.infer.openai_backend import OpenAIBackend, OpenAIOptions
-        return OpenAIBackend(model, sampling, openai or OpenAIOptions())
+        return OpenAIBackend(model, sampling, openai or OpenAIOptions(),
+                             chat_template_kwargs=options.chat_template_kwargs)
     raise ValueError(f"unknown backend {kind!r} (use one of {', '.join(BACKENDS)})")

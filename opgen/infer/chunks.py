@@ -115,7 +115,7 @@ class ChunkStore:
                 if gen_path.exists():
                     with open(gen_path, encoding="utf-8") as src:
                         shutil.copyfileobj(src, fh)
-                for idx, line in heapq.merge(*(_indexed_lines(p) for p in self.files())):
+                for idx, line in heapq.merge(*(indexed_lines(p) for p in self.files())):
                     if idx not in kept:
                         fh.write(line)
                         added += 1
@@ -130,7 +130,8 @@ class ChunkStore:
         return added
 
 
-def _indexed_lines(path: Path) -> Iterator[tuple[int, str]]:
+def indexed_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(row index, line) of each line of a generations or chunk file, in file order."""
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             yield json.loads(line)["index"], line

@@ -8,9 +8,14 @@ durably before anything else happens (`chunks.ChunkStore`), so a lost replica, n
 costs only the chunks in flight: a lost replica's chunks go back to the queue for the others,
 and a rerun with ``--resume`` generates only rows in no chunk and no generations file.
 
-When a pass has all its chunks, its generations file is assembled (byte-identical to the local
-loop's) and scored as a task of its own while the replicas go on generating; metrics.json is
-written when all of a model's passes are scored, with the same content as `evaluate_model`'s.
+Scoring is pipelined chunk by chunk: each chunk, once stored, is graded by the pool's `Grader`
+(one warm sandbox, on CPUs, beside the replicas) while the replicas go on generating; rows an
+earlier run left (``--resume``) are graded as the pass starts. When a pass has all its chunks, its
+generations file is assembled (byte-identical to the local loop's) and the grader writes the
+pass's report from its records in row order (`report.write_records_report`, what `score_files`
+writes: the same scores.jsonl, summary.json, summary.csv and plots). So the replicas wait on
+scoring only for the last chunk's grades and the last report. metrics.json is written when all of
+a model's passes are scored, with the same content as `evaluate_model`'s.
 
 Pools: `InProcessPool` (replicas in threads of this process; tests, and the reference for
 ray_executor.RayPool, whose replicas are Ray actors).
@@ -30,15 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opgen.infer.base import Backend, EngineOptions, Generation, Request, Sampling, make_backend
-from opgen.infer.chunks import ChunkStore, chunk_name, make_chunks
+from opgen.infer.chunks import ChunkStore, chunk_name, indexed_lines, make_chunks
 from opgen.infer.evaluate import (
     EvalConfig,
-    _score_rows,
     begin_pass,
     data_name,
     load_data,
     loop_batch_size,
     metrics_header,
+    note_subset,
     pass_result,
     passes,
     rollup,
@@ -115,6 +120,65 @@ class ReplicaWorker:
         self.model = None
 
 
+class Grader:
+    """Grades a sweep's chunks as they come in, with one warm sandbox, and writes a pass's report
+    once all its chunks are graded: `report.grade_records` per chunk, then the records in row order
+    through `report.write_records_report` (what `score_files` writes for the whole file).
+
+    The pools run its calls one at a time, in the order they were submitted: a pass's `finish`,
+    submitted after its last chunk's `grade`, comes after every grade of that pass."""
+
+    def __init__(self, workers: int, namespace: str = "strict", static: bool = True):
+        from opgen.score.report import TIMEOUT_S
+        from opgen.score.sandbox import Sandbox
+
+        self.namespace, self.static = namespace, static
+        self.box = Sandbox(workers=workers, timeout_s=TIMEOUT_S)
+        self._records: dict[str, list[list[dict]]] = {}
+        self._answered: dict[str, int] = {}
+        try:  # the plotting library loads now, while the replicas generate, not in the sweep's tail
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot
+        except ImportError:
+            pass
+
+    def grade(self, key: str, data: str, n_rows: int, rows: dict, text: str, source: str) -> float:
+        """Grade one chunk's lines ``text`` (rows ``rows`` of the ``n_rows`` of ``data``); keep the
+        records for the pass ``key``. Returns the seconds it took."""
+        from opgen.score import report
+
+        t0 = time.perf_counter()
+        answers = report.parse_responses(text, n_rows, source)
+        if not set(answers) <= set(rows):
+            raise RuntimeError(f"{source}: rows {sorted(set(answers) - set(rows))[:5]} were not sent with the chunk")
+        report.check_truths(Path(data), rows, answers)
+        records = report.grade_records(rows, answers, self.box, namespace=self.namespace, static=self.static)
+        self._records.setdefault(key, []).append(records)
+        self._answered[key] = self._answered.get(key, 0) + len(answers)
+        return time.perf_counter() - t0
+
+    def finish(self, key: str, jobs: int, data: str, n_rows: int, responses: str, out: str) -> tuple[dict, float]:
+        """Write the report of the pass ``key`` (graded in ``jobs`` calls of `grade`) into ``out``."""
+        from opgen.score import report
+
+        t0 = time.perf_counter()
+        parts = self._records.pop(key, [])
+        answered = self._answered.pop(key, 0)
+        if len(parts) != jobs:
+            raise RuntimeError(f"{key}: {len(parts)} chunks graded, {jobs} expected")
+        # each row is in one chunk and each chunk's records are in row order, then sample order
+        records = sorted((r for part in parts for r in part), key=lambda r: (r["index"], r["sample"]))
+        summary = report.write_records_report(Path(out), records, n_rows=n_rows, answered=answered,
+                                              data=Path(data), responses=Path(responses), isolation=self.box.level,
+                                              namespace=self.namespace, static=self.static)
+        return summary, time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.box.close()
+
+
 # ---------------------------------------------------------------- pools
 
 class InProcessPool:
@@ -125,6 +189,7 @@ class InProcessPool:
         self.replicas = list(range(len(self.workers)))
         self._threads = [ThreadPoolExecutor(1, thread_name_prefix=f"replica{i}") for i in self.replicas]
         self._scoring = ThreadPoolExecutor(1, thread_name_prefix="scoring")
+        self._grader: Grader | None = None
         self._dead: set[int] = set()
         self._owner: dict[Future, int] = {}
         self._lock = threading.Lock()
@@ -134,8 +199,12 @@ class InProcessPool:
         self._owner[fut] = rid
         return fut
 
-    def score(self, fn, *args) -> Future:
-        return self._scoring.submit(fn, *args)
+    def start_grader(self, *args) -> None:
+        self._grader = Grader(*args)
+
+    def grade(self, method: str, *args) -> Future:
+        """A call of the grader, run after those submitted before it."""
+        return self._scoring.submit(getattr(self._grader, method), *args)
 
     def wait(self, handles: Sequence[Future]) -> list[Future]:
         done, _ = futures_wait(list(handles), return_when=FIRST_COMPLETED)
@@ -159,7 +228,10 @@ class InProcessPool:
     def close(self) -> None:
         for ex in self._threads:
             ex.shutdown(wait=True)
-        self._scoring.shutdown(wait=True)
+        self._scoring.shutdown(wait=True, cancel_futures=True)  # after an error: no grading left to wait for
+        if self._grader is not None:
+            self._grader.close()
+            self._grader = None
         for w in self.workers:
             w.close()
 
@@ -181,6 +253,13 @@ class _Pass:
     last_done: float = 0.0
     result: dict | None = None
     scored: bool = False
+    kept: tuple[set[int], set[int]] = (set(), set())  # rows an earlier run left: in the file, in chunks
+    grade_jobs: int = 0  # chunks handed to the grader
+    only: set[int] | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.model_idx}/{data_name(self.data)}{self.suffix}"
 
 
 @dataclass
@@ -213,6 +292,8 @@ class SweepReport:
     wall_s: float = 0.0
     generation_s: float = 0.0  # until the last chunk came back
     scoring_tail_s: float = 0.0  # after that, waiting for scores only
+    scoring_s: float = 0.0  # the grader's busy time: grading chunks and writing reports
+    chunks_graded: int = 0
     rows_generated: int = 0
     chunks: int = 0
     chunks_redone: int = 0
@@ -224,6 +305,8 @@ class SweepReport:
             "wall_s": round(self.wall_s, 3),
             "generation_s": round(gen, 3),
             "scoring_tail_s": round(self.scoring_tail_s, 3),
+            "scoring_s": round(self.scoring_s, 3),
+            "chunks_graded": self.chunks_graded,
             # the replicas never wait for a score while there is work; they do at the end
             "replicas_waiting_on_scoring_share": round(self.scoring_tail_s / self.wall_s, 4) if self.wall_s else 0.0,
             "rows_generated": self.rows_generated,
@@ -285,6 +368,8 @@ def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Seq
             pending = [r for r in rows if r.index not in done and r.index not in stored]
             p = _Pass(mi, data, suffix, plan, rows, gen_path, store,
                       RunStats(rows=len(rows), skipped=len(rows) - len(pending)))
+            wanted = {r.index for r in rows}
+            p.kept = (set(done) & wanted, (set(stored) - set(done)) & wanted)
             mine.append(p)
             chunks = make_chunks(pending, batch, chunk_rows)
             p.remaining = len(chunks)
@@ -298,23 +383,60 @@ def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Seq
     bar = _progress(total, f"sweep ({len(models)} model{'s' * (len(models) > 1)}, {len(pool.replicas)} replicas)"
                     if cfg.progress else None)
     inflight: dict[object, tuple[int, _Unit]] = {}
-    scoring: dict[object, _Pass] = {}
+    scoring: dict[object, tuple[str, _Pass]] = {}
     alive = list(pool.replicas)
     fault = _fault()
     written = 0
     t_gen0 = time.perf_counter()
     t_gen_end: float | None = None
 
+    truths: dict[Path, list] = {}
+
+    def truth(data: Path) -> list:
+        """The scorer's rows of a data file (all of them, as score_files reads them), read once."""
+        if data not in truths:
+            from opgen.score.report import read_rows as read_truth
+
+            truths[data] = read_truth(data)
+        return truths[data]
+
+    def grade(p: _Pass, pairs: list[tuple[int, str]], source: Path) -> None:
+        """Hand rows' lines (index, line) of the pass to the grader."""
+        rows_all = truth(p.data)
+        rows = {i: rows_all[i] for i, _ in pairs if 0 <= i < len(rows_all)}
+        h = pool.grade("grade", p.key, str(p.data), len(rows_all), rows, "".join(line for _, line in pairs),
+                       str(source))
+        scoring[h] = ("grade", p)
+        p.grade_jobs += 1
+
+    def grade_kept(p: _Pass) -> None:
+        """Rows an earlier run generated (in the generations file, in chunks) are graded first."""
+        in_file, in_chunks = p.kept
+        sources = ([(p.gen_path, in_file)] if in_file else []) + \
+            ([(f, in_chunks) for f in p.store.files()] if in_chunks else [])
+        for path, want in sources:
+            piece: list[tuple[int, str]] = []
+            for idx, line in indexed_lines(path):
+                if idx in want:
+                    piece.append((idx, line))
+                    if len(piece) >= chunk_rows:
+                        grade(p, piece, path)
+                        piece = []
+            if piece:
+                grade(p, piece, path)
+
     def finish_generation(p: _Pass) -> None:
         p.store.assemble(p.gen_path)
         p.stats.seconds = (p.last_done - p.first_submit) if p.first_submit is not None else 0.0
-        p.result, only = pass_result(p.gen_path, p.rows, p.stats)
+        p.result, p.only = pass_result(p.gen_path, p.rows, p.stats)
         if cfg.score:
             name = data_name(p.data) + p.suffix
             p.result["scores"] = name
             model_dir = out / names[p.model_idx]
-            scoring[pool.score(_score_rows, p.data, p.gen_path, model_dir / name, cfg.workers, only,
-                                cfg.namespace)] = p
+            # after every grade of this pass (the grader runs its calls in order)
+            h = pool.grade("finish", p.key, p.grade_jobs, str(p.data), len(truth(p.data)), str(p.gen_path),
+                           str(model_dir / name))
+            scoring[h] = ("finish", p)
         else:
             p.scored = True
             model_done(p.model_idx)
@@ -341,6 +463,11 @@ def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Seq
         return queue.popleft() if queue else None
 
     try:
+        if cfg.score:
+            pool.start_grader(cfg.workers, cfg.namespace, cfg.static)
+            for mine in model_passes:
+                for p in mine:
+                    grade_kept(p)
         for p in to_assemble:
             finish_generation(p)
         for mi, mine in enumerate(model_passes):
@@ -361,14 +488,18 @@ def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Seq
                     report.replicas[rid].model = p.model_idx
             if not queue and not inflight and t_gen_end is None:
                 t_gen_end = time.perf_counter()
-                # the replicas' resources go to the scoring still to do (on a cluster whose CPUs
-                # the replicas hold, a scoring task could not start before)
-                pool.release()
+                pool.release()  # generation is over: free the engines (and their GPUs) now
             handles = list(inflight) + list(scoring)
             for h in pool.wait(handles):
                 if h in scoring:
-                    p = scoring.pop(h)
-                    p.result["summary"] = pool.get(h)
+                    kind, p = scoring.pop(h)
+                    if kind == "grade":
+                        report.scoring_s += pool.get(h)
+                        report.chunks_graded += 1
+                        continue
+                    summary, secs = pool.get(h)
+                    report.scoring_s += secs
+                    p.result["summary"] = note_subset(summary, p.gen_path, p.only)
                     p.scored = True
                     model_done(p.model_idx)
                     continue
@@ -392,7 +523,12 @@ def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Seq
                     got, cut = batch_lines(rows, reqs, gens, p.plan, cfg.backend)
                     lines += got
                     truncated += cut
-                p.store.write(unit.name, lines)
+                chunk_file = p.store.write(unit.name, lines)
+                if cfg.score:
+                    indices = [r.index for b in unit.rows for r in b]
+                    if len(indices) != len(lines):  # one line per row, in row order
+                        raise RuntimeError(f"{chunk_file}: {len(lines)} lines for {len(indices)} rows")
+                    grade(p, list(zip(indices, lines)), chunk_file)
                 p.last_done = time.perf_counter()
                 p.stats.generated += unit.n_rows
                 p.stats.requests += sum(len(qs) for b in unit.reqs for qs in b)

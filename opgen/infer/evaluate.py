@@ -12,8 +12,6 @@ Layout, per model::
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,7 @@ from pathlib import Path
 from opgen import __version__
 from opgen.infer import decomposed as decomp
 from opgen.infer.base import Backend, EngineOptions, Sampling, make_backend
-from opgen.infer.run import SUMMARY_FIELDS, Plan, copy_rows, plain_plan, read_log, read_rows, run, summarize_log
+from opgen.infer.run import SUMMARY_FIELDS, Plan, plain_plan, read_log, read_rows, run, summarize_log
 
 
 class ConfigMismatch(ValueError):
@@ -61,6 +59,8 @@ def _generation_settings(cfg: EvalConfig, model: Path) -> dict:
     settings = {"backend": cfg.backend, "model": str(model), "sampling": cfg.sampling.to_dict()}
     if cfg.engine.engine_args:  # e.g. a revision or a quantization changes what the model answers
         settings["engine_args"] = dict(cfg.engine.engine_args)
+    if cfg.engine.chat_template_kwargs:  # e.g. enable_thinking changes the prompt the model is shown
+        settings["chat_template_kwargs"] = dict(cfg.engine.chat_template_kwargs)
     return settings
 
 
@@ -75,10 +75,10 @@ def _check_settings(path: Path, settings: dict, resume: bool) -> None:
 
 
 def score(data: Path, responses: Path, out: Path, workers: int, namespace: str = "strict",
-          static: bool = True) -> dict:
+          static: bool = True, only: set[int] | None = None) -> dict:
     from opgen.score import score_files
 
-    return score_files(data, responses, out, workers=workers, namespace=namespace, static=static)
+    return score_files(data, responses, out, workers=workers, namespace=namespace, static=static, only=only)
 
 
 def pass_paths(model_dir: Path, data: Path, suffix: str) -> tuple[str, Path]:
@@ -126,16 +126,13 @@ def _score_rows(data: Path, gen_path: Path, out: Path, workers: int, only: set[i
                 namespace: str = "strict", static: bool = True) -> dict:
     """Score the generations, or only rows ``only``: a file resumed under a smaller --limit holds
     more rows than were asked for this time."""
-    if only is None:
-        return score(data, gen_path, out, workers, namespace, static)
-    fd, tmp = tempfile.mkstemp(prefix=f".{gen_path.name}.", suffix=".jsonl", dir=gen_path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            copy_rows(gen_path, fh, only)
-        summary = score(data, Path(tmp), out, workers, namespace, static)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    summary["responses"] = str(gen_path)
+    summary = score(data, gen_path, out, workers, namespace, static, only)
+    return note_subset(summary, gen_path, only)
+
+
+def note_subset(summary: dict, gen_path: Path, only: set[int] | None) -> dict:
+    if only is not None:
+        summary["responses"] = str(gen_path)
     return summary
 
 

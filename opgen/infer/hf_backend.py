@@ -49,6 +49,7 @@ class HFBackend(Backend):
             self.tok.pad_token = self.tok.eos_token
         self.eos_ids = self._eos_ids()
         self.batch_size = max(1, options.batch_size)
+        self.template_kwargs = dict(options.chat_template_kwargs)
         self.max_model_len = sampling.max_model_len or getattr(self.model.config, "max_position_embeddings", None)
 
     def _eos_ids(self) -> set[int]:
@@ -64,7 +65,7 @@ class HFBackend(Backend):
     def _prompt_ids(self, req: Request) -> list[int]:
         text = self.tok.apply_chat_template(
             req.conversation(), tokenize=False,
-            add_generation_prompt=not req.continues, continue_final_message=req.continues)
+            add_generation_prompt=not req.continues, continue_final_message=req.continues, **self.template_kwargs)
         # the template already writes any BOS it wants
         return self.tok(text, add_special_tokens=False)["input_ids"]
 

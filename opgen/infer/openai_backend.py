@@ -11,6 +11,7 @@ The request semantics are the vLLM backend's: chat messages, sampling parameters
 assistant prefix (probe 1b) sent as a final assistant message with vLLM's extra parameters
 ``add_generation_prompt: false, continue_final_message: true`` (SGLang accepts the same; a server
 that does not know them either ignores them, and then answers a fresh turn, or refuses them).
+``--chat-template-kwarg`` variables go as vLLM's ``chat_template_kwargs`` (SGLang's name too).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def api_key(env: str | None) -> str | None:
     return value
 
 
-def request_body(model: str, req: Request, sampling: Sampling) -> dict:
+def request_body(model: str, req: Request, sampling: Sampling,
+                 chat_template_kwargs: Sequence[tuple[str, object]] = ()) -> dict:
     """The JSON body of one chat completion: every sampling parameter explicit."""
     body: dict = {
         "model": model,
@@ -84,6 +86,8 @@ def request_body(model: str, req: Request, sampling: Sampling) -> dict:
     if req.continues:
         body["add_generation_prompt"] = False
         body["continue_final_message"] = True
+    if chat_template_kwargs:
+        body["chat_template_kwargs"] = dict(chat_template_kwargs)
     return body
 
 
@@ -186,16 +190,19 @@ def parse_completion(obj: dict, req: Request, n: int) -> Generation:
 class OpenAIBackend(Backend):
     name = "openai"
 
-    def __init__(self, model: Path | str, sampling: Sampling, options: OpenAIOptions):
+    def __init__(self, model: Path | str, sampling: Sampling, options: OpenAIOptions,
+                 chat_template_kwargs: Sequence[tuple[str, object]] = ()):
         self.model = options.served_model or str(model)
         self.options = options
+        self.chat_template_kwargs = tuple(chat_template_kwargs)
         self.key = api_key(options.api_key_env)
         self.sleep = time.sleep  # tests may replace it
         self.stats = {"requests": 0, "retries": 0}
         self._lock = threading.Lock()
 
     def _ask(self, client: _Client, req: Request, sampling: Sampling) -> Generation:
-        body = json.dumps(request_body(self.model, req, sampling), ensure_ascii=False).encode("utf-8")
+        body = json.dumps(request_body(self.model, req, sampling, self.chat_template_kwargs),
+                          ensure_ascii=False).encode("utf-8")
         opts = self.options
         for attempt in range(opts.retries + 1):
             try:

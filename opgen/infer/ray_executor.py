@@ -4,8 +4,11 @@ Each replica is one actor holding one engine (`distributed.ReplicaWorker`), plac
 bundle of a placement group (``replica_gpus`` GPUs: one, or one tensor-parallel group, always on
 one node) so replicas never share a GPU unless told to (fractional ``replica_gpus``). Replicas
 are independent engines: there is no coupled data parallelism whose ranks hang when one
-finishes early. Scoring runs as Ray tasks on the driver's node (the generations files are
-written there; nothing needs a shared filesystem except the model weights on every node).
+finishes early. Scoring runs in one grader actor (`distributed.Grader`, its warm sandbox's
+``--workers`` processes) on the driver's node, where the generations files and reports are written
+(nothing needs a shared filesystem except the model weights on every node). It asks Ray for no CPU:
+its sandbox processes are outside Ray's count anyway, and a grader waiting for a CPU the replicas
+hold would grade nothing until generation ends (the tail this pipelining removes).
 
 Without ``address`` a local cluster is started on 127.0.0.1 only and stopped at the end.
 """
@@ -17,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from opgen.infer.base import BackendError, EngineOptions
-from opgen.infer.distributed import ReplicaLost, ReplicaWorker, Task
+from opgen.infer.distributed import Grader, ReplicaLost, ReplicaWorker, Task
 
 PLACEMENT_TIMEOUT_S = 120
 
@@ -123,17 +126,20 @@ class RayPool:
             self.close()
             raise
         self._owner: dict = {}
-        self._score_fn = None
+        self.grader = None
 
     def submit(self, rid: int, task: Task):
         ref = self.actors[rid].run.remote(task)
         self._owner[ref] = rid
         return ref
 
-    def score(self, fn, *args):
-        if self._score_fn is None:
-            self._score_fn = self.ray.remote(num_cpus=1, max_retries=0)(_call)
-        return self._score_fn.options(scheduling_strategy=self._score_strategy).remote(fn, *args)
+    def start_grader(self, *args) -> None:
+        cls = self.ray.remote(max_restarts=0, max_task_retries=0)(Grader)
+        self.grader = cls.options(num_cpus=0, scheduling_strategy=self._score_strategy).remote(*args)
+
+    def grade(self, method: str, *args):
+        """A call of the grader actor (one at a time, in the order submitted: Ray's for one caller)."""
+        return getattr(self.grader, method).remote(*args)
 
     def wait(self, handles):
         done, _ = self.ray.wait(list(handles), num_returns=1)
@@ -145,6 +151,9 @@ class RayPool:
         try:
             return self.ray.get(handle)
         except (exc_types.RayActorError, exc_types.ActorDiedError) as exc:
+            if rid is None:
+                raise RuntimeError(f"the grader actor died ({type(exc).__name__}); the generations are kept: "
+                                   f"rerun with --resume") from None
             raise ReplicaLost(f"replica {rid} died: {type(exc).__name__}") from None
         except exc_types.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
@@ -159,6 +168,13 @@ class RayPool:
 
     def close(self) -> None:
         self.release()
+        if self.grader is not None:
+            try:
+                self.ray.wait([self.grader.close.remote()], timeout=30)
+                self.ray.kill(self.grader, no_restart=True)
+            except Exception:
+                pass
+            self.grader = None
         if self.started and self.ray.is_initialized():
             self.ray.shutdown()
             self.started = False
@@ -183,10 +199,6 @@ class RayPool:
             except Exception:
                 pass
             self.pg = None
-
-
-def _call(fn, *args):
-    return fn(*args)
 
 
 # ---------------------------------------------------------------- opgen build's shards as Ray tasks

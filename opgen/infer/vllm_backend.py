@@ -94,6 +94,9 @@ class VLLMBackend(Backend):
         except Exception as exc:  # engine start failures come as many exception types
             raise BackendError(f"vLLM could not start on {model}: {type(exc).__name__}: {exc}") from exc
         self._params_for: tuple[Sampling, object] | None = None
+        # only when given: an older vLLM's chat() may not know the argument
+        self._chat_kw = {"chat_template_kwargs": dict(options.chat_template_kwargs)} \
+            if options.chat_template_kwargs else {}
 
     def _params(self, sampling: Sampling):
         from vllm import SamplingParams
@@ -120,7 +123,7 @@ class VLLMBackend(Backend):
             try:
                 outputs = self.llm.chat(
                     [r.conversation() for r in batch], params, use_tqdm=False,
-                    add_generation_prompt=not continues, continue_final_message=continues,
+                    add_generation_prompt=not continues, continue_final_message=continues, **self._chat_kw,
                 )
             except ValueError as exc:  # vLLM validates every prompt first (e.g. longer than max_model_len)
                 keys = f"{batch[0].key}..{batch[-1].key}"

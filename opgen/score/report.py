@@ -11,13 +11,13 @@ import csv
 import io
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from opgen.score import metrics as M
-from opgen.score.grade import ERRORS, GroundTruthError, grade
+from opgen.score.grade import ERRORS, GroundTruthError, grade, load_truth
 from opgen.score.sandbox import Sandbox
 
 
@@ -60,11 +60,18 @@ def read_responses(path: Path, n_rows: int) -> dict[int, list[str]]:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ScoreInputError(f"{path}: cannot read ({exc})") from None
+    return parse_responses(text, n_rows, path)
+
+
+def parse_responses(text: str, n_rows: int, source: object) -> dict[int, list[str]]:
+    """`read_responses` of JSONL text already read; errors name ``source`` and the line. Lines end
+    at ``\n`` only: a response may hold U+2028, U+0085 ... unescaped (JSON allows them), and
+    ``str.splitlines`` would cut its line there."""
     out: dict[int, list[str]] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
-        where = f"{path}:{lineno}"
+        where = f"{source}:{lineno}"
         try:
             obj = json.loads(line)
         except ValueError as exc:
@@ -88,6 +95,15 @@ def read_responses(path: Path, n_rows: int) -> dict[int, list[str]]:
             raise ScoreInputError(f"{where}: needs 'response' (a string) or 'responses' (a list of strings)")
         out[index] = got
     return out
+
+
+def check_truths(data: Path, rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]]) -> None:
+    """Every answered row's ground truth must be readable (before anything is graded)."""
+    for index in sorted(answers):
+        try:
+            load_truth(rows[index].ground_truth)
+        except GroundTruthError as exc:
+            raise ScoreInputError(f"{data}: row {index}: {exc}") from None
 
 
 def _json_escape(err: UnicodeError) -> tuple[str, int]:
@@ -116,17 +132,18 @@ def _write_atomic(path: Path, data: bytes) -> None:
 _MEASURES = ("split", "family", "depth", "k", "condition", "structure", "answer_format", "target_op", "ops")
 
 
-def _jobs(rows: list[Row], responses: dict[int, list[str]]) -> Iterator[tuple[Row, int, str]]:
+def _jobs(rows: Sequence[Row] | Mapping[int, Row], responses: dict[int, list[str]]) -> Iterator[tuple[Row, int, str]]:
     for index in sorted(responses):
         for sample, text in enumerate(responses[index]):
             yield rows[index], sample, text
 
 
-def grade_records(rows: list[Row], answers: dict[int, list[str]], box: Sandbox, *, mode: str = "auto",
-                  policy: str = "output", group: str = "fraction", namespace: str = "strict",
+def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]], box: Sandbox, *,
+                  mode: str = "auto", policy: str = "output", group: str = "fraction", namespace: str = "strict",
                   static: bool = True) -> list[dict]:
     """One record per response (row order, then sample order), graded concurrently in ``box``:
-    the lines of ``scores.jsonl``, and what :func:`summarize` reads."""
+    the lines of ``scores.jsonl``, and what :func:`summarize` reads. ``rows`` is indexed by row
+    index: all of a file's rows, or (a mapping) those of ``answers`` only."""
     def one(job: tuple[Row, int, str]) -> dict:
         row, sample, text = job
         g = grade(row.ground_truth, text, policy=policy, group=group, mode=mode, sandbox=box, namespace=namespace,
@@ -144,22 +161,23 @@ def grade_records(rows: list[Row], answers: dict[int, list[str]], box: Sandbox, 
         return list(pool.map(one, _jobs(rows, answers)))
 
 
+# seconds a response's program may run (opgen score --timeout's default, and opgen eval's)
+TIMEOUT_S = 2.0
+
+
 def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", workers: int = 2,
                 policy: str = "output", group: str = "fraction", sandbox: Sandbox | None = None,
-                timeout_s: float = 2.0, plots: bool = True, namespace: str = "strict",
-                distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True) -> dict:
-    """Grade every response, write the report into ``out``, return the summary. ``static=False``
-    runs every program in the sandbox (see grade())."""
+                timeout_s: float = TIMEOUT_S, plots: bool = True, namespace: str = "strict",
+                distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
+                only: Collection[int] | None = None) -> dict:
+    """Grade every response (or those of rows ``only``), write the report into ``out``, return the
+    summary. ``static=False`` runs every program in the sandbox (see grade())."""
     data, responses, out = Path(data), Path(responses), Path(out)
     rows = read_rows(data)
     answers = read_responses(responses, len(rows))
-    for index in sorted(answers):
-        try:
-            from opgen.score.grade import load_truth
-
-            load_truth(rows[index].ground_truth)
-        except GroundTruthError as exc:
-            raise ScoreInputError(f"{data}: row {index}: {exc}") from None
+    if only is not None:
+        answers = {i: a for i, a in answers.items() if i in only}
+    check_truths(data, rows, answers)
     own = sandbox is None
     box = sandbox or Sandbox(workers=workers, timeout_s=timeout_s)
     try:
@@ -169,11 +187,24 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     finally:
         if own:
             box.close()
-    summary = summarize(records, n_rows=len(rows), answered=len(answers), distance_edges=distance_edges)
+    return write_records_report(out, records, n_rows=len(rows), answered=len(answers), data=data,
+                                responses=responses, isolation=level, mode=mode, policy=policy, group=group,
+                                namespace=namespace, static=static, plots=plots, distance_edges=distance_edges)
+
+
+def write_records_report(out: Path, records: list[dict], *, n_rows: int, answered: int, data: Path,
+                         responses: Path, isolation: str, mode: str = "auto", policy: str = "output",
+                         group: str = "fraction", namespace: str = "strict", static: bool = True,
+                         plots: bool = True, distance_edges: tuple[int, ...] = M.DISTANCE_EDGES) -> dict:
+    """The report of graded ``records`` (`grade_records`'s, in row then sample order) into ``out``:
+    ``scores.jsonl``, ``summary.csv``, plots, ``summary.json`` (last); returns the summary. What
+    `score_files` writes once it has graded; `opgen eval --executor ray` grades chunk by chunk
+    and writes a pass's report with it once the pass's records are in."""
+    summary = summarize(records, n_rows=n_rows, answered=answered, distance_edges=distance_edges)
     summary.update({"data_path": str(data), "responses_path": str(responses), "mode": mode, "policy": policy,
-                    "group": group, "namespace": namespace, "isolation": level, "static": static})
+                    "group": group, "namespace": namespace, "isolation": isolation, "static": static})
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    _write_report(out, lines, summary, plots)
+    _write_report(Path(out), lines, summary, plots)
     return summary
 
 
