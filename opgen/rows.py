@@ -21,7 +21,7 @@ import pyarrow as pa
 from opgen import __version__, ops
 from opgen import expr as E
 from opgen.formats import Formatter, SingleRenderer, ops_text, prepare, scan, text
-from opgen.generate.measure import call_distances, unchanged_calls
+from opgen.generate.measure import call_distances, task_unchanged_calls, unchanged_calls
 from opgen.resources import schema_path
 from opgen.tasks import Item
 
@@ -237,7 +237,7 @@ class RowBuffer:
         call_chars: list[int] = []
         call_tails: list[int] = []
         for t in tasks:
-            unchanged += unchanged_calls(t.program, t.input, t.output)
+            unchanged += task_unchanged_calls(t)
             identity += t.output == t.input
             for op, chars, tails in call_distances(t.program):
                 call_ops.append(op)
@@ -316,7 +316,8 @@ class RowBuffer:
             meta = item.meta or task.meta
             target, tail_chars, tail_calls = _probe_measures(meta) if meta else _NO_PROBE
             prompt, gt, answer = render(parts, x, out, sft)
-            unchanged = unchanged_calls(prog, x, out)
+            known = task.__dict__.get("_unchanged")  # measure.task_unchanged_calls, inlined
+            unchanged = unchanged_calls(prog, x, out) if known is None else known
             identity = int(out == x)
             rows_append((prompt, gt, answer, index, depth, k, ops_sorted, structure, 1, condition, "", row_id,
                          target, tail_chars, tail_calls, unchanged, identity, *dist))

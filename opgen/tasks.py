@@ -56,6 +56,15 @@ class Task:
         return f"{self.expr_text}\x00{self.input}"
 
 
+def with_unchanged(task: Task, unchanged: int) -> Task:
+    """``task``, noting ``measure.unchanged_calls(task.program, task.input)`` as counted by the
+    generator that drew it (on the way up its tree, or arithmetically for a call on ``x``), so the
+    builder need not walk the tree again. Not a field: equal tasks stay equal and hash equal
+    (tests/test_generate_trees.py checks the count against the reference row by row)."""
+    task.__dict__["_unchanged"] = unchanged
+    return task
+
+
 @dataclass(frozen=True)
 class Item:
     tasks: tuple[Task, ...]

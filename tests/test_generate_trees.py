@@ -69,6 +69,28 @@ def test_rows_drawn_in_bulk_are_the_rows_drawn_one_by_one(options):
     assert make(options).first_valid_many(37, 400) == one_by_one[37:400]
 
 
+@pytest.mark.parametrize("options", [
+    {"ops": "all", "depths": [1], "rows": 3000},
+    {"ops": "train", "depths": [1, 2], "rows": 3000},
+    {"ops": "all", "depths": [1, 2, 3, 5, 8], "per_depth": 300},
+    {"ops": ["func_21", "func_2", "func_7"], "depths": [1, 2, 3], "per_depth": 500, "alphabet": "abe"},
+    {"ops": "all", "depths": [2, 4], "per_depth": 300, "require_effect": True},
+])
+def test_the_unchanged_count_noted_while_drawing_is_the_measure_row_by_row(options):
+    from opgen.generate.measure import task_unchanged_calls, unchanged_calls
+
+    gen = make(options)
+    n = gen.count()
+    rows = [item for _, item in gen.first_valid_many(0, n)] + [make(options).first_valid(i)[1] for i in range(n)]
+    noted = [item.tasks[0].__dict__.get("_unchanged") for item in rows]
+    assert None not in noted  # every path notes it: bulk calls on x, bulk trees, rows one by one
+    truth = [unchanged_calls(t.program, t.input) for t in (item.tasks[0] for item in rows)]
+    assert noted == truth
+    assert [task_unchanged_calls(item.tasks[0]) for item in rows] == truth
+    if not options.get("require_effect"):
+        assert any(truth) and 0 in truth  # both kinds of row occur
+
+
 def test_bulk_rows_report_an_impossible_row_like_single_rows():
     options = {"ops": ["func_1"], "depths": [1], "rows": 3, "max_output_chars": 2, "max_attempts": 5}
     with pytest.raises(G.GeneratorError) as single:

@@ -54,6 +54,13 @@ def unchanged_calls(program: E.Expr, x: str, output: str | None = None) -> int:
 _FNS = {op.id: op.fn for op in ops.OPERATORS}
 
 
+def task_unchanged_calls(task) -> int:
+    """:func:`unchanged_calls` of a task: the count its generator noted when drawing it
+    (``tasks.with_unchanged``), else the walk."""
+    known = task.__dict__.get("_unchanged")
+    return unchanged_calls(task.program, task.input, task.output) if known is None else known
+
+
 def changes_every_call(program: E.Expr, x: str, output: str | None = None) -> bool:
     """``require_effect``: every operator call changes its first argument."""
     return unchanged_calls(program, x, output) == 0

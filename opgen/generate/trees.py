@@ -32,7 +32,7 @@ from opgen.generate import (
     text_vectorizer,
 )
 from opgen.rng import LOWERCASE, CounterRng, Rng, counter_blocks, counter_key
-from opgen.tasks import Item, Task
+from opgen.tasks import Item, Task, with_unchanged
 
 _P = {"type": "number", "minimum": 0, "maximum": 1}
 
@@ -63,6 +63,7 @@ class Trees(Generator):
     def __init__(self, options, ctx):
         super().__init__(options, ctx)
         o = self.options
+        self._same = 0  # calls that returned their argument unchanged in the tree _detail is drawing
         self.plan = DepthPlan(self)
         self.op_ids = self.op_set(o["ops"], "ops")
         members = [ops.get(op_id) for op_id in self.op_ids]
@@ -128,10 +129,12 @@ class Trees(Generator):
             if params is None:
                 params = sample_params(op, rng)
                 on_x = None
-            inner, value = self._detail(rng, kinds, x)
+            inner, arg = self._detail(rng, kinds, x)
             node = on_x if on_x is not None and inner is _X else E.Call(op.id, (inner,), params)
-            _precheck(node, (value,), max_len)
-            value = op.fn(value, *params)
+            _precheck(node, (arg,), max_len)
+            value = op.fn(arg, *params)
+            if value == arg:  # measure.unchanged_calls, counted on the way up (tested equal)
+                self._same += 1
         elif kind == _LEAF_LIT:
             value = self._literal(rng)
             node = E.Lit(value)
@@ -144,6 +147,8 @@ class Trees(Generator):
             left, lv = self._detail(rng, kinds, x)
             right, rv = self._detail(rng, kinds, x)
             node, value = E.Call(op.id, (left, right), ()), op.fn(lv, rv)
+            if value == lv:
+                self._same += 1
         else:
             name = self.methods[rng.below(len(self.methods))]
             inner, value = self._detail(rng, kinds, x)
@@ -299,10 +304,11 @@ class Trees(Generator):
                         value = op.fn(x, *params)
                         if len(value) > max_len:
                             raise E.OutputTooLong(len(value), max_len)
-                        found = Item((Task(node, x, value),))
+                        found = Item((with_unchanged(Task(node, x, value), int(value == x)),))
                     else:
+                        self._same = 0
                         program, value = self._detail(CounterRng.resume(seed, tuple(first), 2), iter(shapes[shape]), x)
-                        found = Item((Task(program, x, value),))
+                        found = Item((with_unchanged(Task(program, x, value), self._same),))
                 except E.OutputTooLong:
                     rejections["output_too_long"] += 1
             out[i - start] = (jj, found) if found is not None else self._first_in(i, jj + 1, self.max_attempts)
@@ -312,11 +318,12 @@ class Trees(Generator):
         try:
             if len(x) > self.max_len:
                 raise E.OutputTooLong(len(x), self.max_len)
+            self._same = 0
             program, out = self._detail(rng, iter(kinds), x)
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
-        return Item((Task(program, x, out),))
+        return Item((with_unchanged(Task(program, x, out), self._same),))
 
     def _call_on_x(self, rng: Rng) -> Item | None:
         """``_details`` of the shape (operator call, x): the same draws in the same order."""
@@ -331,7 +338,7 @@ class Trees(Generator):
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
-        return Item((Task(node, x, value),))
+        return Item((with_unchanged(Task(node, x, value), int(value == x)),))
 
     def _call_table(self, p_parameterised: float) -> None:
         """One word picks a unary call: its operator and every integer/choice parameter at once.
