@@ -259,6 +259,9 @@ class AnswerFormat:
     structured: bool = False
     markers: tuple[str, ...] = ()
     recall_block: Callable[[str], str] | None = None  # one operator's recall block (teacher-forced prefixes)
+    # a forward format whose answer is a function of the output alone may say so: the single-row
+    # fast path then calls it without joining the program's code (gold must give the same text)
+    gold_of_output: Callable[[str], str] | None = None
 
 
 ANSWERS: dict[str, AnswerFormat] = {}
@@ -318,8 +321,12 @@ def _prose_gold(recall: tuple[str, ...], body: str, output: str) -> str:
     return lead + "\n\n```python\n" + body + "\n```"
 
 
-def _json_gold(recall: tuple[str, ...], body: str, output: str) -> str:
+def _json_gold_of_output(output: str) -> str:
     return '```json\n{"output": ' + _jstr(output) + "}\n```"
+
+
+def _json_gold(recall: tuple[str, ...], body: str, output: str) -> str:
+    return _json_gold_of_output(output)
 
 
 _RECALL = re.compile(r"^Recall (func_\d+): ([^\n]*)\n```python\n(.*?)```\n", re.S | re.M)
@@ -379,7 +386,8 @@ for _spec in (
     AnswerFormat("ra", "program", _RA_INSTRUCTION, _ra_gold, _ra_check, structured=True,
                  markers=(RECALL_HEADER, ASSEMBLE_HEADER), recall_block=recall_block),
     AnswerFormat("prose_code", "program", _PROSE_INSTRUCTION, _prose_gold, _prose_check),
-    AnswerFormat("json_output", "forward", _JSON_INSTRUCTION, _json_gold, _json_check),
+    AnswerFormat("json_output", "forward", _JSON_INSTRUCTION, _json_gold, _json_check,
+                 gold_of_output=_json_gold_of_output),
 ):
     register_answer_format(_spec)
 # the opening of a forward prompt, with and without the used operators' sources
@@ -544,6 +552,7 @@ class SingleRenderer:
         self._heads: dict[tuple[str, ...], str] = {}
         self._answer_heads: dict[tuple[str, ...], tuple[str, str]] = {}
         self.gold = fmt.answer_spec.gold
+        self.gold_of_output = fmt.answer_spec.gold_of_output
         # The prompt after the program: q1, the input's repr, q2 (forward: the repr again, q3).
         if self.mode == "forward":
             instruction = fmt.instruction
@@ -632,6 +641,8 @@ class SingleRenderer:
             return prompt, gt, None
         if parts.answer_head:
             return prompt, gt, ("", parts.answer_head, program + parts.answer_tail)
+        if self.gold_of_output is not None:
+            return prompt, gt, self.gold_of_output(out)
         return prompt, gt, self.gold(parts.recall, parts.code_head + program, out)
 
     def answer(self, t: OpsText, program: str, out: str) -> str:
