@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Union
 
@@ -43,8 +45,6 @@ PROMPTS: dict[str, PromptFormat] = {p.name: p for p in (
     PromptFormat("closed_book_forward", "forward", False, ("json_output",)),
 )}
 PROMPT_FORMATS = tuple(PROMPTS)
-ANSWER_FORMATS = ("ra", "prose_code", "json_output")
-COMPATIBLE = {p.name: p.answers for p in PROMPTS.values()}
 DEFAULT_ANSWER = {p.name: p.answers[0] for p in PROMPTS.values()}
 # placeholders a user's prompt template may hold (docs/formats.md, "Prompt templates")
 TEMPLATE_FIELDS = ("program", "input", "input_repr", "call")
@@ -93,6 +93,7 @@ def check_template(template: str) -> str | None:
 def check_pair(prompt_format: str, answer_format: str) -> None:
     if prompt_format not in COMPATIBLE:
         raise FormatError(f"unknown prompt format {prompt_format!r} (known: {', '.join(PROMPT_FORMATS)})")
+    answer_spec(answer_format)  # an unknown answer format raises, naming the known ones
     if answer_format not in COMPATIBLE[prompt_format]:
         raise FormatError(f"answer format {answer_format!r} does not go with prompt format {prompt_format!r} "
                           f"(use {' or '.join(COMPATIBLE[prompt_format])})")
@@ -101,10 +102,17 @@ def check_pair(prompt_format: str, answer_format: str) -> None:
 # ---------------------------------------------------------------- cached operator texts
 
 
+# The recall-then-assemble structure's markers (the ``ra`` format's): a recall block's header is
+# RECALL_HEADER.format(op=...) then the gloss; the program follows a line ASSEMBLE_HEADER.
+# opgen/score/parse.py reads them leniently; decomposed inference stops and prefixes with them.
+RECALL_HEADER = "Recall {op}:"
+ASSEMBLE_HEADER = "Assemble:"
+
+
 @functools.cache
 def recall_block(op_id: str) -> str:
     op = ops.get(op_id)
-    return f"Recall {op.id}: {op.gloss}\n```python\n{op.source}```\n"
+    return f"{RECALL_HEADER.format(op=op.id)} {op.gloss}\n```python\n{op.source}```\n"
 
 
 @functools.lru_cache(maxsize=65536)
@@ -223,8 +231,165 @@ _PROSE_INSTRUCTION = (
     "block holding the definition of every library function it calls and {entries}."
 )
 _JSON_INSTRUCTION = 'Answer with a ```json block holding {{"output": <the string {call} returns>}}.'
-# the instruction of a program-mode prompt, per answer format (forward prompts end in _JSON_INSTRUCTION)
-_PROGRAM_INSTRUCTIONS = {"ra": _RA_INSTRUCTION, "prose_code": _PROSE_INSTRUCTION}
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """What an answer format is, in one place: every renderer, validate, the scorer, decomposed
+    inference and the probes read these facts, never the format's name, so a new format is one
+    :func:`register_answer_format` call and an unknown name raises (:func:`answer_spec`).
+
+    ``gold(recall, body, output)``: the gold answer from the recalled operators (recall order),
+    the program's code (:func:`code_body`: sources, a blank line, the entry points) and, for a
+    forward row, the output. A program format's answer must not depend on ``output`` and must hold
+    ``body`` once, so the single-row fast path caches the text around it per operator tuple.
+    ``check(text, gt)``: validate's strict check of a gold answer ("" when it holds).
+    ``structured``: the scorer counts an answer as well formatted only when its program is the
+    ``Assemble:`` block (:data:`ASSEMBLE_HEADER`), not just the last code block.
+    ``markers``: the structure's header lines, as written (decomposed inference prefixes and stops
+    with them; opgen/score/parse.py's linear scanner reads the same words leniently).
+    ``recall_block(op)``: one operator's recall block, which a probe's teacher-forced prefix holds.
+    """
+
+    name: str
+    mode: str  # "program" or "forward": the prompt formats it goes with (PromptFormat.mode)
+    instruction: str  # program: a template of {entries}; forward: of {call}
+    gold: Callable[[tuple[str, ...], str, str], str]
+    check: Callable[[str, dict], str]
+    structured: bool = False
+    markers: tuple[str, ...] = ()
+    recall_block: Callable[[str], str] | None = None  # one operator's recall block (teacher-forced prefixes)
+    # a forward format whose answer is a function of the output alone may say so: the single-row
+    # fast path then calls it without joining the program's code (gold must give the same text)
+    gold_of_output: Callable[[str], str] | None = None
+
+
+ANSWERS: dict[str, AnswerFormat] = {}
+ANSWER_FORMATS: tuple[str, ...] = ()
+COMPATIBLE: dict[str, tuple[str, ...]] = {}
+
+
+def _sync() -> None:
+    # A prompt format takes its own listed answers (the default first), then every other registered
+    # answer format of its mode, in registration order.
+    global ANSWER_FORMATS
+    ANSWER_FORMATS = tuple(ANSWERS)
+    COMPATIBLE.clear()
+    for p in PROMPTS.values():
+        listed = tuple(a for a in p.answers if a in ANSWERS)
+        COMPATIBLE[p.name] = listed + tuple(a.name for a in ANSWERS.values()
+                                            if a.mode == p.mode and a.name not in listed)
+
+
+def register_answer_format(spec: AnswerFormat) -> AnswerFormat:
+    """Add an answer format (a name taken raises): recipes, renderers, validate and grade accept it."""
+    if spec.name in ANSWERS:
+        raise FormatError(f"answer format {spec.name!r} is already registered")
+    if spec.mode not in ("program", "forward"):
+        raise FormatError(f"answer format {spec.name!r}: mode must be 'program' or 'forward', got {spec.mode!r}")
+    ANSWERS[spec.name] = spec
+    _sync()
+    return spec
+
+
+def unregister_answer_format(name: str) -> None:
+    answer_spec(name)
+    del ANSWERS[name]
+    _sync()
+
+
+def answer_spec(answer_format: str) -> AnswerFormat:
+    """The registered answer format of that name; an unknown name raises :class:`FormatError`."""
+    spec = ANSWERS.get(answer_format)
+    if spec is None:
+        raise FormatError(f"unknown answer format {answer_format!r} (known: {', '.join(ANSWER_FORMATS)})")
+    return spec
+
+
+def _ra_gold(recall: tuple[str, ...], body: str, output: str) -> str:
+    if not recall:
+        return ASSEMBLE_HEADER + "\n```python\n" + body + "\n```"
+    return _recall_all(recall) + "\n" + ASSEMBLE_HEADER + "\n```python\n" + body + "\n```"
+
+
+def _prose_gold(recall: tuple[str, ...], body: str, output: str) -> str:
+    if recall:
+        named = _and([f"{o} ({ops.get(o).gloss})" for o in recall])
+        lead = f"The program calls {named}. Here is the complete program with their definitions."
+    else:
+        lead = "The program calls no library function. Here it is."
+    return lead + "\n\n```python\n" + body + "\n```"
+
+
+def _json_gold_of_output(output: str) -> str:
+    return '```json\n{"output": ' + _jstr(output) + "}\n```"
+
+
+def _json_gold(recall: tuple[str, ...], body: str, output: str) -> str:
+    return _json_gold_of_output(output)
+
+
+_RECALL = re.compile(r"^Recall (func_\d+): ([^\n]*)\n```python\n(.*?)```\n", re.S | re.M)
+_ASSEMBLE = re.compile(r"^Assemble:\n```python\n(.*?)\n```\s*\Z", re.S | re.M)
+_JSON = re.compile(r"```json\n(.*?)\n```", re.S)
+_PYTHON = re.compile(r"```python\n(.*?)\n```", re.S)
+# These strict patterns run over gold answers opgen wrote itself (validate), never over model text.
+
+
+def check_code(code: str, gt: dict) -> str:
+    """That ``code`` defines every task's entry point as the row's program ("" when it does)."""
+    for t in gt["tasks"]:
+        try:
+            parsed = E.parse_program(code, t["entry"])
+        except E.ExprError as exc:
+            return f"answer code: {exc}"
+        if E.render(parsed) != t["expr"]:
+            return f"answer code's {t['entry']} is not the row's program"
+    return ""
+
+
+def _ra_check(text: str, gt: dict) -> str:
+    recalls = _RECALL.findall(text)
+    wanted: list[str] = []
+    for t in gt["tasks"]:
+        for o in t["ops"]:
+            if o not in wanted:
+                wanted.append(o)
+    got = [r[0] for r in recalls]
+    if wanted and got[-len(wanted):] != wanted:
+        return f"RA recall blocks {got} do not end with the operators in order of appearance {wanted}"
+    m = _ASSEMBLE.search(text)
+    if not m:
+        return "RA answer has no final Assemble: block"
+    return check_code(m.group(1), gt)
+
+
+def _prose_check(text: str, gt: dict) -> str:
+    blocks = _PYTHON.findall(text)
+    if len(blocks) != 1:
+        return f"prose_code answer has {len(blocks)} python blocks, expected 1"
+    return check_code(blocks[0], gt)
+
+
+def _json_check(text: str, gt: dict) -> str:
+    m = _JSON.search(text)
+    if not m:
+        return "json_output answer has no ```json block"
+    try:
+        value = json.loads(m.group(1))["output"]
+    except (ValueError, KeyError, TypeError):
+        return "json_output block is not {\"output\": ...}"
+    return "" if value == gt["tasks"][0]["output"] else "json_output value differs from the output"
+
+
+for _spec in (
+    AnswerFormat("ra", "program", _RA_INSTRUCTION, _ra_gold, _ra_check, structured=True,
+                 markers=(RECALL_HEADER, ASSEMBLE_HEADER), recall_block=recall_block),
+    AnswerFormat("prose_code", "program", _PROSE_INSTRUCTION, _prose_gold, _prose_check),
+    AnswerFormat("json_output", "forward", _JSON_INSTRUCTION, _json_gold, _json_check,
+                 gold_of_output=_json_gold_of_output),
+):
+    register_answer_format(_spec)
 # the opening of a forward prompt, with and without the used operators' sources
 _FORWARD_HEADS = {True: "Here is a Python program:\n\n```python\n",
                   False: ("Here is a Python program. The library functions it calls (func_N) are defined elsewhere "
@@ -238,8 +403,8 @@ class Formatter:
         self.prompt_format = prompt_format
         self.answer_format = answer_format
         self.mode = self.spec.mode
-        if self.mode == "program":
-            self.instruction = _PROGRAM_INSTRUCTIONS[answer_format]
+        self.answer_spec = answer_spec(answer_format)
+        self.instruction = self.answer_spec.instruction
         if template is not None:
             problem = check_template(template)
             if problem:
@@ -269,7 +434,7 @@ class Formatter:
             if item.is_group:
                 raise FormatError("forward rows hold one task (the answer is one output)")
             return (_FORWARD_HEADS[self.spec.shows_sources] + self.shown_code(p.recall, p.programs)
-                    + f"\n```\n\nWhat does {calls[0]} return? " + _JSON_INSTRUCTION.format(call=calls[0]))
+                    + f"\n```\n\nWhat does {calls[0]} return? " + self.instruction.format(call=calls[0]))
         what = "programs" if item.is_group else "program"
         run = f"It will be called as {calls[0]}." if len(calls) == 1 else f"They will be called as {_and(calls)}."
         instruction = self.instruction.format(entries=_and(list(entries)))
@@ -286,21 +451,7 @@ class Formatter:
     # ------------------------------------------------------------ gold answer
 
     def answer(self, item: Item, p: Prepared) -> str:
-        if self.answer_format not in ANSWER_FORMATS:  # pragma: no cover - check_pair guards
-            raise FormatError(f"unknown answer format {self.answer_format!r}")
-        if self.answer_format == "ra":
-            text = _recall_all(p.recall) + "\nAssemble:\n```python\n" + code_body(p.recall, p.programs) + "\n```"
-            if not p.recall:
-                text = "Assemble:\n```python\n" + code_body((), p.programs) + "\n```"
-        elif self.answer_format == "prose_code":
-            if p.recall:
-                named = _and([f"{o} ({ops.get(o).gloss})" for o in p.recall])
-                lead = f"The program calls {named}. Here is the complete program with their definitions."
-            else:
-                lead = "The program calls no library function. Here it is."
-            text = lead + "\n\n```python\n" + code_body(p.recall, p.programs) + "\n```"
-        else:
-            text = "```json\n" + json.dumps({"output": item.tasks[0].output}, ensure_ascii=False) + "\n```"
+        text = self.answer_spec.gold(p.recall, code_body(p.recall, p.programs), item.tasks[0].output)
         prefix = item.assistant_prefix
         if prefix and not text.startswith(prefix):
             # A teacher-forced prefix (probe 1b) precedes the regular answer, which continues it.
@@ -379,8 +530,10 @@ class ProgramParts(NamedTuple):
     g2: str  # ground truth from the task's ops to ref_code's text
     jhead: str  # ref_code's escaped sources (no closing quote)
     jprog: str  # ref_code's escaped program, with its closing quote
-    answer_head: str  # the gold program answer before the program ("" for json_output)
+    answer_head: str  # the gold program answer before the program ("" for a forward format)
     code_head: str = ""  # the used sources and a blank line (OpsText.code_head), for prompt templates
+    answer_tail: str = ""  # the gold program answer after the program
+    recall: tuple[str, ...] = ()  # the operators, in recall order
 
 
 class SingleRenderer:
@@ -397,13 +550,16 @@ class SingleRenderer:
         self.gt_head = f'{{"mode": "{fmt.mode}", "tasks": [{{"entry": "main_solution", "expr": '
         self.tail = "\n\n" + fmt.instruction.format(entries="main_solution") if fmt.mode == "program" else ""
         self._heads: dict[tuple[str, ...], str] = {}
-        self._answer_heads: dict[tuple[str, ...], str] = {}
+        self._answer_heads: dict[tuple[str, ...], tuple[str, str]] = {}
+        self.gold = fmt.answer_spec.gold
+        self.gold_of_output = fmt.answer_spec.gold_of_output
         # The prompt after the program: q1, the input's repr, q2 (forward: the repr again, q3).
         if self.mode == "forward":
-            at = _JSON_INSTRUCTION.index("{call}")
+            instruction = fmt.instruction
+            at = instruction.index("{call}")
             self.q1 = "\n```\n\nWhat does main_solution("
-            self.q2 = ") return? " + _JSON_INSTRUCTION[:at].replace("{{", "{") + "main_solution("
-            self.q3: str | None = ")" + _JSON_INSTRUCTION[at + 6:].replace("}}", "}")
+            self.q2 = ") return? " + instruction[:at].replace("{{", "{") + "main_solution("
+            self.q3: str | None = ")" + instruction[at + 6:].replace("}}", "}")
         else:
             self.q1, self.q2, self.q3 = "\n```\n\nIt will be called as main_solution(", ")." + self.tail, None
 
@@ -429,7 +585,7 @@ class SingleRenderer:
             return self.fmt.templated((t.code_head + program) if self.fmt.spec.shows_sources else program, x)
         if self.mode == "forward":
             return (self.head(t) + program + f"\n```\n\nWhat does {call} return? "
-                    + _JSON_INSTRUCTION.format(call=call))
+                    + self.fmt.instruction.format(call=call))
         return self.head(t) + program + f"\n```\n\nIt will be called as {call}." + self.tail
 
     def ground_truth(self, t: OpsText, expr: str, program: str, depth: int, x: str, out: str) -> str:
@@ -442,13 +598,25 @@ class SingleRenderer:
         """Every fragment of a row that depends only on its program, for :meth:`render`."""
         g0 = f'{self.gt_head}{_jstr(expr)}, "input": '
         g2 = f', "ops": {t.ops_json}, "depth": {depth}}}], "ops": {t.sorted_json}, "ref_code": '
-        answer_head = self._answer_heads.get(t.recall)
-        if answer_head is None:
-            # the answer is its head, the program, then "\n```" for both program formats
-            answer_head = "" if self.fmt.answer_format == "json_output" else self.answer(t, "", "")[:-4]
-            self._answer_heads[t.recall] = answer_head
-        return ProgramParts(self.head(t), program, g0, g2, t.jcode_head, _jstr(program + "\n")[1:], answer_head,
-                            t.code_head)
+        around = self._answer_heads.get(t.recall)
+        if around is None:
+            around = self._answer_around(t)
+            self._answer_heads[t.recall] = around
+        return ProgramParts(self.head(t), program, g0, g2, t.jcode_head, _jstr(program + "\n")[1:], around[0],
+                            t.code_head, around[1], t.recall)
+
+    def _answer_around(self, t: OpsText) -> tuple[str, str]:
+        """A program format's gold answer around the program, (head, tail), for this operator tuple;
+        ("", "") for a forward format (its answer is made per row from the output)."""
+        if self.mode == "forward":
+            return "", ""
+        mark = "\x00PROGRAM\x00"
+        whole = self.answer(t, mark, "")
+        head, found, tail = whole.partition(mark)
+        if not found or mark in tail or not head:  # pragma: no cover - AnswerFormat.gold's contract
+            raise FormatError(f"answer format {self.fmt.answer_format!r}: a program answer must hold the "
+                              "program once, after some text")
+        return head, tail
 
     def render(self, parts: ProgramParts, x: str, out: str, sft: bool) -> tuple[Text, Text, Text | None]:
         """(prompt, ground truth, gold answer or None): what prompt/ground_truth/answer write, from parts.
@@ -472,22 +640,10 @@ class SingleRenderer:
         if not sft:
             return prompt, gt, None
         if parts.answer_head:
-            return prompt, gt, ("", parts.answer_head, f"{program}\n```")
-        return prompt, gt, '```json\n{"output": ' + jout + "}\n```"
+            return prompt, gt, ("", parts.answer_head, program + parts.answer_tail)
+        if self.gold_of_output is not None:
+            return prompt, gt, self.gold_of_output(out)
+        return prompt, gt, self.gold(parts.recall, parts.code_head + program, out)
 
     def answer(self, t: OpsText, program: str, out: str) -> str:
-        af = self.fmt.answer_format
-        if af == "json_output":
-            return '```json\n{"output": ' + _jstr(out) + "}\n```"
-        body = t.code_head + program
-        if af == "ra":
-            if not t.recall:
-                return "Assemble:\n```python\n" + body + "\n```"
-            return _recall_all(t.recall) + "\nAssemble:\n```python\n" + body + "\n```"
-        if t.recall:
-            named = _and([f"{o} ({ops.get(o).gloss})" for o in t.recall])
-            lead = f"The program calls {named}. Here is the complete program with their definitions."
-        else:
-            lead = "The program calls no library function. Here it is."
-        return lead + "\n\n```python\n" + body + "\n```"
-
+        return self.gold(t.recall, t.code_head + program, out)

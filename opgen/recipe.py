@@ -107,9 +107,17 @@ class Recipe:
                 "splits": {s.name: s.resolved() for s in self.splits}}
 
 
-@functools.cache
 def _schema() -> dict:
-    return json.loads(schema_path("recipe.schema.json").read_text())
+    # The file lists the built-in answer formats (tests/test_formats.py keeps it equal to the
+    # registry); a format registered at run time (opgen.formats.register_answer_format) is allowed too.
+    return _schema_for(formats.ANSWER_FORMATS)
+
+
+@functools.cache
+def _schema_for(answer_formats: tuple[str, ...]) -> dict:
+    schema = json.loads(schema_path("recipe.schema.json").read_text())
+    schema["$defs"]["split"]["properties"]["answer_format"]["enum"] = list(answer_formats)
+    return schema
 
 
 def _validator():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,52 +152,10 @@ def _check_parsed(row: dict, gt: dict, kind: str) -> str:
     return ""
 
 
-_RECALL = re.compile(r"^Recall (func_\d+): ([^\n]*)\n```python\n(.*?)```\n", re.S | re.M)
-_ASSEMBLE = re.compile(r"^Assemble:\n```python\n(.*?)\n```\s*\Z", re.S | re.M)
-_JSON = re.compile(r"```json\n(.*?)\n```", re.S)
-
-
 def check_answer(text: str, answer_format: str, gt: dict) -> str:
-    """That a gold answer re-parses per docs/contracts.md and its code is the row's program."""
-    if answer_format == "json_output":
-        m = _JSON.search(text)
-        if not m:
-            return "json_output answer has no ```json block"
-        try:
-            value = json.loads(m.group(1))["output"]
-        except (ValueError, KeyError, TypeError):
-            return "json_output block is not {\"output\": ...}"
-        return "" if value == gt["tasks"][0]["output"] else "json_output value differs from the output"
-    if answer_format == "prose_code":
-        blocks = re.findall(r"```python\n(.*?)\n```", text, re.S)
-        code = blocks[0] if len(blocks) == 1 else None
-        if code is None:
-            return f"prose_code answer has {len(blocks)} python blocks, expected 1"
-    else:
-        recalls = _RECALL.findall(text)
-        wanted = []
-        for t in gt["tasks"]:
-            for o in t["ops"]:
-                if o not in wanted:
-                    wanted.append(o)
-        got = [r[0] for r in recalls]
-        if wanted and got[-len(wanted):] != wanted:
-            return f"RA recall blocks {got} do not end with the operators in order of appearance {wanted}"
-        m = _ASSEMBLE.search(text)
-        if not m:
-            return "RA answer has no final Assemble: block"
-        code = m.group(1)
-    for t in gt["tasks"]:
-        try:
-            parsed = E.parse_program(code, t["entry"])
-        except E.ExprError as exc:
-            return f"answer code: {exc}"
-        if E.render(parsed) != t["expr"]:
-            return f"answer code's {t['entry']} is not the row's program"
-    return ""
-
-
-# ---------------------------------------------------------------- foreign rows (sandboxed)
+    """That a gold answer re-parses per docs/contracts.md and its code is the row's program (the
+    answer format's strict check, :attr:`opgen.formats.AnswerFormat.check`)."""
+    return formats.answer_spec(answer_format).check(text, gt)
 
 
 def sandbox_runner(workers: int = 2, timeout_s: float = 5.0) -> Callable[[list[tuple[str, str, tuple]]], list]:

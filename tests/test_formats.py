@@ -10,7 +10,7 @@ from opgen import expr as E
 from opgen import formats as F
 from opgen import generate as G
 from opgen import ops
-from opgen.rows import RowBuffer, RowSpec, structure_of
+from opgen.rows import RowBuffer, RowRecord, RowSpec, structure_of
 from opgen.tasks import Item, Task
 from opgen.validate import check_answer
 
@@ -141,6 +141,8 @@ def test_single_task_fast_path_writes_the_same_row_as_the_generic_renderer(pf, a
             for i, item in enumerate(items):
                 assert fast.add(i, item) == slow._add_general(i, item)
                 assert _texts_joined(fast.rows[-1]) == slow.rows[-1]
+                assert type(slow.rows[-1]) is RowRecord and len(fast.rows[-1]) == len(RowRecord._fields)
+                assert RowRecord._make(_texts_joined(fast.rows[-1]))._asdict() == slow.rows[-1]._asdict()
             assert fast.table().equals(slow.table())
 
 

@@ -47,7 +47,9 @@ DEFAULT_TARGETS = {
 def recall_prefix(op_ids: Sequence[str]) -> str:
     """The RA recall blocks of ``op_ids`` exactly as the renderer writes them, each followed by the
     blank line that precedes the next block: the gold answer continues with the target's block."""
-    return "".join(F.recall_block(o) + "\n" for o in op_ids)
+    block = F.answer_spec("ra").recall_block
+    assert block is not None
+    return "".join(block(o) + "\n" for o in op_ids)
 
 
 def measures(program: E.Expr, target: str) -> dict[str, object]:

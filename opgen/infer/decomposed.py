@@ -14,11 +14,13 @@ import json
 import re
 
 from opgen import expr
+from opgen import formats as F
 from opgen.infer.base import LENGTH, STOP, Generation, Request, Sampling
 from opgen.infer.run import Plan, Row
 
-# A recall ends where the model would start the next block of the RA format.
-RECALL_STOP = ("\nRecall ", "\nAssemble:")
+# The answer written is the RA format's; a recall ends where the model would start its next block.
+_RECALL_HEADER, _ASSEMBLE_HEADER = F.answer_spec("ra").markers  # "Recall {op}:", "Assemble:"
+RECALL_STOP = ("\n" + _RECALL_HEADER.split("{", 1)[0], "\n" + _ASSEMBLE_HEADER)
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -44,7 +46,7 @@ def needed_ops(tasks: list[dict]) -> list[str]:
 
 
 def recall_prefix(op: str) -> str:
-    return f"Recall {op}:"
+    return _RECALL_HEADER.format(op=op)
 
 
 def definition_of(recall_text: str) -> str | None:
@@ -69,7 +71,7 @@ def assemble(tasks: list[dict], recalls: list[tuple[str, str]]) -> str:
             definitions.append(code)
     entries = [f"def {t.get('entry', 'main_solution')}(x):\n    return {t['expr']}" for t in tasks]
     program = "\n\n".join(definitions + entries)
-    parts.append(f"Assemble:\n```python\n{program}\n```")
+    parts.append(f"{_ASSEMBLE_HEADER}\n```python\n{program}\n```")
     return "\n".join(parts)
 
 

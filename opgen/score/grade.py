@@ -10,6 +10,7 @@ import json
 import threading
 from dataclasses import dataclass
 
+from opgen import formats as F
 from opgen.score import diagnose as D
 from opgen.score import parse as P
 from opgen.score import static as S
@@ -203,7 +204,10 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
             main = [_native_status(r, D.native_names()) for r in main]
     else:
         main = [Result("no_answer", None, "no code block defines " + ", ".join(entries))] * len(entries)
-    ra_wanted = answer_format == "ra" or (answer_format == "" and (answer.recalls or answer.has_assemble))
+    # A structured format (recall-then-assemble) is well formed only with its Assemble block; a row
+    # without a format (native rows) is held to it when the answer shows the structure.
+    ra_wanted = (answer.recalls or answer.has_assemble) if answer_format == "" else \
+        F.answer_spec(answer_format).structured
     result["format_ok"] = answer.code is not None and (not ra_wanted or answer.source == "assemble")
     result["recalls"] = [{"op": c.op, "verdict": c.verdict, "chimera_of": c.chimera_of, "detail": c.detail}
                          for c in report.checks]
