@@ -118,7 +118,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     from opgen.infer import evaluate as ev
     from opgen.infer.base import BackendError, EngineOptions, Sampling
     from opgen.infer.run import DataError, LogError
-    from opgen.score.report import ScoreInputError, missing_import_warning
+    from opgen.score.report import ScoreInputError
 
     if executor != "ray":
         given = [opt for opt, value in (("--ray-address", ray_address), ("--replicas", replicas),
@@ -184,11 +184,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
                 raise click.ClickException(f"{name}: {describe_os_error(exc, str(out_dir / name))}; metrics.json was "
                                            f"not written (generations so far are kept for --resume)") from None
             results.append(metrics)
-            click.echo(_summary_line(metrics))
-            for dn, entry in metrics["data"].items():
-                warning = missing_import_warning(entry.get("summary") or {})
-                if warning:
-                    click.echo(f"{name}: {dn}: {warning}", err=True)
+            _report(metrics)
     if len(results) > 1 and not no_score:
         from opgen import sweep
         try:
@@ -226,7 +222,7 @@ def _eval_ray(models, names, data_files, out_dir, cfg, opts) -> list[dict]:
     info = report.to_dict()
     ev.write_json_atomic(out_dir / "ray_report.json", info)
     for metrics in results:
-        click.echo(_summary_line(metrics))
+        _report(metrics)
     click.echo(f"ray: {len(info['replicas'])} replicas, {info['rows_generated']} rows in {info['generation_s']:.1f} s "
                f"({info['chunks']} chunks, {info['chunks_redone']} redone); replicas waited on scoring "
                f"{info['replicas_waiting_on_scoring_share']:.1%} of {info['wall_s']:.1f} s; {out_dir}/ray_report.json")
@@ -320,6 +316,17 @@ def _template_kwargs(pairs: tuple[str, ...], backend: str) -> tuple[tuple[str, o
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--chat-template-kwarg") from None
     return tuple(sorted(out.items()))
+
+
+def _report(metrics: dict) -> None:
+    """One model's summary line, and the scorer's missing-import warning per data file (both executors)."""
+    from opgen.score.report import missing_import_warning
+
+    click.echo(_summary_line(metrics))
+    for dn, entry in metrics["data"].items():
+        warning = missing_import_warning(entry.get("summary") or {})
+        if warning:
+            click.echo(f"{metrics['model']}: {dn}: {warning}", err=True)
 
 
 def _summary_line(metrics: dict) -> str:
