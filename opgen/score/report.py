@@ -12,12 +12,12 @@ import io
 import json
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from opgen.score import metrics as M
-from opgen.score.grade import ERRORS, GroundTruthError, grade, load_truth
+from opgen.score.batch import Item, grade_many
+from opgen.score.grade import ERRORS, GroundTruthError, load_truth
 from opgen.score.sandbox import Sandbox
 
 
@@ -144,21 +144,21 @@ def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, li
     """One record per response (row order, then sample order), graded concurrently in ``box``:
     the lines of ``scores.jsonl``, and what :func:`summarize` reads. ``rows`` is indexed by row
     index: all of a file's rows, or (a mapping) those of ``answers`` only."""
-    def one(job: tuple[Row, int, str]) -> dict:
-        row, sample, text = job
-        g = grade(row.ground_truth, text, policy=policy, group=group, mode=mode, sandbox=box, namespace=namespace,
-                  static=static, answer_format=str(row.extra.get("answer_format", "") or ""),
-                  assistant_prefix=str(row.extra.get("assistant_prefix", "") or ""))
+    jobs = list(_jobs(rows, answers))
+    items = [Item(row.ground_truth, text, str(row.extra.get("answer_format", "") or ""),
+                  str(row.extra.get("assistant_prefix", "") or "")) for row, _, text in jobs]
+    grades = grade_many(items, sandbox=box, policy=policy, group=group, mode=mode, namespace=namespace,
+                        static=static)
+    records = []
+    for (row, sample, _), g in zip(jobs, grades):
         rec = {"index": row.position, "sample": sample}
         rec.update({k: row.extra.get(k, "") for k in _MEASURES})
         rec["scope"] = M.scope_of(rec["ops"])
         rec.update(M.row_measures(row.extra))
         rec["data_source"] = row.data_source
         rec.update(g)
-        return rec
-
-    with ThreadPoolExecutor(max(1, box.workers * 2)) as pool:
-        return list(pool.map(one, _jobs(rows, answers)))
+        records.append(rec)
+    return records
 
 
 # seconds a response's program may run (opgen score --timeout's default, and opgen eval's)

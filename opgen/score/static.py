@@ -39,6 +39,7 @@ from functools import cache, lru_cache
 
 from opgen import expr as E
 from opgen import ops
+from opgen.score import diagnose as D
 from opgen.score.sandbox import Result, Unit
 from opgen.score.worker import _classify
 
@@ -65,23 +66,39 @@ class _Decline(Exception):
 # ---------------------------------------------------------------- recognising definitions
 
 
-def _strip(node: ast.AST) -> ast.AST:
-    """Drop constant expression statements (docstrings included) from every body: they do nothing."""
+def _strip(node: ast.AST) -> list[tuple[list, list]]:
+    """Drop constant expression statements (docstrings included) from every body: they do nothing.
+    Returns what to give back to :func:`_unstrip` (``(body, its statements before)`` pairs)."""
+    saved = []
     for sub in ast.walk(node):
         for name in ("body", "orelse", "finalbody"):
             stmts = getattr(sub, name, None)
             if isinstance(stmts, list):
-                stmts[:] = [s for s in stmts if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-    return node
+                kept = [s for s in stmts if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                if len(kept) != len(stmts):
+                    saved.append((stmts, stmts[:]))
+                    stmts[:] = kept
+    return saved
+
+
+def _unstrip(saved: list[tuple[list, list]]) -> None:
+    for stmts, before in reversed(saved):
+        stmts[:] = before
 
 
 _PLACEHOLDER = "\0"
 
 
 def _body_key(fn: ast.FunctionDef) -> str:
-    """The definition's AST without its name and constant statements (mutates ``fn``)."""
-    fn.name = _PLACEHOLDER
-    return ast.dump(_strip(fn))
+    """The definition's AST without its name and constant statements (``fn`` is left as it was:
+    it is the program's own tree, which the structure check reads afterwards)."""
+    name, fn.name = fn.name, _PLACEHOLDER
+    saved = _strip(fn)
+    try:
+        return ast.dump(fn)
+    finally:
+        _unstrip(saved)
+        fn.name = name
 
 
 @cache
@@ -96,14 +113,18 @@ def _library() -> tuple[dict[str, str], dict[str, frozenset[str]]]:
 
 
 @cache
-def _verbatim(name: str) -> tuple[tuple[str, str], ...]:
-    """(exact source text, operator id) of every operator's source defined under ``name``, the
-    operator of that name first (the commonest case by far)."""
+def _verbatim(name: str) -> tuple[tuple[str, str, ast.FunctionDef], ...]:
+    """(exact source text, operator id, the text's parse) of every operator's source defined under
+    ``name``, the operator of that name first (the commonest case by far). The parsed definitions
+    are shared by every program that holds the text: nothing may change them."""
     out = []
     for op in sorted(ops.OPERATORS, key=lambda o: o.id != name):
         head = f"def {op.id}("
         assert op.source.startswith(head)
-        out.append((f"def {name}(" + op.source[len(head):], op.id))
+        text = f"def {name}(" + op.source[len(head):]
+        (fn,) = ast.parse(text).body
+        assert isinstance(fn, ast.FunctionDef)
+        out.append((text, op.id, fn))
     return tuple(out)
 
 
@@ -143,16 +164,12 @@ def _grammar_def(fn: ast.FunctionDef) -> _Grammar | None:
     return _Grammar(a.args[0].arg, body[0].value)
 
 
-def _bindings(code: str, entries: frozenset[str]) -> dict[str, str | _Grammar]:
-    """What each name of the program is bound to after it runs: an operator id (the body it holds)
-    or an entry's expression. Raises _Decline for anything else.
-
-    Leading exact library sources (the commonest case) are matched as text; the rest is parsed.
-    Text of complete top-level definitions followed by text whose first line is at column 0 (any
-    other start does not parse alone) tokenizes as the two parts one after the other, so the rest's
-    statements are the program's remaining statements.
-    """
+def _verbatim_prefix(code: str, verbatim: dict[int, tuple[str, str]] | None,
+                     ) -> tuple[dict[str, str | _Grammar], list[ast.stmt], int]:
+    """The leading exact library sources of ``code`` (blank lines between them): what they bind,
+    their shared definitions, and where the rest begins."""
     bound: dict[str, str | _Grammar] = {}
+    stmts: list[ast.stmt] = []
     pos, n = 0, len(code)
     while pos < n:
         if code[pos] == "\n":
@@ -164,13 +181,32 @@ def _bindings(code: str, entries: frozenset[str]) -> dict[str, str | _Grammar]:
         name = code[pos + 4:name_end] if name_end > 0 else ""
         if name not in ops.BY_ID:  # other names are parsed (and _verbatim's cache stays 25 entries)
             break
-        for text, body in _verbatim(name):
+        for text, body, fn in _verbatim(name):
             if code.startswith(text, pos):
                 bound[name] = body
+                stmts.append(fn)
+                if verbatim is not None:
+                    verbatim[id(fn)] = (name, body)
                 pos += len(text)
                 break
         else:
             break
+    return bound, stmts, pos
+
+
+def _bindings(code: str, entries: frozenset[str], verbatim: dict[int, tuple[str, str]] | None = None,
+              ) -> tuple[dict[str, str | _Grammar], list[ast.stmt]]:
+    """What each name of the program is bound to after it runs — an operator id (the body it holds)
+    or an entry's expression — and the program's top-level statements (its ``ast.parse``, line
+    numbers aside). Raises _Decline for anything else. ``verbatim`` collects the library's own
+    definitions matched as text: (name, operator) by node id.
+
+    Leading exact library sources (the commonest case) are matched as text; the rest is parsed.
+    Text of complete top-level definitions followed by text whose first line is at column 0 (any
+    other start does not parse alone) tokenizes as the two parts one after the other, so the rest's
+    statements are the program's remaining statements (tests/test_static.py compares the two trees).
+    """
+    bound, stmts, pos = _verbatim_prefix(code, verbatim)
     rest = code[pos:]
     if rest.strip():
         try:
@@ -179,6 +215,7 @@ def _bindings(code: str, entries: frozenset[str]) -> dict[str, str | _Grammar]:
             raise _Decline from None
         keys, _ = _library()
         for stmt in module.body:
+            stmts.append(stmt)
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
                 continue
             if not isinstance(stmt, ast.FunctionDef):
@@ -194,7 +231,7 @@ def _bindings(code: str, entries: frozenset[str]) -> dict[str, str | _Grammar]:
             if body is None:
                 raise _Decline
             bound[name] = body
-    return bound
+    return bound, stmts
 
 
 # ---------------------------------------------------------------- evaluating
@@ -418,20 +455,49 @@ def applies(sandbox: object) -> bool:
             and isinstance(getattr(sandbox, "max_output", None), int))
 
 
-def run_units(units: Sequence[Unit], sandbox: object) -> list[Result] | None:
-    """The results ``sandbox.run_units(units)`` would give, or None when that is not provable."""
+@dataclass(frozen=True)
+class Evaluation:
+    """What the static path proved of a response's units: the results ``sandbox.run_units`` would
+    give, and each unit's parse (``ast.parse`` of its code, line numbers aside; None for a unit
+    without calls). The trees hold shared nodes: read them, never change them."""
+
+    results: list[Result]
+    trees: list[ast.Module | None]
+    # The library's own definitions in the trees, matched as text: (name, operator) by node id.
+    verbatim: dict[int, tuple[str, str]]
+
+    def vouched(self, entry: str) -> frozenset[int]:
+        """The ids of the trees' library definitions that cannot rebind ``entry`` behind the tree's
+        back (``diagnose.rebinds_behind``, asked once per definition and entry name)."""
+        return frozenset(k for k, (name, body) in self.verbatim.items() if not _rebinds(name, body, entry))
+
+
+@lru_cache(maxsize=4096)  # entry names are the ground truth's (a few per dataset)
+def _rebinds(name: str, body: str, entry: str) -> bool:
+    fn = next(f for _, b, f in _verbatim(name) if b == body)
+    return D.rebinds_behind(fn, entry)
+
+
+def evaluate(units: Sequence[Unit], sandbox: object) -> Evaluation | None:
+    """The results ``sandbox.run_units(units)`` would give and the units' trees, or None when the
+    results are not provable (the response then goes to the sandbox)."""
     if not applies(sandbox):
         return None
     run = _Run(sandbox.max_output)  # type: ignore[attr-defined]
     plans = []
+    trees: list[ast.Module | None] = []
+    verbatim: dict[int, tuple[str, str]] = {}
     try:
         for unit in units:
             if not unit.calls:
+                trees.append(None)
                 continue
             if getattr(unit, "imports", ()):  # the native namespace: names bound before the program
                 return None
             entries = frozenset(e for e, _ in unit.calls if not _FUNC_NAME.match(e))
-            plans.append((_bindings(unit.code, entries), unit.calls))
+            bound, stmts = _bindings(unit.code, entries, verbatim)
+            plans.append((bound, unit.calls))
+            trees.append(ast.Module(body=stmts, type_ignores=[]))
         _, refs = _library()
         recursive = any(refs[b] for bound, _ in plans for b in bound.values() if isinstance(b, str))
         out: list[Result] = []
@@ -442,6 +508,12 @@ def run_units(units: Sequence[Unit], sandbox: object) -> list[Result] | None:
                 run.namespace(bound)
                 for call in calls:
                     out.append(run.result(call))
-        return out
+        return Evaluation(out, trees, verbatim)
     except (_Decline, RecursionError, MemoryError):
         return None
+
+
+def run_units(units: Sequence[Unit], sandbox: object) -> list[Result] | None:
+    """The results ``sandbox.run_units(units)`` would give, or None when that is not provable."""
+    done = evaluate(units, sandbox)
+    return None if done is None else done.results

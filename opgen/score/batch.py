@@ -1,0 +1,270 @@
+"""Grade many responses at once: the static path on a pool of grading processes, the rest in the sandbox.
+
+:func:`grade` holds the GIL for all of its parsing and static evaluation, so threads grade at most
+one core's worth of responses. :func:`grade_many` hands the batch to a pool of trusted grading
+processes (opgen's own code only: no model code is ever run or compiled there) that grade each
+response with the static path alone; whatever the static path cannot prove comes back unanswered
+and is graded here, in this process's threads, through the real sandbox as :func:`grade` always
+does. Every grade is the one :func:`grade` gives (tests/test_batch.py compares them): the pool's
+processes see the sandbox's limits, and a verdict only ever comes from their own computation.
+
+The pool starts on first use (fresh interpreters, ``python -m opgen.score.batch``: nothing of this
+process's threads, locks or ``__main__`` is inherited) and is reused; ``OPGEN_GRADE_PROCESSES``
+(or ``processes=``) sets its size, 0 grades everything in this process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, TypeVar
+
+from opgen.score.grade import grade
+from opgen.score.sandbox import Sandbox
+
+T = TypeVar("T")
+
+# Below this many responses a batch is graded in this process: shipping it costs more than it saves.
+MIN_BATCH = 64
+# Responses per message to a grading process: large enough that the round trip is a small share.
+CHUNK = 128
+
+
+@dataclass(frozen=True)
+class Item:
+    """One response to grade, with the row's fields that :func:`grade` reads."""
+
+    ground_truth: dict | str
+    response: str
+    answer_format: str = ""
+    assistant_prefix: str = ""
+
+
+class _NeedsSandbox(Exception):
+    """The static path declined: the response must run."""
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """What the static path reads of a sandbox (``static.applies``); running anything raises."""
+
+    timeout_s: float
+    memory_mb: int
+    max_output: int
+
+    def run_units(self, units: object) -> list:
+        raise _NeedsSandbox
+
+
+def default_processes() -> int:
+    """``OPGEN_GRADE_PROCESSES`` when set, else one grading process per CPU (at most 8)."""
+    raw = os.environ.get("OPGEN_GRADE_PROCESSES", "")
+    if raw.strip():
+        try:
+            n = int(raw)
+        except ValueError:
+            raise ValueError(f"OPGEN_GRADE_PROCESSES must be a whole number, got {raw!r}") from None
+        if n < 0:
+            raise ValueError(f"OPGEN_GRADE_PROCESSES must be >= 0, got {n}")
+        return n
+    return min(8, os.cpu_count() or 1)
+
+
+def _warm() -> None:
+    # The library's parsed sources and compiled bodies, once per process rather than per batch.
+    from opgen.score import static as S
+
+    S._library()
+
+
+def _static_chunk(items: list[Item], limits: _Limits, options: dict) -> list[dict | None]:
+    """Runs in a grading process: each item's grade, or None where it needs the sandbox (or
+    raised: the caller then grades it itself, and raises the same error there)."""
+    out: list[dict | None] = []
+    for item in items:
+        try:
+            out.append(grade(item.ground_truth, item.response, sandbox=limits,  # type: ignore[arg-type]
+                             answer_format=item.answer_format, assistant_prefix=item.assistant_prefix, **options))
+        except Exception:  # _NeedsSandbox, or an error the caller's own grade() will raise
+            out.append(None)
+    return out
+
+
+class _Grader:
+    """One grading process (``python -m opgen.score.batch``), serving one chunk at a time over its
+    pipes: length-prefixed pickles both ways, between two processes that run opgen's code only."""
+
+    def __init__(self) -> None:
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])  # opgen importable as this process has it
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.proc = subprocess.Popen([sys.executable, "-m", "opgen.score.batch"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def call(self, payload: tuple) -> list[dict | None]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        _send(self.proc.stdin, payload)
+        got = _receive(self.proc.stdout)
+        if not isinstance(got, list):
+            raise EOFError("the grading process stopped")
+        return got
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _send(stream: BinaryIO, obj: object) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: BinaryIO) -> object:
+    head = stream.read(8)
+    if len(head) < 8:
+        return None
+    (n,) = struct.unpack("<Q", head)
+    data = stream.read(n)
+    if len(data) < n:
+        return None
+    return pickle.loads(data)
+
+
+def _serve() -> None:
+    """The grading process's loop: chunks in on stdin, grades out on stdout, until stdin closes."""
+    # The replies go to a copy of the stdout pipe; anything else written to stdout goes to stderr.
+    stdout = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    _warm()
+    stdin = sys.stdin.buffer
+    while True:
+        request = _receive(stdin)
+        if request is None:
+            return
+        items, limits, options = request  # type: ignore[misc]
+        _send(stdout, _static_chunk(items, limits, options))
+
+
+class _Pool:
+    """The process's grading processes, started on first use, handed out first come first served."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.pid = size, os.getpid()
+        self.free: queue.Queue[_Grader] = queue.Queue()
+        for _ in range(size):
+            self.free.put(_Grader())
+
+    def call(self, payload: tuple) -> list[dict | None] | None:
+        """A chunk's grades from the next free grading process; None when that process failed
+        (it is replaced: the caller grades the chunk itself)."""
+        grader = self.free.get()
+        try:
+            return grader.call(payload)
+        except Exception:  # died, or wrote what is not a reply
+            grader.close()
+            grader = _Grader()
+            return None
+        finally:
+            self.free.put(grader)
+
+    def close(self) -> None:
+        while True:
+            try:
+                self.free.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+_pool: _Pool | None = None
+_pool_lock = threading.Lock()
+
+
+def _grading_pool(processes: int) -> _Pool:
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool.size != processes or _pool.pid != os.getpid():
+            if _pool is not None and _pool.pid == os.getpid():
+                _pool.close()
+            _pool = _Pool(processes)
+            atexit.register(_pool.close)
+        return _pool
+
+
+def close_pool() -> None:
+    """Stop the grading processes (they start again on the next batch)."""
+    global _pool
+    with _pool_lock:
+        if _pool is not None and _pool.pid == os.getpid():
+            _pool.close()
+        _pool = None
+
+
+def grade_many(items: Sequence[Item], *, sandbox: Sandbox, processes: int | None = None, static: bool = True,
+               own: Callable[[int], T] | None = None, answered: Callable[[int, dict], T] | None = None,
+               **options: object) -> list[T]:
+    """:func:`grade` of every item, in order, with ``sandbox`` and ``options`` (policy, group, mode,
+    diagnose, namespace): the static path's share on ``processes`` grading processes (default
+    :func:`default_processes`), the rest from ``2 x sandbox.workers`` threads here, each begun as
+    soon as its chunk comes back. ``own(i)`` grades item ``i`` here instead of :func:`grade` (and
+    ``answered(i, grade)`` turns a pool's grade into the same kind of value): the verl entry point
+    returns its own dicts."""
+    n_proc = default_processes() if processes is None else int(processes)
+    options = dict(options, static=static)
+    done: list = [None] * len(items)
+
+    def one(i: int) -> None:
+        if own is not None:
+            done[i] = own(i)
+            return
+        item = items[i]
+        done[i] = grade(item.ground_truth, item.response, sandbox=sandbox, answer_format=item.answer_format,
+                        assistant_prefix=item.assistant_prefix, **options)  # type: ignore[arg-type]
+
+    with ThreadPoolExecutor(max(1, 2 * sandbox.workers)) as threads:
+        if not (static and n_proc > 0 and len(items) >= MIN_BATCH):
+            list(threads.map(one, range(len(items))))
+            return done
+        limits = _Limits(sandbox.timeout_s, sandbox.memory_mb, sandbox.max_output)
+        size = max(16, min(CHUNK, -(-len(items) // (4 * n_proc))))
+        pool = _grading_pool(n_proc)
+        running: list[Future] = []
+        # The sandbox's share starts as soon as a chunk comes back, beside the chunks still out.
+        with ThreadPoolExecutor(n_proc) as senders:
+            calls = {senders.submit(pool.call, (list(items[k:k + size]), limits, options)): k
+                     for k in range(0, len(items), size)}
+            for fut in as_completed(calls):
+                start = calls[fut]
+                got = fut.result() or [None] * min(size, len(items) - start)
+                for k, g in enumerate(got):
+                    if g is None:
+                        running.append(threads.submit(one, start + k))
+                    else:
+                        done[start + k] = g if answered is None else answered(start + k, g)
+        for f in running:
+            f.result()  # an error grade() raised for a response is raised here, as grade() would
+    return done
+
+
+if __name__ == "__main__":
+    _serve()

@@ -1,0 +1,109 @@
+"""opgen.score.batch: the grading processes give exactly grade()'s grades, and fail safe."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from bench_score import mixed_rows, typical_rows  # noqa: E402
+
+from opgen.score import batch as B  # noqa: E402
+from opgen.score.grade import grade  # noqa: E402
+from opgen.score.sandbox import Sandbox  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def box():
+    with Sandbox(workers=2, timeout_s=1.0) as b:
+        yield b
+    B.close_pool()
+
+
+def _items(n: int, seed: int = 3) -> list[B.Item]:
+    rows = mixed_rows(typical_rows(n, seed=seed), timeouts=0.0, seed=seed)
+    items = [B.Item(gt, answer) for gt, answer in rows]
+    rng = random.Random(seed)
+    # forward rows and rows without an answer go through the pool too
+    for k in range(0, n, 17):
+        gt = dict(items[k].ground_truth, mode="forward")
+        out = gt["tasks"][0]["output"]
+        items[k] = B.Item(gt, rng.choice([f'{{"output": {out!r}}}'.replace("'", '"'), "no idea", ""]))
+    return items
+
+
+def test_the_pool_grades_as_grade_does(box):
+    items = _items(300)
+    want = [grade(i.ground_truth, i.response, sandbox=box) for i in items]
+    got = B.grade_many(items, sandbox=box, processes=2)
+    assert got == want
+    # and with other options, passed through to the processes
+    want = [grade(i.ground_truth, i.response, sandbox=box, policy="output_structure", group="all") for i in items]
+    assert B.grade_many(items, sandbox=box, processes=2, policy="output_structure", group="all") == want
+
+
+def test_the_pool_answers_what_the_static_path_proves(box, monkeypatch):
+    items = _items(200)
+    asked: list[int] = []
+    got = B.grade_many(items, sandbox=box, processes=2, own=lambda i: asked.append(i) or {"here": i},
+                       answered=lambda i, g: {"pool": i})
+    assert {k for k, g in enumerate(got) if "here" in g} == set(asked)
+    # canonical answers (70% of the mix) are proved; renamed and broken ones run here
+    assert 0.5 * len(items) < sum("pool" in g for g in got) < len(items)
+
+
+def test_small_batches_and_static_off_stay_in_this_process(box):
+    items = _items(100)
+    seen: list[int] = []
+    B.grade_many(items[:10], sandbox=box, processes=2, own=lambda i: seen.append(i) or {})
+    assert sorted(seen) == list(range(10))
+    seen.clear()
+    B.grade_many(items, sandbox=box, processes=2, static=False, own=lambda i: seen.append(i) or {})
+    assert sorted(seen) == list(range(100))
+
+
+def test_a_grading_process_that_dies_costs_only_time(box):
+    items = _items(200)
+    want = B.grade_many(items, sandbox=box, processes=0)
+    pool = B._grading_pool(2)
+    victims = list(pool.free.queue)
+    for g in victims:
+        g.proc.kill()
+        g.proc.wait()
+    assert B.grade_many(items, sandbox=box, processes=2) == want
+    assert all(g.alive() for g in pool.free.queue)  # replaced
+    assert B.grade_many(items, sandbox=box, processes=2) == want
+
+
+def test_errors_are_raised_as_grade_raises_them(box):
+    items = _items(100)
+    items[40] = B.Item({"tasks": []}, "x")
+    with pytest.raises(ValueError, match="tasks is empty"):
+        B.grade_many(items, sandbox=box, processes=2)
+
+
+def test_process_count_from_the_environment(monkeypatch):
+    monkeypatch.setenv("OPGEN_GRADE_PROCESSES", "3")
+    assert B.default_processes() == 3
+    monkeypatch.setenv("OPGEN_GRADE_PROCESSES", "many")
+    with pytest.raises(ValueError, match="OPGEN_GRADE_PROCESSES"):
+        B.default_processes()
+    monkeypatch.delenv("OPGEN_GRADE_PROCESSES")
+    assert B.default_processes() == min(8, os.cpu_count() or 1)
+
+
+def test_compute_score_batch_equals_compute_score_on_a_large_batch(monkeypatch):
+    from opgen.reward import compute_score, compute_score_batch
+
+    items = _items(150, seed=9)
+    sources = ["opgen"] * len(items)
+    texts = [i.response for i in items]
+    truths = [i.ground_truth for i in items]
+    for keys in ("full", "minimal"):
+        want = [compute_score(s, t, g, None, keys=keys) for s, t, g in zip(sources, texts, truths)]
+        assert compute_score_batch(sources, texts, truths, keys=keys) == want
