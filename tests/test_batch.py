@@ -107,3 +107,24 @@ def test_compute_score_batch_equals_compute_score_on_a_large_batch(monkeypatch):
     for keys in ("full", "minimal"):
         want = [compute_score(s, t, g, None, keys=keys) for s, t, g in zip(sources, texts, truths)]
         assert compute_score_batch(sources, texts, truths, keys=keys) == want
+
+
+def test_chunks_are_bounded_in_items_and_characters(monkeypatch):
+    monkeypatch.setattr(B, "CHUNK_CHARS", 100)
+    items = [B.Item({}, "x" * n) for n in (10, 60, 50, 5, 200, 1, 1, 1)]
+    assert B._chunks(items, 3) == [(0, 2), (2, 4), (4, 5), (5, 8)]
+    assert B._chunks([], 3) == []
+
+
+def test_a_grading_process_that_hangs_is_replaced(box, monkeypatch):
+    items = _items(100)
+    want = B.grade_many(items, sandbox=box, processes=0)
+    pool = B._grading_pool(2)
+    for g in list(pool.free.queue):
+        os.kill(g.proc.pid, 19)  # SIGSTOP: alive, and silent
+    monkeypatch.setattr(B, "CHUNK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(B, "ITEM_TIMEOUT_S", 0.0)
+    assert B.grade_many(items, sandbox=box, processes=2) == want
+    assert all(g.alive() for g in pool.free.queue)
+    monkeypatch.undo()
+    assert B.grade_many(items, sandbox=box, processes=2) == want

@@ -20,10 +20,12 @@ import contextlib
 import os
 import pickle
 import queue
+import select
 import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -37,8 +39,14 @@ T = TypeVar("T")
 
 # Below this many responses a batch is graded in this process: shipping it costs more than it saves.
 MIN_BATCH = 64
-# Responses per message to a grading process: large enough that the round trip is a small share.
+# Responses per message to a grading process: large enough that the round trip is a small share,
+# and at most CHUNK_CHARS characters of responses (a response may have up to 1,000,000).
 CHUNK = 128
+CHUNK_CHARS = 4_000_000
+# A grading process that has not answered a chunk by then is killed and replaced (its chunk is
+# graded here): its work is bounded (static.WORK_BUDGET per response), so only a fault gets there.
+CHUNK_TIMEOUT_S = 30.0
+ITEM_TIMEOUT_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -115,13 +123,40 @@ class _Grader:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def call(self, payload: tuple) -> list[dict | None]:
+    def call(self, payload: tuple, timeout_s: float) -> list[dict | None]:
+        """The grades of one chunk; raises when the process stopped, or gave no reply within
+        ``timeout_s`` (far beyond what its bounded work takes: only a fault gets there)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         _send(self.proc.stdin, payload)
-        got = _receive(self.proc.stdout)
-        if not isinstance(got, list):
-            raise EOFError("the grading process stopped")
+        deadline = time.monotonic() + timeout_s
+        (n,) = struct.unpack("<Q", self._read(8, deadline))
+        got = pickle.loads(self._read(n, deadline))
+        if not isinstance(got, list) or len(got) != len(payload[0]):
+            raise EOFError("the grading process gave no reply")
         return got
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        assert self.proc.stdout is not None
+        fd, parts, left = self.proc.stdout.fileno(), [], n
+        while left:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise TimeoutError("the grading process gave no reply in time")
+            part = os.read(fd, min(left, 1 << 20))
+            if not part:
+                raise EOFError("the grading process stopped")
+            parts.append(part)
+            left -= len(part)
+        return b"".join(parts)
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -180,9 +215,9 @@ class _Pool:
         (it is replaced: the caller grades the chunk itself)."""
         grader = self.free.get()
         try:
-            return grader.call(payload)
-        except Exception:  # died, or wrote what is not a reply
-            grader.close()
+            return grader.call(payload, CHUNK_TIMEOUT_S + ITEM_TIMEOUT_S * len(payload[0]))
+        except Exception:  # died, hung, or wrote what is not a reply
+            grader.kill()
             grader = _Grader()
             return None
         finally:
@@ -220,6 +255,20 @@ def close_pool() -> None:
         _pool = None
 
 
+def _chunks(items: Sequence[Item], size: int) -> list[tuple[int, int]]:
+    """(start, end) of consecutive chunks of at most ``size`` items and CHUNK_CHARS characters."""
+    out, start, chars = [], 0, 0
+    for i, item in enumerate(items):
+        n = len(item.response) if isinstance(item.response, str) else 0
+        if i > start and (i - start >= size or chars + n > CHUNK_CHARS):
+            out.append((start, i))
+            start, chars = i, 0
+        chars += n
+    if start < len(items):
+        out.append((start, len(items)))
+    return out
+
+
 def grade_many(items: Sequence[Item], *, sandbox: Sandbox, processes: int | None = None, static: bool = True,
                own: Callable[[int], T] | None = None, answered: Callable[[int, dict], T] | None = None,
                **options: object) -> list[T]:
@@ -251,11 +300,11 @@ def grade_many(items: Sequence[Item], *, sandbox: Sandbox, processes: int | None
         running: list[Future] = []
         # The sandbox's share starts as soon as a chunk comes back, beside the chunks still out.
         with ThreadPoolExecutor(n_proc) as senders:
-            calls = {senders.submit(pool.call, (list(items[k:k + size]), limits, options)): k
-                     for k in range(0, len(items), size)}
+            calls = {senders.submit(pool.call, (list(items[a:b]), limits, options)): (a, b)
+                     for a, b in _chunks(items, size)}
             for fut in as_completed(calls):
-                start = calls[fut]
-                got = fut.result() or [None] * min(size, len(items) - start)
+                start, end = calls[fut]
+                got = fut.result() or [None] * (end - start)
                 for k, g in enumerate(got):
                     if g is None:
                         running.append(threads.submit(one, start + k))
