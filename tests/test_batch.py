@@ -11,11 +11,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from bench_score import mixed_rows, typical_rows  # noqa: E402
+from bench_score import mixed_rows, typical_rows
 
-from opgen.score import batch as B  # noqa: E402
-from opgen.score.grade import grade  # noqa: E402
-from opgen.score.sandbox import Sandbox  # noqa: E402
+from opgen.score import batch as B
+from opgen.score.grade import grade
+from opgen.score.sandbox import Sandbox
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +128,35 @@ def test_a_grading_process_that_hangs_is_replaced(box, monkeypatch):
     assert all(g.alive() for g in pool.free.queue)
     monkeypatch.undo()
     assert B.grade_many(items, sandbox=box, processes=2) == want
+
+
+def test_opgen_score_writes_the_same_bytes_with_and_without_grading_processes(tmp_path):
+    """End to end through the CLI: a file of 96 responses (a batch for the pool) graded with
+    OPGEN_GRADE_PROCESSES=0 and =2 gives byte-identical artifacts."""
+    import json
+    import subprocess
+
+    import pyarrow.parquet as pq
+    from test_score_cli import RECIPE, gold, wrong
+
+    (tmp_path / "r.yaml").write_text(RECIPE)
+    subprocess.run([sys.executable, "-m", "opgen", "build", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "b"),
+                    "--workers", "1"], check=True, capture_output=True)
+    data = tmp_path / "b" / "heldout_trees.parquet"
+    rows = pq.read_table(data).to_pylist()
+    rpath = tmp_path / "r.jsonl"
+    rpath.write_text("".join(json.dumps({"index": i, "responses": [gold(r), wrong(r, gold(r)), "nothing"] * 2}) + "\n"
+                             for i, r in enumerate(rows)))
+    assert 6 * len(rows) >= B.MIN_BATCH
+    outs = []
+    for n in ("0", "2"):
+        out = tmp_path / f"o{n}"
+        proc = subprocess.run([sys.executable, "-m", "opgen", "score", "--data", str(data), "--responses", str(rpath),
+                               "--out", str(out)], capture_output=True, text=True,
+                              env={**os.environ, "OPGEN_GRADE_PROCESSES": n})
+        assert proc.returncode == 0, proc.stderr
+        outs.append(out)
+    for name in ("scores.jsonl", "summary.json", "summary.csv"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+    scores = [json.loads(line)["score"] for line in (outs[1] / "scores.jsonl").read_text().splitlines()]
+    assert scores.count(1.0) == 2 * len(rows)

@@ -140,15 +140,16 @@ def _jobs(rows: Sequence[Row] | Mapping[int, Row], responses: dict[int, list[str
 
 def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]], box: Sandbox, *,
                   mode: str = "auto", policy: str = "output", group: str = "fraction", namespace: str = "strict",
-                  static: bool = True) -> list[dict]:
-    """One record per response (row order, then sample order), graded concurrently in ``box``:
+                  static: bool = True, processes: int | None = None) -> list[dict]:
+    """One record per response (row order, then sample order), graded concurrently in ``box``
+    (the static path's share on ``processes`` grading processes: :func:`opgen.score.batch.grade_many`):
     the lines of ``scores.jsonl``, and what :func:`summarize` reads. ``rows`` is indexed by row
     index: all of a file's rows, or (a mapping) those of ``answers`` only."""
     jobs = list(_jobs(rows, answers))
     items = [Item(row.ground_truth, text, str(row.extra.get("answer_format", "") or ""),
                   str(row.extra.get("assistant_prefix", "") or "")) for row, _, text in jobs]
     grades = grade_many(items, sandbox=box, policy=policy, group=group, mode=mode, namespace=namespace,
-                        static=static)
+                        static=static, processes=processes)
     records = []
     for (row, sample, _), g in zip(jobs, grades):
         rec = {"index": row.position, "sample": sample}
