@@ -246,6 +246,12 @@ def _grading_pool(processes: int) -> _Pool:
         return _pool
 
 
+def pool_pids() -> list[int]:
+    """The process ids of the grading processes now running (for measurements)."""
+    with _pool_lock:
+        return [g.proc.pid for g in list(_pool.free.queue)] if _pool is not None else []
+
+
 def close_pool() -> None:
     """Stop the grading processes (they start again on the next batch)."""
     global _pool
