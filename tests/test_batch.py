@@ -124,10 +124,13 @@ def test_a_grading_process_that_hangs_is_replaced(box, monkeypatch):
         os.kill(g.proc.pid, 19)  # SIGSTOP: alive, and silent
     monkeypatch.setattr(B, "CHUNK_TIMEOUT_S", 0.5)
     monkeypatch.setattr(B, "ITEM_TIMEOUT_S", 0.0)
+    monkeypatch.setattr(B, "MAX_FAILURES", 10_000)  # replacements still starting time out too here
     assert B.grade_many(items, sandbox=box, processes=2) == want
     assert all(g.alive() for g in pool.free.queue)
     monkeypatch.undo()
-    assert B.grade_many(items, sandbox=box, processes=2) == want
+    answered: list[int] = []
+    got = B.grade_many(items, sandbox=box, processes=2, answered=lambda i, g: answered.append(i) or g)
+    assert got == want and answered  # the replacements grade
 
 
 def test_opgen_score_writes_the_same_bytes_with_and_without_grading_processes(tmp_path):
@@ -160,3 +163,17 @@ def test_opgen_score_writes_the_same_bytes_with_and_without_grading_processes(tm
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
     scores = [json.loads(line)["score"] for line in (outs[1] / "scores.jsonl").read_text().splitlines()]
     assert scores.count(1.0) == 2 * len(rows)
+
+
+def test_an_interpreter_that_cannot_grade_is_given_up_with_a_warning(box, monkeypatch):
+    items = _items(200)
+    want = B.grade_many(items, sandbox=box, processes=0)
+    B.close_pool()
+    monkeypatch.setattr(B.sys, "executable", "/bin/false")
+    with pytest.warns(RuntimeWarning, match="grading in this process"):
+        assert B.grade_many(items, sandbox=box, processes=2) == want
+    assert B._grading_pool(2).broken
+    assert B.grade_many(items, sandbox=box, processes=2) == want  # no new processes tried
+    monkeypatch.undo()
+    B.close_pool()
+    assert not B._grading_pool(2).broken

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -47,6 +48,9 @@ CHUNK_CHARS = 4_000_000
 # graded here): its work is bounded (static.WORK_BUDGET per response), so only a fault gets there.
 CHUNK_TIMEOUT_S = 30.0
 ITEM_TIMEOUT_S = 0.5
+# Chunks in a row without a reply after which the pool is given up (an interpreter that cannot
+# import opgen, say): every batch is then graded in this process, as with 0 processes.
+MAX_FAILURES = 3
 
 
 @dataclass(frozen=True)
@@ -207,18 +211,32 @@ class _Pool:
     def __init__(self, size: int) -> None:
         self.size, self.pid = size, os.getpid()
         self.free: queue.Queue[_Grader] = queue.Queue()
+        self.failures = 0  # failed chunks in a row: at MAX_FAILURES the pool is not used again
         for _ in range(size):
             self.free.put(_Grader())
+
+    @property
+    def broken(self) -> bool:
+        return self.failures >= MAX_FAILURES
 
     def call(self, payload: tuple) -> list[dict | None] | None:
         """A chunk's grades from the next free grading process; None when that process failed
         (it is replaced: the caller grades the chunk itself)."""
         grader = self.free.get()
         try:
-            return grader.call(payload, CHUNK_TIMEOUT_S + ITEM_TIMEOUT_S * len(payload[0]))
+            if self.broken:
+                return None
+            got = grader.call(payload, CHUNK_TIMEOUT_S + ITEM_TIMEOUT_S * len(payload[0]))
+            self.failures = 0
+            return got
         except Exception:  # died, hung, or wrote what is not a reply
             grader.kill()
             grader = _Grader()
+            self.failures += 1
+            if self.broken:
+                warnings.warn(f"opgen.score.batch: {MAX_FAILURES} chunks in a row got no reply from the grading "
+                              f"processes ({sys.executable} -m opgen.score.batch); grading in this process from "
+                              "now on", RuntimeWarning, stacklevel=2)
             return None
         finally:
             self.free.put(grader)
@@ -297,12 +315,12 @@ def grade_many(items: Sequence[Item], *, sandbox: Sandbox, processes: int | None
                         assistant_prefix=item.assistant_prefix, **options)  # type: ignore[arg-type]
 
     with ThreadPoolExecutor(max(1, 2 * sandbox.workers)) as threads:
-        if not (static and n_proc > 0 and len(items) >= MIN_BATCH):
+        pool = _grading_pool(n_proc) if static and n_proc > 0 and len(items) >= MIN_BATCH else None
+        if pool is None or pool.broken:
             list(threads.map(one, range(len(items))))
             return done
         limits = _Limits(sandbox.timeout_s, sandbox.memory_mb, sandbox.max_output)
         size = max(16, min(CHUNK, -(-len(items) // (4 * n_proc))))
-        pool = _grading_pool(n_proc)
         running: list[Future] = []
         # The sandbox's share starts as soon as a chunk comes back, beside the chunks still out.
         with ThreadPoolExecutor(n_proc) as senders:
