@@ -33,9 +33,10 @@ import builtins
 import contextlib
 import re
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from typing import Any
 
 from opgen import expr as E
 from opgen import ops
@@ -294,7 +295,7 @@ class _Run:
                 raise _Decline
         self.charge(SMALL_STR * SMALL_INT // 16 + 2 * SMALL_INT)  # at most a 64 x 64 repetition or loop
 
-    def expr(self, node: ast.expr, param: str, x: str, depth: int) -> object:  # noqa: C901
+    def expr(self, node: ast.expr, param: str, x: str, depth: int) -> object:
         """The value of a grammar expression, in Python's evaluation order."""
         if depth > MAX_EXPR_DEPTH:
             raise _Decline
@@ -307,39 +308,48 @@ class _Run:
                 raise _Decline
             return node.value
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            left = self.expr(node.left, param, x, depth + 1)
-            right = self.expr(node.right, param, x, depth + 1)
-            if type(left) is str and type(right) is str:
-                if len(left) + len(right) > MAX_VALUE_CHARS:
-                    raise _Decline
-                self.charge((len(left) + len(right)) // 16 + 1)
-            elif not (_small(left) and _small(right)):
-                raise _Decline
-            return left + right
+            return self.concat(node, param, x, depth)
         if isinstance(node, ast.Call) and not node.keywords:
-            func = node.func
-            if isinstance(func, ast.Attribute):
-                if func.attr not in ops.METHODS or node.args:
-                    raise _Decline
-                value = self.expr(func.value, param, x, depth + 1)
-                if type(value) is str:
-                    if 3 * len(value) > MAX_VALUE_CHARS:  # case mappings grow a character at most 3-fold
-                        raise _Decline
-                    self.charge(len(value) + 1)
-                elif not _small(value):
-                    raise _Decline
-                return getattr(value, func.attr)()
-            if not isinstance(func, ast.Name) or func.id == param:
-                raise _Decline
-            name = func.id
-            # The callee is looked up before the arguments are evaluated.
-            if name not in self.bodies:
-                if name in self.ns or hasattr(builtins, name):
-                    raise _Decline  # an entry point, a module attribute or a builtin
-                raise NameError(f"name '{name}' is not defined")
-            args = tuple(self.arg(a, param, x, depth + 1) for a in node.args)
-            return self.call(name, args)
+            if isinstance(node.func, ast.Attribute):
+                return self.method(node, node.func, param, x, depth)
+            return self.named_call(node, param, x, depth)
         raise _Decline
+
+    def concat(self, node: ast.BinOp, param: str, x: str, depth: int) -> object:
+        left = self.expr(node.left, param, x, depth + 1)
+        right = self.expr(node.right, param, x, depth + 1)
+        if type(left) is str and type(right) is str:
+            if len(left) + len(right) > MAX_VALUE_CHARS:
+                raise _Decline
+            self.charge((len(left) + len(right)) // 16 + 1)
+        elif not (_small(left) and _small(right)):
+            raise _Decline
+        return left + right  # type: ignore[operator]
+
+    def method(self, node: ast.Call, func: ast.Attribute, param: str, x: str, depth: int) -> object:
+        if func.attr not in ops.METHODS or node.args:
+            raise _Decline
+        value = self.expr(func.value, param, x, depth + 1)
+        if type(value) is str:
+            if 3 * len(value) > MAX_VALUE_CHARS:  # case mappings grow a character at most 3-fold
+                raise _Decline
+            self.charge(len(value) + 1)
+        elif not _small(value):
+            raise _Decline
+        return getattr(value, func.attr)()
+
+    def named_call(self, node: ast.Call, param: str, x: str, depth: int) -> object:
+        func = node.func
+        if not isinstance(func, ast.Name) or func.id == param:
+            raise _Decline
+        name = func.id
+        # The callee is looked up before the arguments are evaluated.
+        if name not in self.bodies:
+            if name in self.ns or hasattr(builtins, name):
+                raise _Decline  # an entry point, a module attribute or a builtin
+            raise NameError(f"name '{name}' is not defined")
+        args = tuple(self.arg(a, param, x, depth + 1) for a in node.args)
+        return self.call(name, args)
 
     def arg(self, node: ast.expr, param: str, x: str, depth: int) -> object:
         if isinstance(node, ast.Constant) and type(node.value) is int:
@@ -351,33 +361,21 @@ class _Run:
             raise _Decline
         return self.expr(node, param, x, depth)
 
-    def result(self, call: tuple[str, tuple]) -> Result:  # noqa: C901
+    def result(self, call: tuple[str, tuple]) -> Result:
         """One call of a unit, as the worker's child reports it (worker._run_calls)."""
         entry, args = call
         args = tuple(args)
         if entry not in self.ns:
             return Result("missing_name", None, f"{entry} is not defined")
         try:
-            if entry in self.grammar:
-                if len(args) != 1 or type(args[0]) is not str:
-                    raise _Decline
-                grammar = self.grammar[entry]
-                value = self.expr(grammar.expr, grammar.param, args[0], 0)
-            elif entry in self.bodies:
-                value = self.call(entry, args)
-            else:
-                raise _Decline  # __name__, __builtins__
+            value = self.value(entry, args)
         except _Decline:
             raise
         except (RecursionError, MemoryError):
             raise _Decline from None
         except _PORTABLE as exc:
             status, detail = _classify(exc)
-            if not detail.isascii():
-                try:
-                    detail.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise _Decline from None
+            _encodable(detail)
             return Result(status, None, detail)
         except Exception:
             raise _Decline from None
@@ -385,14 +383,30 @@ class _Run:
             if type(value) is not int:
                 raise _Decline
             return Result("not_a_string", None, f"returned {type(value).__name__}")
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:  # lone surrogates: the sandbox's own business
-                raise _Decline from None
+        _encodable(value)
         if len(value) > self.max_output:
             return Result("output_too_large", None, f"{len(value)} characters > {self.max_output}")
         return Result("ok", value, "")
+
+    def value(self, entry: str, args: tuple) -> object:
+        """What calling ``entry`` with ``args`` returns (or raises)."""
+        if entry in self.grammar:
+            if len(args) != 1 or type(args[0]) is not str:
+                raise _Decline
+            grammar = self.grammar[entry]
+            return self.expr(grammar.expr, grammar.param, args[0], 0)
+        if entry in self.bodies:
+            return self.call(entry, args)
+        raise _Decline  # __name__, __builtins__
+
+
+def _encodable(text: str) -> None:
+    """Decline text with lone surrogates (UTF-8 cannot encode them): the sandbox's own business."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _Decline from None
 
 
 def _small(value: object) -> bool:
@@ -401,49 +415,56 @@ def _small(value: object) -> bool:
     return type(value) is int and -SMALL_INT <= value <= SMALL_INT
 
 
-def _cost(body: str, args: tuple) -> tuple[int, int, int]:  # noqa: C901
-    """(longest output, work, recursion depth) of the library operator ``body`` on well-typed ``args``:
-    upper bounds read off its shown source in ops.py. Work counts interpreted steps, plus
-    characters copied by C code / 16."""
-    n = len(args[0])
-    p = args[1] if len(args) > 1 else None
-    if body == "func_1":  # s * n: one allocation
-        out = n * max(p, 0)
-        return out, out // 16 + 1, 0
-    if body == "func_18":  # n concatenations, each of which may copy the result so far
-        turns = max(p, 0)
-        return n * turns, turns + turns * turns * n // 32 + 1, 0
-    if body == "func_13":
-        out = max(n * (1 + len(p)) - len(p), 0)
-        return out, out // 16 + 1, 0
-    if body in ("func_5", "func_6"):
-        return n + len(p), (n + len(p)) // 16 + 1, 0
-    if body in ("func_7", "func_20"):
-        m = len(p)
-        if body == "func_7":
-            return n + m, 2 * (n + m) + 1, 0
-        short = min(n, m)
-        return n + m, 4 * short + short * (n + m) // 16 + 1, short + 1
-    if body == "func_17":  # one frame and one slice per character
-        return n, 2 * n + n * n // 32 + 1, n + 1
-    if body == "func_19":  # n rotations by one, each a slice of the whole
-        turns = max(p, 0) if n else 0
-        return n, 2 * turns + turns * n // 16 + 1, 0
-    if body == "func_24":  # one mirror at most: s + s[::-1] is a palindrome
-        return 2 * n, n // 2 + 1, 2
-    if body == "func_23":  # the first candidate, t + '1', has a digit: two levels of search
-        return n + 1, 3 * n + 8, 3
-    if body in ("func_9", "func_14"):
-        return 2 * n, 2 * n + 1, 0
-    if body == "func_15":
-        return 3 * n, 2 * n + 1, 0
-    if body == "func_10":
-        return 3 * n, 2 * n + 1, 0  # case mappings grow a character at most 3-fold
-    if body in ("func_0", "func_2", "func_11", "func_12", "func_16", "func_21"):
-        return n, 3 * n + 1, 0
-    if body in ("func_3", "func_4", "func_8", "func_22"):
-        return n, n // 4 + 1, 0
-    raise _Decline  # an operator added to the library without a cost here
+def _copy(out: int) -> tuple[int, int, int]:
+    return out, out // 16 + 1, 0
+
+
+def _func_20(n: int, m: int) -> tuple[int, int, int]:
+    short = min(n, m)
+    return n + m, 4 * short + short * (n + m) // 16 + 1, short + 1
+
+
+def _per_char(n: int, p: object) -> tuple[int, int, int]:
+    return n, 3 * n + 1, 0
+
+
+def _quarter(n: int, p: object) -> tuple[int, int, int]:
+    return n, n // 4 + 1, 0
+
+
+# (longest output, work, recursion depth) of each library operator on well-typed arguments, as a
+# function of the input's length ``n`` and the second argument ``p``: upper bounds read off its
+# shown source in ops.py. Work counts interpreted steps, plus characters copied by C code / 16.
+_COSTS: dict[str, Callable[[int, Any], tuple[int, int, int]]] = {
+    "func_1": lambda n, p: _copy(n * max(p, 0)),  # s * n: one allocation
+    # n concatenations, each of which may copy the result so far
+    "func_18": lambda n, p: (n * max(p, 0), max(p, 0) + max(p, 0) ** 2 * n // 32 + 1, 0),
+    "func_13": lambda n, p: _copy(max(n * (1 + len(p)) - len(p), 0)),
+    "func_5": lambda n, p: _copy(n + len(p)),
+    "func_6": lambda n, p: _copy(n + len(p)),
+    "func_7": lambda n, p: (n + len(p), 2 * (n + len(p)) + 1, 0),
+    "func_20": lambda n, p: _func_20(n, len(p)),
+    "func_17": lambda n, p: (n, 2 * n + n * n // 32 + 1, n + 1),  # one frame and one slice per character
+    # n rotations by one, each a slice of the whole
+    "func_19": lambda n, p: (n, 2 * (max(p, 0) if n else 0) + (max(p, 0) if n else 0) * n // 16 + 1, 0),
+    "func_24": lambda n, p: (2 * n, n // 2 + 1, 2),  # one mirror at most: s + s[::-1] is a palindrome
+    "func_23": lambda n, p: (n + 1, 3 * n + 8, 3),  # the first candidate, t + '1', has a digit: two levels
+    "func_9": lambda n, p: (2 * n, 2 * n + 1, 0),
+    "func_14": lambda n, p: (2 * n, 2 * n + 1, 0),
+    "func_15": lambda n, p: (3 * n, 2 * n + 1, 0),
+    "func_10": lambda n, p: (3 * n, 2 * n + 1, 0),  # case mappings grow a character at most 3-fold
+    **dict.fromkeys(("func_0", "func_2", "func_11", "func_12", "func_16", "func_21"), _per_char),
+    **dict.fromkeys(("func_3", "func_4", "func_8", "func_22"), _quarter),
+}
+
+
+def _cost(body: str, args: tuple) -> tuple[int, int, int]:
+    """(longest output, work, recursion depth) of the library operator ``body`` on well-typed ``args``
+    (:data:`_COSTS`)."""
+    cost = _COSTS.get(body)
+    if cost is None:
+        raise _Decline  # an operator added to the library without a cost here
+    return cost(len(args[0]), args[1] if len(args) > 1 else None)
 
 
 # ---------------------------------------------------------------- the entry point
