@@ -17,6 +17,8 @@ One entry point per way verl calls a reward function (docs/verl.md, "Reward mana
 
 from __future__ import annotations
 
+from typing import Any
+
 # The keys of every returned dict, in order: verl stacks them across samples, so a sample that
 # failed early must still carry all of them (numbers, except ``error``).
 KEYS = ("score", "acc", "format_ok", "error", "structure_ok", "n_tasks", "tasks_correct", "recall_expected",
@@ -141,7 +143,7 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
     static = kwargs.get("static", True)
     if not isinstance(static, bool):
         raise ValueError(f"static must be true or false, got {static!r}")
-    options = {k: kwargs[k] for k in ("policy", "group", "mode", "namespace") if k in kwargs}
+    options: dict[str, Any] = {k: kwargs[k] for k in ("policy", "group", "mode", "namespace") if k in kwargs}
     items = [Item(truths[i], texts[i] or "", *_row_fields(extras[i])) for i in range(len(sources))]
     wanted = _key_set(str(kwargs.get("keys", "full")))
     return grade_many(items, sandbox=box, static=static, own=one, answered=lambda i, g: _reward(g, wanted),

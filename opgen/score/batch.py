@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import IO, TypeVar
 
 from opgen.score.grade import grade
 from opgen.score.sandbox import Sandbox
@@ -173,13 +173,13 @@ class _Grader:
             self.proc.wait()
 
 
-def _send(stream: BinaryIO, obj: object) -> None:
+def _send(stream: IO[bytes], obj: object) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(struct.pack("<Q", len(data)) + data)
     stream.flush()
 
 
-def _receive(stream: BinaryIO) -> object:
+def _receive(stream: IO[bytes]) -> object:
     head = stream.read(8)
     if len(head) < 8:
         return None
@@ -201,7 +201,10 @@ def _serve() -> None:
         request = _receive(stdin)
         if request is None:
             return
-        items, limits, options = request  # type: ignore[misc]
+        assert isinstance(request, tuple)
+        items: list[Item] = request[0]
+        limits: _Limits = request[1]
+        options: dict = request[2]
         _send(stdout, _static_chunk(items, limits, options))
 
 

@@ -125,15 +125,22 @@ def _headers(body: str) -> list[tuple[int, int, str, tuple[str, str] | None]]:
         cur = end + 1
 
 
+def _blank_end(text: str, pos: int) -> int:
+    """Where the run of blanks starting at ``pos`` ends."""
+    m = _BLANK_RUN.match(text, pos)
+    assert m is not None  # ``[ \t]*`` matches everywhere
+    return m.end()
+
+
 def defines(code: str, name: str) -> bool:
     """Whether a line starts ``def <name>(`` (blanks allowed around the name), as the regex
     ``^def[ \\t]+<name>[ \\t]*\\(`` (re.M) says."""
     pos = code.find("def")
     while pos >= 0:
         if pos == 0 or code[pos - 1] == "\n":
-            i = _BLANK_RUN.match(code, pos + 3).end()
+            i = _blank_end(code, pos + 3)
             if i > pos + 3 and code.startswith(name, i):
-                j = _BLANK_RUN.match(code, i + len(name)).end()
+                j = _blank_end(code, i + len(name))
                 if j < len(code) and code[j] == "(":
                     return True
         pos = code.find("def", pos + 3)

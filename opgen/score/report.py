@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from opgen.score import metrics as M
 from opgen.score.batch import Item, grade_many
@@ -148,11 +149,11 @@ def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, li
     jobs = list(_jobs(rows, answers))
     items = [Item(row.ground_truth, text, str(row.extra.get("answer_format", "") or ""),
                   str(row.extra.get("assistant_prefix", "") or "")) for row, _, text in jobs]
-    grades = grade_many(items, sandbox=box, policy=policy, group=group, mode=mode, namespace=namespace,
+    grades: list[dict] = grade_many(items, sandbox=box, policy=policy, group=group, mode=mode, namespace=namespace,
                         static=static, processes=processes)
     records = []
     for (row, sample, _), g in zip(jobs, grades):
-        rec = {"index": row.position, "sample": sample}
+        rec: dict[str, object] = {"index": row.position, "sample": sample}
         rec.update({k: row.extra.get(k, "") for k in _MEASURES})
         rec["scope"] = M.scope_of(rec["ops"])
         rec.update(M.row_measures(row.extra))
@@ -387,7 +388,7 @@ def write_plots(summary: dict, out: Path) -> list[str]:
     return written
 
 
-def _save(fig: object, path: Path) -> None:
+def _save(fig: Any, path: Path) -> None:  # a matplotlib Figure (matplotlib is imported lazily)
     buf = io.BytesIO()
     # No timestamps in the PNG, so equal inputs give equal files.
     fig.savefig(buf, dpi=100, format="png", metadata={"Software": None})

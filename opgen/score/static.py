@@ -108,6 +108,7 @@ def _library() -> tuple[dict[str, str], dict[str, frozenset[str]]]:
     keys, refs = {}, {}
     for op in ops.OPERATORS:
         (fn,) = ast.parse(op.source).body
+        assert isinstance(fn, ast.FunctionDef)
         refs[op.id] = frozenset(n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in ops.BY_ID)
         keys[_body_key(fn)] = op.id
     return keys, refs
@@ -141,7 +142,9 @@ def _signature(body: str) -> tuple[int, tuple[type, ...], frozenset[str]]:
 def _code(body: str, name: str) -> types.CodeType:
     """The library's code for ``body`` defined as ``name``: compiled from the library's own source."""
     module = ast.parse(ops.get(body).source)
-    module.body[0].name = name
+    fn = module.body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    fn.name = name
     code = compile(module, f"<opgen {body}>", "exec", dont_inherit=True)
     return next(c for c in code.co_consts if isinstance(c, types.CodeType))
 
