@@ -125,8 +125,6 @@ def describe(report: dict) -> list[str]:
 #                     (single calls are shared by design: the held-out atomic skills are trained)
 #   heldout_composed  a training task composes a held-out operator (any task of depth > 1)
 
-FILE_KINDS = ("prompt", "task", "program", "heldout_composed")
-
 
 class LeakageInputError(ValueError):
     """A path that is not a readable build folder or parquet file of rows; the message names it."""

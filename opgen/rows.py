@@ -62,10 +62,6 @@ def verl_minimal_schema() -> pa.Schema:
     return pa.schema([pa.field(n, _arrow_type(t)) for n, t in _spec()["verl_minimal"].items()])
 
 
-def extra_info_fields() -> list[str]:
-    return list(_spec()["rl"]["extra_info"]["struct"])
-
-
 def h64(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
 

@@ -312,7 +312,7 @@ def effect_ok(gen: Generator, item: Item | None) -> Item | None:
     from opgen.generate.measure import task_unchanged_calls
 
     for t in item.tasks:
-        if task_unchanged_calls(t):  # measure.changes_every_call, from the generator's count
+        if task_unchanged_calls(t):  # the generator's own count where it noted one
             gen.rejections["no_effect"] += 1
             return None
     return item

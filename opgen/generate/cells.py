@@ -96,14 +96,6 @@ def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, fixed: Mapping[in
     return Task(node, x, value)
 
 
-def chain_task(op_ids: Sequence[str], depth: int, rng: Rng, **kw: Any) -> Task:
-    for attempt in range(MAX_ATTEMPTS):
-        task = grow_chain(op_ids, depth, rng.derive("chain", attempt), **kw)
-        if task is not None:
-            return task
-    raise CellError(f"no chain of depth {depth} over {list(op_ids)} stays within {MAX_OUTPUT} characters")
-
-
 # ---------------------------------------------------------------- pools
 
 
@@ -310,9 +302,6 @@ class SftCell(_PoolUser):
             return Item((self.comps[idx[0]],), meta=(("part", "composition"),))
         return Item(tuple(self.atomic[k] for k in idx), meta=(("part", "atomic"),))
 
-    def shared_tasks(self) -> tuple[Task, ...]:
-        return self.atomic
-
     def manifest_section(self, rows: int) -> dict[str, Any]:
         """What the manifest should show of this cell (the whole plan; ``rows`` may be a --limit)."""
         widths: dict[str, int] = {}
@@ -431,9 +420,6 @@ class MatchedStream(_PoolUser):
             out.append(P.multiset_hash(
                 (self.comps if pool == "comp" else self.atomic)[k].identity() for pool, k in refs))
         return out
-
-    def shared_tasks(self) -> tuple[Task, ...]:
-        return self.atomic
 
     def manifest_section(self, rows: int) -> dict[str, Any]:
         """The stream's plan and its per-step hashes over the complete steps among the first ``rows``."""

@@ -61,11 +61,6 @@ def task_unchanged_calls(task) -> int:
     return unchanged_calls(task.program, task.input, task.output) if known is None else known
 
 
-def changes_every_call(program: E.Expr, x: str, output: str | None = None) -> bool:
-    """``require_effect``: every operator call changes its first argument."""
-    return unchanged_calls(program, x, output) == 0
-
-
 def call_distances(program: E.Expr) -> tuple[tuple[str, int, int], ...]:
     """``(op, chars, call_tails)`` per parameterised call in pre-order: the characters between the
     end of the call's name and the start of its own trailing argument, and how many other library
