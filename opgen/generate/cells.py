@@ -143,8 +143,9 @@ class _CompPool:
     def __init__(self, name: str, trees_json: str, seed: int, unique: str = "program"):
         from opgen.generate.trees import Trees  # the native mixed-structure sampler
 
-        # The trees generator draws row i's candidates from Rng(ctx.digest, ctx.split, i, j): naming
-        # the pool (not the recipe) in its context is what makes the pool shared between cells.
+        # The trees generator draws row i's candidates from CounterRng(counter_key(ctx.digest,
+        # ctx.split), i, j): naming the pool (not the recipe) in its context is what makes the
+        # pool shared between cells.
         self.name = name
         opts = Trees.resolve({**json.loads(trees_json), "rows": 1})
         ctx = Context(digest=f"opgen-pool:comp:{name}:{trees_json}", split=name, seed=seed, role="train")
