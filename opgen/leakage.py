@@ -215,7 +215,7 @@ def file_keys(path, heldout_ops: tuple[str, ...]) -> FileKeys:
                     np.array(prog_rows, dtype=np.int64), np.array(composed, dtype=np.int64))
 
 
-def _hits(values: np.ndarray, rows: np.ndarray, pool: np.ndarray) -> tuple[int, list[int]]:
+def _hits(values: np.ndarray, rows: np.ndarray | None, pool: np.ndarray) -> tuple[int, list[int]]:
     hit = member(values, pool)
     if not hit.any():
         return 0, []

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, overload
 
 from opgen.fit import FitInputError
 
@@ -53,6 +54,18 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+@overload
+def _number(value: object, where: str, what: str, *, integer: Literal[True], positive: bool = ...,
+            allow_none: Literal[False]) -> int: ...
+@overload
+def _number(value: object, where: str, what: str, *, integer: Literal[True], positive: bool = ...,
+            allow_none: Literal[True] = ...) -> int | None: ...
+@overload
+def _number(value: object, where: str, what: str, *, integer: bool = ..., positive: bool = ...,
+            allow_none: Literal[False]) -> float | int: ...
+@overload
+def _number(value: object, where: str, what: str, *, integer: bool = ..., positive: bool = ...,
+            allow_none: bool = ...) -> float | int | None: ...
 def _number(value, where: str, what: str, *, integer: bool = False, positive: bool = False,
             allow_none: bool = True) -> float | int | None:
     if value is None or (isinstance(value, str) and value.strip() == ""):

@@ -514,6 +514,7 @@ class _Sweep:
             return
         summary, secs = self.pool.get(h)
         self.report.scoring_s += secs
+        assert p.result is not None  # finish_generation made it before handing the pass to the grader
         p.result["summary"] = note_subset(summary, p.gen_path, p.only)
         p.scored = True
         self.model_done(p.model_idx)
