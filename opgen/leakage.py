@@ -125,8 +125,6 @@ def describe(report: dict) -> list[str]:
 #                     (single calls are shared by design: the held-out atomic skills are trained)
 #   heldout_composed  a training task composes a held-out operator (any task of depth > 1)
 
-FILE_KINDS = ("prompt", "task", "program", "heldout_composed")
-
 
 class LeakageInputError(ValueError):
     """A path that is not a readable build folder or parquet file of rows; the message names it."""
@@ -217,7 +215,7 @@ def file_keys(path, heldout_ops: tuple[str, ...]) -> FileKeys:
                     np.array(prog_rows, dtype=np.int64), np.array(composed, dtype=np.int64))
 
 
-def _hits(values: np.ndarray, rows: np.ndarray, pool: np.ndarray) -> tuple[int, list[int]]:
+def _hits(values: np.ndarray, rows: np.ndarray | None, pool: np.ndarray) -> tuple[int, list[int]]:
     hit = member(values, pool)
     if not hit.any():
         return 0, []

@@ -28,7 +28,9 @@ import os
 import shutil
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 LOCK_SUFFIX = ".opgen-lock"
 NEW_INFIX = ".opgen-new-"
@@ -89,7 +91,7 @@ def _raise_terminated(signum, frame):
 
 
 @contextlib.contextmanager
-def signals_held():
+def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM that arrive while a swap is under way are acted on after it.
 
     Handlers, not the signal mask: pyarrow's threads would take a signal the main thread blocks."""
@@ -97,7 +99,8 @@ def signals_held():
         yield
         return
     got: list[int] = []
-    old = {sig: signal.signal(sig, lambda signum, frame: got.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old: dict[int, Any] = {sig: signal.signal(sig, lambda signum, frame: got.append(signum))
+                           for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:

@@ -33,7 +33,7 @@ KEY_POLICIES = {"full": KEYS, "minimal": MINIMAL_KEYS}
 def compute_score(data_source: str, solution_str: str, ground_truth: str | dict, extra_info: dict | None = None,
                   policy: str = "output", group: str = "fraction", mode: str = "auto", namespace: str = "strict",
                   keys: str = "full", static: bool = True, allow_weak_sandbox: bool | None = None,
-                  **kwargs: object) -> dict:
+                  **kwargs: Any) -> dict:
     """Score one sample. ``policy``: "output" (default) or "output_structure"; ``group``: "fraction"
     (default) or "all"; ``mode``: "auto" (default), "forward" or "program"; ``namespace``: "strict"
     (default: programs run on their own) or "native" (with the native module's imports, ``gcd``);
@@ -106,7 +106,7 @@ def _select(wanted: tuple[str, ...], full: dict) -> dict:
 
 
 async def compute_score_async(data_source: str, solution_str: str, ground_truth: str | dict,
-                              extra_info: dict | None = None, **kwargs: object) -> dict:
+                              extra_info: dict | None = None, **kwargs: Any) -> dict:
     """:func:`compute_score` as a coroutine: verl 0.9's reward loop awaits a coroutine function in
     its own event loop instead of handing it to the loop's default thread pool. The grading (the
     sandbox round trips) runs in a worker thread, so the event loop is never blocked."""
@@ -115,7 +115,7 @@ async def compute_score_async(data_source: str, solution_str: str, ground_truth:
     return await asyncio.to_thread(compute_score, data_source, solution_str, ground_truth, extra_info, **kwargs)
 
 
-def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=None, **kwargs: object) -> list[dict]:
+def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=None, **kwargs: Any) -> list[dict]:
     """Score a batch (verl <= 0.7's ``batch`` reward manager calls this with keyword lists); one dict
     per sample, in order, equal to :func:`compute_score`'s. Samples are graded concurrently: in a
     batch of 64 or more, those the static path proves on the grading processes
@@ -155,7 +155,7 @@ def _row_fields(extra: dict | None) -> tuple[str, str]:
     return str(e.get("answer_format", "") or ""), str(e.get("assistant_prefix", "") or "")
 
 def compute_score_float(data_source: str, solution_str: str, ground_truth: str | dict,
-                        extra_info: dict | None = None, **kwargs: object) -> float:
+                        extra_info: dict | None = None, **kwargs: Any) -> float:
     """The reward as a float, for callers that take a number: verl <= 0.7's ``prime`` manager (calls
     ``f(data_source, solution, ground_truth, extra_info)`` in its process pool and sets the whole
     batch to 0 on any exception) and ``verl.trainer.main_eval`` (``f(data_source, response,

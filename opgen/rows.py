@@ -62,10 +62,6 @@ def verl_minimal_schema() -> pa.Schema:
     return pa.schema([pa.field(n, _arrow_type(t)) for n, t in _spec()["verl_minimal"].items()])
 
 
-def extra_info_fields() -> list[str]:
-    return list(_spec()["rl"]["extra_info"]["struct"])
-
-
 def h64(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
 
@@ -108,7 +104,7 @@ class RowRecord(NamedTuple):
     prompt: Text
     ground_truth: Text
     answer: Text | None  # the gold answer (sft rows), else None
-    index: int
+    index: int  # type: ignore[assignment]  # a column named like tuple.index, which it shadows
     depth: int
     k: int
     ops: tuple[str, ...]
@@ -170,7 +166,7 @@ def structure_of(e: E.Expr) -> str:
         return "mixed"
     if all(type(a) in _LEAF for a in e.args):
         return "atomic"
-    node = e
+    node: E.Expr = e
     while type(node) is E.Call and len(node.args) == 1:
         node = node.args[0]
     return "chain" if type(node) is E.Var else "mixed"
@@ -203,6 +199,8 @@ class RowBuffer:
         self.single = SingleRenderer(self.fmt)
         self._programs: dict[tuple, tuple] = {}
         self.rows: list[tuple] = []  # RowRecords (the fast path's: plain tuples of the same fields)
+        self.avoid_tasks: Any
+        self.avoid_programs: Any
         self.avoid_tasks, self.avoid_programs = spec.avoid if spec.avoid is not None else (None, None)
         self.avoided = False  # whether the last refused row was refused for sharing a training task
         self._add_single = self._single_adder()
@@ -230,7 +228,7 @@ class RowBuffer:
         # identities hash as well as the long texts and cost a fraction.
         if len(tasks) == 1:
             task_id = exprs[0] + "\x00" + tasks[0].input
-            prog_keys = (h64(exprs[0]),)
+            prog_keys: tuple[int, ...] = (h64(exprs[0]),)
         else:
             task_id = "\x01".join(e + "\x00" + t.input for e, t in zip(exprs, tasks))
             prog_keys = tuple(h64(e) for e in exprs)

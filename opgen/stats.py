@@ -14,9 +14,9 @@ from opgen.manifest import length_stats
 
 
 def collect(paths: list[Path]) -> dict:
-    counts = {"depth": Counter(), "k": Counter(), "op": Counter(), "structure": Counter(), "condition": Counter(),
-              "split": Counter(), "data_source": Counter()}
-    lengths = []
+    counts: dict[str, Counter] = {"depth": Counter(), "k": Counter(), "op": Counter(), "structure": Counter(),
+                                  "condition": Counter(), "split": Counter(), "data_source": Counter()}
+    lengths: list[int] = []
     n = 0
     for path in paths:
         try:

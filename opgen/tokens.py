@@ -172,7 +172,7 @@ class SplitLengths:
 
 
 def measure_rows(rows: Iterable[Mapping[str, Any]], tokenizer: Any, *, kind: str,
-                 gold_answers: Iterable[str] | None = None) -> SplitLengths:
+                 gold_answers: Iterable[str | None] | None = None) -> SplitLengths:
     """Lengths of verl rows held in memory (what ``opgen build`` has before it writes a split).
 
     Gold answers come from ``gold_answers`` (aligned with ``rows``; None where unknown), else
@@ -184,9 +184,9 @@ def measure_rows(rows: Iterable[Mapping[str, Any]], tokenizer: Any, *, kind: str
     answers = list(gold_answers)
     if len(answers) != len(rows):
         raise ValueError(f"{len(answers)} gold answers for {len(rows)} rows")
-    answers = [a for a in answers if a is not None]
+    known = [a for a in answers if a is not None]
     out = SplitLengths(kind=kind, prompt=prompt_lengths(tokenizer, (r["prompt"] for r in rows)),
-                       answer=answer_lengths(tokenizer, answers))
+                       answer=answer_lengths(tokenizer, known))
     if kind == "sft":
         out.conversation = conversation_lengths(tokenizer, (r["messages"] for r in rows))
     return out

@@ -13,6 +13,7 @@ import ast
 import json
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from opgen import ops
@@ -221,103 +222,166 @@ def corpus(rows: list[dict], n: int, seed: int = 0) -> Iterator[tuple[str, dict,
         yield kind, gt, answer(kind, gt, random.Random(rng.getrandbits(64)))
 
 
-def answer(kind: str, gt: dict, rng: random.Random) -> str:  # noqa: C901
+@dataclass
+class _Draft:
+    """An answer being built: the definitions it assembles, the ones it recalls, its entry points."""
+
+    tasks: list[dict]
+    order: list[str]
+    src: dict[str, str]
+    recall_src: dict[str, str]
+    mains: dict[str, str]
+    victim: str
+    think: str = ""
+
+
+def _reformatted(a: _Draft, rng: random.Random) -> None:
+    for op in a.order:
+        if rng.random() < 0.5:
+            a.src[op] = _unparsed(a.src[op])
+    for t in a.tasks:
+        a.mains[t["entry"]] = _reformatted_main(t["entry"], t["expr"], rng)
+
+
+def _doc(a: _Draft, rng: random.Random) -> None:
+    v = a.victim
+    a.src[v] = a.src[v].replace(a.src[v].split("\n")[1] + "\n", "", 1) if rng.random() < 0.5 \
+        else a.src[v].replace('"""', '"""Recalled: ', 1)
+    a.recall_src[v] = a.src[v]
+
+
+def _chimera(recall: bool):
+    def mutate(a: _Draft, rng: random.Random) -> None:
+        op = ops.get(a.victim)
+        same = [o.id for o in ops.OPERATORS if o.arity == op.arity and o.id != a.victim]
+        other = rng.choice(same if same and rng.random() < 0.8 else list(ops.ALL_IDS))
+        a.src[a.victim] = _renamed(ops.get(other).source, a.victim)
+        if recall or rng.random() < 0.7:
+            a.recall_src[a.victim] = a.src[a.victim]
+    return mutate
+
+
+def _arity_def(a: _Draft, rng: random.Random) -> None:
+    a.src[a.victim] = _arity_changed(a.src[a.victim], rng)
+    a.recall_src[a.victim] = a.src[a.victim]
+
+
+def _arity_call(a: _Draft, rng: random.Random) -> None:
+    t = rng.choice(a.tasks)
+    tree = ast.parse(t["expr"], mode="eval")
+    calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call)]
+    c = rng.choice(calls)
+    if c.args and (len(c.args) > 1 or rng.random() < 0.3):
+        c.args.pop()
+    else:
+        c.args.append(ast.Constant(rng.choice((1, "ab", 2))))
+    a.mains[t["entry"]] = f"def {t['entry']}(x):\n    return {ast.unparse(tree)}"
+
+
+def _renamed_var(a: _Draft, rng: random.Random) -> None:
+    a.src[a.victim] = _rename_var(a.src[a.victim], rng)
+    if rng.random() < 0.5:
+        a.recall_src[a.victim] = a.src[a.victim]
+
+
+def _mutated_by(how: str):
+    def mutate(a: _Draft, rng: random.Random) -> None:
+        a.src[a.victim] = _mutated(a.src[a.victim], rng, how)
+        if rng.random() < 0.6:
+            a.recall_src[a.victim] = a.src[a.victim]
+    return mutate
+
+
+def _expr_variant_main(a: _Draft, rng: random.Random) -> None:
+    t = rng.choice(a.tasks)
+    a.mains[t["entry"]] = f"def {t['entry']}(x):\n    return {_expr_variant(t['expr'], rng)}"
+
+
+def _missing_def(a: _Draft, rng: random.Random) -> None:
+    del a.src[a.victim]
+    if rng.random() < 0.5:
+        del a.recall_src[a.victim]
+
+
+def _helper(a: _Draft, rng: random.Random) -> None:
+    v = a.victim
+    params = ops.get(v).signature
+    impl = _renamed(a.src[v], f"{v}_impl")
+    a.src[v] = (f"def _h{params}:\n    return {v}_impl{params}\n\n" + impl
+                + f"\ndef {v}{params}:\n    return _h{params}\n")
+
+
+def _toplevel(a: _Draft, rng: random.Random) -> None:
+    line = rng.choice(("import math\n", "x = 5\n", "print('hi')\n", "from math import gcd\n",
+                       "main_solution = None\n", "if True:\n    pass\n"))
+    where = rng.choice(a.order)
+    a.src[where] = line + a.src[where] if rng.random() < 0.5 else a.src[where] + line
+
+
+def _limits(a: _Draft, rng: random.Random) -> None:
+    expr, _ = rng.choice(_LIMITS)
+    need = {n.id for n in ast.walk(ast.parse(expr)) if isinstance(n, ast.Name) and n.id in ops.BY_ID}
+    for op in sorted(need - set(a.src)):
+        a.src[op] = a.recall_src[op] = ops.get(op).source
+    t = a.tasks[0]
+    a.mains[t["entry"]] = f"def {t['entry']}(x):\n    return {expr}"
+
+
+def _syntax(a: _Draft, rng: random.Random) -> None:
+    a.src[a.victim] = a.src[a.victim].replace("):", ")", 1)
+
+
+def _recursion_rebind(a: _Draft, rng: random.Random) -> None:
+    rec = rng.choice(("func_17", "func_20", "func_24"))
+    a.src[a.victim] = _renamed(ops.get(rec).source, a.victim)
+    a.recall_src[a.victim] = a.src[a.victim]
+    if rng.random() < 0.6:
+        others = [o.id for o in ops.OPERATORS if o.arity == ops.get(rec).arity]
+        a.src[rec] = _renamed(ops.get(rng.choice(others)).source, rec)
+
+
+def _duplicate_entry(a: _Draft, rng: random.Random) -> None:
+    t = rng.choice(a.tasks)
+    first = f"def {t['entry']}(x):\n    return x\n\n"
+    e = t["entry"]
+    a.mains[e] = first + a.mains[e] if rng.random() < 0.5 else a.mains[e] + "\n\n" + first
+
+
+def _think(a: _Draft, rng: random.Random) -> None:
+    a.think = "<think>Recall func_3: no\n```python\ndef main_solution(x):\n    return x\n```\n</think>\n"
+
+
+# how each kind changes the canonical answer (kinds not named here keep it)
+_MUTATIONS = {
+    "reformatted": _reformatted, "doc": _doc, "chimera": _chimera(False), "chimera_recall": _chimera(True),
+    "arity_def": _arity_def, "arity_call": _arity_call, "renamed": _renamed_var,
+    "mutated_const": _mutated_by("const"), "mutated_op": _mutated_by("op"), "expr_variant": _expr_variant_main,
+    "missing_def": _missing_def, "helper": _helper, "toplevel": _toplevel, "limits": _limits,
+    "syntax": _syntax, "recursion_rebind": _recursion_rebind, "duplicate_entry": _duplicate_entry,
+    "think": _think,
+}
+
+
+def answer(kind: str, gt: dict, rng: random.Random) -> str:
     tasks = gt["tasks"]
     order = _recall_order(tasks)
     src = {op: ops.get(op).source for op in order}
     mains = {t["entry"]: f"def {t['entry']}(x):\n    return {t['expr']}" for t in tasks}
-    recall_src = dict(src)
-    victim = rng.choice(order)
-    think = ""
-    if kind == "reformatted":
-        for op in order:
-            if rng.random() < 0.5:
-                src[op] = _unparsed(src[op])
-        for t in tasks:
-            mains[t["entry"]] = _reformatted_main(t["entry"], t["expr"], rng)
-    elif kind == "doc":
-        src[victim] = src[victim].replace(src[victim].split("\n")[1] + "\n", "", 1) if rng.random() < 0.5 \
-            else src[victim].replace('"""', '"""Recalled: ', 1)
-        recall_src[victim] = src[victim]
-    elif kind in ("chimera", "chimera_recall"):
-        op = ops.get(victim)
-        same = [o.id for o in ops.OPERATORS if o.arity == op.arity and o.id != victim]
-        other = rng.choice(same if same and rng.random() < 0.8 else list(ops.ALL_IDS))
-        src[victim] = _renamed(ops.get(other).source, victim)
-        if kind == "chimera_recall" or rng.random() < 0.7:
-            recall_src[victim] = src[victim]
-    elif kind == "arity_def":
-        src[victim] = _arity_changed(src[victim], rng)
-        recall_src[victim] = src[victim]
-    elif kind == "arity_call":
-        t = rng.choice(tasks)
-        tree = ast.parse(t["expr"], mode="eval")
-        calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call)]
-        c = rng.choice(calls)
-        if c.args and (len(c.args) > 1 or rng.random() < 0.3):
-            c.args.pop()
-        else:
-            c.args.append(ast.Constant(rng.choice((1, "ab", 2))))
-        mains[t["entry"]] = f"def {t['entry']}(x):\n    return {ast.unparse(tree)}"
-    elif kind == "renamed":
-        src[victim] = _rename_var(src[victim], rng)
-        if rng.random() < 0.5:
-            recall_src[victim] = src[victim]
-    elif kind in ("mutated_const", "mutated_op"):
-        src[victim] = _mutated(src[victim], rng, "const" if kind == "mutated_const" else "op")
-        if rng.random() < 0.6:
-            recall_src[victim] = src[victim]
-    elif kind == "expr_variant":
-        t = rng.choice(tasks)
-        mains[t["entry"]] = f"def {t['entry']}(x):\n    return {_expr_variant(t['expr'], rng)}"
-    elif kind == "missing_def":
-        del src[victim]
-        if rng.random() < 0.5:
-            del recall_src[victim]
-    elif kind == "helper":
-        params = ops.get(victim).signature
-        impl = _renamed(src[victim], f"{victim}_impl")
-        src[victim] = (f"def _h{params}:\n    return {victim}_impl{params}\n\n" + impl
-                       + f"\ndef {victim}{params}:\n    return _h{params}\n")
-    elif kind == "toplevel":
-        line = rng.choice(("import math\n", "x = 5\n", "print('hi')\n", "from math import gcd\n",
-                           "main_solution = None\n", "if True:\n    pass\n"))
-        where = rng.choice(order)
-        src[where] = line + src[where] if rng.random() < 0.5 else src[where] + line
-    elif kind == "limits":
-        expr, _ = rng.choice(_LIMITS)
-        need = {n.id for n in ast.walk(ast.parse(expr)) if isinstance(n, ast.Name) and n.id in ops.BY_ID}
-        for op in sorted(need - set(src)):
-            src[op] = recall_src[op] = ops.get(op).source
-        t = tasks[0]
-        mains[t["entry"]] = f"def {t['entry']}(x):\n    return {expr}"
-    elif kind == "syntax":
-        src[victim] = src[victim].replace("):", ")", 1)
-    elif kind == "recursion_rebind":
-        rec = rng.choice(("func_17", "func_20", "func_24"))
-        src[victim] = _renamed(ops.get(rec).source, victim)
-        recall_src[victim] = src[victim]
-        if rng.random() < 0.6:
-            others = [o.id for o in ops.OPERATORS if o.arity == ops.get(rec).arity]
-            src[rec] = _renamed(ops.get(rng.choice(others)).source, rec)
-    elif kind == "duplicate_entry":
-        t = rng.choice(tasks)
-        first = f"def {t['entry']}(x):\n    return x\n\n"
-        mains[t["entry"]] = first + mains[t["entry"]] if rng.random() < 0.5 else mains[t["entry"]] + "\n\n" + first
-    elif kind == "think":
-        think = "<think>Recall func_3: no\n```python\ndef main_solution(x):\n    return x\n```\n</think>\n"
-    defs = "\n".join(src.values())
-    assemble = (defs + "\n" if defs else "") + "\n\n".join(mains.values())
+    a = _Draft(tasks, order, src, dict(src), mains, rng.choice(order))
+    if kind in _MUTATIONS:
+        _MUTATIONS[kind](a, rng)
+    defs = "\n".join(a.src.values())
+    assemble = (defs + "\n" if defs else "") + "\n\n".join(a.mains.values())
     if kind == "plain_block":
         return "Here is the program:\n```python\n" + assemble + "\n```\n"
     if kind == "no_answer":
         return "I cannot do this." if rng.random() < 0.5 else "```python\ndef other(x):\n    return x\n```"
-    recalls: list[tuple[str, str | None]] = [(op, recall_src.get(op)) for op in order]
+    recalls: list[tuple[str, str | None]] = [(op, a.recall_src.get(op)) for op in order]
     if rng.random() < 0.1:  # a duplicated or extra block
         recalls.append((rng.choice(list(ops.ALL_IDS)), ops.get(rng.choice(list(ops.ALL_IDS))).source))
     if rng.random() < 0.05:
         recalls = recalls[1:]
-    return _respond(recalls, assemble, think)
+    return _respond(recalls, assemble, a.think)
 
 
 def differential(items: list[tuple[str, dict, str]], box: object, threads: int = 4, chunk: int = 4000,

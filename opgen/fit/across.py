@@ -11,6 +11,7 @@ with a warning and without a p-value.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -81,7 +82,7 @@ def linear(x: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: float) 
     pred = intercept + slope * x
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1 - float(((y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else None
-    out = {"slope": {"estimate": float(slope)}, "intercept": {"estimate": float(intercept)}, "R2": r2}
+    out: dict[str, Any] = {"slope": {"estimate": float(slope)}, "intercept": {"estimate": float(intercept)}, "R2": r2}
     if reps is not None:
         xc = x - x.mean()
         sl = ((reps - reps.mean(1, keepdims=True)) @ xc) / float(xc @ xc)
@@ -109,7 +110,7 @@ def exponential(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: fl
     boot = M.fit(form, design, reps).params() if reps is not None else None
     prof = U.profile(point, y, level)["beta"]
     for name in ("alpha", "beta", "gamma"):
-        entry = {"estimate": float(pars[name][0])}
+        entry: dict[str, Any] = {"estimate": float(pars[name][0])}
         if boot is not None:
             lo, hi, _ = U.percentile(boot[name], level)
             entry.update({"ci_low": lo, "ci_high": hi, "method": "bootstrap"})

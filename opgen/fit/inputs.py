@@ -13,9 +13,10 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, overload
 
 from opgen.fit import FitInputError
 
@@ -53,6 +54,18 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+@overload
+def _number(value: object, where: str, what: str, *, integer: Literal[True], positive: bool = ...,
+            allow_none: Literal[False]) -> int: ...
+@overload
+def _number(value: object, where: str, what: str, *, integer: Literal[True], positive: bool = ...,
+            allow_none: Literal[True] = ...) -> int | None: ...
+@overload
+def _number(value: object, where: str, what: str, *, integer: bool = ..., positive: bool = ...,
+            allow_none: Literal[False]) -> float | int: ...
+@overload
+def _number(value: object, where: str, what: str, *, integer: bool = ..., positive: bool = ...,
+            allow_none: bool = ...) -> float | int | None: ...
 def _number(value, where: str, what: str, *, integer: bool = False, positive: bool = False,
             allow_none: bool = True) -> float | int | None:
     if value is None or (isinstance(value, str) and value.strip() == ""):
@@ -108,7 +121,59 @@ def _read_csv(path: Path) -> list[dict]:
 # ---------------------------------------------------------------------------------------- runs table
 
 
-def read_runs_table(path: Path) -> tuple[list[dict], dict[str, dict]]:  # noqa: C901
+def _yaml_runs_rows(path: Path) -> list[dict]:
+    """The checkpoint rows of a YAML runs table, each with its run's fields and ``_where``."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise FitInputError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("runs"), dict) or not doc["runs"]:
+        raise FitInputError(f"{path}: expected a mapping 'runs: {{RUN: {{..., checkpoints: [...]}}}}'")
+    rows = []
+    for run, body in doc["runs"].items():
+        where = f"{path}: runs.{run}"
+        if not isinstance(body, dict) or not isinstance(body.get("checkpoints"), list):
+            raise FitInputError(f"{where}: needs a 'checkpoints' list")
+        unknown = sorted(set(body) - set(RUN_FIELDS) - {"checkpoints"})
+        if unknown:
+            raise FitInputError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(RUN_FIELDS)})")
+        for i, ck in enumerate(body["checkpoints"]):
+            if not isinstance(ck, dict):
+                raise FitInputError(f"{where}.checkpoints[{i}]: expected a mapping with 'model'")
+            bad = sorted(set(ck) - {"model", "step", "seed"})
+            if bad:
+                raise FitInputError(f"{where}.checkpoints[{i}]: unknown field {bad[0]!r}")
+            rows.append({**{k: v for k, v in body.items() if k != "checkpoints"}, **ck, "run": str(run),
+                         "_where": f"{where}.checkpoints[{i}]"})
+    return rows
+
+
+def _csv_runs_rows(path: Path) -> list[dict]:
+    """The rows of a CSV runs table, each with ``_where``; ``run`` and ``model`` columns required."""
+    rows = [dict(r, _where=f"{path}: row {i}") for i, r in enumerate(_read_csv(path), 2)]
+    for col in ("run", "model"):
+        if col not in rows[0]:
+            raise FitInputError(f"{path}: no {col!r} column")
+    return rows
+
+
+def _checkpoint_of(r: dict) -> dict:
+    """One runs-table row as a checkpoint {run, model, seed, step, where}, its fields checked."""
+    where = r["_where"]
+    run = str(r.get("run") or "").strip()
+    model = str(r.get("model") or "").strip()
+    if not run or not model:
+        raise FitInputError(f"{where}: 'run' and 'model' are required")
+    seed = _number(r.get("seed"), where, "seed", integer=True)
+    step = _number(r.get("step"), where, "step", integer=True)
+    if step is not None and step < 0:
+        raise FitInputError(f"{where}: step must be >= 0")
+    return {"run": run, "model": model, "seed": 0 if seed is None else seed, "step": step, "where": where}
+
+
+def read_runs_table(path: Path) -> tuple[list[dict], dict[str, dict]]:
     """Checkpoints [{run, seed, model, step}] and per-run attributes from a YAML or CSV runs table.
 
     CSV: one row per model folder — run, model, seed, step (optional: from the folder name) and the
@@ -118,50 +183,13 @@ def read_runs_table(path: Path) -> tuple[list[dict], dict[str, dict]]:  # noqa: 
     path = Path(path)
     if not path.is_file():
         raise FitInputError(f"{path}: runs table not found")
-    if path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise FitInputError(f"{path}: not valid YAML ({exc})") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("runs"), dict) or not doc["runs"]:
-            raise FitInputError(f"{path}: expected a mapping 'runs: {{RUN: {{..., checkpoints: [...]}}}}'")
-        rows = []
-        for run, body in doc["runs"].items():
-            where = f"{path}: runs.{run}"
-            if not isinstance(body, dict) or not isinstance(body.get("checkpoints"), list):
-                raise FitInputError(f"{where}: needs a 'checkpoints' list")
-            unknown = sorted(set(body) - set(RUN_FIELDS) - {"checkpoints"})
-            if unknown:
-                raise FitInputError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(RUN_FIELDS)})")
-            for i, ck in enumerate(body["checkpoints"]):
-                if not isinstance(ck, dict):
-                    raise FitInputError(f"{where}.checkpoints[{i}]: expected a mapping with 'model'")
-                bad = sorted(set(ck) - {"model", "step", "seed"})
-                if bad:
-                    raise FitInputError(f"{where}.checkpoints[{i}]: unknown field {bad[0]!r}")
-                rows.append({**{k: v for k, v in body.items() if k != "checkpoints"}, **ck, "run": str(run),
-                             "_where": f"{where}.checkpoints[{i}]"})
-    else:
-        rows = [dict(r, _where=f"{path}: row {i}") for i, r in enumerate(_read_csv(path), 2)]
-        for col in ("run", "model"):
-            if col not in rows[0]:
-                raise FitInputError(f"{path}: no {col!r} column")
-    checkpoints, runs = [], {}
+    rows = _yaml_runs_rows(path) if path.suffix.lower() in (".yaml", ".yml") else _csv_runs_rows(path)
+    checkpoints: list[dict] = []
+    runs: dict[str, dict] = {}
     for r in rows:
-        where = r["_where"]
-        run = str(r.get("run") or "").strip()
-        model = str(r.get("model") or "").strip()
-        if not run or not model:
-            raise FitInputError(f"{where}: 'run' and 'model' are required")
-        seed = _number(r.get("seed"), where, "seed", integer=True)
-        step = _number(r.get("step"), where, "step", integer=True)
-        if step is not None and step < 0:
-            raise FitInputError(f"{where}: step must be >= 0")
-        checkpoints.append({"run": run, "model": model, "seed": 0 if seed is None else seed, "step": step,
-                            "where": where})
-        _merge_run(runs, run, _run_info(r, where), where)
+        ck = _checkpoint_of(r)
+        checkpoints.append(ck)
+        _merge_run(runs, ck["run"], _run_info(r, ck["where"]), ck["where"])
     return checkpoints, runs
 
 
@@ -187,10 +215,9 @@ def _ops_of(data_path: Path, cache: dict, obs: Observations) -> list[str]:
     return cache[key]
 
 
-def _read_checkpoint(model_dir: Path, run: str, seed: int, step: int, cluster_by: str, obs: Observations,  # noqa: C901
-                     ops_cache: dict) -> dict:
-    from opgen.sweep import _correct, model_records
-
+def _read_metrics(model_dir: Path, obs: Observations) -> tuple[Path, dict, dict]:
+    """(path, metrics, its ``data`` mapping) of a model's metrics.json, with every scores.jsonl it
+    names present; each file's digest goes into ``obs.files``."""
     mpath = model_dir / "metrics.json"
     if not mpath.is_file():
         raise FitInputError(f"{mpath}: missing (the evaluation of this model is not complete)")
@@ -209,30 +236,28 @@ def _read_checkpoint(model_dir: Path, run: str, seed: int, step: int, cluster_by
         if not spath.is_file():
             raise FitInputError(f"{spath}: missing")
         obs.files[str(spath)] = sha256(spath)
-    try:
-        records = model_records(model_dir, metrics)
-    except (json.JSONDecodeError, OSError) as exc:
-        raise FitInputError(f"{model_dir}: unreadable scores.jsonl ({exc})") from None
-    def where(rec: dict) -> str:
-        return f"{model_dir / data[rec['data']]['scores'] / 'scores.jsonl'}: index {rec.get('index')!r}"
+    return mpath, metrics, data
 
-    for rec in records:
-        if not isinstance(rec.get("index"), int) or not isinstance(rec.get("acc"), (int, float)):
-            raise FitInputError(f"{where(rec)}: a scores.jsonl line needs an integer 'index' and a numeric 'acc'")
-        if cluster_by == "ops":
-            dpath = data[rec["data"]].get("path")
-            if not isinstance(dpath, str):
-                raise FitInputError(f"{mpath}: data {rec['data']!r} has no 'path' (needed by --cluster-by ops)")
-            ops = _ops_of(Path(dpath), ops_cache, obs)
-            if rec["index"] >= len(ops):
-                raise FitInputError(f"{where(rec)}: the data file has only {len(ops)} rows")
-            cluster = ops[rec["index"]]
-        elif cluster_by == "prompt":
-            cluster = f"{rec['data']}#{rec['index']}"
-        else:
-            cluster = str(rec.get(cluster_by, ""))
-        obs.add((str(rec["split"]), run, seed, step, None, cluster), int(_correct(rec)), 1)
-    tokens = {"prompt": [0.0, 0], "response": [0.0, 0]}
+
+def _cluster_of(rec: dict, cluster_by: str, mpath: Path, data: dict, where: Callable[[dict], str],
+                obs: Observations, ops_cache: dict) -> str:
+    """The cluster a scored record falls in under ``--cluster-by`` (``where(rec)`` names it in errors)."""
+    if cluster_by == "ops":
+        dpath = data[rec["data"]].get("path")
+        if not isinstance(dpath, str):
+            raise FitInputError(f"{mpath}: data {rec['data']!r} has no 'path' (needed by --cluster-by ops)")
+        ops = _ops_of(Path(dpath), ops_cache, obs)
+        if rec["index"] >= len(ops):
+            raise FitInputError(f"{where(rec)}: the data file has only {len(ops)} rows")
+        return ops[rec["index"]]
+    if cluster_by == "prompt":
+        return f"{rec['data']}#{rec['index']}"
+    return str(rec.get(cluster_by, ""))
+
+
+def _token_sums(data: dict) -> dict[str, list]:
+    """``{"prompt": [sum, n], "response": [sum, n]}``: token counts over a model's data files."""
+    tokens: dict[str, list] = {"prompt": [0.0, 0], "response": [0.0, 0]}
     for entry in data.values():
         gen = entry.get("generation") or {}
         for key, field_, count in (("prompt", "prompt_tokens_mean", "rows"), ("response", "completion_tokens_mean",
@@ -244,12 +269,83 @@ def _read_checkpoint(model_dir: Path, run: str, seed: int, step: int, cluster_by
     return tokens
 
 
-def read_sweeps(sweeps: Iterable[Path], runs_table: Path | None, cluster_by: str = "ops") -> Observations:  # noqa: C901
+def _read_checkpoint(model_dir: Path, run: str, seed: int, step: int, cluster_by: str, obs: Observations,
+                     ops_cache: dict) -> dict:
+    from opgen.sweep import _correct, model_records
+
+    mpath, metrics, data = _read_metrics(model_dir, obs)
+    try:
+        records = model_records(model_dir, metrics)
+    except (json.JSONDecodeError, OSError) as exc:
+        raise FitInputError(f"{model_dir}: unreadable scores.jsonl ({exc})") from None
+
+    def where(rec: dict) -> str:
+        return f"{model_dir / data[rec['data']]['scores'] / 'scores.jsonl'}: index {rec.get('index')!r}"
+
+    for rec in records:
+        if not isinstance(rec.get("index"), int) or not isinstance(rec.get("acc"), (int, float)):
+            raise FitInputError(f"{where(rec)}: a scores.jsonl line needs an integer 'index' and a numeric 'acc'")
+        cluster = _cluster_of(rec, cluster_by, mpath, data, where, obs, ops_cache)
+        obs.add((str(rec["split"]), run, seed, step, None, cluster), int(_correct(rec)), 1)
+    return _token_sums(data)
+
+
+def _folder_checkpoints(sweeps: list[Path], obs: Observations) -> list[dict]:
+    """Without a runs table: each sweep folder is one run (seed 0), each finished model in it a
+    checkpoint whose step its name gives."""
+    checkpoints = []
+    for s in sweeps:
+        for m in sorted(s.glob("*/metrics.json")):
+            checkpoints.append({"run": s.name, "model": m.parent.name, "seed": 0, "step": None,
+                                "where": str(m.parent)})
+        obs.runs.setdefault(s.name, {f: None for f in RUN_FIELDS})
+    if not checkpoints:
+        raise FitInputError(f"no finished models (*/metrics.json) under {', '.join(map(str, sweeps))}")
+    return checkpoints
+
+
+def _model_dir(ck: dict, sweeps: list[Path]) -> Path:
+    """The one sweep folder's model folder a checkpoint names."""
+    found = [s / ck["model"] for s in sweeps if (s / ck["model"]).is_dir()]
+    if not found:
+        raise FitInputError(f"{ck['where']}: model folder {ck['model']!r} is in none of the sweep folders "
+                            f"({', '.join(map(str, sweeps))})")
+    if len(found) > 1:
+        raise FitInputError(f"{ck['where']}: model folder {ck['model']!r} is in several sweep folders: "
+                            f"{', '.join(map(str, found))}")
+    return found[0]
+
+
+def _checkpoint_step(ck: dict, seen: dict[tuple, str]) -> int:
+    """A checkpoint's step (given, else from the model's name), once per (run, seed, step)."""
+    from opgen.sweep import checkpoint_step
+
+    step = ck["step"] if ck["step"] is not None else checkpoint_step(ck["model"])
+    if step is None:
+        raise FitInputError(f"{ck['where']}: no step for model {ck['model']!r} (give a 'step' column; its name "
+                            f"carries none)")
+    key = (ck["run"], ck["seed"], step)
+    if key in seen:
+        raise FitInputError(f"{ck['where']}: run {ck['run']!r} seed {ck['seed']} step {step} is given twice "
+                            f"({seen[key]} and {ck['model']})")
+    seen[key] = ck["model"]
+    return step
+
+
+def _fill_token_means(obs: Observations, token_sums: dict[str, dict]) -> None:
+    """Token means over each run's checkpoints, where the runs table does not give them."""
+    for run, acc in token_sums.items():
+        info = obs.runs[run]
+        for k, f in (("prompt", "prompt_tokens"), ("response", "response_tokens")):
+            if info.get(f) is None and acc[k][1]:
+                info[f] = acc[k][0] / acc[k][1]
+                info.setdefault("token_means_from", []).append(f)
+
+
+def read_sweeps(sweeps: Iterable[Path], runs_table: Path | None, cluster_by: str = "ops") -> Observations:
     """opgen eval output folders. With a runs table, its model names are looked up in the folders;
     without one, each folder is one run (named after it, seed 0) and every finished model in it a
     checkpoint whose step comes from its name."""
-    from opgen.sweep import checkpoint_step
-
     if cluster_by not in CLUSTER_BY:
         raise FitInputError(f"unknown --cluster-by {cluster_by!r} (known: {', '.join(CLUSTER_BY)})")
     sweeps = [Path(s) for s in sweeps]
@@ -261,47 +357,19 @@ def read_sweeps(sweeps: Iterable[Path], runs_table: Path | None, cluster_by: str
         checkpoints, obs.runs = read_runs_table(runs_table)
         obs.files[str(runs_table)] = sha256(Path(runs_table))
     else:
-        checkpoints = []
-        for s in sweeps:
-            for m in sorted(s.glob("*/metrics.json")):
-                checkpoints.append({"run": s.name, "model": m.parent.name, "seed": 0, "step": None,
-                                    "where": str(m.parent)})
-            obs.runs.setdefault(s.name, {f: None for f in RUN_FIELDS})
-        if not checkpoints:
-            raise FitInputError(f"no finished models (*/metrics.json) under {', '.join(map(str, sweeps))}")
+        checkpoints = _folder_checkpoints(sweeps, obs)
     seen: dict[tuple, str] = {}
     token_sums: dict[str, dict] = {}
     ops_cache: dict = {}
     for ck in checkpoints:
-        where = ck["where"]
-        found = [s / ck["model"] for s in sweeps if (s / ck["model"]).is_dir()]
-        if not found:
-            raise FitInputError(f"{where}: model folder {ck['model']!r} is in none of the sweep folders "
-                                f"({', '.join(map(str, sweeps))})")
-        if len(found) > 1:
-            raise FitInputError(f"{where}: model folder {ck['model']!r} is in several sweep folders: "
-                                f"{', '.join(map(str, found))}")
-        step = ck["step"] if ck["step"] is not None else checkpoint_step(ck["model"])
-        if step is None:
-            raise FitInputError(f"{where}: no step for model {ck['model']!r} (give a 'step' column; its name "
-                                f"carries none)")
-        key = (ck["run"], ck["seed"], step)
-        if key in seen:
-            raise FitInputError(f"{where}: run {ck['run']!r} seed {ck['seed']} step {step} is given twice "
-                                f"({seen[key]} and {ck['model']})")
-        seen[key] = ck["model"]
-        tok = _read_checkpoint(found[0], ck["run"], ck["seed"], step, cluster_by, obs, ops_cache)
+        model_dir = _model_dir(ck, sweeps)
+        step = _checkpoint_step(ck, seen)
+        tok = _read_checkpoint(model_dir, ck["run"], ck["seed"], step, cluster_by, obs, ops_cache)
         acc = token_sums.setdefault(ck["run"], {"prompt": [0.0, 0], "response": [0.0, 0]})
         for k in acc:
             acc[k][0] += tok[k][0]
             acc[k][1] += tok[k][1]
-    # token means over the run's checkpoints, where the runs table does not give them
-    for run, acc in token_sums.items():
-        info = obs.runs[run]
-        for k, f in (("prompt", "prompt_tokens"), ("response", "response_tokens")):
-            if info.get(f) is None and acc[k][1]:
-                info[f] = acc[k][0] / acc[k][1]
-                info.setdefault("token_means_from", []).append(f)
+    _fill_token_means(obs, token_sums)
     return obs
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -85,7 +86,7 @@ def build_curves(obs: Observations, cfg: FitConfig, warnings: list[str]) -> tupl
                                  or (cfg.max_step is not None and step > cfg.max_step)):
             continue
         groups.setdefault((split, run), {}).setdefault((step, comp), {}).setdefault(seed, {})[cl] = (k, n)
-    per_run = {}
+    per_run: dict[str, dict[str, Any]] = {}
     curves = []
     for (split, run), points in sorted(groups.items()):
         info = _run_info(obs, run, cfg)
@@ -154,7 +155,7 @@ def _fit_form(form: M.Form, design: M.Design, curve: Curve, binomial: bool, reps
         boot = M.fit(form, design, Ys).params() if Ys is not None else None
     prof = U.profile(point, y, level) if form.nl_names else {}
     m = len(y)
-    out = {
+    out: dict[str, Any] = {
         "equation": form.equation,
         "params": {k: _param_entry(float(v[0]), None if boot is None else boot[k], prof.get(k), level)
                    for k, v in est.items()},
@@ -295,7 +296,7 @@ def _across(runs: list[dict], split: str, forms, cfg: FitConfig, warnings: list[
         L = np.array([r["loss"] for r in rs], dtype=float)
         y = np.array([r["forms"][fname]["params"][pname]["estimate"] for r in rs])
         rep = _stack(rs, _boot(fname, pname))
-        entry = {"x": "loss", "y": f"{fname}.{pname}", "runs": [r["run"] for r in rs],
+        entry: dict[str, Any] = {"x": "loss", "y": f"{fname}.{pname}", "runs": [r["run"] for r in rs],
                  "spearman": X.correlation("spearman", L, y, rep, cfg.level, cfg.min_n),
                  "exp_fit": X.exponential(L, y, rep, cfg.level)}
         if entry["spearman"]["warning"]:

@@ -10,6 +10,7 @@ rest: RMSE of the rates and, with counts, the mean binomial log loss per answer.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ def backtest(forms: list[M.Form], x: np.ndarray, ref: float, y: np.ndarray, n: n
     out: dict = {"holdout_frac": frac, "n_fit": m_fit, "n_heldout": len(x) - m_fit, "forms": {}, "best": None}
     if m_fit == len(x):
         return out
-    scores = {}
+    scores: dict[str, float] = {}
     for form in forms:
         if m_fit < min_points(form):
             out["forms"][form.name] = {"skipped": f"{m_fit} points before the held-out ones; needs "
@@ -60,7 +61,7 @@ def backtest(forms: list[M.Form], x: np.ndarray, ref: float, y: np.ndarray, n: n
         f = point_fit(form, design, y[:m_fit], None if n is None else n[:m_fit])
         pred = form.mu(M.Design(x, ref), f.phi, f.lin)[0][m_fit:]
         held = y[m_fit:]
-        entry = {"rmse": float(np.sqrt(np.mean((held - pred) ** 2))),
+        entry: dict[str, Any] = {"rmse": float(np.sqrt(np.mean((held - pred) ** 2))),
                  "max_abs_error": float(np.max(np.abs(held - pred))),
                  "predicted": [float(v) for v in pred], "observed": [float(v) for v in held],
                  "fit_params": {k: float(v[0]) for k, v in f.params().items()}}

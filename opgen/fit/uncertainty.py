@@ -17,6 +17,7 @@ Cluster and seed resampling use only ``Generator.random`` (uniforms turned into 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ def count_replicates(curves: list, method: str, resamples: int, seed: int, n_clu
     """curve key -> (K* [R, m], N* [R, m]) for count data. ``curves`` carry K, N [S, C, m] and the
     global cluster index of each of their C clusters (``cluster_idx``)."""
     rng = np.random.default_rng(seed)
-    out = {c.key: ([], []) for c in curves}
+    out: dict[Any, tuple[list, list]] = {c.key: ([], []) for c in curves}
     done = 0
     while done < resamples:
         r = min(CHUNK, resamples - done)
@@ -44,6 +45,7 @@ def count_replicates(curves: list, method: str, resamples: int, seed: int, n_clu
         for c in curves:
             S = c.K.shape[0]
             if method == "cluster":
+                assert wc is not None
                 w = wc[:, c.cluster_idx]  # [r, C]
                 ks = np.einsum("rc,scm->rsm", w, c.K)
                 ns = np.einsum("rc,scm->rsm", w, c.N)

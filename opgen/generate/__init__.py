@@ -82,7 +82,7 @@ class Generator:
     @classmethod
     def options_schema(cls) -> dict[str, Any]:
         """``OPTIONS_SCHEMA`` with what every generator accepts (``max_attempts``), no other key."""
-        schema = {"type": "object", "additionalProperties": False,
+        schema: dict[str, Any] = {"type": "object", "additionalProperties": False,
                   "properties": {"max_attempts": {"type": "integer", "minimum": 1}}}
         return {**schema, **cls.OPTIONS_SCHEMA,
                 "properties": {**schema["properties"], **cls.OPTIONS_SCHEMA.get("properties", {})}}
@@ -312,7 +312,7 @@ def effect_ok(gen: Generator, item: Item | None) -> Item | None:
     from opgen.generate.measure import task_unchanged_calls
 
     for t in item.tasks:
-        if task_unchanged_calls(t):  # measure.changes_every_call, from the generator's count
+        if task_unchanged_calls(t):  # the generator's own count where it noted one
             gen.rejections["no_effect"] += 1
             return None
     return item
@@ -381,7 +381,7 @@ def _import_generator(path: str) -> type[Generator]:
     except Exception as exc:  # the user's module: any error while importing it is theirs to see
         raise GeneratorError(f"generator {path!r}: cannot import {module_name!r} "
                              f"({type(exc).__name__}: {exc})") from None
-    cls = module
+    cls: Any = module
     for part in attr.split("."):
         cls = getattr(cls, part, None)
         if cls is None:

@@ -47,14 +47,16 @@ class Atomic(Generator):
         alphabet = self.options["alphabet"]
         x = text(rng, self.in_lo, self.in_hi, alphabet)
         args: tuple[E.Expr, ...] = (E.Var(),)
+        lit: E.Lit | None = None
         if op.n_inputs == 2:
-            args += (E.Lit(text(rng, self.lit_lo, self.lit_hi, alphabet)),)
+            lit = E.Lit(text(rng, self.lit_lo, self.lit_hi, alphabet))
+            args += (lit,)
         program = E.Call(op.id, args, sample_params(op, rng))
         # One operator call on known strings: evaluated here directly, with the evaluator's guards
         # (the size precheck before the call, the cap on every value), not by walking the tree.
         max_len = self.options["max_output_chars"]
         try:
-            out = E.call_capped(program, op.fn, (x,) if len(args) == 1 else (x, args[1].value), max_len)
+            out = E.call_capped(program, op.fn, (x,) if lit is None else (x, lit.value), max_len)
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None

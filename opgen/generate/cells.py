@@ -96,14 +96,6 @@ def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, fixed: Mapping[in
     return Task(node, x, value)
 
 
-def chain_task(op_ids: Sequence[str], depth: int, rng: Rng, **kw: Any) -> Task:
-    for attempt in range(MAX_ATTEMPTS):
-        task = grow_chain(op_ids, depth, rng.derive("chain", attempt), **kw)
-        if task is not None:
-            return task
-    raise CellError(f"no chain of depth {depth} over {list(op_ids)} stays within {MAX_OUTPUT} characters")
-
-
 # ---------------------------------------------------------------- pools
 
 
@@ -151,8 +143,9 @@ class _CompPool:
     def __init__(self, name: str, trees_json: str, seed: int, unique: str = "program"):
         from opgen.generate.trees import Trees  # the native mixed-structure sampler
 
-        # The trees generator draws row i's candidates from Rng(ctx.digest, ctx.split, i, j): naming
-        # the pool (not the recipe) in its context is what makes the pool shared between cells.
+        # The trees generator draws row i's candidates from CounterRng(counter_key(ctx.digest,
+        # ctx.split), i, j): naming the pool (not the recipe) in its context is what makes the
+        # pool shared between cells.
         self.name = name
         opts = Trees.resolve({**json.loads(trees_json), "rows": 1})
         ctx = Context(digest=f"opgen-pool:comp:{name}:{trees_json}", split=name, seed=seed, role="train")
@@ -310,9 +303,6 @@ class SftCell(_PoolUser):
             return Item((self.comps[idx[0]],), meta=(("part", "composition"),))
         return Item(tuple(self.atomic[k] for k in idx), meta=(("part", "atomic"),))
 
-    def shared_tasks(self) -> tuple[Task, ...]:
-        return self.atomic
-
     def manifest_section(self, rows: int) -> dict[str, Any]:
         """What the manifest should show of this cell (the whole plan; ``rows`` may be a --limit)."""
         widths: dict[str, int] = {}
@@ -431,9 +421,6 @@ class MatchedStream(_PoolUser):
             out.append(P.multiset_hash(
                 (self.comps if pool == "comp" else self.atomic)[k].identity() for pool, k in refs))
         return out
-
-    def shared_tasks(self) -> tuple[Task, ...]:
-        return self.atomic
 
     def manifest_section(self, rows: int) -> dict[str, Any]:
         """The stream's plan and its per-step hashes over the complete steps among the first ``rows``."""

@@ -8,6 +8,8 @@ adding them changes no draw.
 
 from __future__ import annotations
 
+from typing import Any
+
 from opgen import expr as E
 from opgen import ops
 
@@ -21,7 +23,7 @@ def unchanged_calls(program: E.Expr, x: str, output: str | None = None) -> int:
     ``output`` (the task's known output) spares the evaluation of a single call on leaves.
     """
     if type(program) is _Call and all(type(a) in (_Var, _Lit) for a in program.args):
-        first = program.args[0]
+        first: Any = program.args[0]  # a Var or a Lit
         arg = x if type(first) is _Var else first.value
         if output is None:
             output = E.evaluate(program, x)
@@ -29,7 +31,7 @@ def unchanged_calls(program: E.Expr, x: str, output: str | None = None) -> int:
     count = [0]
     fns = _FNS
 
-    def walk(e: E.Expr) -> str:
+    def walk(e: Any) -> str:  # an E.Expr, dispatched on its exact type (mypy cannot narrow through t)
         t = type(e)
         if t is _Var:
             return x
@@ -61,18 +63,13 @@ def task_unchanged_calls(task) -> int:
     return unchanged_calls(task.program, task.input, task.output) if known is None else known
 
 
-def changes_every_call(program: E.Expr, x: str, output: str | None = None) -> bool:
-    """``require_effect``: every operator call changes its first argument."""
-    return unchanged_calls(program, x, output) == 0
-
-
 def call_distances(program: E.Expr) -> tuple[tuple[str, int, int], ...]:
     """``(op, chars, call_tails)`` per parameterised call in pre-order: the characters between the
     end of the call's name and the start of its own trailing argument, and how many other library
     calls' parameter tails lie in between (``expr.tail_distances``, as the probes measure them)."""
     out: list = []
 
-    def rec(e: E.Expr) -> tuple[str, int]:
+    def rec(e: Any) -> tuple[str, int]:  # an E.Expr, dispatched on its exact type
         """(rendered text, parameterised calls inside) — the text as ``expr.render`` writes it."""
         t = type(e)
         if t is _Var:

@@ -29,7 +29,7 @@ from opgen import ops
 from opgen.generate import OP_SET, Context, Generator
 from opgen.generate import cells as C
 from opgen.rng import Rng
-from opgen.tasks import Item, Task
+from opgen.tasks import Item
 
 PER_CONDITION = 256
 PARAM_HELDOUT = tuple(dict.fromkeys(o for o in ("func_24",) + ops.HELDOUT_IDS if ops.get(o).params))
@@ -237,8 +237,3 @@ class LongLiteral(Probe):
 GENERATORS: dict[str, type[Generator]] = {
     cls.NAME: cls for cls in (DefinitionLoad, ChainPosition, MethodTails, LongLiteral)
 }
-
-
-def target_task(item: Item) -> Task:
-    """The task holding the target (the last task: 1b puts the others first)."""
-    return item.tasks[-1]

@@ -199,7 +199,7 @@ class Trees(Generator):
         else:
             for j in range(start, stop):
                 rng = CounterRng(key, i, j)
-                kinds: list[int] = []
+                kinds = []
                 self._shape(rng.word, d, kinds)
                 verdict = self._verdict(kinds)
                 if verdict:
@@ -352,7 +352,7 @@ class Trees(Generator):
         groups = [(self.param, p_parameterised), (self.plain, 1 - p_parameterised)]
         if not (self.plain and self.param):
             groups = [(self.plain or self.param, 1.0)]
-        entries = []
+        entries: list[tuple[tuple, float]] = []
         for members, p_group in groups:
             for op in members:
                 p_op = p_group / len(members)
@@ -380,9 +380,10 @@ class Trees(Generator):
         pb, px = o["p_binary"], o["p_leaf_x"]
         node = ((_CONCAT, pb * pc), (_INTERLACE, pb * (1 - pc)), (_METHOD, (1 - pb) * pm), (_OP, (1 - pb) * (1 - pm)))
         self._node_kinds = _cumulative([(kind, p) for kind, p in node])
-        levels = [[((_LEAF_X,), px), ((_LEAF_LIT,), 1 - px)]]
+        levels: list[list[tuple[tuple[int, ...], float]]] = [[((_LEAF_X,), px), ((_LEAF_LIT,), 1 - px)]]
         for _ in range(_TABLE_DEPTH):
-            below, shapes = levels[-1], []
+            below = levels[-1]
+            shapes: list[tuple[tuple[int, ...], float]] = []
             for kind, p in node:
                 if kind <= _INTERLACE:
                     shapes += [((kind, *a, *b), p * qa * qb) for a, qa in below for b, qb in below]

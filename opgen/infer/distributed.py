@@ -331,14 +331,11 @@ def _fault() -> tuple[str, int] | None:
     return kind, int(n)
 
 
-def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Sequence[Path], out: Path,  # noqa: C901
-                   cfg: EvalConfig, pool, *, chunk_rows: int = 1024, depth: int = 2,
-                   executor: str = "ray") -> tuple[list[dict], SweepReport]:
-    """Evaluate every model on every data file with the replicas of ``pool``; returns each model's
-    metrics (as evaluate_model would) and a report of the replicas' work."""
-    t_start = time.perf_counter()
-    report = SweepReport(executor, [ReplicaStats() for _ in pool.replicas])
-    loaded = load_data(data_files, cfg)
+def _plan_passes(models: Sequence[Path], names: Sequence[str], out: Path, loaded, cfg: EvalConfig,
+                 chunk_rows: int) -> tuple[list[dict], list[list[_Pass]], deque[_Unit], list[_Pass]]:
+    """Every model's metrics header and passes, the queue of chunks to generate and the passes
+    with nothing left to generate. Clears a model's metrics.json (and, without ``--resume``, its
+    generations and chunks) before anything runs."""
     batch = loop_batch_size(cfg)
     metrics: list[dict] = []
     model_passes: list[list[_Pass]] = []
@@ -358,20 +355,7 @@ def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Seq
             if skipped is not None:
                 m["data"][dn]["decomposed"] = {"skipped": skipped}
                 continue
-            gen_path = begin_pass(model_dir, model, data, suffix, cfg)
-            store = ChunkStore(out, name, dn + suffix)
-            if not cfg.resume:
-                gen_path.unlink(missing_ok=True)
-                store.clear()
-            done = read_log(gen_path, repair=True, keep=RESUME_FIELDS)
-            check_done(gen_path, done, rows)
-            stored = store.done()
-            check_done(store.dir, stored, rows)
-            pending = [r for r in rows if r.index not in done and r.index not in stored]
-            p = _Pass(mi, data, suffix, plan, rows, gen_path, store,
-                      RunStats(rows=len(rows), skipped=len(rows) - len(pending)))
-            wanted = {r.index for r in rows}
-            p.kept = (set(done) & wanted, (set(stored) - set(done)) & wanted)
+            p, pending = _open_pass(mi, model, model_dir, out, name, data, rows, suffix, plan, cfg)
             mine.append(p)
             chunks = make_chunks(pending, batch, chunk_rows)
             p.remaining = len(chunks)
@@ -380,38 +364,68 @@ def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Seq
             if not chunks:
                 to_assemble.append(p)
         model_passes.append(mine)
+    return metrics, model_passes, queue, to_assemble
 
-    total = sum(u.n_rows for u in queue)
-    bar = _progress(total, f"sweep ({len(models)} model{'s' * (len(models) > 1)}, {len(pool.replicas)} replicas)"
-                    if cfg.progress else None)
-    inflight: dict[object, tuple[int, _Unit]] = {}
-    scoring: dict[object, tuple[str, _Pass]] = {}
-    alive = list(pool.replicas)
-    fault = _fault()
-    written = 0
-    t_gen0 = time.perf_counter()
-    t_gen_end: float | None = None
 
-    truths: dict[Path, list] = {}
+def _open_pass(mi: int, model: Path, model_dir: Path, out: Path, name: str, data: Path, rows: list[Row],
+               suffix: str, plan: Plan, cfg: EvalConfig) -> tuple[_Pass, list[Row]]:
+    """A pass of one model over one data file, and its rows that neither its generations file nor
+    its stored chunks hold."""
+    dn = data_name(data)
+    gen_path = begin_pass(model_dir, model, data, suffix, cfg)
+    store = ChunkStore(out, name, dn + suffix)
+    if not cfg.resume:
+        gen_path.unlink(missing_ok=True)
+        store.clear()
+    done = read_log(gen_path, repair=True, keep=RESUME_FIELDS)
+    check_done(gen_path, done, rows)
+    stored = store.done()
+    check_done(store.dir, stored, rows)
+    pending = [r for r in rows if r.index not in done and r.index not in stored]
+    p = _Pass(mi, data, suffix, plan, rows, gen_path, store,
+              RunStats(rows=len(rows), skipped=len(rows) - len(pending)))
+    wanted = {r.index for r in rows}
+    p.kept = (set(done) & wanted, (set(stored) - set(done)) & wanted)
+    return p, pending
 
-    def truth(data: Path) -> list:
+
+class _Sweep:
+    """The driver's state while a sweep runs: the queue, the chunks in flight, the grader's jobs."""
+
+    def __init__(self, models: Sequence[Path], names: Sequence[str], out: Path, cfg: EvalConfig, pool,
+                 report: SweepReport, metrics: list[dict], model_passes: list[list[_Pass]],
+                 queue: deque[_Unit], chunk_rows: int, depth: int):
+        self.models, self.names, self.out, self.cfg, self.pool = models, names, out, cfg, pool
+        self.report, self.metrics, self.model_passes, self.queue = report, metrics, model_passes, queue
+        self.chunk_rows, self.depth = chunk_rows, depth
+        self.inflight: dict[object, tuple[int, _Unit]] = {}
+        self.scoring: dict[object, tuple[str, _Pass]] = {}
+        self.alive = list(pool.replicas)
+        self.fault = _fault()
+        self.written = 0
+        self.truths: dict[Path, list] = {}
+        self.bar = None
+        self.t_gen0 = time.perf_counter()
+        self.t_gen_end: float | None = None
+
+    def truth(self, data: Path) -> list:
         """The scorer's rows of a data file (all of them, as score_files reads them), read once."""
-        if data not in truths:
+        if data not in self.truths:
             from opgen.score.report import read_rows as read_truth
 
-            truths[data] = read_truth(data)
-        return truths[data]
+            self.truths[data] = read_truth(data)
+        return self.truths[data]
 
-    def grade(p: _Pass, pairs: list[tuple[int, str]], source: Path) -> None:
+    def grade(self, p: _Pass, pairs: list[tuple[int, str]], source: Path) -> None:
         """Hand rows' lines (index, line) of the pass to the grader."""
-        rows_all = truth(p.data)
+        rows_all = self.truth(p.data)
         rows = {i: rows_all[i] for i, _ in pairs if 0 <= i < len(rows_all)}
-        h = pool.grade("grade", p.key, str(p.data), len(rows_all), rows, "".join(line for _, line in pairs),
-                       str(source))
-        scoring[h] = ("grade", p)
+        h = self.pool.grade("grade", p.key, str(p.data), len(rows_all), rows, "".join(line for _, line in pairs),
+                            str(source))
+        self.scoring[h] = ("grade", p)
         p.grade_jobs += 1
 
-    def grade_kept(p: _Pass) -> None:
+    def grade_kept(self, p: _Pass) -> None:
         """Rows an earlier run generated (in the generations file, in chunks) are graded first."""
         in_file, in_chunks = p.kept
         sources = ([(p.gen_path, in_file)] if in_file else []) + \
@@ -421,144 +435,189 @@ def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Seq
             for idx, line in indexed_lines(path):
                 if idx in want:
                     piece.append((idx, line))
-                    if len(piece) >= chunk_rows:
-                        grade(p, piece, path)
+                    if len(piece) >= self.chunk_rows:
+                        self.grade(p, piece, path)
                         piece = []
             if piece:
-                grade(p, piece, path)
+                self.grade(p, piece, path)
 
-    def finish_generation(p: _Pass) -> None:
+    def finish_generation(self, p: _Pass) -> None:
         p.store.assemble(p.gen_path)
         p.stats.seconds = (p.last_done - p.first_submit) if p.first_submit is not None else 0.0
         p.result, p.only = pass_result(p.gen_path, p.rows, p.stats)
-        if cfg.score:
+        if self.cfg.score:
             name = data_name(p.data) + p.suffix
             p.result["scores"] = name
-            model_dir = out / names[p.model_idx]
+            model_dir = self.out / self.names[p.model_idx]
             # after every grade of this pass (the grader runs its calls in order)
-            h = pool.grade("finish", p.key, p.grade_jobs, str(p.data), len(truth(p.data)), str(p.gen_path),
-                           str(model_dir / name))
-            scoring[h] = ("finish", p)
+            h = self.pool.grade("finish", p.key, p.grade_jobs, str(p.data), len(self.truth(p.data)),
+                                str(p.gen_path), str(model_dir / name))
+            self.scoring[h] = ("finish", p)
         else:
             p.scored = True
-            model_done(p.model_idx)
+            self.model_done(p.model_idx)
 
-    def model_done(mi: int) -> None:
-        if not all(p.scored for p in model_passes[mi]):
+    def model_done(self, mi: int) -> None:
+        if not all(p.scored for p in self.model_passes[mi]):
             return
-        m = metrics[mi]
-        for p in model_passes[mi]:
+        m = self.metrics[mi]
+        for p in self.model_passes[mi]:
             entry = m["data"][data_name(p.data)]
             if p.suffix:
                 entry["decomposed"] = p.result
             else:
                 entry.update(p.result)
         m["scope"] = rollup(m)
-        write_json_atomic(out / names[mi] / "metrics.json", m)
+        write_json_atomic(self.out / self.names[mi] / "metrics.json", m)
 
-    def pick(rid: int) -> _Unit | None:
-        want = report.replicas[rid].model
-        for k, unit in enumerate(queue):
+    def pick(self, rid: int) -> _Unit | None:
+        want = self.report.replicas[rid].model
+        for k, unit in enumerate(self.queue):
             if unit.pass_.model_idx == want:
-                del queue[k]
+                del self.queue[k]
                 return unit
-        return queue.popleft() if queue else None
+        return self.queue.popleft() if self.queue else None
 
-    try:
-        if cfg.score:
-            pool.start_grader(cfg.workers, cfg.namespace, cfg.static)
-            for mine in model_passes:
+    def start(self, to_assemble: list[_Pass]) -> None:
+        """The grader (rows earlier runs left are graded first), passes with nothing to generate,
+        models with no pass."""
+        if self.cfg.score:
+            self.pool.start_grader(self.cfg.workers, self.cfg.namespace, self.cfg.static)
+            for mine in self.model_passes:
                 for p in mine:
-                    grade_kept(p)
+                    self.grade_kept(p)
         for p in to_assemble:
-            finish_generation(p)
-        for mi, mine in enumerate(model_passes):
+            self.finish_generation(p)
+        for mi, mine in enumerate(self.model_passes):
             if not mine:
-                model_done(mi)
-        while queue or inflight or scoring:
-            for rid in list(alive):
-                while queue and sum(1 for r, _ in inflight.values() if r == rid) < depth:
-                    unit = pick(rid)
-                    if unit is None:
-                        break
-                    p = unit.pass_
-                    if p.first_submit is None:
-                        p.first_submit = time.perf_counter()
-                    task = Task(str(models[p.model_idx]), data_name(p.data) + p.suffix,
-                                [[q for qs in b for q in qs] for b in unit.reqs], p.plan.sampling)
-                    inflight[pool.submit(rid, task)] = (rid, unit)
-                    report.replicas[rid].model = p.model_idx
-            if not queue and not inflight and t_gen_end is None:
-                t_gen_end = time.perf_counter()
-                pool.release()  # generation is over: free the engines (and their GPUs) now
-            handles = list(inflight) + list(scoring)
-            for h in pool.wait(handles):
-                if h in scoring:
-                    kind, p = scoring.pop(h)
-                    if kind == "grade":
-                        report.scoring_s += pool.get(h)
-                        report.chunks_graded += 1
-                        continue
-                    summary, secs = pool.get(h)
-                    report.scoring_s += secs
-                    p.result["summary"] = note_subset(summary, p.gen_path, p.only)
-                    p.scored = True
-                    model_done(p.model_idx)
-                    continue
-                rid, unit = inflight.pop(h)
-                try:
-                    res: TaskResult = pool.get(h)
-                except ReplicaLost:
-                    report.replicas[rid].lost = True
-                    report.chunks_redone += 1
-                    if rid in alive:
-                        alive.remove(rid)
-                    queue.appendleft(unit)
-                    if not alive:
-                        raise AllReplicasLost(
-                            "every replica was lost; the finished chunks are stored: rerun with --resume") from None
-                    continue
+                self.model_done(mi)
+
+    def submit(self) -> None:
+        """Keep up to ``depth`` chunks in flight on every live replica."""
+        for rid in list(self.alive):
+            while self.queue and sum(1 for r, _ in self.inflight.values() if r == rid) < self.depth:
+                unit = self.pick(rid)
+                if unit is None:
+                    break
                 p = unit.pass_
-                lines: list[str] = []
-                truncated = 0
-                for rows, reqs, gens in zip(unit.rows, unit.reqs, res.gens):
-                    got, cut = batch_lines(rows, reqs, gens, p.plan, cfg.backend)
-                    lines += got
-                    truncated += cut
-                chunk_file = p.store.write(unit.name, lines)
-                if cfg.score:
-                    indices = [r.index for b in unit.rows for r in b]
-                    if len(indices) != len(lines):  # one line per row, in row order
-                        raise RuntimeError(f"{chunk_file}: {len(lines)} lines for {len(indices)} rows")
-                    grade(p, list(zip(indices, lines)), chunk_file)
-                p.last_done = time.perf_counter()
-                p.stats.generated += unit.n_rows
-                p.stats.requests += sum(len(qs) for b in unit.reqs for qs in b)
-                rs = report.replicas[rid]
-                rs.chunks += 1
-                rs.rows += unit.n_rows
-                rs.busy_s += res.seconds
-                rs.load_s += res.load_seconds
-                rs.loads += res.loaded
-                report.chunks += 1
-                report.rows_generated += unit.n_rows
-                written += 1
-                if bar is not None:
-                    bar.update(unit.n_rows)
-                    _postfix(bar, report, time.perf_counter() - t_gen0)
-                p.remaining -= 1
-                if p.remaining == 0:
-                    finish_generation(p)
-                if fault is not None and written == fault[1]:
-                    if fault[0] == "kill-replica-after":
-                        pool.kill(rid)
-                    elif fault[0] == "abort-after":
-                        raise InjectedFault(f"{FAULT_ENV}: stopped after {written} chunks")
+                if p.first_submit is None:
+                    p.first_submit = time.perf_counter()
+                task = Task(str(self.models[p.model_idx]), data_name(p.data) + p.suffix,
+                            [[q for qs in b for q in qs] for b in unit.reqs], p.plan.sampling)
+                self.inflight[self.pool.submit(rid, task)] = (rid, unit)
+                self.report.replicas[rid].model = p.model_idx
+
+    def scored(self, h: object) -> None:
+        """A grader job came back: a chunk graded, or a pass's report written."""
+        kind, p = self.scoring.pop(h)
+        if kind == "grade":
+            self.report.scoring_s += self.pool.get(h)
+            self.report.chunks_graded += 1
+            return
+        summary, secs = self.pool.get(h)
+        self.report.scoring_s += secs
+        assert p.result is not None  # finish_generation made it before handing the pass to the grader
+        p.result["summary"] = note_subset(summary, p.gen_path, p.only)
+        p.scored = True
+        self.model_done(p.model_idx)
+
+    def generated(self, h: object) -> None:
+        """A chunk came back: store it, hand it to the grader, count it; a lost replica's chunk
+        goes back to the front of the queue."""
+        rid, unit = self.inflight.pop(h)
+        try:
+            res: TaskResult = self.pool.get(h)
+        except ReplicaLost:
+            self.report.replicas[rid].lost = True
+            self.report.chunks_redone += 1
+            if rid in self.alive:
+                self.alive.remove(rid)
+            self.queue.appendleft(unit)
+            if not self.alive:
+                raise AllReplicasLost(
+                    "every replica was lost; the finished chunks are stored: rerun with --resume") from None
+            return
+        p = unit.pass_
+        lines: list[str] = []
+        truncated = 0
+        for rows, reqs, gens in zip(unit.rows, unit.reqs, res.gens):
+            got, cut = batch_lines(rows, reqs, gens, p.plan, self.cfg.backend)
+            lines += got
+            truncated += cut
+        chunk_file = p.store.write(unit.name, lines)
+        if self.cfg.score:
+            indices = [r.index for b in unit.rows for r in b]
+            if len(indices) != len(lines):  # one line per row, in row order
+                raise RuntimeError(f"{chunk_file}: {len(lines)} lines for {len(indices)} rows")
+            self.grade(p, list(zip(indices, lines)), chunk_file)
+        p.last_done = time.perf_counter()
+        p.stats.generated += unit.n_rows
+        p.stats.requests += sum(len(qs) for b in unit.reqs for qs in b)
+        self._count(rid, unit, res)
+        p.remaining -= 1
+        if p.remaining == 0:
+            self.finish_generation(p)
+        self._inject_fault(rid)
+
+    def _count(self, rid: int, unit: _Unit, res: TaskResult) -> None:
+        rs = self.report.replicas[rid]
+        rs.chunks += 1
+        rs.rows += unit.n_rows
+        rs.busy_s += res.seconds
+        rs.load_s += res.load_seconds
+        rs.loads += res.loaded
+        self.report.chunks += 1
+        self.report.rows_generated += unit.n_rows
+        self.written += 1
+        if self.bar is not None:
+            self.bar.update(unit.n_rows)
+            _postfix(self.bar, self.report, time.perf_counter() - self.t_gen0)
+
+    def _inject_fault(self, rid: int) -> None:
+        if self.fault is not None and self.written == self.fault[1]:
+            if self.fault[0] == "kill-replica-after":
+                self.pool.kill(rid)
+            elif self.fault[0] == "abort-after":
+                raise InjectedFault(f"{FAULT_ENV}: stopped after {self.written} chunks")
+
+    def run(self) -> None:
+        """Until nothing is queued, in flight or being scored."""
+        while self.queue or self.inflight or self.scoring:
+            self.submit()
+            if not self.queue and not self.inflight and self.t_gen_end is None:
+                self.t_gen_end = time.perf_counter()
+                self.pool.release()  # generation is over: free the engines (and their GPUs) now
+            handles = list(self.inflight) + list(self.scoring)
+            for h in self.pool.wait(handles):
+                if h in self.scoring:
+                    self.scored(h)
+                else:
+                    self.generated(h)
+
+
+def evaluate_sweep(models: Sequence[Path], names: Sequence[str], data_files: Sequence[Path], out: Path,
+                   cfg: EvalConfig, pool, *, chunk_rows: int = 1024, depth: int = 2,
+                   executor: str = "ray") -> tuple[list[dict], SweepReport]:
+    """Evaluate every model on every data file with the replicas of ``pool``; returns each model's
+    metrics (as evaluate_model would) and a report of the replicas' work."""
+    t_start = time.perf_counter()
+    report = SweepReport(executor, [ReplicaStats() for _ in pool.replicas])
+    loaded = load_data(data_files, cfg)
+    metrics, model_passes, queue, to_assemble = _plan_passes(models, names, out, loaded, cfg, chunk_rows)
+    total = sum(u.n_rows for u in queue)
+    bar = _progress(total, f"sweep ({len(models)} model{'s' * (len(models) > 1)}, {len(pool.replicas)} replicas)"
+                    if cfg.progress else None)
+    sweep = _Sweep(models, names, out, cfg, pool, report, metrics, model_passes, queue, chunk_rows, depth)
+    sweep.bar = bar
+    try:
+        sweep.start(to_assemble)
+        sweep.run()
     finally:
         if bar is not None:
             bar.close()
     now = time.perf_counter()
-    report.generation_s = (t_gen_end or now) - t_gen0
+    t_gen_end = sweep.t_gen_end
+    report.generation_s = (t_gen_end or now) - sweep.t_gen0
     report.wall_s = now - t_start
     report.scoring_tail_s = now - (t_gen_end or now)
     return metrics, report

@@ -32,7 +32,55 @@ def _as_list(value: object, what: str) -> list[str]:
     raise ValueError(f"{what} must be a string or a list of strings")
 
 
-def load_responses(path: Path) -> dict[str, dict]:  # noqa: C901
+def _record_of(raw: bytes, where: str) -> dict | None:
+    """One JSONL line as a record with an integer ``index``; None for a blank line."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BackendError(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+                           f"{exc.start + 1})") from None
+    if not line.strip():
+        return None
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BackendError(f"{where}: not JSON ({exc.msg})") from None
+    if not isinstance(rec, dict) or not isinstance(rec.get("index"), int):
+        raise BackendError(f"{where}: each line needs an integer 'index'")
+    return rec
+
+
+def _entries_of(rec: dict) -> list[tuple[str, dict]]:
+    """(key, entry) of a record's own responses (when it has any) and of each of its recalls."""
+    if "responses" in rec:
+        responses = _as_list(rec["responses"], "'responses'")
+    elif "response" in rec:
+        responses = _as_list(rec["response"], "'response'")
+    else:
+        responses = None
+    entries = []
+    if responses is not None:
+        reasons = rec.get("finish_reasons", rec.get("finish_reason", STOP))
+        reasons = _as_list(reasons, "'finish_reason'")
+        if len(reasons) == 1 and len(responses) > 1:
+            reasons = reasons * len(responses)
+        entries.append((rec.get("key", str(rec["index"])), {
+            "responses": responses, "finish_reasons": reasons,
+            "prompt_sha256": rec.get("prompt_sha256", ""),
+            "prompt_tokens": rec.get("prompt_tokens", -1),
+            "completion_tokens": rec.get("completion_tokens", []),
+        }))
+    for recall in rec.get("recalls", []):
+        entries.append((f"{rec['index']}/{recall['op']}", {
+            "responses": _as_list(recall["response"], "recall 'response'"),
+            "finish_reasons": _as_list(recall.get("finish_reason", STOP), "'finish_reason'"),
+            "prompt_sha256": "", "prompt_tokens": recall.get("prompt_tokens", -1),
+            "completion_tokens": recall.get("completion_tokens", []),
+        }))
+    return entries
+
+
+def load_responses(path: Path) -> dict[str, dict]:
     """Key ("<index>" or "<index>/<op>") -> {responses, finish_reasons, prompt_sha256, ...}."""
     if Path(path).suffix == ".parquet":
         return load_verl_generations(Path(path))
@@ -48,45 +96,11 @@ def load_responses(path: Path) -> dict[str, dict]:  # noqa: C901
         fh.seek(0)
         for lineno, raw in enumerate(fh, 1):
             where = f"{path}:{lineno}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise BackendError(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
-                                   f"{exc.start + 1})") from None
-            if not line.strip():
+            rec = _record_of(raw, where)
+            if rec is None:
                 continue
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BackendError(f"{where}: not JSON ({exc.msg})") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("index"), int):
-                raise BackendError(f"{where}: each line needs an integer 'index'")
-            try:
-                if "responses" in rec:
-                    responses = _as_list(rec["responses"], "'responses'")
-                elif "response" in rec:
-                    responses = _as_list(rec["response"], "'response'")
-                else:
-                    responses = None
-                entries = []
-                if responses is not None:
-                    reasons = rec.get("finish_reasons", rec.get("finish_reason", STOP))
-                    reasons = _as_list(reasons, "'finish_reason'")
-                    if len(reasons) == 1 and len(responses) > 1:
-                        reasons = reasons * len(responses)
-                    entries.append((rec.get("key", str(rec["index"])), {
-                        "responses": responses, "finish_reasons": reasons,
-                        "prompt_sha256": rec.get("prompt_sha256", ""),
-                        "prompt_tokens": rec.get("prompt_tokens", -1),
-                        "completion_tokens": rec.get("completion_tokens", []),
-                    }))
-                for recall in rec.get("recalls", []):
-                    entries.append((f"{rec['index']}/{recall['op']}", {
-                        "responses": _as_list(recall["response"], "recall 'response'"),
-                        "finish_reasons": _as_list(recall.get("finish_reason", STOP), "'finish_reason'"),
-                        "prompt_sha256": "", "prompt_tokens": recall.get("prompt_tokens", -1),
-                        "completion_tokens": recall.get("completion_tokens", []),
-                    }))
+                entries = _entries_of(rec)
             except (ValueError, KeyError, TypeError) as exc:
                 raise BackendError(f"{where}: {exc}") from None
             for key, entry in entries:

@@ -103,14 +103,6 @@ def read_log(path: Path, repair: bool = False, keep: Sequence[str] | None = None
     return done
 
 
-def copy_rows(src: Path, dst, indices: set[int]) -> None:
-    """Write the lines of ``src`` whose index is in ``indices`` to the open text file ``dst``."""
-    with open(src, encoding="utf-8") as fh:
-        for line in fh:
-            if line.endswith("\n") and json.loads(line)["index"] in indices:
-                dst.write(line)
-
-
 # what the loop and the report need from each line: not the responses
 RESUME_FIELDS = ("prompt_sha256",)
 SUMMARY_FIELDS = ("finish_reason", "finish_reasons", "prompt_tokens", "completion_tokens")
