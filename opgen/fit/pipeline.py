@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from opgen import __version__
+from opgen._version import __version__
 from opgen.fit import FitInputError
 from opgen.fit import across as X
 from opgen.fit import compute as CD
