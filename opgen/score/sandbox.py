@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType
+from typing import Any
 
 from opgen.score import worker as wire
 from opgen.score.cache import BoundedCache
@@ -219,10 +220,11 @@ def _relocated(code: CodeType, offset: int, canon: dict) -> CodeType:
     return code.replace(co_firstlineno=code.co_firstlineno + offset, co_consts=consts)
 
 
-def _shared_const(value: object, canon: dict) -> object:
+def _shared_const(value: Any, canon: dict) -> object:
     # The compiler's own rule (one constant object per equal value and type, -0.0 apart from 0.0,
     # NaN never merged), so that ``is`` between constants of two blocks answers as it would.
     kind = type(value)
+    key: tuple[object, ...]
     if kind is tuple:
         value = tuple(_shared_const(v, canon) for v in value)
         key = (kind, tuple(id(v) for v in value))
@@ -346,8 +348,10 @@ class _Worker:
         except OSError as exc:
             shutil.rmtree(self.root_dir, ignore_errors=True)
             raise SandboxError(f"cannot start a sandbox worker with {argv[0]}: {exc}") from None
-        self.wfd = self.proc.stdin.fileno()
-        self.rfd = self.proc.stdout.fileno()
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        assert stdin is not None and stdout is not None  # both are pipes (PIPE above)
+        self.wfd = stdin.fileno()
+        self.rfd = stdout.fileno()
         hello = self.receive(30.0)
         if not (isinstance(hello, tuple) and hello and hello[0] == wire.HELLO):
             self.close()
@@ -379,7 +383,8 @@ class _Worker:
     def close(self) -> None:
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
-                stream.close()
+                if stream is not None:
+                    stream.close()
             except OSError:
                 pass
         try:

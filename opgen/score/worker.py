@@ -66,9 +66,15 @@ PRELOAD = ("bisect", "collections", "functools", "heapq", "itertools", "math", "
            "unicodedata")
 
 # Model code shares this interpreter and may replace builtins (``builtins.len = ...``); module-level
-# bindings are looked up before builtins, so the harness keeps the real ones.
-len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec = (
-    len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec)
+# bindings are looked up before builtins, so the harness keeps the real ones. (Type checkers take
+# a name ``TYPE_CHECKING`` as true and skip the rebinding: to them these stay the builtins. The
+# worker imports no ``typing``: it would cost every worker start.)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+else:
+    len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec = (
+        len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec)
 _loads = marshal.loads  # likewise: a program may replace the module's attribute
 
 # ------------------------------------------------------------------ the wire protocol (its one home)
@@ -102,7 +108,7 @@ DETAIL_CAP = 600
 CHILD_DETAIL_CAP = 500
 
 
-def encode_message(obj: object) -> bytes:
+def encode_message(obj: Any) -> bytes:
     """One scorer <-> worker message: the header, then ``obj`` marshalled."""
     data = marshal.dumps(obj)
     return MESSAGE_HEADER.pack(len(data)) + data
@@ -341,8 +347,8 @@ class _Jail:
     applies to itself after the fork, prepared by the worker (ctypes is loaded there)."""
 
     drop_caps = False
-    prctl = None
-    capset = None
+    prctl: Any = None  # libc functions (ctypes), set by _prepare_jail
+    capset: Any = None
     filter_addr = 0
     _keep: tuple = ()
 
@@ -402,7 +408,7 @@ def _xattrs(path: str) -> list:
 class _Mounts:
     """mount(2)/umount2(2) for the work area (through ctypes, loaded by the worker)."""
 
-    def __init__(self, libc: object) -> None:
+    def __init__(self, libc: Any) -> None:
         self.mount, self.umount2 = libc.mount, libc.umount2
 
     def fresh(self, target: bytes, options: bytes) -> bool:
@@ -526,7 +532,7 @@ class Worker:
             except OSError:
                 pass
         elif self.uid is not None:
-            self._kill_uid()
+            self._kill_uid(self.uid)
         give_up = time.monotonic() + 2.0
         while True:
             try:
@@ -539,14 +545,14 @@ class Worker:
                 time.sleep(0.0005)  # killed processes take a moment to become reapable
         return status
 
-    def _kill_uid(self) -> None:
+    def _kill_uid(self, uid: int) -> None:
         # No PID namespace, but a uid of this worker's own: a process of that uid signals every
         # process of it (not itself) until none is left, so nothing detached outlives the request.
         pid = os.fork()
         if pid == 0:
             try:
-                os.setresgid(self.uid, self.uid, self.uid)
-                os.setresuid(self.uid, self.uid, self.uid)
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
                 for _ in range(1000):
                     os.kill(-1, signal.SIGKILL)
             except OSError:
@@ -555,7 +561,7 @@ class Worker:
         os.waitpid(pid, 0)
 
     def _mount_work(self) -> None:
-        if not self.mounts.fresh(b"/work", self.work_options):
+        if self.mounts is None or not self.mounts.fresh(b"/work", self.work_options):
             raise SystemExit("cannot mount the work area")  # the scorer replaces this worker
 
     def _work_area(self) -> str:
