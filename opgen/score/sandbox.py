@@ -331,7 +331,7 @@ def _make_nondumpable() -> bool:
     try:
         import ctypes
 
-        return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+        return ctypes.CDLL(None, use_errno=True).prctl(wire.PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     except (ImportError, OSError, AttributeError):
         return False
 
