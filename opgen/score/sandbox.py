@@ -40,7 +40,7 @@ from opgen.score.cache import BoundedCache
 
 # The worker runs as a script (``python -I -S worker.py``, no opgen on its path), so the wire
 # protocol's one home is that file: this end imports it from there (tests/test_sandbox_wire.py).
-WORKER = Path(wire.__file__)
+WORKER = Path(__file__).with_name("worker.py")  # the module imported as ``wire``
 STATUSES = wire.RESULTS  # what a call's Result.status can be
 DETAIL_CAP = wire.DETAIL_CAP
 MECHANISMS = wire.MECHANISMS
