@@ -5,7 +5,7 @@ The notebook API (docs/api.md) is importable from here: ``opgen.create_dataset``
 ``opgen.Generator``. They are loaded on first use, so ``import opgen`` stays as light as it was.
 """
 
-__version__ = "0.2.0"
+from opgen._version import __version__
 
 _API = ("Dataset", "Generator", "Scores", "build_splits", "create_dataset", "load_recipe", "register_generator",
         "score_answers")

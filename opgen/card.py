@@ -9,16 +9,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 
-from opgen import __version__
 from opgen import ops as library
-
-if TYPE_CHECKING:
-    from opgen.hub import Plan, Split
+from opgen._version import __version__
+from opgen.hubplan import Plan, Split
 
 TASK_CATEGORIES = ["text-generation"]
 TAGS = ["code", "synthetic", "compositional-generalization", "program-synthesis", "string-operators",
@@ -90,7 +88,7 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(header: list[str], rows: list[list[object]]) -> str:
+def _table(header: list[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
@@ -142,7 +140,7 @@ def dataset_info(plan: Plan, tree_root: Path) -> list[dict]:
     for config in plan.configs:
         members = plan.splits_of(config)
         schema = pq.read_schema(tree_root / members[0].repo_paths()[0])
-        splits = []
+        splits: list[dict[str, int | str]] = []
         for s in members:
             size = 0
             for rel in s.repo_paths():
@@ -151,7 +149,7 @@ def dataset_info(plan: Plan, tree_root: Path) -> list[dict]:
             splits.append({"name": s.name, "num_bytes": size, "num_examples": s.rows})
         out.append({"config_name": config, "features": features(schema), "splits": splits,
                     "download_size": sum(f.bytes for s in members for f in s.files),
-                    "dataset_size": sum(x["num_bytes"] for x in splits)})
+                    "dataset_size": sum(int(x["num_bytes"]) for x in splits)})
     return out
 
 
@@ -253,7 +251,7 @@ def _formats(plan: Plan, tree_root: Path) -> str:
         if not prefixed and (*key, True) not in seen:
             other = _first_prefixed_row([tree_root / p for p in s.repo_paths()])
             if other:
-                seen[(*key, True)] = (s, other)
+                seen[key + (True,)] = (s, other)
     blocks = []
     for (kind, mode, pf, af, prefixed), (s, row) in seen.items():
         title = f"### {kind} · {mode} · prompt `{pf}` → answer `{af}`"

@@ -9,7 +9,8 @@ Hub dataset with one config per split family::
 
 Every file is copied while its sha256 is checked against the manifest, so the tree (and what a
 push uploads, which is that same tree) holds exactly the bytes the builder recorded.
-huggingface_hub is imported only inside :func:`push`.
+huggingface_hub is imported only inside :func:`push`. The plan's types (:class:`Plan`, :class:`Split`,
+:class:`BuildFile`) live in opgen.hubplan, which the card reads too.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from opgen import card
+from opgen.hubplan import BuildFile, Plan, Split
+
 MANIFEST = "manifest.json"
 CARD = "README.md"
-DATA = "data"
 
 _SPLIT_KEYS = ("family", "kind", "mode", "prompt_format", "answer_format", "rows", "files")
 _FILE_KEYS = ("path", "rows", "sha256", "bytes")
@@ -40,64 +43,6 @@ class HubError(Exception):
 
 class MissingToken(HubError):
     pass
-
-
-@dataclass(frozen=True)
-class BuildFile:
-    path: str  # relative to the build directory, as in the manifest
-    rows: int
-    sha256: str
-    bytes: int
-
-
-@dataclass(frozen=True)
-class Split:
-    """One split of the build, placed in the tree."""
-
-    build_name: str  # the manifest's split name (the study's file name, e.g. heldout_trees_d1-8)
-    name: str  # the Hub split name: no dashes
-    config: str
-    family: str
-    kind: str
-    mode: str
-    prompt_format: str
-    answer_format: str
-    rows: int
-    files: tuple[BuildFile, ...]
-    info: dict  # the manifest's whole entry (counts, output_length, rejections)
-    file_name: str = ""  # the build name made Hub-safe (heldout_trees_d1_8); ``name`` may be a role
-
-    @property
-    def role(self) -> str:
-        return str(self.info.get("role", ""))
-
-    def repo_paths(self) -> tuple[str, ...]:
-        n = len(self.files)
-        return tuple(f"{DATA}/{self.config}/{self.name}-{i:05d}-of-{n:05d}.parquet" for i in range(n))
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Where every file of a build goes; what the card and the upload are made from."""
-
-    build_dir: Path
-    manifest: dict
-    manifest_sha256: str
-    splits: tuple[Split, ...]  # sorted by (config, name)
-    # The config ``load_dataset(repo)`` loads without a config name: that of the build's first
-    # split (the first recipe's first split, e.g. heldout_trees for the eval suite).
-    default_config: str = ""
-
-    @property
-    def configs(self) -> tuple[str, ...]:
-        return tuple(sorted({s.config for s in self.splits}))
-
-    def splits_of(self, config: str) -> tuple[Split, ...]:
-        return tuple(s for s in self.splits if s.config == config)
-
-    def placements(self) -> list[tuple[BuildFile, str]]:
-        """(build file, path in the repo) for every data file, in tree order."""
-        return [(f, p) for s in self.splits for f, p in zip(s.files, s.repo_paths())]
 
 
 def hub_name(text: str) -> str:
@@ -289,8 +234,6 @@ def write_tree(build_dir: Path, out_dir: Path, repo_id: str, *, license: str = "
     The tree is assembled in a temporary sibling directory and renamed into place, so ``out_dir``
     either holds a complete, verified tree or is left as it was.
     """
-    from opgen import card
-
     out_dir = Path(out_dir)
     check_repo_id(repo_id)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):

@@ -7,7 +7,8 @@ from collections import Counter
 
 import numpy as np
 
-from opgen import __version__, ops
+from opgen import ops
+from opgen._version import __version__
 
 
 def _counts(values: np.ndarray) -> dict[str, int]:

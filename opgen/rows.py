@@ -18,8 +18,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from opgen import __version__, ops
 from opgen import expr as E
+from opgen import ops
+from opgen._version import __version__
 from opgen.formats import Formatter, SingleRenderer, Text, ops_text, prepare, scan, text
 from opgen.generate.measure import call_distances, task_unchanged_calls, unchanged_calls
 from opgen.resources import schema_path

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from opgen import __version__
+from opgen._version import __version__
 from opgen.fit import FitInputError
 from opgen.fit import across as X
 from opgen.fit import compute as CD

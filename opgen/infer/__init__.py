@@ -6,6 +6,7 @@ when chosen, so importing `opgen.infer` never pulls in torch or vllm.
 
 from __future__ import annotations
 
-from opgen.infer.base import Backend, Generation, Request, Sampling, make_backend
+from opgen.infer.backends import make_backend
+from opgen.infer.base import Backend, Generation, Request, Sampling
 
 __all__ = ["Backend", "Generation", "Request", "Sampling", "make_backend"]

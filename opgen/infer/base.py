@@ -156,24 +156,3 @@ def check_chat_template_kwargs(kwargs: dict) -> None:
         except (TypeError, ValueError):
             raise ValueError(f"--chat-template-kwarg {key}: {kwargs[key]!r} is not a JSON value (quote it "
                              f"to pass a string)") from None
-
-
-def make_backend(kind: str, model: Path, sampling: Sampling, options: EngineOptions | None = None,
-                 replay_data_name: str | None = None, openai=None) -> Backend:
-    """Start the backend ``kind`` for ``model`` (a model directory, for replay a responses file/dir,
-    for openai the served model's name); ``openai`` is an ``openai_backend.OpenAIOptions``."""
-    options = options or EngineOptions()
-    if kind == "vllm":
-        from opgen.infer.vllm_backend import VLLMBackend
-        return VLLMBackend(model, sampling, options)
-    if kind == "hf":
-        from opgen.infer.hf_backend import HFBackend
-        return HFBackend(model, sampling, options)
-    if kind == "replay":
-        from opgen.infer.replay import ReplayBackend
-        return ReplayBackend(model)
-    if kind == "openai":
-        from opgen.infer.openai_backend import OpenAIBackend, OpenAIOptions
-        return OpenAIBackend(model, sampling, openai or OpenAIOptions(),
-                             chat_template_kwargs=options.chat_template_kwargs)
-    raise ValueError(f"unknown backend {kind!r} (use one of {', '.join(BACKENDS)})")

@@ -34,7 +34,8 @@ from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opgen.infer.base import Backend, EngineOptions, Generation, Request, Sampling, make_backend
+from opgen.infer.backends import make_backend
+from opgen.infer.base import Backend, EngineOptions, Generation, Request, Sampling
 from opgen.infer.chunks import ChunkStore, chunk_name, indexed_lines, make_chunks
 from opgen.infer.evaluate import (
     EvalConfig,

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from opgen import __version__
+from opgen._version import __version__
 from opgen.infer import decomposed as decomp
-from opgen.infer.base import Backend, EngineOptions, Sampling, make_backend
+from opgen.infer.backends import make_backend
+from opgen.infer.base import Backend, EngineOptions, Sampling
 from opgen.infer.run import SUMMARY_FIELDS, Plan, plain_plan, read_log, read_rows, run, summarize_log
 
 

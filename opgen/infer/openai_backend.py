@@ -179,7 +179,9 @@ def parse_completion(obj: dict, req: Request, n: int) -> Generation:
         reasons.append(str(c.get("finish_reason") or STOP))
         ids = c.get("token_ids")  # vLLM with return_token_ids: exact per-sample counts
         counts.append(len(ids) if isinstance(ids, list) else -1)
-    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    usage = obj.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
     prompt_tokens = usage.get("prompt_tokens")
     completion = usage.get("completion_tokens")
     if n == 1 and counts[0] < 0 and isinstance(completion, int):

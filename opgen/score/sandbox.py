@@ -21,7 +21,6 @@ import os
 import re
 import select
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -34,12 +33,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType
+from typing import Any
 
+from opgen.score import worker as wire
 from opgen.score.cache import BoundedCache
 
-WORKER = Path(__file__).with_name("worker.py")
-STATUSES = ("ok", "syntax", "missing_name", "arity", "exception", "timeout", "memory",
-            "output_too_large", "killed", "not_a_string")
+# The worker runs as a script (``python -I -S worker.py``, no opgen on its path), so the wire
+# protocol's one home is that file: this end imports it from there (tests/test_sandbox_wire.py).
+WORKER = Path(__file__).with_name("worker.py")  # the module imported as ``wire``
+STATUSES = wire.RESULTS  # what a call's Result.status can be
+DETAIL_CAP = wire.DETAIL_CAP
+MECHANISMS = wire.MECHANISMS
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,7 @@ def _compile(code: str, tree: ast.Module | None = None,
                 blocks = (_prelude(imports), *blocks)
             return marshal.dumps(blocks if len(blocks) > 1 else blocks[0])
         except (SyntaxError, ValueError) as exc:  # ValueError: null bytes
-            return "syntax", _describe(exc)
+            return "syntax", wire.detail_of(exc)  # the text the worker's child gives
         except Exception:  # RecursionError, MemoryError: the child's own limits decide
             return None
 
@@ -216,10 +220,11 @@ def _relocated(code: CodeType, offset: int, canon: dict) -> CodeType:
     return code.replace(co_firstlineno=code.co_firstlineno + offset, co_consts=consts)
 
 
-def _shared_const(value: object, canon: dict) -> object:
+def _shared_const(value: Any, canon: dict) -> object:
     # The compiler's own rule (one constant object per equal value and type, -0.0 apart from 0.0,
     # NaN never merged), so that ``is`` between constants of two blocks answers as it would.
     kind = type(value)
+    key: tuple[object, ...]
     if kind is tuple:
         value = tuple(_shared_const(v, canon) for v in value)
         key = (kind, tuple(id(v) for v in value))
@@ -237,19 +242,8 @@ def _shared_const(value: object, canon: dict) -> object:
     return canon.setdefault(key, value)
 
 
-def _describe(exc: BaseException) -> str:
-    # The same text the worker's child gives (worker._classify).
-    name = type(exc).__name__
-    try:
-        return f"{name}: {exc}"[:500]
-    except Exception:
-        return name
-
-
-# Every mechanism a worker can report, strongest isolation needing all of them (``userns`` stands
-# for ``uid_drop`` where the scorer is not root: see worker.py).
-MECHANISMS = ("uid_drop", "userns", "pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp",
-              "nondumpable")
+# Every mechanism a worker can report is in MECHANISMS (worker.py); the strongest isolation needs
+# all of these (``userns`` stands for ``uid_drop`` where the scorer is not root: see worker.py).
 _FULL = ("pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp")
 
 # What is unprotected without each mechanism (the refusal, the warning and docs/scoring.md say it).
@@ -337,7 +331,7 @@ def _make_nondumpable() -> bool:
     try:
         import ctypes
 
-        return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+        return ctypes.CDLL(None, use_errno=True).prctl(wire.PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     except (ImportError, OSError, AttributeError):
         return False
 
@@ -354,19 +348,18 @@ class _Worker:
         except OSError as exc:
             shutil.rmtree(self.root_dir, ignore_errors=True)
             raise SandboxError(f"cannot start a sandbox worker with {argv[0]}: {exc}") from None
-        self.wfd = self.proc.stdin.fileno()
-        self.rfd = self.proc.stdout.fileno()
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        assert stdin is not None and stdout is not None  # both are pipes (PIPE above)
+        self.wfd = stdin.fileno()
+        self.rfd = stdout.fileno()
         hello = self.receive(30.0)
-        if not (isinstance(hello, tuple) and hello and hello[0] == "hello"):
+        if not (isinstance(hello, tuple) and hello and hello[0] == wire.HELLO):
             self.close()
             raise SandboxError(f"sandbox worker failed to start (got {hello!r})")
         self.isolation: dict = hello[1]
 
     def send(self, obj: object) -> None:
-        data = marshal.dumps(obj)
-        view = memoryview(struct.pack(">I", len(data)) + data)
-        while view:
-            view = view[os.write(self.wfd, view):]
+        wire.write_all(self.wfd, wire.encode_message(obj))
 
     def _read(self, n: int, deadline_s: float) -> bytes:
         parts = []
@@ -382,7 +375,7 @@ class _Worker:
         return b"".join(parts)
 
     def receive(self, deadline_s: float, max_bytes: int = 1 << 30) -> object:
-        (length,) = struct.unpack(">I", self._read(4, deadline_s))
+        (length,) = wire.MESSAGE_HEADER.unpack(self._read(wire.MESSAGE_HEADER.size, deadline_s))
         if length > max_bytes:
             raise SandboxError(f"sandbox worker sent {length} bytes, more than {max_bytes}")
         return marshal.loads(self._read(length, deadline_s))
@@ -390,7 +383,8 @@ class _Worker:
     def close(self) -> None:
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
-                stream.close()
+                if stream is not None:
+                    stream.close()
             except OSError:
                 pass
         try:
@@ -430,7 +424,6 @@ class _FairPool:
         return slot[1]
 
 
-DETAIL_CAP = 600  # as worker.DETAIL_CAP
 _STATUS_SET = frozenset(STATUSES)
 
 
@@ -460,8 +453,9 @@ class Sandbox:
             raise ValueError(f"budget_s ({self.budget_s:g}) must be at least timeout_s ({self.timeout_s:g})")
         self.memory_mb, self.max_output = int(memory_mb), int(max_output)  # read by opgen/score/static.py
         self.nproc = nproc
-        self._argv = [sys.executable, "-I", "-S", str(WORKER), str(memory_mb << 20), str(fsize_bytes), str(nofile),
-                      str(nproc), str(max_output), str(work_mb << 20), str(work_inodes), "1" if namespaces else "0"]
+        limits = {"as_bytes": memory_mb << 20, "fsize_bytes": fsize_bytes, "nofile": nofile, "nproc": nproc,
+                  "max_output": max_output, "work_bytes": work_mb << 20, "work_inodes": work_inodes}
+        self._argv = [sys.executable, "-I", "-S", str(WORKER), *wire.worker_args(limits, namespaces)]
         self._idle = _FairPool()
         self._lock = threading.Lock()
         self._closed = False
@@ -528,11 +522,11 @@ class Sandbox:
         return out
 
     def _request(self, units: list, n_calls: int) -> list[Result]:
-        request = (units, self.timeout_s, self.budget_s)
+        request = wire.make_request(units, self.timeout_s, self.budget_s)
         # The worker enforces the timeouts and the budget; this only guards against a worker that hangs.
         guard = self.budget_s * 2 + 30.0
         # A reply is n_calls triples of capped strings; anything larger is not the worker's.
-        max_bytes = n_calls * (self.max_output * 4 + 4 * DETAIL_CAP + 64) + 1024
+        max_bytes = wire.reply_cap(n_calls, self.max_output)
         worker = self._idle.get()
         try:
             try:

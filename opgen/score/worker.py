@@ -30,9 +30,11 @@ hello message, so the scorer can state the level and refuse a weak one):
   space, file size, open files and processes; a private working directory; stdin/stdout/stderr on
   /dev/null; every inherited descriptor closed except the result pipe.
 
-Protocol (worker <-> scorer, over stdin/stdout, trusted): 4-byte big-endian length + ``marshal``
-payload. A request is ``(units, timeout_s, budget_s)`` (``budget_s``: one wall-clock and CPU
-budget for all calls of the request, i.e. of one response) with
+Protocol (worker <-> scorer, over stdin/stdout, trusted; defined once, in "the wire protocol"
+below, which the scorer imports from this file): 4-byte big-endian length + ``marshal`` payload.
+The worker's first message is ``("hello", isolation)``. A request is ``(units, timeout_s,
+budget_s)`` (``budget_s``: one wall-clock and CPU budget for all calls of the request, i.e. of one
+response) with
 ``units = [(code, [(entry, args), ...], fail_fast), ...]``
 (``code``: the marshalled code the scorer compiled, which the worker unmarshals before forking, or
 source text for the child to compile);
@@ -64,14 +66,96 @@ PRELOAD = ("bisect", "collections", "functools", "heapq", "itertools", "math", "
            "unicodedata")
 
 # Model code shares this interpreter and may replace builtins (``builtins.len = ...``); module-level
-# bindings are looked up before builtins, so the harness keeps the real ones.
-len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec = (
-    len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec)
+# bindings are looked up before builtins, so the harness keeps the real ones. (Type checkers take
+# a name ``TYPE_CHECKING`` as true and skip the rebinding: to them these stay the builtins. The
+# worker imports no ``typing``: it would cost every worker start.)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+else:
+    len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec = (
+        len, isinstance, type, enumerate, range, max, str, bytes, memoryview, compile, exec)
 _loads = marshal.loads  # likewise: a program may replace the module's attribute
 
+# ------------------------------------------------------------------ the wire protocol (its one home)
+#
+# This file runs as a standalone script (``python -I -S``: no opgen, not even its own directory, on
+# the path), so the protocol lives here and the scorer's end (opgen/score/sandbox.py) imports it from
+# this module. tests/test_sandbox_wire.py ties the two ends.
+
+# scorer <-> worker (trusted): one message = a 4-byte big-endian length, then a ``marshal`` payload.
+MESSAGE_HEADER = struct.Struct(">I")
+HELLO = "hello"  # the tag of the worker's first message, ``(HELLO, isolation)``
+# The hello's mechanisms, in the order the scorer lists them (the isolation dict holds these, plus
+# ``uid``, ``work_bytes``, ``work_inodes`` and ``nproc``).
+MECHANISMS = ("uid_drop", "userns", "pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp",
+              "nondumpable")
+# The worker's argv after the script's path: these limits, in this order, then NAMESPACES (0|1) and
+# ROOT_DIR (see main()).
+LIMIT_ARGS = ("as_bytes", "fsize_bytes", "nofile", "nproc", "max_output", "work_bytes", "work_inodes")
+
+# child -> worker (hostile): one frame = status code (1 byte), sender pid (4), payload length (4),
+# big-endian, then the UTF-8 payload. Code 0 ("loaded") reports a unit loaded; the others are the
+# results a reply carries (RESULTS).
+FRAME_HEADER = struct.Struct(">BII")
 STATUSES = ("loaded", "ok", "syntax", "missing_name", "arity", "exception", "timeout", "memory",
             "output_too_large", "killed", "not_a_string")
+RESULTS = STATUSES[1:]
 _CODE = {name: i for i, name in enumerate(STATUSES)}
+# A detail longer than this is cut by the worker (the child's own cap is CHILD_DETAIL_CAP, plus a
+# prefix such as "while defining: ").
+DETAIL_CAP = 600
+CHILD_DETAIL_CAP = 500
+
+
+def encode_message(obj: Any) -> bytes:
+    """One scorer <-> worker message: the header, then ``obj`` marshalled."""
+    data = marshal.dumps(obj)
+    return MESSAGE_HEADER.pack(len(data)) + data
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def make_request(units: list, timeout_s: float, budget_s: float | None) -> tuple:
+    """A request: ``units = [(code, [(entry, args), ...], fail_fast), ...]``, each call's wall-clock
+    limit, and one budget for all of them (None: the worker's default)."""
+    return (units, timeout_s, budget_s)
+
+
+def read_request(request: tuple) -> tuple[list, float, float | None]:
+    """``make_request``'s fields back (a request without a budget has the worker's default)."""
+    return request[0], request[1], request[2] if len(request) > 2 else None
+
+
+def encode_frame(status: str, pid: int, payload: str) -> bytes:
+    """One child -> worker frame."""
+    data = payload.encode("utf-8", "surrogatepass")
+    return FRAME_HEADER.pack(_CODE[status], pid, len(data)) + data
+
+
+def frame_cap(max_output: int) -> int:
+    """The largest frame payload the worker reads: an ``ok`` value of ``max_output`` characters
+    (4 UTF-8 bytes each at most) or a detail; a longer frame is malformed."""
+    return max_output * 4 + 64
+
+
+def reply_cap(n_calls: int, max_output: int) -> int:
+    """The largest reply (in bytes) the scorer reads: ``n_calls`` triples of capped strings."""
+    return n_calls * (max_output * 4 + 4 * DETAIL_CAP + 64) + 1024
+
+
+def detail_of(exc: BaseException) -> str:
+    """The detail text of an exception, as the child reports it (the scorer writes the same)."""
+    name = type(exc).__name__
+    try:
+        return f"{name}: {exc}"[:CHILD_DETAIL_CAP]
+    except BaseException:  # a hostile __str__
+        return name
+
 
 # Children of a worker run as UID_BASE + the worker's host pid (pid_max is at most 2**22), a range
 # no account uses: a shared uid such as nobody's would pool RLIMIT_NPROC across every sandbox.
@@ -81,8 +165,6 @@ CLONE_NEWUSER, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWCGROUP = 0x10000000, 0x08000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_NOATIME = 1, 2, 4, 8, 32, 1024
 MS_REC, MS_PRIVATE, MNT_DETACH = 0x4000, 1 << 18, 2
 PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, SECCOMP_MODE_FILTER = 4, 22, 38, 2
-# A detail longer than this is cut by the worker (the child's own cap is 500, plus a prefix).
-DETAIL_CAP = 600
 
 # ------------------------------------------------------------------ the seccomp filter (assembled here)
 
@@ -185,21 +267,12 @@ _ARITY = re.compile(r"positional argument|required (keyword-only )?argument|unex
 
 
 def _send(fd: int, status: str, payload: str) -> None:
-    data = payload.encode("utf-8", "surrogatepass")
     # The sender's pid: a process the program forked inherits this pipe, and its frames are ignored.
-    frame = struct.pack(">BII", _CODE[status], os.getpid(), len(data)) + data
-    view = memoryview(frame)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+    write_all(fd, encode_frame(status, os.getpid(), payload))
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
-    name = type(exc).__name__
-    try:
-        text = f"{name}: {exc}"[:500]
-    except BaseException:  # a hostile __str__
-        text = name
+    text = detail_of(exc)
     if isinstance(exc, MemoryError):
         return "memory", text
     if type(exc) is NameError:
@@ -274,8 +347,8 @@ class _Jail:
     applies to itself after the fork, prepared by the worker (ctypes is loaded there)."""
 
     drop_caps = False
-    prctl = None
-    capset = None
+    prctl: Any = None  # libc functions (ctypes), set by _prepare_jail
+    capset: Any = None
     filter_addr = 0
     _keep: tuple = ()
 
@@ -335,7 +408,7 @@ def _xattrs(path: str) -> list:
 class _Mounts:
     """mount(2)/umount2(2) for the work area (through ctypes, loaded by the worker)."""
 
-    def __init__(self, libc: object) -> None:
+    def __init__(self, libc: Any) -> None:
         self.mount, self.umount2 = libc.mount, libc.umount2
 
     def fresh(self, target: bytes, options: bytes) -> bool:
@@ -389,7 +462,8 @@ class Worker:
         """
         buf = b""
         max_output = self.limits["max_output"]
-        limit = max_output * 4 + 64
+        limit = frame_cap(max_output)
+        head = FRAME_HEADER.size
         deadline = min(time.monotonic() + timeout_s, budget_end)
         while len(out) < n_expected:
             left = deadline - time.monotonic()
@@ -402,15 +476,15 @@ class Worker:
             if not chunk:
                 return "eof"
             buf += chunk
-            while len(buf) >= 9 and len(out) < n_expected:
-                code, sender, length = struct.unpack(">BII", buf[:9])
+            while len(buf) >= head and len(out) < n_expected:
+                code, sender, length = FRAME_HEADER.unpack_from(buf)
                 if code >= len(STATUSES) or length > limit:
                     out.append(("output_too_large" if code == 1 and length > limit else "killed", None,
                                 "malformed result frame"))
                     return "bad"
-                if len(buf) < 9 + length:
+                if len(buf) < head + length:
                     break
-                payload, buf = buf[9:9 + length], buf[9 + length:]
+                payload, buf = buf[head:head + length], buf[head + length:]
                 if sender != pid:
                     continue
                 status = STATUSES[code]
@@ -433,7 +507,7 @@ class Worker:
                 else:
                     out.append((status, None, text[:DETAIL_CAP]))
                 deadline = min(time.monotonic() + timeout_s, budget_end)
-            if len(buf) > limit + 9:  # cannot happen with a well-formed frame
+            if len(buf) > limit + head:  # cannot happen with a well-formed frame
                 out.append(("killed", None, "malformed result frame"))
                 return "bad"
         return "done"
@@ -458,7 +532,7 @@ class Worker:
             except OSError:
                 pass
         elif self.uid is not None:
-            self._kill_uid()
+            self._kill_uid(self.uid)
         give_up = time.monotonic() + 2.0
         while True:
             try:
@@ -471,14 +545,14 @@ class Worker:
                 time.sleep(0.0005)  # killed processes take a moment to become reapable
         return status
 
-    def _kill_uid(self) -> None:
+    def _kill_uid(self, uid: int) -> None:
         # No PID namespace, but a uid of this worker's own: a process of that uid signals every
         # process of it (not itself) until none is left, so nothing detached outlives the request.
         pid = os.fork()
         if pid == 0:
             try:
-                os.setresgid(self.uid, self.uid, self.uid)
-                os.setresuid(self.uid, self.uid, self.uid)
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
                 for _ in range(1000):
                     os.kill(-1, signal.SIGKILL)
             except OSError:
@@ -487,7 +561,7 @@ class Worker:
         os.waitpid(pid, 0)
 
     def _mount_work(self) -> None:
-        if not self.mounts.fresh(b"/work", self.work_options):
+        if self.mounts is None or not self.mounts.fresh(b"/work", self.work_options):
             raise SystemExit("cannot mount the work area")  # the scorer replaces this worker
 
     def _work_area(self) -> str:
@@ -629,26 +703,17 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     return b"".join(parts)
 
 
-def _send_msg(fd: int, obj: object) -> None:
-    data = marshal.dumps(obj)
-    view = memoryview(struct.pack(">I", len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _serve(worker: Worker, rfd: int, wfd: int) -> None:
-    _send_msg(wfd, ("hello", worker.isolation))
+    write_all(wfd, encode_message((HELLO, worker.isolation)))
     while True:
-        head = _read_exact(rfd, 4)
+        head = _read_exact(rfd, MESSAGE_HEADER.size)
         if head is None:
             return
-        body = _read_exact(rfd, struct.unpack(">I", head)[0])
+        body = _read_exact(rfd, MESSAGE_HEADER.unpack(head)[0])
         if body is None:
             return
-        request = marshal.loads(body)
-        units, timeout_s = request[0], request[1]
-        budget_s = request[2] if len(request) > 2 else None
-        _send_msg(wfd, worker.run(units, timeout_s, budget_s))
+        units, timeout_s, budget_s = read_request(marshal.loads(body))
+        write_all(wfd, encode_message(worker.run(units, timeout_s, budget_s)))
 
 
 def _rmtree(path: str) -> None:  # noqa: C901
@@ -930,18 +995,21 @@ def _serve_stage(limits: dict, root_dir: str, flags: str, uid: int) -> None:
     os._exit(0)
 
 
-_N_ARGS = 7  # the limits, as main() reads them
+_N_ARGS = len(LIMIT_ARGS)  # the limits, as main() reads them
+
+
+def worker_args(limits: dict, namespaces: bool) -> list[str]:
+    """The worker's argv after its path, but for ROOT_DIR (the scorer appends it per worker)."""
+    return [str(limits[name]) for name in LIMIT_ARGS] + ["1" if namespaces else "0"]
 
 
 def main() -> None:
     """argv: AS_BYTES FSIZE NOFILE NPROC MAX_OUTPUT WORK_BYTES WORK_INODES NAMESPACES(0|1) ROOT_DIR
-    [serve FLAGS UID]."""
-    limits = {"as_bytes": int(sys.argv[1]), "fsize_bytes": int(sys.argv[2]), "nofile": int(sys.argv[3]),
-              "nproc": int(sys.argv[4]), "max_output": int(sys.argv[5]), "work_bytes": int(sys.argv[6]),
-              "work_inodes": int(sys.argv[7])}
-    want_ns, root_dir = sys.argv[8] == "1", sys.argv[9]
-    if len(sys.argv) > 12 and sys.argv[10] == "serve":
-        _serve_stage(limits, root_dir, sys.argv[11], int(sys.argv[12]))
+    [serve FLAGS UID] (``LIMIT_ARGS``, then ``worker_args``' flag, then the root directory)."""
+    limits = {name: int(value) for name, value in zip(LIMIT_ARGS, sys.argv[1:_N_ARGS + 1])}
+    want_ns, root_dir = sys.argv[_N_ARGS + 1] == "1", sys.argv[_N_ARGS + 2]
+    if len(sys.argv) > _N_ARGS + 5 and sys.argv[_N_ARGS + 3] == "serve":
+        _serve_stage(limits, root_dir, sys.argv[_N_ARGS + 4], int(sys.argv[_N_ARGS + 5]))
     elif want_ns:
         _setup_namespaces(root_dir, UID_BASE + os.getpid(), limits)
     else:
