@@ -178,3 +178,14 @@ def test_an_interpreter_that_cannot_grade_is_given_up_with_a_warning(box, monkey
     monkeypatch.undo()
     B.close_pool()
     assert not B._grading_pool(2).broken
+
+
+def test_a_program_that_does_not_compile_is_answered_without_the_sandbox(box):
+    items = _items(200)
+    broken = [k for k, i in enumerate(items) if "def main_solution(x)\n" in i.response]
+    assert broken
+    answered: list[int] = []
+    got = B.grade_many(items, sandbox=box, processes=2, answered=lambda i, g: answered.append(i) or g)
+    assert set(broken) <= set(answered)
+    assert all(got[k]["tasks"][0]["status"] == "syntax" for k in broken)
+    assert got == [grade(i.ground_truth, i.response, sandbox=box) for i in items]

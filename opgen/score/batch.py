@@ -2,10 +2,11 @@
 
 :func:`grade` holds the GIL for all of its parsing and static evaluation, so threads grade at most
 one core's worth of responses. :func:`grade_many` hands the batch to a pool of trusted grading
-processes (opgen's own code only: no model code is ever run or compiled there) that grade each
-response with the static path alone; whatever the static path cannot prove comes back unanswered
-and is graded here, in this process's threads, through the real sandbox as :func:`grade` always
-does. Every grade is the one :func:`grade` gives (tests/test_batch.py compares them): the pool's
+processes (opgen's own code only: model code is parsed there, and compiled as the scorer itself
+does, but never run) that grade each response with the static path alone — and a program that
+does not compile, which the sandbox answers without a child too; whatever else comes back
+unanswered and is graded here, in this process's threads, through the real sandbox as
+:func:`grade` always does. Every grade is the one :func:`grade` gives (tests/test_batch.py compares them): the pool's
 processes see the sandbox's limits, and a verdict only ever comes from their own computation.
 
 The pool starts on first use (fresh interpreters, ``python -m opgen.score.batch``: nothing of this
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import IO, TypeVar
 
 from opgen.score.grade import grade
-from opgen.score.sandbox import Sandbox
+from opgen.score.sandbox import Result, Sandbox, Unit, assemble, compile_units
 
 T = TypeVar("T")
 
@@ -69,14 +70,20 @@ class _NeedsSandbox(Exception):
 
 @dataclass(frozen=True)
 class _Limits:
-    """What the static path reads of a sandbox (``static.applies``); running anything raises."""
+    """What the static path reads of a sandbox (``static.applies``), and its answers that need no
+    child; running anything raises."""
 
     timeout_s: float
     memory_mb: int
     max_output: int
 
-    def run_units(self, units: object) -> list:
-        raise _NeedsSandbox
+    def run_units(self, units: Sequence[Unit]) -> list[Result]:
+        """The sandbox's results when no unit needs a child (none compiles: ``syntax`` for every
+        call, exactly as ``Sandbox.run_units`` answers without one); else the response must run."""
+        failed, sent = compile_units(units)
+        if sent:
+            raise _NeedsSandbox
+        return assemble(units, failed, [])
 
 
 def default_processes() -> int:
@@ -94,10 +101,22 @@ def default_processes() -> int:
 
 
 def _warm() -> None:
-    # The library's parsed sources and compiled bodies, once per process rather than per batch.
-    from opgen.score import static as S
+    """Fill a grading process's caches before its first chunk: grade, for every operator, its own
+    canonical RA answer (the library's parses, compiled bodies and recall verdicts)."""
+    from opgen import expr as E
+    from opgen import formats as F
+    from opgen import ops
 
-    S._library()
+    limits = _Limits(2.0, 512, 100_000)
+    for op in ops.OPERATORS:
+        params = tuple(p.lo if p.kind == "int" else p.choices[0] if p.kind == "choice" else "ab" for p in op.params)
+        tree = E.call(op.id, *[E.Var()] * op.n_inputs, params=params)
+        code = op.source + "\n" + E.render_program(tree)
+        answer = f"{F.recall_block(op.id)}\n{F.ASSEMBLE_HEADER}\n```python\n{code}\n```"
+        gt = {"tasks": [{"entry": "main_solution", "expr": E.render(tree), "input": "abc", "output": "",
+                         "ops": [op.id], "depth": 1}]}
+        with contextlib.suppress(Exception):
+            grade(gt, answer, sandbox=limits)  # type: ignore[arg-type]
 
 
 def _static_chunk(items: list[Item], limits: _Limits, options: dict) -> list[dict | None]:
