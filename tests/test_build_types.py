@@ -57,7 +57,7 @@ def test_shard_facts_name_every_column_phase_2_patches():
     assert set(Facts._fields) - {"prog_keys", "condition"} <= fields
     assert set(B._PATCHED) <= fields and {"prog", "prog_rows", "conditions", "condition_of"} <= fields
     for cls in (B.ShardFacts, B.Shards, B.Plan, B.Unit):
-        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
 
 
 def test_phases_exchange_records_and_phase_2_copies_read_only_facts(tmp_path: Path, monkeypatch):
