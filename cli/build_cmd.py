@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from . import options
+
 DEFAULT_RECIPE = "eval-suite"
 
 
@@ -25,16 +27,14 @@ def _workers_default() -> int:
 @click.option("--seed", type=click.IntRange(min=0), help="Override the recipes' seed.")
 @click.option("--only", multiple=True, metavar="SPLIT", help="Build only this split (repeatable).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N rows per split (the first N rows).")
-@click.option("--progress/--no-progress", default=None, help="Progress bars on stderr (default: when a terminal).")
+@options.progress()
 @click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="A local tokenizer folder: record prompt/answer token lengths in the manifest and "
                    "warn about prompts longer than a recipe's max_prompt_length (needs transformers).")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="ray: run the shards as Ray tasks (files byte-identical to a local build; on several nodes "
-                   "--out must be a shared filesystem).")
-@click.option("--ray-address", default=None, help="ray: an existing cluster; default: a local one on 127.0.0.1.")
-@click.option("--ray-num-cpus", type=click.IntRange(min=1), default=None,
-              help="ray: CPUs of the local cluster (default: this machine's).")
+@options.executor("ray: run the shards as Ray tasks (files byte-identical to a local build; on several nodes "
+                  "--out must be a shared filesystem).")
+@options.ray_address()
+@options.ray_num_cpus()
 @click.option("--force", is_flag=True,
               help="Replace --out even if it holds something other than an opgen build (or, with --only, "
                    "a build of other recipes).")
@@ -77,13 +77,13 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
                       mapper=mapper, force=force)
     except (KeyboardInterrupt, outdir.Terminated) as exc:
         what = "terminated" if isinstance(exc, outdir.Terminated) else "interrupted"
-        kept = "holds this build (the signal came during its final swap)" if B.SWAPPED[0] is not None \
+        kept = "holds this build (the signal came during its final swap)" if isinstance(exc, B.SignalAfterSwap) \
             else "is as it was before this build"
         click.echo(f"{what}; {out} {kept}", err=True)
         ctx.exit(143 if isinstance(exc, outdir.Terminated) else 130)
+    except B.OnlyError as exc:
+        raise click.BadParameter(str(exc), param_hint="--only") from None
     except B.BuildError as exc:
-        if "--only" in str(exc):
-            raise click.BadParameter(str(exc), param_hint="--only") from None
         raise click.ClickException(str(exc)) from None
     except R.RecipeError as exc:
         raise click.BadParameter(str(exc), param_hint="RECIPE") from None
@@ -143,11 +143,10 @@ def summary(man: dict, out: Path) -> str:
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
+@options.json_output()
 @click.option("--sandbox-workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Sandbox processes for rows whose ref_code is not opgen's.")
-@click.option("--allow-weak-sandbox", is_flag=True,
-              help="Run foreign ref_code even where the sandbox's isolation is below 'full'.")
+@options.allow_weak_sandbox(help="Run foreign ref_code even where the sandbox's isolation is below 'full'.")
 def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int, allow_weak_sandbox: bool) -> None:
     """Check parquet files (or build directories) against the row schemas and re-execute every ground truth.
 
@@ -196,7 +195,7 @@ def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int, allow
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+@options.json_output("Print the counts as JSON.")
 @click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="A local tokenizer folder: also report prompt and gold-answer token lengths per split and "
                    "recommend verl's data.max_prompt_length / max_response_length (needs transformers).")

@@ -9,6 +9,8 @@ import click
 
 from opgen.infer.base import BACKENDS
 
+from . import options
+
 
 def _model_names(models: tuple[Path, ...]) -> list[str]:
     """Folder names; where two checkpoints share one (run1/step100, run2/step100) the parent joins in."""
@@ -77,12 +79,9 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--retries", type=click.IntRange(min=0), default=6, show_default=True,
               help="openai: retries of a request after 429/5xx/timeouts/connection errors, with exponential "
                    "backoff from 0.5 s (capped at 30 s; Retry-After honoured).")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: one engine in this process, models one after another. ray: engine replicas as Ray "
-                   "actors pulling chunks of every (model, data) from one queue (docs/eval.md, At scale).")
-@click.option("--ray-address", default=None,
-              help="ray: an existing cluster (e.g. auto, or ray://HOST:10001); default: start a local one on "
-                   "127.0.0.1.")
+@options.executor("local: one engine in this process, models one after another. ray: engine replicas as Ray "
+                  "actors pulling chunks of every (model, data) from one queue (docs/eval.md, At scale).")
+@options.ray_address()
 @click.option("--replicas", type=click.IntRange(min=1), default=None,
               help="ray: engine replicas (default: one per GPU or tensor-parallel group; openai: one per "
                    "--base-url; without GPUs 1).")
@@ -90,19 +89,15 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
               help="ray: GPUs per replica (default --tensor-parallel-size on a GPU cluster; 0.5 puts two on one GPU).")
 @click.option("--replica-cpus", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
               help="ray: CPUs per replica.")
-@click.option("--ray-num-cpus", type=click.IntRange(min=1), default=None,
-              help="ray: CPUs of the local cluster started without --ray-address (default: this machine's).")
+@options.ray_num_cpus()
 @click.option("--chunk-rows", type=click.IntRange(min=1), default=1024, show_default=True,
               help="ray: rows per work unit (length-aware: a unit of long prompts holds fewer); whole "
                    "--batch-size batches, so each backend call sees the rows a local run would.")
-@click.option("--namespace", type=click.Choice(["strict", "native"]), default="strict", show_default=True,
-              help="Scorer: strict runs programs on their own; native with what the native benchmark's module "
-                   "had imported (gcd from math; see docs/scoring.md).")
-@click.option("--progress/--no-progress", default=None, help="Progress bars on stderr (default: when a terminal).")
+@options.namespace(prefix="Scorer")
+@options.progress()
 @click.option("--quiet", is_flag=True, help="No progress bars (same as --no-progress).")
-@click.option("--no-static", is_flag=True, help="Scorer: run every program in the sandbox (docs/scoring.md).")
-@click.option("--allow-weak-sandbox", is_flag=True,
-              help="Grade even where the sandbox's isolation is below 'full' (it says what is then unprotected).")
+@options.no_static(prefix="Scorer")
+@options.allow_weak_sandbox()
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,  # noqa: C901
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
           tensor_parallel_size, engine_args, template_kwargs, hf_batch_size, base_urls, api_key_env, concurrency,

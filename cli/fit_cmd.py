@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from . import options
+
 
 class BadInput(click.ClickException):
     """Input the fit cannot use (a file, field or row is named): exit 2, like a usage error."""
@@ -74,7 +76,7 @@ def _forms(value: str) -> tuple[str, ...]:
               help="Mean prompt tokens (default: from metrics.json).")
 @click.option("--response-tokens", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Mean response tokens (default: from metrics.json).")
-@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@options.no_plots()
 def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, compute_def, c_ref, forms, weights,
         cluster_by, resamples, seed, level, holdout_frac, min_step, max_step, min_n, assume_n, params,
         prompts_per_step, group_size, prompt_tokens, response_tokens, no_plots) -> None:

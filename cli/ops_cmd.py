@@ -13,6 +13,8 @@ import click
 from opgen import expr
 from opgen import ops as library
 
+from . import options
+
 
 @click.group()
 def ops() -> None:
@@ -32,7 +34,7 @@ def _op_row(op: library.Operator) -> dict:
 
 
 @ops.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
+@options.json_output("Print a JSON array instead of a table.")
 @click.option("--split", type=click.Choice(["train", "heldout"]), help="Only operators of this split.")
 def list_cmd(as_json: bool, split: str | None) -> None:
     """A table of the operators: id, name, arity, params, split, gloss."""
@@ -64,7 +66,7 @@ def show_cmd(op_id: str) -> None:
 @ops.command("eval", short_help="Evaluate an expression such as func_3(func_1(x, 2)) on --input.")
 @click.argument("expression")
 @click.option("--input", "input_", required=True, help="The value of x.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result and measures as JSON.")
+@options.json_output("Print the result and measures as JSON.")
 @click.option("--max-len", type=click.IntRange(min=0), default=1_000_000, show_default=True,
               help="Refuse any intermediate value longer than this many characters (0: no limit).")
 @click.option("--timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import click
+
+from . import options
 
 
 @click.command()
@@ -25,31 +28,24 @@ import click
               help="A group row's score: the fraction of its tasks correct, or 1 only when all are.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
               help="Wall-clock seconds per program call.")
-@click.option("--namespace", type=click.Choice(["strict", "native"]), default="strict", show_default=True,
-              help="strict: programs run on their own; native: with what the native benchmark's module had "
-                   "imported (gcd from math; see docs/scoring.md).")
-@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@options.namespace()
+@options.no_plots()
 @click.option("--distance-edges", "distance_edges", default="40,150", show_default=True,
               help="Bucket edges (characters, increasing) of the arity-error table by name→argument distance.")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="ray: sandbox actors of --workers workers each, spread over the cluster's nodes.")
-@click.option("--ray-address", default=None, help="ray: an existing cluster; default: a local one on 127.0.0.1.")
-@click.option("--ray-num-cpus", type=click.IntRange(min=1), default=None,
-              help="ray: CPUs of the local cluster (default: this machine's).")
+@options.executor("ray: sandbox actors of --workers workers each, spread over the cluster's nodes.")
+@options.ray_address()
+@options.ray_num_cpus()
 @click.option("--sandbox-actors", type=click.IntRange(min=1), default=None,
               help="ray: sandbox actors (default: the cluster's CPUs / --workers).")
-@click.option("--no-static", is_flag=True,
-              help="Run every program in the sandbox (by default programs of library code only are evaluated "
-                   "without running them, with the same grades; docs/scoring.md).")
-@click.option("--allow-weak-sandbox", is_flag=True,
-              help="Grade even where the sandbox's isolation is below 'full' (it says what is then unprotected).")
+@options.no_static()
+@options.allow_weak_sandbox()
 def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,  # noqa: C901
           timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, executor: str,
           ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None,
           no_static: bool, allow_weak_sandbox: bool) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
     from opgen.score.report import ScoreInputError, missing_import_warning, score_files
-    from opgen.score.sandbox import SandboxError, allow_weak_for_this_process
+    from opgen.score.sandbox import Sandbox, SandboxError, allow_weak_for_this_process
 
     if allow_weak_sandbox:
         allow_weak_for_this_process()
@@ -64,14 +60,17 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
     for path, opt in ((data, "--data"), (responses, "--responses")):
         if not path.is_file():
             raise click.BadParameter(f"{path} does not exist or is not a file", param_hint=opt)
-    box = None
+    box: Sandbox | None = None
     try:
         if executor == "ray":
             from opgen.infer.ray_executor import RayError, RayOptions, RaySandbox
 
             try:
-                box = RaySandbox(workers, timeout_s, RayOptions(address=ray_address, num_cpus=ray_num_cpus),
-                                 actors=sandbox_actors)
+                # RaySandbox serves the part of Sandbox's interface that score_files uses (workers, level,
+                # run_units, close); score_files is typed with the local Sandbox.
+                box = cast(Sandbox, RaySandbox(workers, timeout_s, RayOptions(address=ray_address,
+                                                                               num_cpus=ray_num_cpus),
+                                               actors=sandbox_actors))
             except RayError as exc:
                 raise click.ClickException(str(exc)) from None
         summary = score_files(data, responses, out, mode=mode, workers=workers, policy=policy, group=group,

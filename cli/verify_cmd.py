@@ -7,12 +7,14 @@ from pathlib import Path
 
 import click
 
+from . import options
+
 
 @click.command()
 @click.argument("build_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes for the rebuild (the files are the same for any number).")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
+@options.json_output()
 def verify(build_dir: Path, workers: int, as_json: bool) -> None:
     """Rebuild BUILD_DIR from its manifest (recipes, seed, limit) in a temporary directory and compare.
 

@@ -31,9 +31,11 @@ import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -50,19 +52,52 @@ class BuildError(RuntimeError):
     """A build that cannot finish (constraints that cannot be met, leakage); nothing final is written."""
 
 
-@dataclass
+class OnlyError(BuildError):
+    """``only`` (``--only``) cannot be honoured: it names no split of the recipes, or the output holds
+    a build of other recipes, seed or limit that it would update in place."""
+
+
+class SignalAfterSwap:
+    """Mixed into the SIGINT/SIGTERM exceptions that arrived during a build's final swap: they are
+    acted on after it, so ``out`` already holds the new build (manifest included)."""
+
+    out: Path
+
+
+class InterruptedAfterSwap(SignalAfterSwap, KeyboardInterrupt):
+    """A Ctrl-C that came during the final swap (see :class:`SignalAfterSwap`)."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__(str(out))
+        self.out = out
+
+
+class TerminatedAfterSwap(SignalAfterSwap, outdir.Terminated):
+    """A SIGTERM that came during the final swap (see :class:`SignalAfterSwap`)."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__(str(out))
+        self.out = out
+
+
+@dataclass(frozen=True)
 class Plan:
+    """One split to build: its recipe and generator, how many rows, and its shards (``units``:
+    indices into the build's list of :class:`Unit`; ``names``: their file names, in order)."""
+
     cfg: SplitConfig
     recipe: Recipe
     gen: Generator
     spec: RowSpec
     rows: int
-    units: list[int] = field(default_factory=list)
-    names: list[str] = field(default_factory=list)
+    units: tuple[int, ...]
+    names: tuple[str, ...]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Unit:
+    """One shard: rows ``start:stop`` of plan ``plan``, written to ``tmp`` until the build succeeds."""
+
     plan: int
     shard: int
     start: int
@@ -70,21 +105,110 @@ class Unit:
     tmp: Path
 
 
-# Set in the parent before workers fork, so each worker inherits generators without pickling them.
-_PLANS: list[Plan] = []
-_UNITS: list[Unit] = []
-
-
 def _no_tick(n: int) -> None:
     return None
 
 
-_TICK: Callable[[int], None] = _no_tick
-_MAIN_PID = 0  # the build's main process (a fault point signals it from a worker)
-SWAPPED: list[Path | None] = [None]  # the output the last build swapped in (a late Ctrl-C then kept it)
+@dataclass(frozen=True)
+class Shards:
+    """What a shard worker needs: the build's plans and shards, the process to signal at a fault
+    point, and where produced rows are counted (a progress bar, or a counter shared by the pool).
+
+    Installed in the building process before its workers fork (inherited, never pickled: the
+    generators stay put); a worker that was not forked from it (a Ray task) rebuilds it (``adopt``).
+    """
+
+    plans: tuple[Plan, ...]
+    units: tuple[Unit, ...]
+    main_pid: int | None = None  # None: a fault point signals the worker itself
+    tick: Callable[[int], None] = _no_tick
 
 
-def _facts_arrays(facts: list[Facts]) -> dict:
+_SHARDS: Shards | None = None  # this process's build (see Shards); the one piece of state the phases share
+
+
+def current() -> Shards:
+    """The build this process is running shards of (set by ``build`` or ``adopt``)."""
+    if _SHARDS is None:
+        raise RuntimeError("no build is under way in this process (opgen.build.build or adopt sets one up)")
+    return _SHARDS
+
+
+@contextmanager
+def _installed(shards: Shards) -> Iterator[None]:
+    global _SHARDS
+    previous, _SHARDS = _SHARDS, shards
+    try:
+        yield
+    finally:
+        _SHARDS = previous
+
+
+class _SharedTick:
+    """Rows produced, counted across the worker pool (an ``mp.Value`` the workers inherit)."""
+
+    def __init__(self, counter: Any) -> None:
+        self.counter = counter
+
+    def __call__(self, n: int) -> None:
+        with self.counter.get_lock():
+            self.counter.value += n
+
+
+@dataclass(frozen=True)
+class ShardFacts:
+    """Phase 1's account of one shard, a column per fact (row ``r`` of the shard at index ``r``);
+    phase 2 returns a copy with its redrawn rows' facts swapped in (``_apply``).
+
+    Programs: a row has one or more program keys; ``prog`` holds them all and ``prog_rows[n]`` is
+    the shard row of ``prog[n]``."""
+
+    ukey: np.ndarray  # uint64: the key duplicates are judged by (unique: task or program)
+    pkey: np.ndarray  # uint64: the prompt's key (the leakage check's)
+    prog: np.ndarray  # uint64
+    prog_rows: np.ndarray  # int32
+    depth: np.ndarray  # int16
+    k: np.ndarray  # int16
+    opmask: np.ndarray  # ops.MASK_DTYPE: the operators a row uses
+    composed: np.ndarray  # ops.MASK_DTYPE: those in a composed task
+    out_len: np.ndarray  # int32
+    unchanged: np.ndarray  # int32
+    identity: np.ndarray  # int32
+    target_chars: np.ndarray  # int32
+    conditions: Counter[str]  # a probe's conditions: rows per condition
+    condition_of: dict[int, str]  # shard row -> its condition (rows with one)
+    attempt: np.ndarray  # int32: the candidate j each row took
+    rejections: Counter[str]  # candidates phase 1 rejected, by reason
+    content: str | None  # the content digest of the rows, when phase 1 wrote the final parquet
+
+
+class FinishTask(NamedTuple):
+    """Phase 3's work on one shard: its redrawn rows as (shard row, candidate), in row order."""
+
+    uid: int
+    patches: list[tuple[int, int]]
+
+
+class Finished(NamedTuple):
+    """A shard as written: its file's sha256 and size, and its content digest (None when phase 1
+    wrote it and computed the digest then: ``ShardFacts.content``)."""
+
+    uid: int
+    sha256: str
+    bytes: int
+    content: str | None
+
+
+class Resolved(NamedTuple):
+    """Phase 2's outcome: the redrawn rows per shard, the rejections per plan, every shard's facts."""
+
+    patches: dict[int, list[tuple[int, int]]]
+    rejections: list[Counter[str]]
+    shards: list[ShardFacts]
+
+
+def _shard_facts(facts: list[Facts], attempts: list[int], rejections: Counter[str],
+                 digest: str | None) -> ShardFacts:
     if facts:
         (ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition, unchanged, identity,
          target_chars) = zip(*facts)
@@ -97,25 +221,28 @@ def _facts_arrays(facts: list[Facts]) -> dict:
     else:
         prog = [key for p in prog_keys for key in p]
         prog_rows = np.repeat(np.arange(len(prog_keys), dtype=np.int32), [len(p) for p in prog_keys])
-    return {
-        "ukey": np.array(ukey, dtype=np.uint64),
-        "pkey": np.array(pkey, dtype=np.uint64),
-        "prog": np.array(prog, dtype=np.uint64),
-        "prog_rows": prog_rows.astype(np.int32),
-        "depth": np.array(depth, dtype=np.int16),
-        "k": np.array(k, dtype=np.int16),
-        "opmask": np.array(opmask, dtype=ops.MASK_DTYPE),
-        "composed": np.array(composed, dtype=ops.MASK_DTYPE),
-        "out_len": np.array(out_len, dtype=np.int32),
-        "unchanged": np.array(unchanged, dtype=np.int32),
-        "identity": np.array(identity, dtype=np.int32),
-        "target_chars": np.array(target_chars, dtype=np.int32),
-        "conditions": Counter(c for c in condition if c),
-        "condition_of": {i: c for i, c in enumerate(condition) if c},
-    }
+    return ShardFacts(
+        ukey=np.array(ukey, dtype=np.uint64),
+        pkey=np.array(pkey, dtype=np.uint64),
+        prog=np.array(prog, dtype=np.uint64),
+        prog_rows=prog_rows.astype(np.int32),
+        depth=np.array(depth, dtype=np.int16),
+        k=np.array(k, dtype=np.int16),
+        opmask=np.array(opmask, dtype=ops.MASK_DTYPE),
+        composed=np.array(composed, dtype=ops.MASK_DTYPE),
+        out_len=np.array(out_len, dtype=np.int32),
+        unchanged=np.array(unchanged, dtype=np.int32),
+        identity=np.array(identity, dtype=np.int32),
+        target_chars=np.array(target_chars, dtype=np.int32),
+        conditions=Counter(c for c in condition if c),
+        condition_of={i: c for i, c in enumerate(condition) if c},
+        attempt=np.array(attempts, dtype=np.int32),
+        rejections=rejections,
+        content=digest,
+    )
 
 
-def _produce(uid: int) -> dict:
+def _produce(uid: int) -> ShardFacts:
     # Rows allocate millions of small acyclic objects (trees, tuples, strings); the cyclic
     # collector would rescan every live one again and again for nothing (10-15% of a build).
     was_enabled = gc.isenabled()
@@ -132,9 +259,10 @@ def _produce(uid: int) -> dict:
         gc.collect()
 
 
-def _produce_rows(uid: int) -> dict:
-    unit = _UNITS[uid]
-    plan = _PLANS[unit.plan]
+def _produce_rows(uid: int) -> ShardFacts:
+    shards = current()
+    unit = shards.units[uid]
+    plan = shards.plans[unit.plan]
     gen = plan.gen
     gen.rejections = Counter()
     buf = RowBuffer(plan.spec)
@@ -149,12 +277,15 @@ def _produce_rows(uid: int) -> dict:
     # cheaper than decoding and re-encoding a parquet shard.
     pool = pa.default_memory_pool()
     digest = None
-    if _final_in_produce(uid):
+    final = _final_in_produce(shards, uid)
+    put: Callable[[pa.Table], None]
+    if final:
         writer = write.open_writer(unit.tmp, buf.schema)
         digest = content.Digest()  # of the rows as written: the file is never read back
 
         def put(table: pa.Table) -> None:
             write.write_chunk(writer, table)
+            assert digest is not None
             digest.update(table)
     else:
         sink = pa.OSFile(_staged(unit), "wb")
@@ -182,45 +313,43 @@ def _produce_rows(uid: int) -> dict:
                 put(table)
                 del table
                 pool.release_unused()
-                _TICK(c1 - c0)
+                shards.tick(c1 - c0)
     finally:
         writer.close()
-        if not _final_in_produce(uid):
+        if not final:
             sink.close()
-    outdir.fault("produced", _MAIN_PID)
-    out = _facts_arrays(facts)
-    out["content"] = digest.hexdigest() if digest is not None else None
-    out["attempt"] = np.array(attempts, dtype=np.int32)
-    out["rejections"] = gen.rejections
-    return out
+    outdir.fault("produced", shards.main_pid)
+    return _shard_facts(facts, attempts, gen.rejections, digest.hexdigest() if digest is not None else None)
 
 
-def _final_in_produce(uid: int) -> bool:
-    return uid == 0 or _PLANS[_UNITS[uid].plan].cfg.unique == "none"
+def _final_in_produce(shards: Shards, uid: int) -> bool:
+    return uid == 0 or shards.plans[shards.units[uid].plan].cfg.unique == "none"
 
 
 def _staged(unit: Unit) -> str:
     return str(unit.tmp) + ".arrow"
 
 
-def _finish(args: tuple[int, list[tuple[int, int]]]) -> tuple[int, str, int, str | None]:
-    uid, patches = args
-    unit = _UNITS[uid]
+def _finish(task: FinishTask) -> Finished:
+    shards = current()
+    uid, patches = task
+    unit = shards.units[uid]
     digest = None
-    if not _final_in_produce(uid):
-        digest = _encode(unit, _PLANS[unit.plan], patches)
+    if not _final_in_produce(shards, uid):
+        digest = _encode(unit, shards.plans[unit.plan], patches)
     else:
         assert not patches, "the build's first shard and shards without duplicate checks are never redrawn"
     # Arrow's allocator keeps freed buffers for reuse; handing them back after each shard keeps a
     # build's peak memory that of one shard, not a slowly rising one.
     pa.default_memory_pool().release_unused()
-    return uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size, digest
+    return Finished(uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size, digest)
 
 
 def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> str:
     """A staged shard as parquet, with its redrawn rows swapped in; returns its content digest."""
     digest = content.Digest()
     replacement = None
+    where: dict[int, int] = {}
     if patches:
         buf = RowBuffer(plan.spec)
         with E.recursion_headroom():
@@ -244,7 +373,9 @@ def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> str:
                 inside = [] if replacement is None else \
                     sorted((local - offset, k) for local, k in where.items() if offset <= local < offset + n)
                 if inside:  # zero-copy slices around the redrawn rows, copied once into one chunk
-                    pieces, at = [], 0
+                    pieces: list[pa.Table] = []
+                    at = 0
+                    assert replacement is not None
                     for row, k in inside:
                         pieces += [table.slice(at, row - at), replacement.slice(k, 1)]
                         at = row + 1
@@ -261,35 +392,28 @@ def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> str:
     return digest.hexdigest()
 
 
-def _run(pool, fn, args: list, bar, mapper=None) -> list:
-    global _TICK
-    if mapper is not None:  # another executor runs the shards (opgen.infer.ray_executor.build_mapper)
-        return mapper(fn, args, bar)
+def _run(pool: Any, fn: Callable[[Any], Any], args: Sequence[Any], bar: Any, mapper: Any = None,
+         counter: Any = None) -> list[Any]:
+    """``[fn(a) for a in args]``: here, in the worker pool (its rows counted in ``counter``) or by ``mapper``."""
+    if mapper is not None:  # another executor runs the shards (opgen.infer.ray_executor.BuildMapper)
+        return list(mapper(fn, list(args), bar))
     if pool is None:
-        _TICK = bar.update if bar is not None else _no_tick
         return [fn(a) for a in args]
     pending = pool.map_async(fn, args, chunksize=1)
     while not pending.ready():
         pending.wait(0.1)
         if bar is not None:
-            bar.update(_COUNTER.value - bar.n)
+            bar.update(counter.value - bar.n)
     if bar is not None:
-        bar.update(_COUNTER.value - bar.n)
-    return pending.get()
-
-
-_COUNTER = None
-
-
-def _tick_shared(n: int) -> None:
-    with _COUNTER.get_lock():
-        _COUNTER.value += n
+        bar.update(counter.value - bar.n)
+    return list(pending.get())
 
 
 def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | None = None,
                seed: int | None = None) -> list[Plan]:
     plans: list[Plan] = []
     names: dict[str, str] = {}
+    n_units = 0
     for recipe in recipes:
         for cfg in recipe.splits:
             if only and cfg.name not in only:
@@ -309,12 +433,16 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
                            answer_format=cfg.answer_format, recipe=recipe.name, unique=cfg.unique,
                            data_source=cfg.data_source, avoid=avoid, ability=cfg.ability,
                            prompt_template=cfg.prompt_template)
-            plans.append(Plan(cfg, recipe, gen, spec, rows))
+            # Shards are fixed by shard_rows, never by who builds them.
+            n_shards = max(1, -(-rows // cfg.shard_rows))
+            plans.append(Plan(cfg, recipe, gen, spec, rows, tuple(range(n_units, n_units + n_shards)),
+                              tuple(write.shard_names(cfg.name, n_shards))))
+            n_units += n_shards
     if only:
         missing = sorted(set(only) - set(names))
         if missing:
             known = ", ".join(s.name for r in recipes for s in r.splits)
-            raise BuildError(f"--only names no split of these recipes: {', '.join(missing)} (splits: {known})")
+            raise OnlyError(f"--only names no split of these recipes: {', '.join(missing)} (splits: {known})")
     return plans
 
 
@@ -322,14 +450,14 @@ def adopt(recipes: list[Recipe], only: tuple[str, ...], limit: int | None, tmp_d
           seed: int | None = None) -> None:
     """Set up this process's plans and shards as ``build`` does: for a worker that was not forked
     from the building process (a Ray task), before it runs ``_produce`` or ``_finish``."""
-    global _PLANS, _UNITS
+    global _SHARDS
     plans = plan_build(recipes, only, limit, seed)
-    _PLANS, _UNITS = plans, _layout(plans, tmp_dir)
+    _SHARDS = Shards(tuple(plans), tuple(_layout(plans, tmp_dir)))
 
 
 def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str, ...] = (),
           limit: int | None = None, seed: int | None = None, progress: bool = False, force: bool = False,
-          mapper=None) -> dict:
+          mapper: Any = None) -> dict[str, Any]:
     """Build every split of ``recipes`` into ``out``; return the manifest (also written to out/manifest.json).
 
     ``out`` is replaced whole (see opgen.outdir); with ``only``, the other splits of a previous build
@@ -337,10 +465,11 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
     ``mapper(fn, args, bar) -> [fn(a) for a in args]`` runs the shard phases elsewhere instead of
     the worker pool (``mapper.stage(tmp_dir, seed)`` is called first; its workers call ``adopt``);
     the files are the same either way.
+
+    A SIGINT or SIGTERM that arrives during the final swap is acted on after it, as
+    :class:`InterruptedAfterSwap` or :class:`TerminatedAfterSwap` (``out`` then holds this build).
     """
-    global _PLANS, _UNITS, _MAIN_PID
     t0 = time.perf_counter()
-    SWAPPED[0] = None
     plans = plan_build(recipes, only, limit, seed)
     out = Path(os.path.abspath(out))
     if out.is_symlink():
@@ -360,19 +489,17 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
                 stage.mkdir()
                 tmp_dir = stage / write.TMP_DIR
                 tmp_dir.mkdir()
-                units = _layout(plans, tmp_dir)
-                _PLANS, _UNITS, _MAIN_PID = plans, units, os.getpid()
+                shards = Shards(tuple(plans), tuple(_layout(plans, tmp_dir)), os.getpid())
                 if mapper is not None:
                     mapper.stage(tmp_dir, seed)
-                man = _build(recipes, plans, units, stage, tmp_dir, 1 if mapper else workers, limit, seed,
+                man = _build(recipes, shards, stage, tmp_dir, 1 if mapper else workers, limit, seed,
                              progress, t0, mapper)
                 if keep:
+                    assert previous is not None
                     man = _merge(man, previous, keep, out, stage, recipes)
                 man.pop("_seconds")
                 write.atomic_write_text(stage / "manifest.json", M.dumps(man))
-                with outdir.signals_held():  # a Ctrl-C now is taken after the swap, not inside it
-                    outdir.swap(stage, out)
-                    SWAPPED[0] = out
+                _swap(stage, out)
                 seconds = time.perf_counter() - t0
             except BaseException:
                 shutil.rmtree(stage, ignore_errors=True)
@@ -386,17 +513,31 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
     return man
 
 
+def _swap(stage: Path, out: Path) -> None:
+    """The final swap; a Ctrl-C or SIGTERM is taken after it, not inside it, and says the swap was done."""
+    swapped = False
+    try:
+        with outdir.signals_held():
+            outdir.swap(stage, out)
+            swapped = True
+    except KeyboardInterrupt:
+        if not swapped:
+            raise
+        raise InterruptedAfterSwap(out) from None
+    except outdir.Terminated:
+        if not swapped:
+            raise
+        raise TerminatedAfterSwap(out) from None
+
+
 def _layout(plans: list[Plan], tmp_dir: Path) -> list[Unit]:
-    """Shards of every plan: fixed by shard_rows, never by who builds them."""
+    """Every plan's shards, in order (their number and rows: ``plan_build``'s)."""
     units: list[Unit] = []
     for p_idx, plan in enumerate(plans):
         size = plan.cfg.shard_rows
-        n_shards = max(1, -(-plan.rows // size))
-        plan.names = write.shard_names(plan.cfg.name, n_shards)
-        plan.units = []
-        for s in range(n_shards):
-            plan.units.append(len(units))
-            units.append(Unit(p_idx, s, s * size, min((s + 1) * size, plan.rows), tmp_dir / (plan.names[s] + ".tmp")))
+        for s, (uid, name) in enumerate(zip(plan.units, plan.names)):
+            assert uid == len(units)
+            units.append(Unit(p_idx, s, s * size, min((s + 1) * size, plan.rows), tmp_dir / (name + ".tmp")))
     return units
 
 
@@ -414,12 +555,11 @@ def estimate_bytes(plans: list[Plan]) -> int:
     build's first shard and those of ``unique: none`` splits go straight to parquet); the staged
     shards and the parquet files coexist at worst. Generous on purpose: parquet is taken as a
     quarter of Arrow, a tenth or less in practice."""
-    staged = parquet = 0
+    staged = parquet = 0.0
     uid = 0
     for plan in plans:
         n = min(plan.rows, SAMPLE_ROWS)
         size = plan.cfg.shard_rows
-        n_shards = max(1, -(-plan.rows // size))
         per_row = 0.0
         if n:
             buf = RowBuffer(plan.spec)
@@ -431,7 +571,7 @@ def estimate_bytes(plans: list[Plan]) -> int:
                     per_row = buf.table().nbytes / n
                 except GeneratorError:
                     pass  # the build itself reports it
-        for s in range(n_shards):
+        for s in range(len(plan.units)):
             rows = min((s + 1) * size, plan.rows) - s * size
             if not (uid == 0 or plan.cfg.unique == "none"):
                 staged += rows * per_row
@@ -440,7 +580,7 @@ def estimate_bytes(plans: list[Plan]) -> int:
     return int(staged + parquet) + (1 << 20)
 
 
-def _kept_splits(previous: dict | None, recipes: list[Recipe], only: tuple[str, ...], limit: int | None,
+def _kept_splits(previous: dict[str, Any] | None, recipes: list[Recipe], only: tuple[str, ...], limit: int | None,
                  seed: int | None, force: bool, out: Path) -> list[str]:
     """With --only, the previous build's splits to keep (its recipes, seed and limit must be these)."""
     if not only or previous is None:
@@ -451,14 +591,15 @@ def _kept_splits(previous: dict | None, recipes: list[Recipe], only: tuple[str, 
         if force:
             return []
         names = ", ".join(r.get("name", "?") for r in previous.get("recipes", [])) or "unknown recipes"
-        raise BuildError(f"{out}: holds a build of {names} (seed {previous.get('seed')}, limit "
+        raise OnlyError(f"{out}: holds a build of {names} (seed {previous.get('seed')}, limit "
                          f"{previous.get('limit')}); --only updates a build of the same recipes, seed and limit "
                          f"in place, so it refuses this one (pass --force to replace it with only "
                          f"{', '.join(only)})")
     return [name for name in previous["splits"] if name not in only]
 
 
-def _merge(man: dict, previous: dict, keep: list[str], out: Path, stage: Path, recipes: list[Recipe]) -> dict:
+def _merge(man: dict[str, Any], previous: dict[str, Any], keep: list[str], out: Path, stage: Path,
+           recipes: list[Recipe]) -> dict[str, Any]:
     """--only: the previous build's other splits (files hard-linked into the staging directory, entries
     kept) around the rebuilt ones; the leakage report keeps the previous pairs among kept splits."""
     for name in keep:
@@ -475,7 +616,7 @@ def _merge(man: dict, previous: dict, keep: list[str], out: Path, stage: Path, r
                         for n in order if n in built or n in keep}
     old, new = previous.get("leakage", {}), man["leakage"]
 
-    def kept(pair_or_v) -> bool:
+    def kept(pair_or_v: Any) -> bool:
         names = pair_or_v if isinstance(pair_or_v, list) else [pair_or_v["split"], pair_or_v["train_split"]]
         return not (set(names) & built)
 
@@ -489,66 +630,16 @@ def _merge(man: dict, previous: dict, keep: list[str], out: Path, stage: Path, r
     return merged
 
 
-def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, t0, mapper=None) -> dict:
-    global _COUNTER, _TICK
-    total = sum(p.rows for p in plans)
-    n_workers = max(1, min(workers, len(units)))
-    pool = None
-    try:
-        if n_workers > 1:
-            import multiprocessing as mp
-
-            ctx = mp.get_context("fork")
-            _COUNTER = ctx.Value("q", 0)
-            _TICK = _tick_shared
-            pool = ctx.Pool(n_workers, initializer=outdir.worker_init, initargs=(os.getpid(),))
-        bar = None
-        if progress:  # tqdm costs 20 ms of start-up; a build without a bar never imports it
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, desc="generate", unit="row", file=sys.stderr, dynamic_ncols=True)
-        try:
-            results = _run(pool, _produce, list(range(len(units))), bar, mapper)
-        except GeneratorError as exc:
-            raise BuildError(str(exc)) from None
-        finally:
-            if bar is not None:
-                bar.close()
-        patches, rejections = _resolve(plans, units, results)
-        finished = _run(pool, _finish, [(uid, patches.get(uid, [])) for uid in range(len(units))], None, mapper)
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
-        _TICK = _no_tick
-
-    sections, keys = {}, []
+def _build(recipes: list[Recipe], shards: Shards, out: Path, tmp_dir: Path, workers: int, limit: int | None,
+           seed: int | None, progress: bool, t0: float, mapper: Any = None) -> dict[str, Any]:
+    plans, units = shards.plans, shards.units
+    resolved, finished = _phases(shards, workers, progress, mapper)
+    results = resolved.shards
+    sections: dict[str, dict[str, Any]] = {}
+    keys = []
     for p_idx, plan in enumerate(plans):
-        res = [results[u] for u in plan.units]
-        cat = {name: np.concatenate([r[name] for r in res]) for name in
-               ("pkey", "depth", "k", "opmask", "composed", "out_len", "unchanged", "identity", "target_chars")}
-        prog = np.concatenate([r["prog"] for r in res])
-        prog_rows = np.concatenate([r["prog_rows"].astype(np.int64) + units[u].start for r, u in zip(res, plan.units)])
-        conditions = sum((r["conditions"] for r in res), Counter())
-        files = []
-        for name, uid in zip(plan.names, plan.units):
-            _, sha, size, _ = finished[uid]
-            u = units[uid]
-            files.append({"path": name, "rows": u.stop - u.start, "sha256": sha, "bytes": size})
-        sections[plan.cfg.name] = M.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"],
-                                                  conditions, cat["out_len"], rejections[p_idx],
-                                                  formats.mode_of(plan.cfg.prompt_format))
-        condition_of = {}
-        for r, u in zip(res, plan.units):
-            condition_of.update({units[u].start + i: c for i, c in r["condition_of"].items()})
-        sections[plan.cfg.name].update(M.fidelity_sections(cat["unchanged"], cat["identity"], cat["target_chars"],
-                                                           condition_of, prog, prog_rows))
-        sections[plan.cfg.name]["digest"] = plan.cfg.digest
-        sections[plan.cfg.name]["built_with"] = [p.cfg.name for p in plans]
-        extra = plan.gen.manifest_section(plan.rows)
-        if extra is not None:
-            sections[plan.cfg.name][getattr(plan.gen, "MANIFEST_KEY", "plan")] = extra
-        keys.append(leakage.SplitKeys(plan.cfg.name, plan.cfg.role, cat["pkey"], prog, prog_rows, cat["composed"]))
+        sections[plan.cfg.name], split_keys = _section(plan, shards, results, finished, resolved.rejections[p_idx])
+        keys.append(split_keys)
 
     heldout = tuple(sorted({o for r in recipes for o in r.heldout_ops}, key=lambda o: int(o.split("_")[1])))
     allow = tuple(sorted({a for r in recipes for a in r.allow}))
@@ -566,14 +657,91 @@ def _build(recipes, plans, units, out, tmp_dir, workers, limit, seed, progress, 
         for name, uid in zip(plan.names, plan.units):
             os.replace(units[uid].tmp, out / name)
         sections[plan.cfg.name]["content_sha256"] = content.combine(
-            results[uid]["content"] or finished[uid][3] for uid in plan.units)
+            _content(results[uid], finished[uid]) for uid in plan.units)
     shutil.rmtree(tmp_dir, ignore_errors=True)
     man["_seconds"] = time.perf_counter() - t0  # for the summary only; not in the file
     return man
 
 
-def _resolve(plans: list[Plan], units: list[Unit], results: list[dict]) -> tuple[dict, list[Counter]]:
-    """Phase 2: cross-build duplicates, judged in a fixed order; returns {unit: [(local row, attempt)]}.
+def _phases(shards: Shards, workers: int, progress: bool, mapper: Any) -> tuple[Resolved, list[Finished]]:
+    """Phases 1-3 over every shard: here, in a pool of ``workers`` forked processes, or by ``mapper``."""
+    units = shards.units
+    n_workers = max(1, min(workers, len(units)))
+    pool = counter = None
+    if n_workers > 1:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork")
+        counter = ctx.Value("q", 0)
+        shards = replace(shards, tick=_SharedTick(counter))
+    try:
+        with _installed(shards):  # before the fork: the workers inherit it
+            if n_workers > 1:
+                pool = ctx.Pool(n_workers, initializer=outdir.worker_init, initargs=(os.getpid(),))
+            bar = None
+            if progress:  # tqdm costs 20 ms of start-up; a build without a bar never imports it
+                from tqdm import tqdm
+
+                bar = tqdm(total=sum(p.rows for p in shards.plans), desc="generate", unit="row", file=sys.stderr,
+                           dynamic_ncols=True)
+            here = replace(shards, tick=bar.update) if pool is None and bar is not None else shards
+            with _installed(here):
+                try:
+                    produced: list[ShardFacts] = _run(pool, _produce, list(range(len(units))), bar, mapper,
+                                                      counter)
+                except GeneratorError as exc:
+                    raise BuildError(str(exc)) from None
+                finally:
+                    if bar is not None:
+                        bar.close()
+                resolved = _resolve(shards.plans, units, produced)
+                finished: list[Finished] = _run(pool, _finish, [FinishTask(uid, resolved.patches.get(uid, []))
+                                                                for uid in range(len(units))], None, mapper)
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    return resolved, finished
+
+
+def _section(plan: Plan, shards: Shards, results: list[ShardFacts], finished: list[Finished],
+             rejections: Counter[str]) -> tuple[dict[str, Any], leakage.SplitKeys]:
+    """One split's manifest section (all but ``content_sha256``) and its keys for the leakage check."""
+    units = shards.units
+    res = [results[uid] for uid in plan.units]
+    cat = {name: np.concatenate([getattr(r, name) for r in res]) for name in
+           ("pkey", "depth", "k", "opmask", "composed", "out_len", "unchanged", "identity", "target_chars")}
+    prog = np.concatenate([r.prog for r in res])
+    prog_rows = np.concatenate([r.prog_rows.astype(np.int64) + units[uid].start for r, uid in zip(res, plan.units)])
+    conditions: Counter[str] = sum((r.conditions for r in res), Counter())
+    files = []
+    for name, uid in zip(plan.names, plan.units):
+        f, unit = finished[uid], units[uid]
+        files.append({"path": name, "rows": unit.stop - unit.start, "sha256": f.sha256, "bytes": f.bytes})
+    section = M.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"], conditions,
+                              cat["out_len"], rejections, formats.mode_of(plan.cfg.prompt_format))
+    condition_of = {}
+    for r, uid in zip(res, plan.units):
+        condition_of.update({units[uid].start + i: c for i, c in r.condition_of.items()})
+    section.update(M.fidelity_sections(cat["unchanged"], cat["identity"], cat["target_chars"], condition_of, prog,
+                                       prog_rows))
+    section["digest"] = plan.cfg.digest
+    section["built_with"] = [p.cfg.name for p in shards.plans]
+    extra = plan.gen.manifest_section(plan.rows)
+    if extra is not None:
+        section[getattr(plan.gen, "MANIFEST_KEY", "plan")] = extra
+    return section, leakage.SplitKeys(plan.cfg.name, plan.cfg.role, cat["pkey"], prog, prog_rows, cat["composed"])
+
+
+def _content(produced: ShardFacts, finished: Finished) -> str:
+    """A shard's content digest: phase 1's when it wrote the final parquet, else phase 3's."""
+    digest = produced.content or finished.content
+    assert digest is not None, "every shard's rows are digested in phase 1 or phase 3"
+    return digest
+
+
+def _resolve(plans: Sequence[Plan], units: Sequence[Unit], results: list[ShardFacts]) -> Resolved:
+    """Phase 2: cross-build duplicates, judged in a fixed order (patches: {unit: [(local row, attempt)]}).
 
     The rule is sequential (row i may not repeat the final key of any earlier row of the build), but
     only rows that hit an earlier shard's key are visited: shards arrive free of inner duplicates,
@@ -582,28 +750,29 @@ def _resolve(plans: list[Plan], units: list[Unit], results: list[dict]) -> tuple
     seen = np.empty(0, dtype=np.uint64)
     patches: dict[int, list[tuple[int, int]]] = {}
     totals = []
+    final = list(results)
     for plan in plans:
         gen = plan.gen
         gen.rejections = Counter()
-        unit_rejections = Counter()
+        unit_rejections: Counter[str] = Counter()
         for uid in plan.units:
             res = results[uid]
-            unit_rejections.update(res["rejections"])
+            unit_rejections.update(res.rejections)
             if plan.cfg.unique == "none":
                 continue
-            keys = res["ukey"]
-            heap = np.flatnonzero(leakage.member(keys, seen)).tolist()
+            heap = np.flatnonzero(leakage.member(res.ukey, seen)).tolist()
             if heap:
                 redrawn = _redraw_unit(plan, units[uid], res, seen, heap)
                 patches[uid] = sorted((local, j) for local, (j, _) in redrawn.items())
-                _apply(res, {local: f for local, (_, f) in redrawn.items()})
-            seen = leakage.sorted_union(seen, res["ukey"])
+                res = final[uid] = _apply(res, {local: f for local, (_, f) in redrawn.items()})
+            seen = leakage.sorted_union(seen, res.ukey)
         totals.append(unit_rejections + gen.rejections)
-    return patches, totals
+    return Resolved(patches, totals, final)
 
 
-def _redraw_unit(plan: Plan, unit: Unit, res: dict, seen: np.ndarray, heap: list[int]) -> dict[int, tuple[int, Facts]]:
-    keys = res["ukey"].tolist()
+def _redraw_unit(plan: Plan, unit: Unit, res: ShardFacts, seen: np.ndarray,
+                 heap: list[int]) -> dict[int, tuple[int, Facts]]:
+    keys = res.ukey.tolist()
     pos = {key: local for local, key in enumerate(keys)}
     redrawn: dict[int, tuple[int, Facts]] = {}
     new_keys: set[int] = set()
@@ -623,7 +792,7 @@ def _redraw_unit(plan: Plan, unit: Unit, res: dict, seen: np.ndarray, heap: list
             return at < seen.size and int(seen[at]) == key
 
         plan.gen.rejections["duplicate"] += 1
-        j, facts = _redraw(plan, unit.start + local, int(res["attempt"][local]) + 1, taken)
+        j, facts = _redraw(plan, unit.start + local, int(res.attempt[local]) + 1, taken)
         redrawn[local] = (j, facts)
         new_keys.add(facts.ukey)
         later = pos.get(facts.ukey)
@@ -672,26 +841,26 @@ def _no_redraw(plan: Plan, i: int) -> str:
             f"{cfg.generator!r} plans its rows, so it cannot redraw; use unique: none or make the plan distinct")
 
 
-def _apply(res: dict, redrawn: dict[int, Facts]) -> None:
+_PATCHED = ("ukey", "pkey", "depth", "k", "opmask", "composed", "out_len", "unchanged", "identity", "target_chars")
+
+
+def _apply(res: ShardFacts, redrawn: dict[int, Facts]) -> ShardFacts:
+    """``res`` with the facts of its redrawn rows swapped in (a copy: ``res`` is left as it was)."""
+    columns = {name: getattr(res, name).copy() for name in _PATCHED}
+    conditions = Counter(res.conditions)
+    condition_of = dict(res.condition_of)
     for local, f in redrawn.items():
-        res["ukey"][local] = f.ukey
-        res["pkey"][local] = f.pkey
-        res["depth"][local] = f.depth
-        res["k"][local] = f.k
-        res["opmask"][local] = f.opmask
-        res["composed"][local] = f.composed
-        res["out_len"][local] = f.out_len
-        res["unchanged"][local] = f.unchanged
-        res["identity"][local] = f.identity
-        res["target_chars"][local] = f.target_chars
-        old = res["condition_of"].pop(local, "")
+        for name in _PATCHED:
+            columns[name][local] = getattr(f, name)
+        old = condition_of.pop(local, "")
         if old:
-            res["conditions"][old] -= 1
+            conditions[old] -= 1
         if f.condition:
-            res["conditions"][f.condition] += 1
-            res["condition_of"][local] = f.condition
-    keep = ~leakage.member(res["prog_rows"], np.array(sorted(redrawn), dtype=np.int32))
+            conditions[f.condition] += 1
+            condition_of[local] = f.condition
+    keep = ~leakage.member(res.prog_rows, np.array(sorted(redrawn), dtype=np.int32))
     extra_keys = [k for local in sorted(redrawn) for k in redrawn[local].prog_keys]
     extra_rows = [local for local in sorted(redrawn) for _ in redrawn[local].prog_keys]
-    res["prog"] = np.concatenate([res["prog"][keep], np.array(extra_keys, dtype=np.uint64)])
-    res["prog_rows"] = np.concatenate([res["prog_rows"][keep], np.array(extra_rows, dtype=np.int32)])
+    return replace(res, **columns, conditions=conditions, condition_of=condition_of,
+                   prog=np.concatenate([res.prog[keep], np.array(extra_keys, dtype=np.uint64)]),
+                   prog_rows=np.concatenate([res.prog_rows[keep], np.array(extra_rows, dtype=np.int32)]))

@@ -247,14 +247,14 @@ class BuildMapper:
             for ref in done:
                 i = index[ref]
                 try:
-                    out[i] = _writable(self.ray.get(ref))
+                    out[i] = self.ray.get(ref)
                 except self.ray.exceptions.RayTaskError as exc:
                     cause = getattr(exc, "cause", None)
                     if isinstance(cause, BaseException):
                         raise cause from None
                     raise
                 if bar is not None and isinstance(args[i], int):
-                    unit = B._UNITS[args[i]]
+                    unit = B.current().units[args[i]]
                     bar.update(unit.stop - unit.start)
         return out
 
@@ -262,17 +262,6 @@ class BuildMapper:
         if self.started and self.ray.is_initialized():
             self.ray.shutdown()
             self.started = False
-
-
-def _writable(value):
-    """Ray hands numpy arrays back zero-copy and read-only; the build patches its shards' arrays."""
-    import numpy as np
-
-    if isinstance(value, np.ndarray) and not value.flags.writeable:
-        return value.copy()
-    if type(value) is dict:  # not a Counter, which stays one
-        return {k: _writable(v) for k, v in value.items()}
-    return value
 
 
 # ---------------------------------------------------------------- opgen score's sandbox over the cluster
