@@ -153,15 +153,18 @@ def test_opgen_score_writes_the_same_bytes_with_and_without_grading_processes(tm
                              for i, r in enumerate(rows)))
     assert 6 * len(rows) >= B.MIN_BATCH
     outs = []
-    for n in ("0", "2"):
-        out = tmp_path / f"o{n}"
+    for n, flag in (("0", []), ("0", ["--grade-processes", "2"]), ("2", [])):
+        out = tmp_path / f"o{len(outs)}"
         proc = subprocess.run([sys.executable, "-m", "opgen", "score", "--data", str(data), "--responses", str(rpath),
-                               "--out", str(out)], capture_output=True, text=True,
+                               "--out", str(out), *flag], capture_output=True, text=True,
                               env={**os.environ, "OPGEN_GRADE_PROCESSES": n})
         assert proc.returncode == 0, proc.stderr
         outs.append(out)
+    bad = subprocess.run([sys.executable, "-m", "opgen", "score", "--data", str(data), "--responses", str(rpath),
+                          "--out", str(tmp_path / "bad"), "--grade-processes", "-1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--grade-processes" in bad.stderr and "Traceback" not in bad.stderr
     for name in ("scores.jsonl", "summary.json", "summary.csv"):
-        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes() == (outs[2] / name).read_bytes(), name
     scores = [json.loads(line)["score"] for line in (outs[1] / "scores.jsonl").read_text().splitlines()]
     assert scores.count(1.0) == 2 * len(rows)
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TypeVar
 
+from opgen.score import static as S
 from opgen.score.grade import grade
 from opgen.score.sandbox import Result, Sandbox, Unit, assemble, compile_units
 
@@ -337,7 +338,9 @@ def grade_many(items: Sequence[Item], *, sandbox: Sandbox, processes: int | None
                         assistant_prefix=item.assistant_prefix, **options)  # type: ignore[arg-type]
 
     with ThreadPoolExecutor(max(1, 2 * sandbox.workers)) as threads:
-        pool = _grading_pool(n_proc) if static and n_proc > 0 and len(items) >= MIN_BATCH else None
+        # Only where the static path applies (static.applies: the sandbox's limits leave room).
+        use = static and n_proc > 0 and len(items) >= MIN_BATCH and S.applies(sandbox)
+        pool = _grading_pool(n_proc) if use else None
         if pool is None or pool.broken:
             list(threads.map(one, range(len(items))))
             return done

@@ -171,9 +171,11 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                 policy: str = "output", group: str = "fraction", sandbox: Sandbox | None = None,
                 timeout_s: float = TIMEOUT_S, plots: bool = True, namespace: str = "strict",
                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
-                only: Collection[int] | None = None) -> dict:
+                only: Collection[int] | None = None, processes: int | None = None) -> dict:
     """Grade every response (or those of rows ``only``), write the report into ``out``, return the
-    summary. ``static=False`` runs every program in the sandbox (see grade())."""
+    summary. ``static=False`` runs every program in the sandbox (see grade()); ``processes``: grading
+    processes for the static path's share (:func:`opgen.score.batch.grade_many`; default
+    ``OPGEN_GRADE_PROCESSES``, else one per CPU)."""
     data, responses, out = Path(data), Path(responses), Path(out)
     rows = read_rows(data)
     answers = read_responses(responses, len(rows))
@@ -184,7 +186,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     box = sandbox or Sandbox(workers=workers, timeout_s=timeout_s)
     try:
         records = grade_records(rows, answers, box, mode=mode, policy=policy, group=group, namespace=namespace,
-                                static=static)
+                                static=static, processes=processes)
         level = box.level
     finally:
         if own:
