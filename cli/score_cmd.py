@@ -38,11 +38,14 @@ from . import options
 @click.option("--sandbox-actors", type=click.IntRange(min=1), default=None,
               help="ray: sandbox actors (default: the cluster's CPUs / --workers).")
 @options.no_static()
+@click.option("--grade-processes", type=click.IntRange(min=0), default=None,
+              help="Grading processes for the static path's share of the responses (default: "
+                   "OPGEN_GRADE_PROCESSES, else one per CPU up to 8; 0: grade in this process). Grades are the same.")
 @options.allow_weak_sandbox()
 def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,  # noqa: C901
           timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, executor: str,
           ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None,
-          no_static: bool, allow_weak_sandbox: bool) -> None:
+          no_static: bool, grade_processes: int | None, allow_weak_sandbox: bool) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
     from opgen.score.report import ScoreInputError, missing_import_warning, score_files
     from opgen.score.sandbox import Sandbox, SandboxError, allow_weak_for_this_process
@@ -75,7 +78,7 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
                 raise click.ClickException(str(exc)) from None
         summary = score_files(data, responses, out, mode=mode, workers=workers, policy=policy, group=group,
                               timeout_s=timeout_s, plots=not no_plots, namespace=namespace,
-                              distance_edges=edges, sandbox=box, static=not no_static)
+                              distance_edges=edges, sandbox=box, static=not no_static, processes=grade_processes)
     except ScoreInputError as exc:
         raise click.ClickException(str(exc)) from None
     except SandboxError as exc:

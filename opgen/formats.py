@@ -225,8 +225,9 @@ def prepare(item: Item) -> Prepared:
 
 _RA_INSTRUCTION = (
     "Write a complete program that runs on its own. First recall each library function it calls, in order of "
-    "first appearance: a line `Recall func_N: <what it does>` followed by its definition in a ```python block. "
-    "Then write a line `Assemble:` followed by one ```python block holding every recalled definition and {entries}."
+    f"first appearance: a line `{RECALL_HEADER.format(op='func_N')} <what it does>` followed by its definition in "
+    f"a ```python block. Then write a line `{ASSEMBLE_HEADER}` followed by one ```python block holding every "
+    "recalled definition and {entries}."
 )
 _PROSE_INSTRUCTION = (
     "Write a complete program that runs on its own: explain it in a sentence or two, then give one ```python "
@@ -331,8 +332,9 @@ def _json_gold(recall: tuple[str, ...], body: str, output: str) -> str:
     return _json_gold_of_output(output)
 
 
-_RECALL = re.compile(r"^Recall (func_\d+): ([^\n]*)\n```python\n(.*?)```\n", re.S | re.M)
-_ASSEMBLE = re.compile(r"^Assemble:\n```python\n(.*?)\n```\s*\Z", re.S | re.M)
+_RECALL = re.compile("^" + re.escape(RECALL_HEADER).replace(re.escape("{op}"), r"(func_\d+)")
+                     + r" ([^\n]*)\n```python\n(.*?)```\n", re.S | re.M)
+_ASSEMBLE = re.compile("^" + re.escape(ASSEMBLE_HEADER) + r"\n```python\n(.*?)\n```\s*\Z", re.S | re.M)
 _JSON = re.compile(r"```json\n(.*?)\n```", re.S)
 _PYTHON = re.compile(r"```python\n(.*?)\n```", re.S)
 # These strict patterns run over gold answers opgen wrote itself (validate), never over model text.

@@ -58,6 +58,11 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
               sandbox=None if allow_weak_sandbox is None else shared(allow_weak_sandbox=allow_weak_sandbox),
               answer_format=str(extra.get("answer_format", "") or ""),
               assistant_prefix=str(extra.get("assistant_prefix", "") or ""))
+    return _reward(g, wanted)
+
+
+def _reward(g: dict, wanted: tuple[str, ...]) -> dict:
+    """A grade as the dict verl gets (the ``wanted`` keys of :data:`KEYS`)."""
     rc = g["recall"]
     recall_wrong = rc["wrong_body"] + rc["no_definition"] + rc["syntax"]
     return _select(wanted, {
@@ -78,7 +83,6 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
         "recall_extra": float(rc["extra"]),
         "recall_missing_import": float(rc["missing_import"]),
     })
-
 
 def _key_set(keys: str) -> tuple[str, ...]:
     try:
@@ -113,10 +117,11 @@ async def compute_score_async(data_source: str, solution_str: str, ground_truth:
 
 def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=None, **kwargs: Any) -> list[dict]:
     """Score a batch (verl <= 0.7's ``batch`` reward manager calls this with keyword lists); one dict
-    per sample, in order. Samples are graded concurrently, two per sandbox worker, so the whole
-    pool (``OPGEN_SANDBOX_WORKERS``) is busy; ``kwargs`` go to every :func:`compute_score` call."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    per sample, in order, equal to :func:`compute_score`'s. Samples are graded concurrently: in a
+    batch of 64 or more, those the static path proves on the grading processes
+    (:mod:`opgen.score.batch`, ``OPGEN_GRADE_PROCESSES``), the others two per sandbox worker, so the
+    whole pool (``OPGEN_SANDBOX_WORKERS``) is busy; ``kwargs`` go to every :func:`compute_score` call."""
+    from opgen.score.batch import Item, grade_many
     from opgen.score.sandbox import shared
 
     sources, texts, truths = list(data_sources), list(solution_strs), list(ground_truths)
@@ -133,9 +138,21 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
 
     allow = kwargs.get("allow_weak_sandbox")
     box = shared(allow_weak_sandbox=None if allow is None else bool(allow))
-    with ThreadPoolExecutor(max(1, 2 * box.workers)) as pool:
-        return list(pool.map(one, range(len(sources))))
+    # Large batches: what the static path proves is graded on the grading processes
+    # (opgen/score/batch.py), the rest through compute_score here, two threads per sandbox worker.
+    static = kwargs.get("static", True)
+    if not isinstance(static, bool):
+        raise ValueError(f"static must be true or false, got {static!r}")
+    options: dict[str, Any] = {k: kwargs[k] for k in ("policy", "group", "mode", "namespace") if k in kwargs}
+    items = [Item(truths[i], texts[i] or "", *_row_fields(extras[i])) for i in range(len(sources))]
+    wanted = _key_set(str(kwargs.get("keys", "full")))
+    return grade_many(items, sandbox=box, static=static, own=one, answered=lambda i, g: _reward(g, wanted),
+                      **options)
 
+
+def _row_fields(extra: dict | None) -> tuple[str, str]:
+    e = extra or {}
+    return str(e.get("answer_format", "") or ""), str(e.get("assistant_prefix", "") or "")
 
 def compute_score_float(data_source: str, solution_str: str, ground_truth: str | dict,
                         extra_info: dict | None = None, **kwargs: Any) -> float:

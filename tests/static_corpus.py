@@ -401,7 +401,7 @@ def differential(items: list[tuple[str, dict, str]], box: object, threads: int =
     G = importlib.import_module("opgen.score.grade")
     caches: dict[str, dict] = {"sandbox": {}, "static": {}}
     swap = isinstance(getattr(D, "_VERDICTS", None), dict)
-    real = S.run_units
+    real = S.evaluate
     local = threading.local()
 
     def counted(units, sandbox):
@@ -427,11 +427,11 @@ def differential(items: list[tuple[str, dict, str]], box: object, threads: int =
             slow = list(pool.map(lambda it: grade(it, False)[0], part))
             if swap:
                 D._VERDICTS = caches["static"]
-            S.run_units = counted
+            S.evaluate = counted
             try:
                 fast = list(pool.map(lambda it: grade(it, True), part))
             finally:
-                S.run_units = real
+                S.evaluate = real
         for it, (a, hit), b in zip(part, fast, slow):
             counts = by_kind.setdefault(it[0], [0, 0])
             counts[0] += 1

@@ -212,3 +212,24 @@ def test_ray_replicas_balance_several_openai_servers(tmp_path):
     report = json.loads((tmp_path / "ray" / "ray_report.json").read_text())
     assert len(report["replicas"]) == 2
     assert _files(tmp_path / "ray") == _files(tmp_path / "local")
+
+
+def test_the_static_path_applies_with_sandbox_actors():
+    """RaySandbox carries its actors' limits, so programs of library code are graded statically
+    under --executor ray as they are locally (without them static.applies was always false)."""
+    tm.require("ray")
+    from opgen.infer.ray_executor import RayOptions, RaySandbox
+    from opgen.score import static as S
+    from opgen.score.sandbox import Sandbox
+
+    box = RaySandbox(1, 1.5, RayOptions(num_cpus=2), actors=1)
+    try:
+        local = Sandbox(workers=1, timeout_s=1.5)
+        try:
+            assert (box.timeout_s, box.memory_mb, box.max_output) == \
+                (local.timeout_s, local.memory_mb, local.max_output)
+        finally:
+            local.close()
+        assert S.applies(box)
+    finally:
+        box.close()

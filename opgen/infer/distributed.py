@@ -155,7 +155,9 @@ class Grader:
         if not set(answers) <= set(rows):
             raise RuntimeError(f"{source}: rows {sorted(set(answers) - set(rows))[:5]} were not sent with the chunk")
         report.check_truths(Path(data), rows, answers)
-        records = report.grade_records(rows, answers, self.box, namespace=self.namespace, static=self.static)
+        # As many grading processes as sandbox workers: the CPUs this grader was given.
+        records = report.grade_records(rows, answers, self.box, namespace=self.namespace, static=self.static,
+                                       processes=self.box.workers)
         self._records.setdefault(key, []).append(records)
         self._answered[key] = self._answered.get(key, 0) + len(answers)
         return time.perf_counter() - t0

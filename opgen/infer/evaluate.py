@@ -15,12 +15,16 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from opgen._version import __version__
 from opgen.infer import decomposed as decomp
 from opgen.infer.backends import make_backend
 from opgen.infer.base import Backend, EngineOptions, Sampling
 from opgen.infer.run import SUMMARY_FIELDS, Plan, plain_plan, read_log, read_rows, run, summarize_log
+
+if TYPE_CHECKING:
+    from opgen.infer.openai_backend import OpenAIOptions
 
 
 class ConfigMismatch(ValueError):
@@ -40,7 +44,7 @@ class EvalConfig:
     workers: int = 2
     progress: bool = True
     namespace: str = "strict"  # the scorer's namespace (opgen score --namespace)
-    openai: object | None = None  # openai_backend.OpenAIOptions for --backend openai
+    openai: OpenAIOptions | None = None  # for --backend openai
     static: bool = True  # grade programs of library code only without running them (docs/scoring.md)
 
 

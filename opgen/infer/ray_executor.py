@@ -277,6 +277,10 @@ class _SandboxHost:
     def level(self) -> str:
         return self.box.level
 
+    def limits(self) -> tuple[float, int, int]:
+        """What the static path reads of a sandbox (opgen.score.static.applies)."""
+        return self.box.timeout_s, self.box.memory_mb, self.box.max_output
+
     def run_units(self, units):
         return self.box.run_units(units)
 
@@ -285,10 +289,10 @@ class _SandboxHost:
 
 
 class RaySandbox:
-    """The part of the Sandbox interface the scorer uses (``workers``, ``level``, ``run_units``,
-    ``close``), served by sandbox actors spread over the cluster's nodes: each response's units go
-    to the actor with the fewest in flight. Grades are the local sandbox's (same programs, same
-    isolated children); only where they run changes."""
+    """The part of the Sandbox interface the scorer uses (``workers``, ``level``, the limits the
+    static path reads, ``run_units``, ``close``), served by sandbox actors spread over the cluster's
+    nodes: each response's units go to the actor with the fewest in flight. Grades are the local
+    sandbox's (same programs, same isolated children); only where they run changes."""
 
     def __init__(self, workers: int, timeout_s: float, opts: RayOptions, actors: int | None = None):
         import threading
@@ -303,6 +307,7 @@ class RaySandbox:
             self.hosts = [cls.options(num_cpus=workers, scheduling_strategy="SPREAD").remote(workers, timeout_s)
                           for _ in range(n)]
             levels = set(ray.get([h.level.remote() for h in self.hosts], timeout=PLACEMENT_TIMEOUT_S))
+            limits = set(ray.get([h.limits.remote() for h in self.hosts], timeout=PLACEMENT_TIMEOUT_S))
         except BaseException:
             self.close()
             raise
@@ -311,6 +316,8 @@ class RaySandbox:
             raise RayError(f"the sandbox actors report different isolation levels ({', '.join(sorted(levels))}): "
                            f"the nodes differ; a report must have one")
         self.level = levels.pop()
+        # Without these the static path never applied under --executor ray (static.applies).
+        self.timeout_s, self.memory_mb, self.max_output = (min(v) for v in zip(*limits))
         self.workers = workers * n
         self._busy = [0] * n
         self._lock = threading.Lock()

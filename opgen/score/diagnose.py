@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -311,7 +311,8 @@ _FRAME_ATTRS = frozenset({"f_globals", "f_locals", "f_back", "f_builtins", "tb_f
 _TRIGGERS = re.compile(r"__|\b(?:" + "|".join(sorted(_DYNAMIC_NAMES | _DYNAMIC_MODULES | _FRAME_ATTRS)) + r")\b")
 
 
-def called_def(tree: ast.Module, entry: str, code: str | None = None) -> ast.FunctionDef | None:
+def called_def(tree: ast.Module, entry: str, code: str | None = None,
+               vouched: Collection[int] = ()) -> ast.FunctionDef | None:
     """The module-level ``def entry`` that a call of ``entry`` after loading reaches, or None when
     the tree cannot promise one.
 
@@ -321,9 +322,10 @@ def called_def(tree: ast.Module, entry: str, code: str | None = None) -> ast.Fun
     program may rebind names behind the tree's back (``globals()``, ``vars``, ``exec``/``eval``,
     ``setattr``, a ``global`` declaration of the entry, a dunder or frame attribute such as
     ``f.__globals__``, an import of ``sys``, ``builtins``, ``inspect`` and the like). ``code``, the
-    tree's source, lets the common case skip the walk over the tree.
+    tree's source, lets the common case skip the walk over the tree. ``vouched``: the ``id()`` of
+    top-level statements the caller knows :func:`rebinds_behind` is False for (with this entry);
+    only the others are walked (then the text is not scanned).
     """
-    top = {id(node) for node in tree.body}
     last = None
     n_top = 0
     for stmt in tree.body:
@@ -334,23 +336,69 @@ def called_def(tree: ast.Module, entry: str, code: str | None = None) -> ast.Fun
         return None
     # The common case, decided without walking the tree: ASCII text, no trigger word, and the entry's
     # name written only in its top-level defs (so nothing else can bind it).
-    if (code is not None and code.isascii() and not _TRIGGERS.search(code) and code.count(entry) == n_top
+    if (not vouched and code is not None and code.isascii() and not _TRIGGERS.search(code)
+            and code.count(entry) == n_top
             and all(isinstance(n, ast.FunctionDef) for n in tree.body if _binds(n, entry))):
         return last
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in _DYNAMIC_NAMES:
-            return None
-        if isinstance(node, ast.Attribute) and (node.attr.startswith("__") or node.attr in _FRAME_ATTRS):
-            return None
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            if any(m.split(".")[0] in _DYNAMIC_MODULES for m in modules):
-                return None
-        if isinstance(node, (ast.Global, ast.Nonlocal)) and entry in node.names:
-            return None
-        if id(node) not in top and _binds(node, entry):
+    for stmt in tree.body:
+        if id(stmt) not in vouched and rebinds_behind(stmt, entry):
             return None
     return last
+
+
+def rebinds_behind(stmt: ast.stmt, entry: str) -> bool:
+    """Whether a top-level statement (or anything in it) can make a call of ``entry`` reach another
+    function than the tree's last top-level ``def entry`` (see :func:`called_def`): a dynamic name,
+    a dunder or frame attribute, an import of a dynamic module, a ``global``/``nonlocal`` of the
+    entry, or a binding of the entry below the top level.
+
+    One pass over the nodes, dispatched on their type. A statement that binds through its targets
+    (an assignment, a loop, ``with``, ``del``, a walrus) binds through a ``Name`` inside it, which
+    the pass meets by itself, so only the kinds that bind without one are asked :func:`_binds`."""
+    stack: list[ast.AST] = [stmt]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node = pop()
+        kind = type(node)
+        if kind is ast.Name:
+            if node.id in _DYNAMIC_NAMES or (node.id == entry and type(node.ctx) is not ast.Load):  # type: ignore[attr-defined]
+                return True
+            continue
+        if kind is ast.Constant:
+            continue
+        if kind in _FLAGGED and _flagged(node, kind, entry):
+            return True
+        if kind in _NAME_BINDERS and node is not stmt and _binds(node, entry):
+            return True
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        push(item)
+            elif isinstance(value, ast.AST):
+                push(value)
+    return False
+
+
+_FLAGGED = frozenset({ast.Attribute, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal})
+
+
+def _flagged(node: ast.AST, kind: type, entry: str) -> bool:
+    """rebinds_behind's verdict on one node of the kinds in _FLAGGED."""
+    if kind is ast.Attribute:
+        attr = node.attr  # type: ignore[attr-defined]
+        return attr.startswith("__") or attr in _FRAME_ATTRS
+    if kind is ast.Import or kind is ast.ImportFrom:
+        names = node.names  # type: ignore[attr-defined]
+        modules = [a.name for a in names] if kind is ast.Import else [node.module or ""]  # type: ignore[attr-defined]
+        return any(m.split(".")[0] in _DYNAMIC_MODULES for m in modules)
+    return entry in node.names  # type: ignore[attr-defined]
+
+
+# The nodes that bind a name without a ``Name`` node of it (see rebinds_behind).
+_NAME_BINDERS = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom,
+                           ast.MatchAs, ast.MatchStar, ast.MatchMapping, ast.ExceptHandler})
 
 
 def _binds(node: ast.AST, name: str) -> bool:
@@ -401,11 +449,13 @@ def _reference(expression: str) -> E.Expr | None:
     return hit[0]
 
 
-def structure_matches(code: str | None, entry: str, expression: str, tree: ast.Module | None = None) -> bool:
+def structure_matches(code: str | None, entry: str, expression: str, tree: ast.Module | None = None,
+                      vouched: Collection[int] = ()) -> bool:
     """Whether the ``entry`` that a call reaches returns the reference expression, as parsed trees.
 
     ``tree`` is the program's parse (parsed here when not given): the whole program is parsed, so
-    that the function checked is the binding Python calls (:func:`called_def`)."""
+    that the function checked is the binding Python calls (:func:`called_def`, which ``vouched``
+    goes to)."""
     if code is None:
         return False
     if tree is None:
@@ -413,7 +463,7 @@ def structure_matches(code: str | None, entry: str, expression: str, tree: ast.M
         if tree is None:
             return False
     try:
-        fn = called_def(tree, entry, code)
+        fn = called_def(tree, entry, code, vouched)
         if fn is None:
             return False
         found = E.expression_of(fn)

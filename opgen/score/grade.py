@@ -6,6 +6,7 @@ the comparison (exact: case and whitespace included) happens in this process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from dataclasses import dataclass
@@ -180,19 +181,24 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
     expected = tuple(op for op in truth.recall_order if op not in given)
     report = D.recall_plan(own_recalls, expected, namespace) if diagnose else D.RecallReport()
     checks = [c for c in report.checks if c.kinds]
-    # One parse of the whole program decides what runs (the sandbox's blocks) and what is checked
-    # (the structure of the binding a call reaches).
-    tree = D.parse_tree(answer.code)
     imports = D.native_imports() if namespace == "native" else ()
     # Recall probes run first, the program last: only the first check's probes ran in a child that
     # nothing else had touched, so only its verdict may be cached (see diagnose._VERDICTS).
     units = [u for c in checks for u in c.units()]
     if answer.code is not None:
-        units.append(Unit(answer.code, tuple((t.entry, (t.input,)) for t in truth.tasks), tree=tree,
-                          imports=imports))
-    # Programs of library code only get the sandbox's results without running (opgen/score/static.py).
-    results: list[Result] | None = S.run_units(units, sandbox) if static and units else None
-    if results is None:
+        units.append(Unit(answer.code, tuple((t.entry, (t.input,)) for t in truth.tasks), imports=imports))
+    # Programs of library code only get the sandbox's results without running (opgen/score/static.py),
+    # and the program's tree from the same recognition.
+    proved = S.evaluate(units, sandbox) if static and units else None
+    if proved is not None:
+        results = proved.results
+        tree = proved.trees[-1] if answer.code is not None else None
+    else:
+        # One parse of the whole program decides what runs (the sandbox's blocks) and what is
+        # checked (the structure of the binding a call reaches).
+        tree = D.parse_tree(answer.code)
+        if answer.code is not None:
+            units[-1] = dataclasses.replace(units[-1], tree=tree)
         results = sandbox.run_units(units) if units else []
     for k, check in enumerate(checks):
         n = sum(len(u.calls) for u in check.units())
@@ -217,7 +223,14 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
     correct = [r.ok and r.value == t.output for r, t in zip(main, truth.tasks)]
     result["tasks"] = [{"entry": t.entry, "status": r.status, "correct": c, "detail": r.detail}
                        for t, r, c in zip(truth.tasks, main, correct)]
-    structure = [tree is not None and D.structure_matches(answer.code, t.entry, t.expr, tree) for t in truth.tasks]
+    if proved is not None and tree is not None:
+        # The proved tree's library definitions are known not to rebind anything: only the rest
+        # of the tree is walked (no scan of the text).
+        structure = [D.structure_matches(answer.code, t.entry, t.expr, tree, proved.vouched(t.entry))
+                     for t in truth.tasks]
+    else:
+        structure = [tree is not None and D.structure_matches(answer.code, t.entry, t.expr, tree)
+                     for t in truth.tasks]
     result["structure_ok"] = all(structure)
     if answer.code is None:
         result["detail"] = "no code block defines " + ", ".join(entries)

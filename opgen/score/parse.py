@@ -11,6 +11,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from opgen import formats as F
+
 # Every scan below over model text is linear in its length: no regex with a backtracking construct
 # runs over unbounded model text (the old ``re`` patterns for fences and headers were quadratic on
 # runs of blanks: a 999 KB gloss of blanks took minutes, holding the GIL). They are hand-written
@@ -20,6 +22,9 @@ from dataclasses import dataclass
 #   recall:   ^[ \t]*Recall[ \t]+(func_\d+)[ \t]*:[ \t]*(.*?)[ \t]*$   (re.M)
 #   assemble: ^[ \t]*Assemble[ \t]*:[ \t]*$   (re.M)
 _BLANKS = " \t"
+# The header words come from the answer formats' markers (opgen/formats.py), read leniently here.
+RECALL_WORD = F.RECALL_HEADER.split(" ", 1)[0]  # "Recall"
+ASSEMBLE_WORD = F.ASSEMBLE_HEADER.rstrip(":")  # "Assemble"
 
 _CODE_LANGS = ("python", "py", "python3", "")
 _DECODER = json.JSONDecoder()
@@ -66,9 +71,9 @@ def code_blocks(text: str) -> list[Block]:
 
 def _recall_header(line: str) -> tuple[str, str] | None:
     s = line.lstrip(_BLANKS)
-    if not s.startswith("Recall"):
+    if not s.startswith(RECALL_WORD):
         return None
-    rest = s[6:]
+    rest = s[len(RECALL_WORD):]
     t = rest.lstrip(_BLANKS)
     if len(t) == len(rest) or not t.startswith("func_"):
         return None
@@ -85,9 +90,9 @@ def _recall_header(line: str) -> tuple[str, str] | None:
 
 def _is_assemble(line: str) -> bool:
     s = line.lstrip(_BLANKS)
-    if not s.startswith("Assemble"):
+    if not s.startswith(ASSEMBLE_WORD):
         return False
-    rest = s[8:].lstrip(_BLANKS)
+    rest = s[len(ASSEMBLE_WORD):].lstrip(_BLANKS)
     return rest.startswith(":") and not rest[1:].strip(_BLANKS)
 
 
@@ -99,7 +104,7 @@ def _headers(body: str) -> list[tuple[int, int, str, tuple[str, str] | None]]:
     passed it, so every character is visited a bounded number of times."""
     out: list[tuple[int, int, str, tuple[str, str] | None]] = []
     cur, n = 0, len(body)
-    nxt = {"Recall": body.find("Recall"), "Assemble": body.find("Assemble")}
+    nxt = {RECALL_WORD: body.find(RECALL_WORD), ASSEMBLE_WORD: body.find(ASSEMBLE_WORD)}
     while True:
         for word in nxt:
             if 0 <= nxt[word] < cur:
@@ -120,15 +125,22 @@ def _headers(body: str) -> list[tuple[int, int, str, tuple[str, str] | None]]:
         cur = end + 1
 
 
+def _blank_end(text: str, pos: int) -> int:
+    """Where the run of blanks starting at ``pos`` ends."""
+    m = _BLANK_RUN.match(text, pos)
+    assert m is not None  # ``[ \t]*`` matches everywhere
+    return m.end()
+
+
 def defines(code: str, name: str) -> bool:
     """Whether a line starts ``def <name>(`` (blanks allowed around the name), as the regex
     ``^def[ \\t]+<name>[ \\t]*\\(`` (re.M) says."""
     pos = code.find("def")
     while pos >= 0:
         if pos == 0 or code[pos - 1] == "\n":
-            i = _BLANK_RUN.match(code, pos + 3).end()
+            i = _blank_end(code, pos + 3)
             if i > pos + 3 and code.startswith(name, i):
-                j = _BLANK_RUN.match(code, i + len(name)).end()
+                j = _blank_end(code, i + len(name))
                 if j < len(code) and code[j] == "(":
                     return True
         pos = code.find("def", pos + 3)

@@ -12,12 +12,13 @@ import io
 import json
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from opgen.score import metrics as M
-from opgen.score.grade import ERRORS, GroundTruthError, grade, load_truth
+from opgen.score.batch import Item, grade_many
+from opgen.score.grade import ERRORS, GroundTruthError, load_truth
 from opgen.score.sandbox import Sandbox
 
 
@@ -140,25 +141,26 @@ def _jobs(rows: Sequence[Row] | Mapping[int, Row], responses: dict[int, list[str
 
 def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]], box: Sandbox, *,
                   mode: str = "auto", policy: str = "output", group: str = "fraction", namespace: str = "strict",
-                  static: bool = True) -> list[dict]:
-    """One record per response (row order, then sample order), graded concurrently in ``box``:
+                  static: bool = True, processes: int | None = None) -> list[dict]:
+    """One record per response (row order, then sample order), graded concurrently in ``box``
+    (the static path's share on ``processes`` grading processes: :func:`opgen.score.batch.grade_many`):
     the lines of ``scores.jsonl``, and what :func:`summarize` reads. ``rows`` is indexed by row
     index: all of a file's rows, or (a mapping) those of ``answers`` only."""
-    def one(job: tuple[Row, int, str]) -> dict:
-        row, sample, text = job
-        g = grade(row.ground_truth, text, policy=policy, group=group, mode=mode, sandbox=box, namespace=namespace,
-                  static=static, answer_format=str(row.extra.get("answer_format", "") or ""),
-                  assistant_prefix=str(row.extra.get("assistant_prefix", "") or ""))
-        rec = {"index": row.position, "sample": sample}
+    jobs = list(_jobs(rows, answers))
+    items = [Item(row.ground_truth, text, str(row.extra.get("answer_format", "") or ""),
+                  str(row.extra.get("assistant_prefix", "") or "")) for row, _, text in jobs]
+    grades: list[dict] = grade_many(items, sandbox=box, policy=policy, group=group, mode=mode, namespace=namespace,
+                        static=static, processes=processes)
+    records = []
+    for (row, sample, _), g in zip(jobs, grades):
+        rec: dict[str, object] = {"index": row.position, "sample": sample}
         rec.update({k: row.extra.get(k, "") for k in _MEASURES})
         rec["scope"] = M.scope_of(rec["ops"])
         rec.update(M.row_measures(row.extra))
         rec["data_source"] = row.data_source
         rec.update(g)
-        return rec
-
-    with ThreadPoolExecutor(max(1, box.workers * 2)) as pool:
-        return list(pool.map(one, _jobs(rows, answers)))
+        records.append(rec)
+    return records
 
 
 # seconds a response's program may run (opgen score --timeout's default, and opgen eval's)
@@ -169,9 +171,11 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                 policy: str = "output", group: str = "fraction", sandbox: Sandbox | None = None,
                 timeout_s: float = TIMEOUT_S, plots: bool = True, namespace: str = "strict",
                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
-                only: Collection[int] | None = None) -> dict:
+                only: Collection[int] | None = None, processes: int | None = None) -> dict:
     """Grade every response (or those of rows ``only``), write the report into ``out``, return the
-    summary. ``static=False`` runs every program in the sandbox (see grade())."""
+    summary. ``static=False`` runs every program in the sandbox (see grade()); ``processes``: grading
+    processes for the static path's share (:func:`opgen.score.batch.grade_many`; default
+    ``OPGEN_GRADE_PROCESSES``, else one per CPU)."""
     data, responses, out = Path(data), Path(responses), Path(out)
     rows = read_rows(data)
     answers = read_responses(responses, len(rows))
@@ -182,7 +186,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     box = sandbox or Sandbox(workers=workers, timeout_s=timeout_s)
     try:
         records = grade_records(rows, answers, box, mode=mode, policy=policy, group=group, namespace=namespace,
-                                static=static)
+                                static=static, processes=processes)
         level = box.level
     finally:
         if own:
@@ -386,7 +390,7 @@ def write_plots(summary: dict, out: Path) -> list[str]:
     return written
 
 
-def _save(fig: object, path: Path) -> None:
+def _save(fig: Any, path: Path) -> None:  # a matplotlib Figure (matplotlib is imported lazily)
     buf = io.BytesIO()
     # No timestamps in the PNG, so equal inputs give equal files.
     fig.savefig(buf, dpi=100, format="png", metadata={"Software": None})

@@ -124,6 +124,36 @@ def _compile(code: str, tree: ast.Module | None = None,
             return None
 
 
+def compile_units(units: Sequence[Unit]) -> tuple[dict[int, Result], list]:
+    """What :meth:`Sandbox.run_units` sends a child: ``(failed, sent)``, the results of the units
+    that do not compile (every call of such a unit fails here, without a child) by unit position,
+    and the request entries of the others. No ``sent``: the results need no child at all."""
+    failed: dict[int, Result] = {}
+    sent = []
+    for i, u in enumerate(units):
+        if not u.calls:
+            continue
+        code = _compile(u.code, u.tree, u.imports)
+        if isinstance(code, tuple):
+            failed[i] = Result(code[0], None, code[1])
+            continue
+        sent.append((u.code if code is None else code, [(e, tuple(a)) for e, a in u.calls], u.fail_fast))
+    return failed, sent
+
+
+def assemble(units: Sequence[Unit], failed: dict[int, Result], raw: Sequence[Result]) -> list[Result]:
+    """The results of ``units`` in call order: the failed units' and the child's (``raw``)."""
+    out: list[Result] = []
+    position = 0
+    for i, u in enumerate(units):
+        if i in failed:
+            out.extend([failed[i]] * len(u.calls))
+        else:
+            out.extend(raw[position:position + len(u.calls)])
+            position += len(u.calls)
+    return out
+
+
 def _prelude(imports: tuple[tuple[str, str], ...]) -> CodeType:
     text = "".join(f"from {module} import {name}\n" for module, name in imports)
     return compile(text, "<namespace>", "exec", dont_inherit=True)
@@ -499,27 +529,9 @@ class Sandbox:
         n_calls = sum(len(u.calls) for u in units)
         if n_calls == 0:
             return []
-        # A unit that does not compile fails every call here, without a child.
-        failed: dict[int, Result] = {}
-        sent = []
-        for i, u in enumerate(units):
-            if not u.calls:
-                continue
-            code = _compile(u.code, u.tree, u.imports)
-            if isinstance(code, tuple):
-                failed[i] = Result(code[0], None, code[1])
-                continue
-            sent.append((u.code if code is None else code, [(e, tuple(a)) for e, a in u.calls], u.fail_fast))
+        failed, sent = compile_units(units)
         raw = self._request(sent, sum(len(c) for _, c, _ in sent)) if sent else []
-        out: list[Result] = []
-        position = 0
-        for i, u in enumerate(units):
-            if i in failed:
-                out.extend([failed[i]] * len(u.calls))
-            else:
-                out.extend(raw[position:position + len(u.calls)])
-                position += len(u.calls)
-        return out
+        return assemble(units, failed, raw)
 
     def _request(self, units: list, n_calls: int) -> list[Result]:
         request = wire.make_request(units, self.timeout_s, self.budget_s)

@@ -33,12 +33,14 @@ import builtins
 import contextlib
 import re
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from typing import Any
 
 from opgen import expr as E
 from opgen import ops
+from opgen.score import diagnose as D
 from opgen.score.sandbox import Result, Unit
 from opgen.score.worker import _classify
 
@@ -65,23 +67,39 @@ class _Decline(Exception):
 # ---------------------------------------------------------------- recognising definitions
 
 
-def _strip(node: ast.AST) -> ast.AST:
-    """Drop constant expression statements (docstrings included) from every body: they do nothing."""
+def _strip(node: ast.AST) -> list[tuple[list, list]]:
+    """Drop constant expression statements (docstrings included) from every body: they do nothing.
+    Returns what to give back to :func:`_unstrip` (``(body, its statements before)`` pairs)."""
+    saved = []
     for sub in ast.walk(node):
         for name in ("body", "orelse", "finalbody"):
             stmts = getattr(sub, name, None)
             if isinstance(stmts, list):
-                stmts[:] = [s for s in stmts if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-    return node
+                kept = [s for s in stmts if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                if len(kept) != len(stmts):
+                    saved.append((stmts, stmts[:]))
+                    stmts[:] = kept
+    return saved
+
+
+def _unstrip(saved: list[tuple[list, list]]) -> None:
+    for stmts, before in reversed(saved):
+        stmts[:] = before
 
 
 _PLACEHOLDER = "\0"
 
 
 def _body_key(fn: ast.FunctionDef) -> str:
-    """The definition's AST without its name and constant statements (mutates ``fn``)."""
-    fn.name = _PLACEHOLDER
-    return ast.dump(_strip(fn))
+    """The definition's AST without its name and constant statements (``fn`` is left as it was:
+    it is the program's own tree, which the structure check reads afterwards)."""
+    name, fn.name = fn.name, _PLACEHOLDER
+    saved = _strip(fn)
+    try:
+        return ast.dump(fn)
+    finally:
+        _unstrip(saved)
+        fn.name = name
 
 
 @cache
@@ -90,20 +108,25 @@ def _library() -> tuple[dict[str, str], dict[str, frozenset[str]]]:
     keys, refs = {}, {}
     for op in ops.OPERATORS:
         (fn,) = ast.parse(op.source).body
+        assert isinstance(fn, ast.FunctionDef)
         refs[op.id] = frozenset(n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in ops.BY_ID)
         keys[_body_key(fn)] = op.id
     return keys, refs
 
 
 @cache
-def _verbatim(name: str) -> tuple[tuple[str, str], ...]:
-    """(exact source text, operator id) of every operator's source defined under ``name``, the
-    operator of that name first (the commonest case by far)."""
+def _verbatim(name: str) -> tuple[tuple[str, str, ast.FunctionDef], ...]:
+    """(exact source text, operator id, the text's parse) of every operator's source defined under
+    ``name``, the operator of that name first (the commonest case by far). The parsed definitions
+    are shared by every program that holds the text: nothing may change them."""
     out = []
     for op in sorted(ops.OPERATORS, key=lambda o: o.id != name):
         head = f"def {op.id}("
         assert op.source.startswith(head)
-        out.append((f"def {name}(" + op.source[len(head):], op.id))
+        text = f"def {name}(" + op.source[len(head):]
+        (fn,) = ast.parse(text).body
+        assert isinstance(fn, ast.FunctionDef)
+        out.append((text, op.id, fn))
     return tuple(out)
 
 
@@ -119,7 +142,9 @@ def _signature(body: str) -> tuple[int, tuple[type, ...], frozenset[str]]:
 def _code(body: str, name: str) -> types.CodeType:
     """The library's code for ``body`` defined as ``name``: compiled from the library's own source."""
     module = ast.parse(ops.get(body).source)
-    module.body[0].name = name
+    fn = module.body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    fn.name = name
     code = compile(module, f"<opgen {body}>", "exec", dont_inherit=True)
     return next(c for c in code.co_consts if isinstance(c, types.CodeType))
 
@@ -143,16 +168,12 @@ def _grammar_def(fn: ast.FunctionDef) -> _Grammar | None:
     return _Grammar(a.args[0].arg, body[0].value)
 
 
-def _bindings(code: str, entries: frozenset[str]) -> dict[str, str | _Grammar]:
-    """What each name of the program is bound to after it runs: an operator id (the body it holds)
-    or an entry's expression. Raises _Decline for anything else.
-
-    Leading exact library sources (the commonest case) are matched as text; the rest is parsed.
-    Text of complete top-level definitions followed by text whose first line is at column 0 (any
-    other start does not parse alone) tokenizes as the two parts one after the other, so the rest's
-    statements are the program's remaining statements.
-    """
+def _verbatim_prefix(code: str, verbatim: dict[int, tuple[str, str]] | None,
+                     ) -> tuple[dict[str, str | _Grammar], list[ast.stmt], int]:
+    """The leading exact library sources of ``code`` (blank lines between them): what they bind,
+    their shared definitions, and where the rest begins."""
     bound: dict[str, str | _Grammar] = {}
+    stmts: list[ast.stmt] = []
     pos, n = 0, len(code)
     while pos < n:
         if code[pos] == "\n":
@@ -164,13 +185,32 @@ def _bindings(code: str, entries: frozenset[str]) -> dict[str, str | _Grammar]:
         name = code[pos + 4:name_end] if name_end > 0 else ""
         if name not in ops.BY_ID:  # other names are parsed (and _verbatim's cache stays 25 entries)
             break
-        for text, body in _verbatim(name):
+        for text, body, fn in _verbatim(name):
             if code.startswith(text, pos):
                 bound[name] = body
+                stmts.append(fn)
+                if verbatim is not None:
+                    verbatim[id(fn)] = (name, body)
                 pos += len(text)
                 break
         else:
             break
+    return bound, stmts, pos
+
+
+def _bindings(code: str, entries: frozenset[str], verbatim: dict[int, tuple[str, str]] | None = None,
+              ) -> tuple[dict[str, str | _Grammar], list[ast.stmt]]:
+    """What each name of the program is bound to after it runs — an operator id (the body it holds)
+    or an entry's expression — and the program's top-level statements (its ``ast.parse``, line
+    numbers aside). Raises _Decline for anything else. ``verbatim`` collects the library's own
+    definitions matched as text: (name, operator) by node id.
+
+    Leading exact library sources (the commonest case) are matched as text; the rest is parsed.
+    Text of complete top-level definitions followed by text whose first line is at column 0 (any
+    other start does not parse alone) tokenizes as the two parts one after the other, so the rest's
+    statements are the program's remaining statements (tests/test_static.py compares the two trees).
+    """
+    bound, stmts, pos = _verbatim_prefix(code, verbatim)
     rest = code[pos:]
     if rest.strip():
         try:
@@ -179,6 +219,7 @@ def _bindings(code: str, entries: frozenset[str]) -> dict[str, str | _Grammar]:
             raise _Decline from None
         keys, _ = _library()
         for stmt in module.body:
+            stmts.append(stmt)
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
                 continue
             if not isinstance(stmt, ast.FunctionDef):
@@ -194,7 +235,7 @@ def _bindings(code: str, entries: frozenset[str]) -> dict[str, str | _Grammar]:
             if body is None:
                 raise _Decline
             bound[name] = body
-    return bound
+    return bound, stmts
 
 
 # ---------------------------------------------------------------- evaluating
@@ -257,7 +298,7 @@ class _Run:
                 raise _Decline
         self.charge(SMALL_STR * SMALL_INT // 16 + 2 * SMALL_INT)  # at most a 64 x 64 repetition or loop
 
-    def expr(self, node: ast.expr, param: str, x: str, depth: int) -> object:  # noqa: C901
+    def expr(self, node: ast.expr, param: str, x: str, depth: int) -> object:
         """The value of a grammar expression, in Python's evaluation order."""
         if depth > MAX_EXPR_DEPTH:
             raise _Decline
@@ -270,39 +311,48 @@ class _Run:
                 raise _Decline
             return node.value
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            left = self.expr(node.left, param, x, depth + 1)
-            right = self.expr(node.right, param, x, depth + 1)
-            if type(left) is str and type(right) is str:
-                if len(left) + len(right) > MAX_VALUE_CHARS:
-                    raise _Decline
-                self.charge((len(left) + len(right)) // 16 + 1)
-            elif not (_small(left) and _small(right)):
-                raise _Decline
-            return left + right
+            return self.concat(node, param, x, depth)
         if isinstance(node, ast.Call) and not node.keywords:
-            func = node.func
-            if isinstance(func, ast.Attribute):
-                if func.attr not in ops.METHODS or node.args:
-                    raise _Decline
-                value = self.expr(func.value, param, x, depth + 1)
-                if type(value) is str:
-                    if 3 * len(value) > MAX_VALUE_CHARS:  # case mappings grow a character at most 3-fold
-                        raise _Decline
-                    self.charge(len(value) + 1)
-                elif not _small(value):
-                    raise _Decline
-                return getattr(value, func.attr)()
-            if not isinstance(func, ast.Name) or func.id == param:
-                raise _Decline
-            name = func.id
-            # The callee is looked up before the arguments are evaluated.
-            if name not in self.bodies:
-                if name in self.ns or hasattr(builtins, name):
-                    raise _Decline  # an entry point, a module attribute or a builtin
-                raise NameError(f"name '{name}' is not defined")
-            args = tuple(self.arg(a, param, x, depth + 1) for a in node.args)
-            return self.call(name, args)
+            if isinstance(node.func, ast.Attribute):
+                return self.method(node, node.func, param, x, depth)
+            return self.named_call(node, param, x, depth)
         raise _Decline
+
+    def concat(self, node: ast.BinOp, param: str, x: str, depth: int) -> object:
+        left = self.expr(node.left, param, x, depth + 1)
+        right = self.expr(node.right, param, x, depth + 1)
+        if type(left) is str and type(right) is str:
+            if len(left) + len(right) > MAX_VALUE_CHARS:
+                raise _Decline
+            self.charge((len(left) + len(right)) // 16 + 1)
+        elif not (_small(left) and _small(right)):
+            raise _Decline
+        return left + right  # type: ignore[operator]
+
+    def method(self, node: ast.Call, func: ast.Attribute, param: str, x: str, depth: int) -> object:
+        if func.attr not in ops.METHODS or node.args:
+            raise _Decline
+        value = self.expr(func.value, param, x, depth + 1)
+        if type(value) is str:
+            if 3 * len(value) > MAX_VALUE_CHARS:  # case mappings grow a character at most 3-fold
+                raise _Decline
+            self.charge(len(value) + 1)
+        elif not _small(value):
+            raise _Decline
+        return getattr(value, func.attr)()
+
+    def named_call(self, node: ast.Call, param: str, x: str, depth: int) -> object:
+        func = node.func
+        if not isinstance(func, ast.Name) or func.id == param:
+            raise _Decline
+        name = func.id
+        # The callee is looked up before the arguments are evaluated.
+        if name not in self.bodies:
+            if name in self.ns or hasattr(builtins, name):
+                raise _Decline  # an entry point, a module attribute or a builtin
+            raise NameError(f"name '{name}' is not defined")
+        args = tuple(self.arg(a, param, x, depth + 1) for a in node.args)
+        return self.call(name, args)
 
     def arg(self, node: ast.expr, param: str, x: str, depth: int) -> object:
         if isinstance(node, ast.Constant) and type(node.value) is int:
@@ -314,33 +364,21 @@ class _Run:
             raise _Decline
         return self.expr(node, param, x, depth)
 
-    def result(self, call: tuple[str, tuple]) -> Result:  # noqa: C901
+    def result(self, call: tuple[str, tuple]) -> Result:
         """One call of a unit, as the worker's child reports it (worker._run_calls)."""
         entry, args = call
         args = tuple(args)
         if entry not in self.ns:
             return Result("missing_name", None, f"{entry} is not defined")
         try:
-            if entry in self.grammar:
-                if len(args) != 1 or type(args[0]) is not str:
-                    raise _Decline
-                grammar = self.grammar[entry]
-                value = self.expr(grammar.expr, grammar.param, args[0], 0)
-            elif entry in self.bodies:
-                value = self.call(entry, args)
-            else:
-                raise _Decline  # __name__, __builtins__
+            value = self.value(entry, args)
         except _Decline:
             raise
         except (RecursionError, MemoryError):
             raise _Decline from None
         except _PORTABLE as exc:
             status, detail = _classify(exc)
-            if not detail.isascii():
-                try:
-                    detail.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise _Decline from None
+            _encodable(detail)
             return Result(status, None, detail)
         except Exception:
             raise _Decline from None
@@ -348,14 +386,30 @@ class _Run:
             if type(value) is not int:
                 raise _Decline
             return Result("not_a_string", None, f"returned {type(value).__name__}")
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:  # lone surrogates: the sandbox's own business
-                raise _Decline from None
+        _encodable(value)
         if len(value) > self.max_output:
             return Result("output_too_large", None, f"{len(value)} characters > {self.max_output}")
         return Result("ok", value, "")
+
+    def value(self, entry: str, args: tuple) -> object:
+        """What calling ``entry`` with ``args`` returns (or raises)."""
+        if entry in self.grammar:
+            if len(args) != 1 or type(args[0]) is not str:
+                raise _Decline
+            grammar = self.grammar[entry]
+            return self.expr(grammar.expr, grammar.param, args[0], 0)
+        if entry in self.bodies:
+            return self.call(entry, args)
+        raise _Decline  # __name__, __builtins__
+
+
+def _encodable(text: str) -> None:
+    """Decline text with lone surrogates (UTF-8 cannot encode them): the sandbox's own business."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _Decline from None
 
 
 def _small(value: object) -> bool:
@@ -364,49 +418,56 @@ def _small(value: object) -> bool:
     return type(value) is int and -SMALL_INT <= value <= SMALL_INT
 
 
-def _cost(body: str, args: tuple) -> tuple[int, int, int]:  # noqa: C901
-    """(longest output, work, recursion depth) of the library operator ``body`` on well-typed ``args``:
-    upper bounds read off its shown source in ops.py. Work counts interpreted steps, plus
-    characters copied by C code / 16."""
-    n = len(args[0])
-    p = args[1] if len(args) > 1 else None
-    if body == "func_1":  # s * n: one allocation
-        out = n * max(p, 0)
-        return out, out // 16 + 1, 0
-    if body == "func_18":  # n concatenations, each of which may copy the result so far
-        turns = max(p, 0)
-        return n * turns, turns + turns * turns * n // 32 + 1, 0
-    if body == "func_13":
-        out = max(n * (1 + len(p)) - len(p), 0)
-        return out, out // 16 + 1, 0
-    if body in ("func_5", "func_6"):
-        return n + len(p), (n + len(p)) // 16 + 1, 0
-    if body in ("func_7", "func_20"):
-        m = len(p)
-        if body == "func_7":
-            return n + m, 2 * (n + m) + 1, 0
-        short = min(n, m)
-        return n + m, 4 * short + short * (n + m) // 16 + 1, short + 1
-    if body == "func_17":  # one frame and one slice per character
-        return n, 2 * n + n * n // 32 + 1, n + 1
-    if body == "func_19":  # n rotations by one, each a slice of the whole
-        turns = max(p, 0) if n else 0
-        return n, 2 * turns + turns * n // 16 + 1, 0
-    if body == "func_24":  # one mirror at most: s + s[::-1] is a palindrome
-        return 2 * n, n // 2 + 1, 2
-    if body == "func_23":  # the first candidate, t + '1', has a digit: two levels of search
-        return n + 1, 3 * n + 8, 3
-    if body in ("func_9", "func_14"):
-        return 2 * n, 2 * n + 1, 0
-    if body == "func_15":
-        return 3 * n, 2 * n + 1, 0
-    if body == "func_10":
-        return 3 * n, 2 * n + 1, 0  # case mappings grow a character at most 3-fold
-    if body in ("func_0", "func_2", "func_11", "func_12", "func_16", "func_21"):
-        return n, 3 * n + 1, 0
-    if body in ("func_3", "func_4", "func_8", "func_22"):
-        return n, n // 4 + 1, 0
-    raise _Decline  # an operator added to the library without a cost here
+def _copy(out: int) -> tuple[int, int, int]:
+    return out, out // 16 + 1, 0
+
+
+def _func_20(n: int, m: int) -> tuple[int, int, int]:
+    short = min(n, m)
+    return n + m, 4 * short + short * (n + m) // 16 + 1, short + 1
+
+
+def _per_char(n: int, p: object) -> tuple[int, int, int]:
+    return n, 3 * n + 1, 0
+
+
+def _quarter(n: int, p: object) -> tuple[int, int, int]:
+    return n, n // 4 + 1, 0
+
+
+# (longest output, work, recursion depth) of each library operator on well-typed arguments, as a
+# function of the input's length ``n`` and the second argument ``p``: upper bounds read off its
+# shown source in ops.py. Work counts interpreted steps, plus characters copied by C code / 16.
+_COSTS: dict[str, Callable[[int, Any], tuple[int, int, int]]] = {
+    "func_1": lambda n, p: _copy(n * max(p, 0)),  # s * n: one allocation
+    # n concatenations, each of which may copy the result so far
+    "func_18": lambda n, p: (n * max(p, 0), max(p, 0) + max(p, 0) ** 2 * n // 32 + 1, 0),
+    "func_13": lambda n, p: _copy(max(n * (1 + len(p)) - len(p), 0)),
+    "func_5": lambda n, p: _copy(n + len(p)),
+    "func_6": lambda n, p: _copy(n + len(p)),
+    "func_7": lambda n, p: (n + len(p), 2 * (n + len(p)) + 1, 0),
+    "func_20": lambda n, p: _func_20(n, len(p)),
+    "func_17": lambda n, p: (n, 2 * n + n * n // 32 + 1, n + 1),  # one frame and one slice per character
+    # n rotations by one, each a slice of the whole
+    "func_19": lambda n, p: (n, 2 * (max(p, 0) if n else 0) + (max(p, 0) if n else 0) * n // 16 + 1, 0),
+    "func_24": lambda n, p: (2 * n, n // 2 + 1, 2),  # one mirror at most: s + s[::-1] is a palindrome
+    "func_23": lambda n, p: (n + 1, 3 * n + 8, 3),  # the first candidate, t + '1', has a digit: two levels
+    "func_9": lambda n, p: (2 * n, 2 * n + 1, 0),
+    "func_14": lambda n, p: (2 * n, 2 * n + 1, 0),
+    "func_15": lambda n, p: (3 * n, 2 * n + 1, 0),
+    "func_10": lambda n, p: (3 * n, 2 * n + 1, 0),  # case mappings grow a character at most 3-fold
+    **dict.fromkeys(("func_0", "func_2", "func_11", "func_12", "func_16", "func_21"), _per_char),
+    **dict.fromkeys(("func_3", "func_4", "func_8", "func_22"), _quarter),
+}
+
+
+def _cost(body: str, args: tuple) -> tuple[int, int, int]:
+    """(longest output, work, recursion depth) of the library operator ``body`` on well-typed ``args``
+    (:data:`_COSTS`)."""
+    cost = _COSTS.get(body)
+    if cost is None:
+        raise _Decline  # an operator added to the library without a cost here
+    return cost(len(args[0]), args[1] if len(args) > 1 else None)
 
 
 # ---------------------------------------------------------------- the entry point
@@ -418,20 +479,49 @@ def applies(sandbox: object) -> bool:
             and isinstance(getattr(sandbox, "max_output", None), int))
 
 
-def run_units(units: Sequence[Unit], sandbox: object) -> list[Result] | None:
-    """The results ``sandbox.run_units(units)`` would give, or None when that is not provable."""
+@dataclass(frozen=True)
+class Evaluation:
+    """What the static path proved of a response's units: the results ``sandbox.run_units`` would
+    give, and each unit's parse (``ast.parse`` of its code, line numbers aside; None for a unit
+    without calls). The trees hold shared nodes: read them, never change them."""
+
+    results: list[Result]
+    trees: list[ast.Module | None]
+    # The library's own definitions in the trees, matched as text: (name, operator) by node id.
+    verbatim: dict[int, tuple[str, str]]
+
+    def vouched(self, entry: str) -> frozenset[int]:
+        """The ids of the trees' library definitions that cannot rebind ``entry`` behind the tree's
+        back (``diagnose.rebinds_behind``, asked once per definition and entry name)."""
+        return frozenset(k for k, (name, body) in self.verbatim.items() if not _rebinds(name, body, entry))
+
+
+@lru_cache(maxsize=4096)  # entry names are the ground truth's (a few per dataset)
+def _rebinds(name: str, body: str, entry: str) -> bool:
+    fn = next(f for _, b, f in _verbatim(name) if b == body)
+    return D.rebinds_behind(fn, entry)
+
+
+def evaluate(units: Sequence[Unit], sandbox: object) -> Evaluation | None:
+    """The results ``sandbox.run_units(units)`` would give and the units' trees, or None when the
+    results are not provable (the response then goes to the sandbox)."""
     if not applies(sandbox):
         return None
     run = _Run(sandbox.max_output)  # type: ignore[attr-defined]
     plans = []
+    trees: list[ast.Module | None] = []
+    verbatim: dict[int, tuple[str, str]] = {}
     try:
         for unit in units:
             if not unit.calls:
+                trees.append(None)
                 continue
             if getattr(unit, "imports", ()):  # the native namespace: names bound before the program
                 return None
             entries = frozenset(e for e, _ in unit.calls if not _FUNC_NAME.match(e))
-            plans.append((_bindings(unit.code, entries), unit.calls))
+            bound, stmts = _bindings(unit.code, entries, verbatim)
+            plans.append((bound, unit.calls))
+            trees.append(ast.Module(body=stmts, type_ignores=[]))
         _, refs = _library()
         recursive = any(refs[b] for bound, _ in plans for b in bound.values() if isinstance(b, str))
         out: list[Result] = []
@@ -442,6 +532,12 @@ def run_units(units: Sequence[Unit], sandbox: object) -> list[Result] | None:
                 run.namespace(bound)
                 for call in calls:
                     out.append(run.result(call))
-        return out
+        return Evaluation(out, trees, verbatim)
     except (_Decline, RecursionError, MemoryError):
         return None
+
+
+def run_units(units: Sequence[Unit], sandbox: object) -> list[Result] | None:
+    """The results ``sandbox.run_units(units)`` would give, or None when that is not provable."""
+    done = evaluate(units, sandbox)
+    return None if done is None else done.results

@@ -1,0 +1,194 @@
+"""opgen.score.batch: the grading processes give exactly grade()'s grades, and fail safe."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from bench_score import mixed_rows, typical_rows
+
+from opgen.score import batch as B
+from opgen.score.grade import grade
+from opgen.score.sandbox import Sandbox
+
+
+@pytest.fixture(scope="module")
+def box():
+    with Sandbox(workers=2, timeout_s=1.0) as b:
+        yield b
+    B.close_pool()
+
+
+def _items(n: int, seed: int = 3) -> list[B.Item]:
+    rows = mixed_rows(typical_rows(n, seed=seed), timeouts=0.0, seed=seed)
+    items = [B.Item(gt, answer) for gt, answer in rows]
+    rng = random.Random(seed)
+    # forward rows and rows without an answer go through the pool too
+    for k in range(0, n, 17):
+        gt = dict(items[k].ground_truth, mode="forward")
+        out = gt["tasks"][0]["output"]
+        items[k] = B.Item(gt, rng.choice([f'{{"output": {out!r}}}'.replace("'", '"'), "no idea", ""]))
+    return items
+
+
+def test_the_pool_grades_as_grade_does(box):
+    items = _items(300)
+    want = [grade(i.ground_truth, i.response, sandbox=box) for i in items]
+    got = B.grade_many(items, sandbox=box, processes=2)
+    assert got == want
+    # and with other options, passed through to the processes
+    want = [grade(i.ground_truth, i.response, sandbox=box, policy="output_structure", group="all") for i in items]
+    assert B.grade_many(items, sandbox=box, processes=2, policy="output_structure", group="all") == want
+
+
+def test_the_pool_answers_what_the_static_path_proves(box, monkeypatch):
+    items = _items(200)
+    asked: list[int] = []
+    got = B.grade_many(items, sandbox=box, processes=2, own=lambda i: asked.append(i) or {"here": i},
+                       answered=lambda i, g: {"pool": i})
+    assert {k for k, g in enumerate(got) if "here" in g} == set(asked)
+    # canonical answers (70% of the mix) are proved; renamed and broken ones run here
+    assert 0.5 * len(items) < sum("pool" in g for g in got) < len(items)
+
+
+def test_small_batches_and_static_off_stay_in_this_process(box):
+    items = _items(100)
+    seen: list[int] = []
+    B.grade_many(items[:10], sandbox=box, processes=2, own=lambda i: seen.append(i) or {})
+    assert sorted(seen) == list(range(10))
+    seen.clear()
+    B.grade_many(items, sandbox=box, processes=2, static=False, own=lambda i: seen.append(i) or {})
+    assert sorted(seen) == list(range(100))
+
+
+def test_a_grading_process_that_dies_costs_only_time(box):
+    items = _items(200)
+    want = B.grade_many(items, sandbox=box, processes=0)
+    pool = B._grading_pool(2)
+    victims = list(pool.free.queue)
+    for g in victims:
+        g.proc.kill()
+        g.proc.wait()
+    assert B.grade_many(items, sandbox=box, processes=2) == want
+    assert all(g.alive() for g in pool.free.queue)  # replaced
+    assert B.grade_many(items, sandbox=box, processes=2) == want
+
+
+def test_errors_are_raised_as_grade_raises_them(box):
+    items = _items(100)
+    items[40] = B.Item({"tasks": []}, "x")
+    with pytest.raises(ValueError, match="tasks is empty"):
+        B.grade_many(items, sandbox=box, processes=2)
+
+
+def test_process_count_from_the_environment(monkeypatch):
+    monkeypatch.setenv("OPGEN_GRADE_PROCESSES", "3")
+    assert B.default_processes() == 3
+    monkeypatch.setenv("OPGEN_GRADE_PROCESSES", "many")
+    with pytest.raises(ValueError, match="OPGEN_GRADE_PROCESSES"):
+        B.default_processes()
+    monkeypatch.delenv("OPGEN_GRADE_PROCESSES")
+    assert B.default_processes() == min(8, os.cpu_count() or 1)
+
+
+def test_compute_score_batch_equals_compute_score_on_a_large_batch(monkeypatch):
+    from opgen.reward import compute_score, compute_score_batch
+
+    items = _items(150, seed=9)
+    sources = ["opgen"] * len(items)
+    texts = [i.response for i in items]
+    truths = [i.ground_truth for i in items]
+    for keys in ("full", "minimal"):
+        want = [compute_score(s, t, g, None, keys=keys) for s, t, g in zip(sources, texts, truths)]
+        assert compute_score_batch(sources, texts, truths, keys=keys) == want
+
+
+def test_chunks_are_bounded_in_items_and_characters(monkeypatch):
+    monkeypatch.setattr(B, "CHUNK_CHARS", 100)
+    items = [B.Item({}, "x" * n) for n in (10, 60, 50, 5, 200, 1, 1, 1)]
+    assert B._chunks(items, 3) == [(0, 2), (2, 4), (4, 5), (5, 8)]
+    assert B._chunks([], 3) == []
+
+
+def test_a_grading_process_that_hangs_is_replaced(box, monkeypatch):
+    items = _items(100)
+    want = B.grade_many(items, sandbox=box, processes=0)
+    pool = B._grading_pool(2)
+    for g in list(pool.free.queue):
+        os.kill(g.proc.pid, 19)  # SIGSTOP: alive, and silent
+    monkeypatch.setattr(B, "CHUNK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(B, "ITEM_TIMEOUT_S", 0.0)
+    monkeypatch.setattr(B, "MAX_FAILURES", 10_000)  # replacements still starting time out too here
+    assert B.grade_many(items, sandbox=box, processes=2) == want
+    assert all(g.alive() for g in pool.free.queue)
+    monkeypatch.undo()
+    pool.failures = 0  # the timeouts above counted as failures; the pool is given up at 3 in a row
+    answered: list[int] = []
+    got = B.grade_many(items, sandbox=box, processes=2, answered=lambda i, g: answered.append(i) or g)
+    assert got == want and answered  # the replacements grade
+
+
+def test_opgen_score_writes_the_same_bytes_with_and_without_grading_processes(tmp_path):
+    """End to end through the CLI: a file of 96 responses (a batch for the pool) graded with
+    OPGEN_GRADE_PROCESSES=0 and =2 gives byte-identical artifacts."""
+    import json
+    import subprocess
+
+    import pyarrow.parquet as pq
+    from test_score_cli import RECIPE, gold, wrong
+
+    (tmp_path / "r.yaml").write_text(RECIPE)
+    subprocess.run([sys.executable, "-m", "opgen", "build", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "b"),
+                    "--workers", "1"], check=True, capture_output=True)
+    data = tmp_path / "b" / "heldout_trees.parquet"
+    rows = pq.read_table(data).to_pylist()
+    rpath = tmp_path / "r.jsonl"
+    rpath.write_text("".join(json.dumps({"index": i, "responses": [gold(r), wrong(r, gold(r)), "nothing"] * 2}) + "\n"
+                             for i, r in enumerate(rows)))
+    assert 6 * len(rows) >= B.MIN_BATCH
+    outs = []
+    for n, flag in (("0", []), ("0", ["--grade-processes", "2"]), ("2", [])):
+        out = tmp_path / f"o{len(outs)}"
+        proc = subprocess.run([sys.executable, "-m", "opgen", "score", "--data", str(data), "--responses", str(rpath),
+                               "--out", str(out), *flag], capture_output=True, text=True,
+                              env={**os.environ, "OPGEN_GRADE_PROCESSES": n})
+        assert proc.returncode == 0, proc.stderr
+        outs.append(out)
+    bad = subprocess.run([sys.executable, "-m", "opgen", "score", "--data", str(data), "--responses", str(rpath),
+                          "--out", str(tmp_path / "bad"), "--grade-processes", "-1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--grade-processes" in bad.stderr and "Traceback" not in bad.stderr
+    for name in ("scores.jsonl", "summary.json", "summary.csv"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes() == (outs[2] / name).read_bytes(), name
+    scores = [json.loads(line)["score"] for line in (outs[1] / "scores.jsonl").read_text().splitlines()]
+    assert scores.count(1.0) == 2 * len(rows)
+
+
+def test_an_interpreter_that_cannot_grade_is_given_up_with_a_warning(box, monkeypatch):
+    items = _items(200)
+    want = B.grade_many(items, sandbox=box, processes=0)
+    B.close_pool()
+    monkeypatch.setattr(B.sys, "executable", "/bin/false")
+    with pytest.warns(RuntimeWarning, match="grading in this process"):
+        assert B.grade_many(items, sandbox=box, processes=2) == want
+    assert B._grading_pool(2).broken
+    assert B.grade_many(items, sandbox=box, processes=2) == want  # no new processes tried
+    monkeypatch.undo()
+    B.close_pool()
+    assert not B._grading_pool(2).broken
+
+
+def test_a_program_that_does_not_compile_is_answered_without_the_sandbox(box):
+    items = _items(200)
+    broken = [k for k, i in enumerate(items) if "def main_solution(x)\n" in i.response]
+    assert broken
+    answered: list[int] = []
+    got = B.grade_many(items, sandbox=box, processes=2, answered=lambda i, g: answered.append(i) or g)
+    assert set(broken) <= set(answered)
+    assert all(got[k]["tasks"][0]["status"] == "syntax" for k in broken)
+    assert got == [grade(i.ground_truth, i.response, sandbox=box) for i in items]
