@@ -98,7 +98,7 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--quiet", is_flag=True, help="No progress bars (same as --no-progress).")
 @options.no_static(prefix="Scorer")
 @options.allow_weak_sandbox()
-def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,  # noqa: C901
+def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
           tensor_parallel_size, engine_args, template_kwargs, hf_batch_size, base_urls, api_key_env, concurrency,
           request_timeout, retries, executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus,
@@ -111,16 +111,9 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     Decoding is greedy with 3,072 new tokens unless told otherwise.
     """
     from opgen.infer import evaluate as ev
-    from opgen.infer.base import BackendError, EngineOptions, Sampling
-    from opgen.infer.run import DataError, LogError
-    from opgen.score.report import ScoreInputError
+    from opgen.infer.base import EngineOptions, Sampling
 
-    if executor != "ray":
-        given = [opt for opt, value in (("--ray-address", ray_address), ("--replicas", replicas),
-                                        ("--replica-gpus", replica_gpus), ("--ray-num-cpus", ray_num_cpus))
-                 if value is not None]
-        if given:
-            raise click.UsageError(f"{', '.join(given)}: only with --executor ray")
+    _check_ray_options(executor, ray_address, replicas, replica_gpus, ray_num_cpus)
     if backend != "openai":
         for m in models:
             if not m.exists():
@@ -133,15 +126,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     if decomposed and n != 1:
         raise click.UsageError("--decomposed draws one sample per recall; use it with --n 1")
     if not no_score:
-        # Before any generation: a sandbox refused after hours of generating would waste them.
-        from opgen.score.sandbox import SandboxError, allow_weak_for_this_process, check_isolation
-
-        if allow_weak_sandbox:
-            allow_weak_for_this_process()
-        try:
-            check_isolation()
-        except SandboxError as exc:
-            raise click.ClickException(f"sandbox failure: {exc}") from None
+        _check_sandbox(allow_weak_sandbox)
     bars = not quiet and (sys.stderr.isatty() if progress is None else progress)
     sampling = Sampling(max_new_tokens=max_new_tokens, n=n, temperature=temperature, top_p=top_p, seed=seed,
                         max_model_len=max_model_len)
@@ -163,23 +148,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
                             RayOptions(address=ray_address, replicas=replicas, replica_gpus=replica_gpus,
                                        replica_cpus=replica_cpus, num_cpus=ray_num_cpus, chunk_rows=chunk_rows))
     else:
-        results = []
-        for model, name in zip(models, names):
-            try:
-                metrics = ev.evaluate_model(model, name, data_files, out_dir, cfg)
-            except DataError as exc:
-                raise click.BadParameter(str(exc), param_hint="--data") from None
-            except (BackendError, LogError, ev.ConfigMismatch) as exc:
-                raise click.ClickException(f"{name}: {exc}") from None
-            except ScoreInputError as exc:
-                raise click.ClickException(f"{name}: scoring failed: {exc}") from None
-            except OSError as exc:  # a full disk or a read-only --out
-                from opgen.files import describe_os_error
-
-                raise click.ClickException(f"{name}: {describe_os_error(exc, str(out_dir / name))}; metrics.json was "
-                                           f"not written (generations so far are kept for --resume)") from None
-            results.append(metrics)
-            _report(metrics)
+        results = [_eval_local(model, name, data_files, out_dir, cfg) for model, name in zip(models, names)]
     if len(results) > 1 and not no_score:
         from opgen import sweep
         try:
@@ -189,6 +158,51 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
 
             raise click.ClickException(f"sweep: {describe_os_error(exc, str(out_dir))}") from None
         click.echo(f"sweep: {', '.join(str(p) for p in written)}")
+
+
+def _check_ray_options(executor, ray_address, replicas, replica_gpus, ray_num_cpus) -> None:
+    if executor != "ray":
+        given = [opt for opt, value in (("--ray-address", ray_address), ("--replicas", replicas),
+                                        ("--replica-gpus", replica_gpus), ("--ray-num-cpus", ray_num_cpus))
+                 if value is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only with --executor ray")
+
+
+def _check_sandbox(allow_weak_sandbox: bool) -> None:
+    """Before any generation: a sandbox refused after hours of generating would waste them."""
+    from opgen.score.sandbox import SandboxError, allow_weak_for_this_process, check_isolation
+
+    if allow_weak_sandbox:
+        allow_weak_for_this_process()
+    try:
+        check_isolation()
+    except SandboxError as exc:
+        raise click.ClickException(f"sandbox failure: {exc}") from None
+
+
+def _eval_local(model, name, data_files, out_dir, cfg) -> dict:
+    """One model's evaluation in this process; its metrics, reported."""
+    from opgen.infer import evaluate as ev
+    from opgen.infer.base import BackendError
+    from opgen.infer.run import DataError, LogError
+    from opgen.score.report import ScoreInputError
+
+    try:
+        metrics = ev.evaluate_model(model, name, data_files, out_dir, cfg)
+    except DataError as exc:
+        raise click.BadParameter(str(exc), param_hint="--data") from None
+    except (BackendError, LogError, ev.ConfigMismatch) as exc:
+        raise click.ClickException(f"{name}: {exc}") from None
+    except ScoreInputError as exc:
+        raise click.ClickException(f"{name}: scoring failed: {exc}") from None
+    except OSError as exc:  # a full disk or a read-only --out
+        from opgen.files import describe_os_error
+
+        raise click.ClickException(f"{name}: {describe_os_error(exc, str(out_dir / name))}; metrics.json was "
+                                   f"not written (generations so far are kept for --resume)") from None
+    _report(metrics)
+    return metrics
 
 
 def _eval_ray(models, names, data_files, out_dir, cfg, opts) -> list[dict]:

@@ -42,24 +42,18 @@ from . import options
               help="Grading processes for the static path's share of the responses (default: "
                    "OPGEN_GRADE_PROCESSES, else one per CPU up to 8; 0: grade in this process). Grades are the same.")
 @options.allow_weak_sandbox()
-def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,  # noqa: C901
+def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
           timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, executor: str,
           ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None,
           no_static: bool, grade_processes: int | None, allow_weak_sandbox: bool) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
-    from opgen.score.report import ScoreInputError, missing_import_warning, score_files
+    from opgen.score.report import ScoreInputError, score_files
     from opgen.score.sandbox import Sandbox, SandboxError, allow_weak_for_this_process
 
     if allow_weak_sandbox:
         allow_weak_for_this_process()
 
-    try:
-        edges = tuple(int(e) for e in distance_edges.split(",") if e.strip())
-    except ValueError:
-        edges = ()
-    if not edges or any(e <= 0 for e in edges) or list(edges) != sorted(set(edges)):
-        raise click.BadParameter(f"{distance_edges!r}: expected increasing positive integers, e.g. 40,150",
-                                 param_hint="--distance-edges")
+    edges = _distance_edges(distance_edges)
     for path, opt in ((data, "--data"), (responses, "--responses")):
         if not path.is_file():
             raise click.BadParameter(f"{path} does not exist or is not a file", param_hint=opt)
@@ -90,6 +84,25 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
     finally:
         if box is not None:
             box.close()
+    _report(summary, out)
+
+
+def _distance_edges(text: str) -> tuple[int, ...]:
+    """``--distance-edges``: increasing positive integers."""
+    try:
+        edges = tuple(int(e) for e in text.split(",") if e.strip())
+    except ValueError:
+        edges = ()
+    if not edges or any(e <= 0 for e in edges) or list(edges) != sorted(set(edges)):
+        raise click.BadParameter(f"{text!r}: expected increasing positive integers, e.g. 40,150",
+                                 param_hint="--distance-edges")
+    return edges
+
+
+def _report(summary: dict, out: Path) -> None:
+    """The summary's lines on the terminal (the files are written)."""
+    from opgen.score.report import missing_import_warning
+
     o = summary["overall"]
     click.echo(f"{summary['responses']} responses over {summary['rows_answered']} of {summary['rows']} rows: "
                f"accuracy {o['acc']:.4f} [{o['ci_low']:.4f}, {o['ci_high']:.4f}]  isolation {summary['isolation']}")

@@ -102,47 +102,30 @@ def _build_file(build_dir: Path, where: str, entry: object) -> BuildFile:
     return BuildFile(rel, entry["rows"], digest, entry["bytes"])
 
 
-def plan(build_dir: Path) -> Plan:  # noqa: C901
-    """Read the manifest and decide every file's place in the tree (reads no parquet)."""
-    build_dir = Path(build_dir)
-    manifest, raw = read_manifest(build_dir)
-    mpath = build_dir / MANIFEST
-    entries = []
-    for build_name in sorted(manifest["splits"]):
-        info = manifest["splits"][build_name]
-        where = f"{mpath}: splits.{build_name}"
-        if not isinstance(info, dict):
-            raise HubError(f"{where}: expected an object")
-        for key in _SPLIT_KEYS:
-            if key not in info:
-                raise HubError(f"{where}: missing field {key!r}")
-        if not isinstance(info["files"], list) or not info["files"]:
-            raise HubError(f"{where}.files: expected a non-empty list")
-        files = tuple(_build_file(build_dir, f"{where}.files[{i}]", f) for i, f in enumerate(info["files"]))
-        if sum(f.rows for f in files) != info["rows"]:
-            raise HubError(f"{where}: rows is {info['rows']} but its files hold {sum(f.rows for f in files)}")
-        name = hub_name(build_name)
-        if not name or name == "all":  # datasets reserves "all" for the union of splits
-            raise HubError(f"{where}: the split name {build_name!r} has no usable Hub name")
-        family = str(info["family"])
-        if not hub_name(family):
-            raise HubError(f"{where}.family: {family!r} has no usable Hub config name")
-        entries.append((build_name, name, family, info, files))
+def _entry(build_dir: Path, mpath: Path, build_name: str, info: object) -> tuple:
+    """One manifest split, checked: (build name, Hub name, family, its manifest entry, its files)."""
+    where = f"{mpath}: splits.{build_name}"
+    if not isinstance(info, dict):
+        raise HubError(f"{where}: expected an object")
+    for key in _SPLIT_KEYS:
+        if key not in info:
+            raise HubError(f"{where}: missing field {key!r}")
+    if not isinstance(info["files"], list) or not info["files"]:
+        raise HubError(f"{where}.files: expected a non-empty list")
+    files = tuple(_build_file(build_dir, f"{where}.files[{i}]", f) for i, f in enumerate(info["files"]))
+    if sum(f.rows for f in files) != info["rows"]:
+        raise HubError(f"{where}: rows is {info['rows']} but its files hold {sum(f.rows for f in files)}")
+    name = hub_name(build_name)
+    if not name or name == "all":  # datasets reserves "all" for the union of splits
+        raise HubError(f"{where}: the split name {build_name!r} has no usable Hub name")
+    family = str(info["family"])
+    if not hub_name(family):
+        raise HubError(f"{where}.family: {family!r} has no usable Hub config name")
+    return build_name, name, family, info, files
 
-    # One config per family; a family mixing row kinds (rl and sft rows have different columns)
-    # is split by kind, because every split of a config must share one schema.
-    kinds: dict[str, set[str]] = {}
-    for _, _, family, info, _ in entries:
-        kinds.setdefault(family, set()).add(str(info["kind"]))
-    config_of = {build_name: hub_name(family) if len(kinds[family]) == 1 else hub_name(f"{family}_{info['kind']}")
-                 for build_name, _, family, info, _ in entries}
-    names = _role_names([(config_of[b], b, name, info.get("role")) for b, name, _, info, _ in entries])
-    splits = []
-    for build_name, name, family, info, files in entries:
-        splits.append(Split(build_name, names[build_name], config_of[build_name], family, str(info["kind"]),
-                            str(info["mode"]), str(info["prompt_format"]), str(info["answer_format"]),
-                            int(info["rows"]), files, info, name))
-    splits.sort(key=lambda s: (s.config, s.name))
+
+def _check_unique(mpath: Path, splits: list[Split]) -> None:
+    """No two families in one config, no two splits under one Hub name, no file listed twice."""
     families: dict[str, str] = {}
     for s in splits:
         other = families.setdefault(s.config, s.family)
@@ -161,6 +144,30 @@ def plan(build_dir: Path) -> Plan:  # noqa: C901
             other = used.setdefault(f.path, s.build_name)
             if other != s.build_name or sum(g.path == f.path for g in s.files) > 1:
                 raise HubError(f"{mpath}: file {f.path!r} is listed more than once")
+
+
+def plan(build_dir: Path) -> Plan:
+    """Read the manifest and decide every file's place in the tree (reads no parquet)."""
+    build_dir = Path(build_dir)
+    manifest, raw = read_manifest(build_dir)
+    mpath = build_dir / MANIFEST
+    entries = [_entry(build_dir, mpath, b, manifest["splits"][b]) for b in sorted(manifest["splits"])]
+
+    # One config per family; a family mixing row kinds (rl and sft rows have different columns)
+    # is split by kind, because every split of a config must share one schema.
+    kinds: dict[str, set[str]] = {}
+    for _, _, family, info, _ in entries:
+        kinds.setdefault(family, set()).add(str(info["kind"]))
+    config_of = {build_name: hub_name(family) if len(kinds[family]) == 1 else hub_name(f"{family}_{info['kind']}")
+                 for build_name, _, family, info, _ in entries}
+    names = _role_names([(config_of[b], b, name, info.get("role")) for b, name, _, info, _ in entries])
+    splits = []
+    for build_name, name, family, info, files in entries:
+        splits.append(Split(build_name, names[build_name], config_of[build_name], family, str(info["kind"]),
+                            str(info["mode"]), str(info["prompt_format"]), str(info["answer_format"]),
+                            int(info["rows"]), files, info, name))
+    splits.sort(key=lambda s: (s.config, s.name))
+    _check_unique(mpath, splits)
     first = next(iter(manifest["splits"]))  # manifest order is build order
     return Plan(build_dir, manifest, hashlib.sha256(raw).hexdigest(), tuple(splits), config_of[first])
 
