@@ -20,7 +20,6 @@ import atexit
 import contextlib
 import os
 import pickle
-import queue
 import select
 import struct
 import subprocess
@@ -36,7 +35,7 @@ from typing import IO, TypeVar
 
 from opgen.score import static as S
 from opgen.score.grade import grade
-from opgen.score.sandbox import Result, Sandbox, Unit, assemble, compile_units
+from opgen.score.sandbox import FairPool, Result, Sandbox, Unit, assemble, compile_units
 
 T = TypeVar("T")
 
@@ -229,14 +228,16 @@ def _serve() -> None:
 
 
 class _Pool:
-    """The process's grading processes, started on first use, handed out first come first served."""
+    """The process's grading processes, started on first use, handed out first come first served
+    (the sandbox's :class:`FairPool`)."""
 
     def __init__(self, size: int) -> None:
         self.size, self.pid = size, os.getpid()
-        self.free: queue.Queue[_Grader] = queue.Queue()
+        self.graders = [_Grader() for _ in range(size)]  # every one, busy or idle
+        self.free: FairPool[_Grader] = FairPool()
         self.failures = 0  # failed chunks in a row: at MAX_FAILURES the pool is not used again
-        for _ in range(size):
-            self.free.put(_Grader())
+        for g in self.graders:
+            self.free.put(g)
 
     @property
     def broken(self) -> bool:
@@ -254,7 +255,9 @@ class _Pool:
             return got
         except Exception:  # died, hung, or wrote what is not a reply
             grader.kill()
-            grader = _Grader()
+            replacement = _Grader()
+            self.graders[self.graders.index(grader)] = replacement
+            grader = replacement
             self.failures += 1
             if self.broken:
                 warnings.warn(f"opgen.score.batch: {MAX_FAILURES} chunks in a row got no reply from the grading "
@@ -265,11 +268,8 @@ class _Pool:
             self.free.put(grader)
 
     def close(self) -> None:
-        while True:
-            try:
-                self.free.get_nowait().close()
-            except queue.Empty:
-                return
+        for g in self.graders:
+            g.close()
 
 
 _pool: _Pool | None = None
@@ -290,7 +290,7 @@ def _grading_pool(processes: int) -> _Pool:
 def pool_pids() -> list[int]:
     """The process ids of the grading processes now running (for measurements)."""
     with _pool_lock:
-        return [g.proc.pid for g in list(_pool.free.queue)] if _pool is not None else []
+        return [g.proc.pid for g in _pool.graders] if _pool is not None else []
 
 
 def close_pool() -> None:
