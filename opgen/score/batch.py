@@ -27,14 +27,14 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TypeVar
 
 from opgen.score import static as S
-from opgen.score.grade import grade
+from opgen.score.grade import grade, row_fields
 from opgen.score.sandbox import FairPool, Result, Sandbox, Unit, assemble, compile_units
 
 T = TypeVar("T")
@@ -62,6 +62,11 @@ class Item:
     response: str
     answer_format: str = ""
     assistant_prefix: str = ""
+
+    @classmethod
+    def of_row(cls, ground_truth: dict | str, response: str, extra_info: Mapping | None) -> Item:
+        """The item of a response to a row with this ``extra_info`` (:func:`grade.row_fields`)."""
+        return cls(ground_truth, response, *row_fields(extra_info))
 
 
 class _NeedsSandbox(Exception):
