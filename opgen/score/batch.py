@@ -6,8 +6,9 @@ processes (opgen's own code only: model code is parsed there, and compiled as th
 does, but never run) that grade each response with the static path alone — and a program that
 does not compile, which the sandbox answers without a child too; whatever else comes back
 unanswered and is graded here, in this process's threads, through the real sandbox as
-:func:`grade` always does. Every grade is the one :func:`grade` gives (tests/test_batch.py compares them): the pool's
-processes see the sandbox's limits, and a verdict only ever comes from their own computation.
+:func:`grade` always does. Every grade is the one :func:`grade` gives (tests/test_batch.py
+compares them): the pool's processes see the sandbox's limits, and a verdict only ever comes from
+their own computation.
 
 The pool starts on first use (fresh interpreters, ``python -m opgen.score.batch``: nothing of this
 process's threads, locks or ``__main__`` is inherited) and is reused; ``OPGEN_GRADE_PROCESSES``
