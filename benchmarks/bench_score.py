@@ -127,11 +127,8 @@ def _cpu(which: str = "all") -> float:
     return {"all": scorer + sandbox, "scorer": scorer}[which]
 
 
-_LIVES: dict[int, float] = {}
-
-
 def _proc_cpu(pids: list[int]) -> float:
-    """CPU seconds so far of the running processes ``pids`` (Linux /proc); remembered per pid."""
+    """CPU seconds so far of the running processes ``pids`` (Linux /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for pid in pids:
@@ -139,14 +136,8 @@ def _proc_cpu(pids: list[int]) -> float:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        _LIVES[pid] = (int(fields[11]) + int(fields[12])) / tick
-        total += _LIVES[pid]
+        total += (int(fields[11]) + int(fields[12])) / tick
     return total
-
-
-def graded_life(pids: list[int]) -> float:
-    """The last CPU reading of each of ``pids`` (what the process spent in all, once reaped)."""
-    return sum(_LIVES.get(pid, 0.0) for pid in pids)
 
 
 def bench_sandbox(rows: list[tuple[dict, str]], workers: int, diagnose: bool, static: bool = False,
@@ -160,8 +151,7 @@ def bench_sandbox(rows: list[tuple[dict, str]], workers: int, diagnose: bool, st
         if processes:  # start the grading processes and warm their caches, outside the timing
             B.close_pool()
             B.grade_many([B.Item(gt, a) for gt, a in rows[:2 * B.MIN_BATCH]], sandbox=box, processes=processes)
-        graders = B.pool_pids()
-        g0 = _proc_cpu(graders)
+        g0 = _proc_cpu(B.pool_pids())  # the grading processes' start and warm-up, not this batch
         c0, s0, t0 = _cpu(), _cpu("scorer"), time.perf_counter()
         if processes:
             scores = [g["score"] for g in B.grade_many([B.Item(gt, a) for gt, a in rows], sandbox=box,
@@ -172,12 +162,11 @@ def bench_sandbox(rows: list[tuple[dict, str]], workers: int, diagnose: bool, st
                                                        static=static)["score"], rows))
         dt = time.perf_counter() - t0
         scorer = _cpu("scorer") - s0
-        graded = _proc_cpu(graders) - g0  # the grading processes' CPU for this batch (not their start)
         if processes:
             B.close_pool()
-    # Reaped descendants: the sandbox's workers and children (and the grading processes, whose whole
-    # life is counted there: replaced by what they spent on this batch).
-    cpu = _cpu() - c0 - (_life if (_life := graded_life(graders)) else 0.0) + graded
+    # Reaped descendants: the sandbox's workers and children, and the grading processes (their whole
+    # life, less what they had spent before this batch).
+    cpu = _cpu() - c0 - g0
     print(f"  ({label or ('with' if diagnose else 'without') + ' diagnostics'}: {len(rows) / dt:.0f} responses/s, "
           f"scorer process {scorer / len(rows) * 1e3:.2f} ms CPU per program, sandbox workers and children "
           f"{(cpu - scorer) / len(rows) * 1e3:.2f} ms)", flush=True)

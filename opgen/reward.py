@@ -45,20 +45,23 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
 
     ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows): verl
     stacks every sample's keys as the first sample's, so no key may be absent (docs/verl.md)."""
-    from opgen.score.grade import grade
+    from opgen.score.grade import grade, row_fields
     from opgen.score.sandbox import shared
 
-    if not isinstance(static, bool):  # a reward_kwargs string "false" must not read as true
-        raise ValueError(f"static must be true or false, got {static!r}")
+    _check_static(static)
     wanted = _key_set(keys)
-    extra = extra_info or {}
+    answer_format, assistant_prefix = row_fields(extra_info)
     g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, namespace=namespace,
               static=static,
               # None: grade() starts the shared sandbox only for rows that run code.
               sandbox=None if allow_weak_sandbox is None else shared(allow_weak_sandbox=allow_weak_sandbox),
-              answer_format=str(extra.get("answer_format", "") or ""),
-              assistant_prefix=str(extra.get("assistant_prefix", "") or ""))
+              answer_format=answer_format, assistant_prefix=assistant_prefix)
     return _reward(g, wanted)
+
+
+def _check_static(static: object) -> None:
+    if not isinstance(static, bool):  # a reward_kwargs string "false" must not read as true
+        raise ValueError(f"static must be true or false, got {static!r}")
 
 
 def _reward(g: dict, wanted: tuple[str, ...]) -> dict:
@@ -141,18 +144,13 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
     # Large batches: what the static path proves is graded on the grading processes
     # (opgen/score/batch.py), the rest through compute_score here, two threads per sandbox worker.
     static = kwargs.get("static", True)
-    if not isinstance(static, bool):
-        raise ValueError(f"static must be true or false, got {static!r}")
+    _check_static(static)
     options: dict[str, Any] = {k: kwargs[k] for k in ("policy", "group", "mode", "namespace") if k in kwargs}
-    items = [Item(truths[i], texts[i] or "", *_row_fields(extras[i])) for i in range(len(sources))]
+    items = [Item.of_row(truths[i], texts[i] or "", extras[i]) for i in range(len(sources))]
     wanted = _key_set(str(kwargs.get("keys", "full")))
     return grade_many(items, sandbox=box, static=static, own=one, answered=lambda i, g: _reward(g, wanted),
                       **options)
 
-
-def _row_fields(extra: dict | None) -> tuple[str, str]:
-    e = extra or {}
-    return str(e.get("answer_format", "") or ""), str(e.get("assistant_prefix", "") or "")
 
 def compute_score_float(data_source: str, solution_str: str, ground_truth: str | dict,
                         extra_info: dict | None = None, **kwargs: Any) -> float:

@@ -7,15 +7,7 @@
 #   bash scripts/setup-ray.sh [VENV]        (default /work/venvs/ray)
 set -euo pipefail
 
-VENV="$(realpath -m "${1:-/work/venvs/ray}")"
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYTHON="${PYTHON:-python3}"
-
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PYTHON" -m venv "$VENV"
-fi
-PIP=("$VENV/bin/python" -m pip)
-"${PIP[@]}" install --quiet --upgrade pip
+source "$(dirname "${BASH_SOURCE[0]}")/venv.sh" "${1:-/work/venvs/ray}"
 
 # torch first and pinned: plain 'torch' (as the hf extra asks) would otherwise pull a CUDA build of
 # several GB; 2.13.0 is the CPU build on this machine's disk, and the extras' ranges then keep it.

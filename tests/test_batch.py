@@ -71,12 +71,12 @@ def test_a_grading_process_that_dies_costs_only_time(box):
     items = _items(200)
     want = B.grade_many(items, sandbox=box, processes=0)
     pool = B._grading_pool(2)
-    victims = list(pool.free.queue)
+    victims = list(pool.graders)
     for g in victims:
         g.proc.kill()
         g.proc.wait()
     assert B.grade_many(items, sandbox=box, processes=2) == want
-    assert all(g.alive() for g in pool.free.queue)  # replaced
+    assert all(g.alive() for g in pool.graders)  # replaced
     assert B.grade_many(items, sandbox=box, processes=2) == want
 
 
@@ -120,13 +120,13 @@ def test_a_grading_process_that_hangs_is_replaced(box, monkeypatch):
     items = _items(100)
     want = B.grade_many(items, sandbox=box, processes=0)
     pool = B._grading_pool(2)
-    for g in list(pool.free.queue):
+    for g in list(pool.graders):
         os.kill(g.proc.pid, 19)  # SIGSTOP: alive, and silent
     monkeypatch.setattr(B, "CHUNK_TIMEOUT_S", 0.5)
     monkeypatch.setattr(B, "ITEM_TIMEOUT_S", 0.0)
     monkeypatch.setattr(B, "MAX_FAILURES", 10_000)  # replacements still starting time out too here
     assert B.grade_many(items, sandbox=box, processes=2) == want
-    assert all(g.alive() for g in pool.free.queue)
+    assert all(g.alive() for g in pool.graders)
     monkeypatch.undo()
     pool.failures = 0  # the timeouts above counted as failures; the pool is given up at 3 in a row
     answered: list[int] = []

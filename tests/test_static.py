@@ -234,19 +234,19 @@ def test_what_python_treats_as_comment_stays_comment():
     # is comment text, so func_3 is not defined and the program fails with a NameError.
     for sep in ("\x0c", "\u2028"):
         code = f"# note{sep}def func_3(s): return s\ndef main_solution(x):\n    return func_3(x)\n"
-        (r,) = S.run_units([Unit(code, (("main_solution", ("ba",)),))], NoRun())
+        (r,) = S.evaluate([Unit(code, (("main_solution", ("ba",)),))], NoRun()).results
         assert (r.status, r.detail) == ("missing_name", "NameError: name 'func_3' is not defined")
 
 
 def test_small_limits_or_unknown_sandboxes_turn_the_static_path_off():
     code = ops.get("func_3").source + "def main_solution(x):\n    return func_3(x)\n"
     unit = Unit(code, (("main_solution", ("ba",)),))
-    assert S.run_units([unit], NoRun())[0].value == "ab"
+    assert S.evaluate([unit], NoRun()).results[0].value == "ab"
     for attr, value in (("timeout_s", 0.1), ("memory_mb", 64), ("max_output", None)):
         sb = NoRun()
         setattr(sb, attr, value)
-        assert S.run_units([unit], sb) is None
-    assert S.run_units([unit], object()) is None
+        assert S.evaluate([unit], sb) is None
+    assert S.evaluate([unit], object()) is None
 
 
 def test_static_false_and_the_entry_points_reach_the_sandbox(box, tmp_path):
@@ -287,7 +287,7 @@ def test_caches_stay_bounded_whatever_names_a_program_uses():
     for i in range(1500):
         name = f"func_{1000 + i}"
         code = chimera_src("func_9", name) + f"def main_solution(x):\n    return {name}(x)\n"
-        (r,) = S.run_units([Unit(code, (("main_solution", ("ab",)),))], NoRun())
+        (r,) = S.evaluate([Unit(code, (("main_solution", ("ab",)),))], NoRun()).results
         assert r.value == "abba"
     assert S._verbatim.cache_info().currsize <= len(ops.OPERATORS)
     assert S._code.cache_info().currsize <= 1024

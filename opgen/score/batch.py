@@ -6,8 +6,9 @@ processes (opgen's own code only: model code is parsed there, and compiled as th
 does, but never run) that grade each response with the static path alone — and a program that
 does not compile, which the sandbox answers without a child too; whatever else comes back
 unanswered and is graded here, in this process's threads, through the real sandbox as
-:func:`grade` always does. Every grade is the one :func:`grade` gives (tests/test_batch.py compares them): the pool's
-processes see the sandbox's limits, and a verdict only ever comes from their own computation.
+:func:`grade` always does. Every grade is the one :func:`grade` gives (tests/test_batch.py
+compares them): the pool's processes see the sandbox's limits, and a verdict only ever comes from
+their own computation.
 
 The pool starts on first use (fresh interpreters, ``python -m opgen.score.batch``: nothing of this
 process's threads, locks or ``__main__`` is inherited) and is reused; ``OPGEN_GRADE_PROCESSES``
@@ -20,7 +21,6 @@ import atexit
 import contextlib
 import os
 import pickle
-import queue
 import select
 import struct
 import subprocess
@@ -28,15 +28,15 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TypeVar
 
 from opgen.score import static as S
-from opgen.score.grade import grade
-from opgen.score.sandbox import Result, Sandbox, Unit, assemble, compile_units
+from opgen.score.grade import grade, row_fields
+from opgen.score.sandbox import FairPool, Result, Sandbox, Unit, assemble, compile_units
 
 T = TypeVar("T")
 
@@ -63,6 +63,11 @@ class Item:
     response: str
     answer_format: str = ""
     assistant_prefix: str = ""
+
+    @classmethod
+    def of_row(cls, ground_truth: dict | str, response: str, extra_info: Mapping | None) -> Item:
+        """The item of a response to a row with this ``extra_info`` (:func:`grade.row_fields`)."""
+        return cls(ground_truth, response, *row_fields(extra_info))
 
 
 class _NeedsSandbox(Exception):
@@ -229,14 +234,16 @@ def _serve() -> None:
 
 
 class _Pool:
-    """The process's grading processes, started on first use, handed out first come first served."""
+    """The process's grading processes, started on first use, handed out first come first served
+    (the sandbox's :class:`FairPool`)."""
 
     def __init__(self, size: int) -> None:
         self.size, self.pid = size, os.getpid()
-        self.free: queue.Queue[_Grader] = queue.Queue()
+        self.graders = [_Grader() for _ in range(size)]  # every one, busy or idle
+        self.free: FairPool[_Grader] = FairPool()
         self.failures = 0  # failed chunks in a row: at MAX_FAILURES the pool is not used again
-        for _ in range(size):
-            self.free.put(_Grader())
+        for g in self.graders:
+            self.free.put(g)
 
     @property
     def broken(self) -> bool:
@@ -254,7 +261,9 @@ class _Pool:
             return got
         except Exception:  # died, hung, or wrote what is not a reply
             grader.kill()
-            grader = _Grader()
+            replacement = _Grader()
+            self.graders[self.graders.index(grader)] = replacement
+            grader = replacement
             self.failures += 1
             if self.broken:
                 warnings.warn(f"opgen.score.batch: {MAX_FAILURES} chunks in a row got no reply from the grading "
@@ -265,11 +274,8 @@ class _Pool:
             self.free.put(grader)
 
     def close(self) -> None:
-        while True:
-            try:
-                self.free.get_nowait().close()
-            except queue.Empty:
-                return
+        for g in self.graders:
+            g.close()
 
 
 _pool: _Pool | None = None
@@ -290,7 +296,7 @@ def _grading_pool(processes: int) -> _Pool:
 def pool_pids() -> list[int]:
     """The process ids of the grading processes now running (for measurements)."""
     with _pool_lock:
-        return [g.proc.pid for g in list(_pool.free.queue)] if _pool is not None else []
+        return [g.proc.pid for g in _pool.graders] if _pool is not None else []
 
 
 def close_pool() -> None:

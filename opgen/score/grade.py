@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from opgen import formats as F
@@ -58,6 +59,13 @@ class Truth:
             for op in t.ops:
                 seen.setdefault(op, None)
         return tuple(seen)
+
+
+def row_fields(extra_info: Mapping | None) -> tuple[str, str]:
+    """``(answer_format, assistant_prefix)``: the ``extra_info`` fields of a row that :func:`grade`
+    reads; "" where absent."""
+    extra = extra_info or {}
+    return str(extra.get("answer_format", "") or ""), str(extra.get("assistant_prefix", "") or "")
 
 
 def load_truth(ground_truth: dict | str) -> Truth:

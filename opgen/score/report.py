@@ -147,8 +147,7 @@ def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, li
     the lines of ``scores.jsonl``, and what :func:`summarize` reads. ``rows`` is indexed by row
     index: all of a file's rows, or (a mapping) those of ``answers`` only."""
     jobs = list(_jobs(rows, answers))
-    items = [Item(row.ground_truth, text, str(row.extra.get("answer_format", "") or ""),
-                  str(row.extra.get("assistant_prefix", "") or "")) for row, _, text in jobs]
+    items = [Item.of_row(row.ground_truth, text, row.extra) for row, _, text in jobs]
     grades: list[dict] = grade_many(items, sandbox=box, policy=policy, group=group, mode=mode, namespace=namespace,
                         static=static, processes=processes)
     records = []

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from opgen.score import worker as wire
 from opgen.score.cache import BoundedCache
@@ -425,17 +425,21 @@ class _Worker:
         shutil.rmtree(self.root_dir, ignore_errors=True)
 
 
-class _FairPool:
+W = TypeVar("W")
+
+
+class FairPool(Generic[W]):
     """Idle workers handed out first come, first served: a thread returning a worker cannot take it
     straight back while others wait (a plain queue let 2 of 7 threads make ~3,750 calls and 5 make
-    one); the returned worker goes to the longest waiter."""
+    one); the returned worker goes to the longest waiter. (The sandbox's workers, and the grading
+    processes of opgen/score/batch.py.)"""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle: deque[_Worker] = deque()
+        self._idle: deque[W] = deque()
         self._waiters: deque[list] = deque()  # [event, worker or None]
 
-    def put(self, worker: _Worker) -> None:
+    def put(self, worker: W) -> None:
         with self._lock:
             if self._waiters:
                 slot = self._waiters.popleft()
@@ -444,7 +448,7 @@ class _FairPool:
                 return
             self._idle.append(worker)
 
-    def get(self) -> _Worker:
+    def get(self) -> W:
         with self._lock:
             if self._idle and not self._waiters:
                 return self._idle.popleft()
@@ -486,7 +490,7 @@ class Sandbox:
         limits = {"as_bytes": memory_mb << 20, "fsize_bytes": fsize_bytes, "nofile": nofile, "nproc": nproc,
                   "max_output": max_output, "work_bytes": work_mb << 20, "work_inodes": work_inodes}
         self._argv = [sys.executable, "-I", "-S", str(WORKER), *wire.worker_args(limits, namespaces)]
-        self._idle = _FairPool()
+        self._idle: FairPool[_Worker] = FairPool()
         self._lock = threading.Lock()
         self._closed = False
         self._all: list[_Worker] = []

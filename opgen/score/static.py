@@ -1,9 +1,9 @@
 """Grade without running: the sandbox's results for programs that provably run only library code.
 
-A trained model mostly recalls the library's definitions verbatim. :func:`run_units` answers a
+A trained model mostly recalls the library's definitions verbatim. :func:`evaluate` answers a
 response's units (its program and its recall probes, exactly what ``grade`` would send to
-``Sandbox.run_units``) with the :class:`Result` list the sandbox would return, or ``None`` — and
-then the response goes to the sandbox as before. It answers only when all of this holds:
+``Sandbox.run_units``) with the :class:`Result` list the sandbox would return and the units' trees,
+or ``None`` — and then the response goes to the sandbox as before. It answers only when all of this holds:
 
 - every top-level statement of every unit is a function definition or a constant (a docstring);
 - every definition is, as an AST (docstrings and other constant statements aside, formatting
@@ -536,8 +536,3 @@ def evaluate(units: Sequence[Unit], sandbox: object) -> Evaluation | None:
     except (_Decline, RecursionError, MemoryError):
         return None
 
-
-def run_units(units: Sequence[Unit], sandbox: object) -> list[Result] | None:
-    """The results ``sandbox.run_units(units)`` would give, or None when that is not provable."""
-    done = evaluate(units, sandbox)
-    return None if done is None else done.results
