@@ -147,7 +147,9 @@ def summary(man: dict, out: Path) -> str:
 @click.option("--sandbox-workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Sandbox processes for rows whose ref_code is not opgen's.")
 @options.allow_weak_sandbox(help="Run foreign ref_code even where the sandbox's isolation is below 'full'.")
-def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int, allow_weak_sandbox: bool) -> None:
+@options.progress()
+def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int, allow_weak_sandbox: bool,
+             progress: bool | None) -> None:
     """Check parquet files (or build directories) against the row schemas and re-execute every ground truth.
 
     opgen rows are re-derived from their parsed expressions; other verl rows' ref_code runs in the
@@ -163,10 +165,18 @@ def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int, allow
     if allow_weak_sandbox:
         allow_weak_for_this_process()
     runner = V.sandbox_runner(workers=sandbox_workers)
+    bar = None
+    if sys.stderr.isatty() if progress is None else progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=V.count_rows(files), desc="validate", unit="row", file=sys.stderr, leave=False)
     try:
-        reports = [V.validate_file(f, runner) for f in files]
+        reports = [V.validate_file(f, runner, bar.update if bar is not None else None) for f in files]
     except SandboxError as exc:
         raise click.ClickException(f"sandbox failure: {exc}") from None
+    finally:
+        if bar is not None:
+            bar.close()
     manifest_problems = [m for p in paths if p.is_dir() for m in V.check_manifest(p)]
     if as_json:
         click.echo(json.dumps([{"path": r.path, "kind": r.kind, "rows": r.rows, "ok": r.ok, "error": r.error,

@@ -196,7 +196,9 @@ def _batches(pf: pq.ParquetFile) -> Iterator[list[dict]]:
         yield batch.to_pylist()
 
 
-def validate_file(path: Path, run_foreign: Callable | None = None) -> FileReport:
+def validate_file(path: Path, run_foreign: Callable | None = None,
+                  on_rows: Callable[[int], object] | None = None) -> FileReport:
+    """Check one file; ``on_rows(n)`` is called after each batch of ``n`` rows (a progress bar's update)."""
     report = FileReport(str(path))
     try:
         pf = pq.ParquetFile(path)
@@ -209,13 +211,14 @@ def validate_file(path: Path, run_foreign: Callable | None = None) -> FileReport
         return report
     report.kind = kind
     try:
-        _validate_rows(pf, kind, report, run_foreign)
+        _validate_rows(pf, kind, report, run_foreign, on_rows)
     except (OSError, pa.ArrowException, ValueError) as exc:  # a corrupt page: this file fails, the others run
         report.error = f"unreadable after {report.rows} rows ({type(exc).__name__}: {exc})"
     return report
 
 
-def _validate_rows(pf: pq.ParquetFile, kind: str, report: FileReport, run_foreign: Callable | None) -> None:
+def _validate_rows(pf: pq.ParquetFile, kind: str, report: FileReport, run_foreign: Callable | None,
+                   on_rows: Callable[[int], object] | None = None) -> None:
     index = 0
     with E.recursion_headroom():
         for batch in _batches(pf):
@@ -237,6 +240,19 @@ def _validate_rows(pf: pq.ParquetFile, kind: str, report: FileReport, run_foreig
                         report.fail(index + n, "extra_info.index is negative")
             index += len(batch)
             report.rows = index
+            if on_rows is not None:
+                on_rows(len(batch))
+
+
+def count_rows(files: list[Path]) -> int:
+    """Rows the files' footers announce (a progress bar's total; an unreadable file counts 0)."""
+    total = 0
+    for f in files:
+        try:
+            total += pq.ParquetFile(f).metadata.num_rows
+        except (OSError, pa.ArrowException):
+            pass
+    return total
 
 
 def expand(paths: list[Path]) -> list[Path]:
