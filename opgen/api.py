@@ -29,10 +29,33 @@ __all__ = ["Dataset", "Generator", "Scores", "build_splits", "create_dataset", "
            "score_answers"]
 
 
+def _count(name: str, value: Any, least: int, cli: str) -> None:
+    """An integer argument the CLI takes as ``cli`` (click.IntRange(min=least)); bool is not one."""
+    import numbers
+
+    what = "a positive integer" if least == 1 else "a non-negative integer" if least == 0 else f"an integer >= {least}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be {what} (as {cli}), got {value!r}")
+    if value < least:
+        raise ValueError(f"{name} must be {what} (as {cli}), got {value!r}")
+
+
+def _check_build_args(size: int | None, seed: int | None, workers: int) -> None:
+    if size is not None:
+        _count("size", size, 1, "opgen build --limit")
+    if seed is not None:
+        _count("seed", seed, 0, "opgen build --seed")
+    _count("workers", workers, 1, "opgen build --workers")
+
+
 def load_recipe(recipe: Any, seed: int | None = None):
     """A bundled recipe's name, a YAML path, a recipe dict (the YAML's content) or a
     :class:`opgen.recipe.Recipe` -> a resolved Recipe (``seed`` overrides the recipe's)."""
     from opgen import recipe as R
+
+    if seed is not None:
+        _count("seed", seed, 0, "opgen build --seed")
+        seed = int(seed)
 
     if isinstance(recipe, R.Recipe):
         return recipe if seed is None else R.resolve(recipe.raw, recipe.path, recipe.sha256, seed)
@@ -89,23 +112,32 @@ class Dataset:
 
 def build_splits(recipe: Any, splits: Sequence[str] | None = None, *, size: int | None = None,
                  seed: int | None = None, workers: int = 1) -> dict[str, Dataset]:
-    """Every split of ``recipe`` (or only ``splits``), built as ``opgen build`` builds them, in memory.
+    """Every split of ``recipe`` (or only ``splits``: names, or one name), built as ``opgen build``
+    builds them, in memory.
 
     ``size``: at most this many rows per split (``--limit``); ``seed``: overrides the recipe's
-    (``--seed``); ``workers``: build processes (rows are identical for any number)."""
+    (``--seed``); ``workers``: build processes (rows are identical for any number). Each is checked
+    as the CLI checks it (a TypeError or ValueError naming the argument)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from opgen import build as B
 
-    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
-        raise ValueError(f"size must be a positive integer, got {size!r}")
+    _check_build_args(size, seed, workers)
+    if isinstance(splits, str):
+        splits = [splits]
+    if splits is not None and not all(isinstance(s, str) for s in splits):
+        raise TypeError(f"splits must be split names (strings), got {list(splits)!r}")
     loaded = load_recipe(recipe, seed)
+    # The build goes into a folder inside the temporary one: its lock file (beside the output
+    # folder) is then removed with it, never left in the system's temp directory.
     with tempfile.TemporaryDirectory(prefix="opgen-api-") as tmp:
-        man = B.build([loaded], Path(tmp), workers=workers, only=tuple(splits or ()), limit=size, seed=seed)
+        where = Path(tmp) / "build"
+        man = B.build([loaded], where, workers=int(workers), only=tuple(splits or ()),
+                      limit=None if size is None else int(size), seed=None if seed is None else int(seed))
         out = {}
         for name, section in man["splits"].items():
-            tables = [pq.read_table(Path(tmp) / f["path"]) for f in section["files"]]
+            tables = [pq.read_table(where / f["path"]) for f in section["files"]]
             table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
             out[name] = Dataset(name, table.combine_chunks(), section)
     return out
@@ -117,6 +149,9 @@ def create_dataset(recipe: Any, split: str | None = None, *, size: int | None = 
 
     A split is built alone (``--only``), as ``opgen build --only``: its duplicate checks run against
     itself, not against the recipe's other splits."""
+    _check_build_args(size, seed, workers)
+    if split is not None and not isinstance(split, str):
+        raise TypeError(f"split must be a split name (a string), got {split!r}")
     loaded = load_recipe(recipe, seed)
     names = [s.name for s in loaded.splits]
     if split is None:
@@ -162,32 +197,88 @@ def _rows_of(rows: Any):
     return out
 
 
-def score_answers(rows: Any, responses: Sequence[str | Sequence[str] | None], *, mode: str = "auto",
+def _samples(i: int, got: Any) -> list[str] | None:
+    """``responses[i]`` as its samples: None, a string, a non-empty list of strings, or a record as
+    a line of ``opgen score``'s responses file (``{"response": str}`` or ``{"responses": [str, ...]}``,
+    with an optional ``index`` that must be ``i``)."""
+    if got is None:
+        return None
+    if isinstance(got, str):
+        return [got]
+    if isinstance(got, Mapping):
+        if "index" in got and got["index"] != i:
+            raise ValueError(f"responses[{i}]: index {got['index']!r} in a record at position {i} (responses are "
+                             "given in row order; drop 'index' or make it the position)")
+        if "responses" in got:
+            many = got["responses"]
+            if isinstance(many, (list, tuple)) and many and all(isinstance(s, str) for s in many):
+                return list(many)
+            raise TypeError(f"responses[{i}]: 'responses' must be a non-empty list of strings, got {many!r:.80}")
+        if isinstance(got.get("response"), str):
+            return [got["response"]]
+        raise TypeError(f"responses[{i}]: a record needs 'response' (a string) or 'responses' (a list of strings), "
+                        f"got keys {sorted(map(str, got))}" if "response" not in got else
+                        f"responses[{i}]: 'response' must be a string, got {type(got['response']).__name__}")
+    if isinstance(got, (list, tuple)) and got and all(isinstance(s, str) for s in got):
+        return list(got)
+    raise TypeError(f"responses[{i}]: a string, a non-empty list of strings, a {{'response': ...}} record or None, "
+                    f"got {type(got).__name__} {got!r:.80}")
+
+
+def _check_score_args(mode: str, policy: str, group: str, workers: int, timeout_s: float, namespace: str,
+                      static: bool) -> None:
+    import math
+    import numbers
+
+    from opgen.score.grade import GROUP_POLICIES, MODES, NAMESPACES, POLICIES
+
+    for name, value, allowed in (("mode", mode, MODES), ("policy", policy, POLICIES), ("group", group, GROUP_POLICIES),
+                                 ("namespace", namespace, NAMESPACES)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    _count("workers", workers, 1, "opgen score --workers")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real):
+        raise TypeError(f"timeout_s must be a number of seconds >= {MIN_TIMEOUT_S} (as opgen score --timeout), "
+                        f"got {timeout_s!r}")
+    if not math.isfinite(timeout_s) or timeout_s < MIN_TIMEOUT_S:
+        raise ValueError(f"timeout_s must be a number of seconds >= {MIN_TIMEOUT_S} (as opgen score --timeout), "
+                         f"got {timeout_s!r}")
+    if not isinstance(static, bool):
+        raise TypeError(f"static must be True or False, got {static!r}")
+
+
+MIN_TIMEOUT_S = 0.05  # opgen score --timeout's floor: below it no program, gold ones included, finishes
+
+
+def score_answers(rows: Any, responses: Sequence[Any], *, mode: str = "auto",
                   policy: str = "output", group: str = "fraction", workers: int = 2,
                   timeout_s: float = 2.0, namespace: str = "strict", static: bool = True) -> Scores:
-    """Grade ``responses[i]`` (a string, a list of samples, or None for no response) against row
-    ``i`` of ``rows`` (a :class:`Dataset`, a pyarrow.Table or a list of row dicts), in opgen's
-    sandbox, exactly as ``opgen score`` grades a file (same grades, same summary)."""
+    """Grade ``responses[i]`` against row ``i`` of ``rows`` (a :class:`Dataset`, a pyarrow.Table or a
+    list of row dicts), in opgen's sandbox, exactly as ``opgen score`` grades a file (same grades,
+    same summary). ``responses[i]`` is a string, a list of samples, a record as a line of the
+    responses file (``{"response": ...}`` or ``{"responses": [...]}``), or None for no response;
+    anything else, and any option ``opgen score`` would refuse, raises naming it."""
     from opgen.score.grade import GroundTruthError, load_truth
     from opgen.score.report import grade_records, summarize
     from opgen.score.sandbox import Sandbox
 
+    _check_score_args(mode, policy, group, workers, timeout_s, namespace, static)
+    if isinstance(responses, (str, bytes, Mapping)) or not isinstance(responses, Sequence):
+        raise TypeError(f"responses must be a list with one entry per row, got {type(responses).__name__}")
     data = _rows_of(rows)
     if len(responses) != len(data):
         raise ValueError(f"{len(responses)} responses for {len(data)} rows (give None for a row without one)")
     answers: dict[int, list[str]] = {}
     for i, got in enumerate(responses):
-        if got is None:
+        samples = _samples(i, got)
+        if samples is None:
             continue
-        samples = [got] if isinstance(got, str) else list(got)
-        if not samples or not all(isinstance(s, str) for s in samples):
-            raise TypeError(f"responses[{i}]: a string or a non-empty list of strings")
         try:
             load_truth(data[i].ground_truth)
         except GroundTruthError as exc:
             raise ValueError(f"row {i}: {exc}") from None
         answers[i] = samples
-    with Sandbox(workers=workers, timeout_s=timeout_s) as box:
+    with Sandbox(workers=int(workers), timeout_s=float(timeout_s)) as box:
         records = grade_records(data, answers, box, mode=mode, policy=policy, group=group, namespace=namespace,
                                 static=static)
         level = box.level

@@ -177,3 +177,88 @@ def test_import_opgen_stays_light():
         .strip() == "[]"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "opgen.api" in out  # first use loads it
+
+
+# ---- the notebook API validates its arguments like the CLI (issue 24, item 6) ----------------
+
+@pytest.fixture(scope="module")
+def small_ds():
+    return opgen.create_dataset("eval-suite", "heldout_trees_d1-8", size=4, seed=1)
+
+
+def test_score_answers_takes_response_records_as_the_responses_file_does(small_ds):
+    gold = [tokens.gold_answer_of_row(r) for r in small_ds]
+    as_strings = opgen.score_answers(small_ds, gold)
+    as_records = opgen.score_answers(small_ds, [{"response": g} for g in gold])
+    assert as_strings.scores == as_records.scores == [1.0] * 4
+    as_lists = opgen.score_answers(small_ds, [{"responses": [g, "x"]} for g in gold])
+    assert as_lists.scores == [0.5] * 4
+    indexed = opgen.score_answers(small_ds, [{"index": i, "response": g} for i, g in enumerate(gold)])
+    assert indexed.scores == [1.0] * 4
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"text": "x"}, r"responses\[1\]: .*'response'"),
+    ({"response": 3}, r"responses\[1\]: .*'response'"),
+    ({"responses": []}, r"responses\[1\]: .*'responses'"),
+    ({"index": 0, "response": "x"}, r"responses\[1\]: index 0"),
+    (3, r"responses\[1\]: a string"),
+    ([], r"responses\[1\]: a string"),
+    (["x", 2], r"responses\[1\]: a string"),
+    (b"x", r"responses\[1\]: a string"),
+])
+def test_score_answers_refuses_other_shapes_by_position(small_ds, bad, message):
+    responses: list = ["a", bad, "c", "d"]
+    with pytest.raises((TypeError, ValueError), match=message):
+        opgen.score_answers(small_ds, responses)
+
+
+def test_score_answers_refuses_a_bare_string_for_the_responses(small_ds):
+    with pytest.raises(TypeError, match="one entry per row"):
+        opgen.score_answers(small_ds, "abcd")
+
+
+@pytest.mark.parametrize("kw, name", [
+    ({"timeout_s": 0}, "timeout_s"), ({"timeout_s": -1}, "timeout_s"), ({"timeout_s": "2"}, "timeout_s"),
+    ({"timeout_s": float("nan")}, "timeout_s"), ({"workers": 0}, "workers"), ({"workers": 1.5}, "workers"),
+    ({"mode": "fwd"}, "mode"), ({"policy": "x"}, "policy"), ({"group": "x"}, "group"),
+    ({"namespace": "x"}, "namespace"), ({"static": "no"}, "static"),
+])
+def test_score_answers_refuses_what_opgen_score_refuses(small_ds, kw, name):
+    with pytest.raises((TypeError, ValueError), match=name):
+        opgen.score_answers(small_ds, ["a"] * 4, **kw)
+
+
+@pytest.mark.parametrize("kw, name", [
+    ({"seed": -1}, "seed"), ({"seed": "a"}, "seed"), ({"seed": True}, "seed"), ({"seed": 1.5}, "seed"),
+    ({"workers": 0}, "workers"), ({"workers": "2"}, "workers"), ({"size": 0}, "size"), ({"size": "3"}, "size"),
+])
+def test_create_dataset_refuses_what_opgen_build_refuses(kw, name):
+    with pytest.raises((TypeError, ValueError), match=name):
+        opgen.create_dataset("eval-suite", "heldout_trees_d1-8", **{"size": 4, **kw})
+    with pytest.raises((TypeError, ValueError), match=name):
+        opgen.build_splits("eval-suite", ["heldout_trees_d1-8"], **{"size": 4, **kw})
+    if "seed" in kw:
+        with pytest.raises((TypeError, ValueError), match="seed"):
+            opgen.load_recipe("eval-suite", kw["seed"])
+
+
+def test_build_splits_takes_one_split_name_as_a_string():
+    got = opgen.build_splits("eval-suite", "heldout_trees_d1-8", size=3)
+    assert list(got) == ["heldout_trees_d1-8"]
+    with pytest.raises(TypeError, match="splits"):
+        opgen.build_splits("eval-suite", [3], size=3)
+
+
+def test_api_calls_leave_nothing_in_the_temp_directory(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = ("import opgen, opgen.tokens as t\n"
+            "ds = opgen.create_dataset('eval-suite', 'heldout_trees_d1-8', size=3, seed=1)\n"
+            "opgen.build_splits('eval-suite', ['heldout_chains_d1-20'], size=2)\n"
+            "r = opgen.score_answers(ds, [t.gold_answer_of_row(x) for x in ds])\n"
+            "assert r.scores == [1.0] * 3, r.scores\n")
+    env = {**os.environ, "TMPDIR": str(tmp), "OPGEN_GRADE_PROCESSES": "0"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in tmp.iterdir()) == []
