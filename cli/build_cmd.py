@@ -107,7 +107,7 @@ def _load_tokenizer(path: Path):
     try:
         return T.load_tokenizer(path)
     except ImportError as exc:
-        raise click.UsageError(f"--tokenizer needs transformers: pip install 'opgen[tokens]' ({exc})") from None
+        raise click.UsageError(f"--tokenizer: {exc}") from None
     except (OSError, ValueError) as exc:
         raise click.BadParameter(str(exc), param_hint="--tokenizer") from None
 

@@ -23,6 +23,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from opgen import card
 from opgen.hubplan import BuildFile, Plan, Split
@@ -43,6 +44,10 @@ class HubError(Exception):
 
 class MissingToken(HubError):
     pass
+
+
+class MissingExtra(HubError):
+    """huggingface_hub is not installed."""
 
 
 def hub_name(text: str) -> str:
@@ -275,11 +280,21 @@ def tree_files(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
 
+def _hf_hub() -> Any:
+    """huggingface_hub, or a HubError naming the extra that installs it."""
+    try:
+        import huggingface_hub
+    except ImportError as exc:
+        raise MissingExtra(f"pushing to the Hub needs huggingface_hub (the 'hub' extra: pip install 'opgen[hub]'): "
+                           f"{exc}") from None
+    return huggingface_hub
+
+
 def resolve_token(token: str | None = None) -> str:
     """An explicit token, else HF_TOKEN, else the login cache (huggingface_hub.get_token checks both)."""
     if token:
         return token
-    from huggingface_hub import get_token
+    get_token = _hf_hub().get_token
 
     try:
         found = get_token()
@@ -307,8 +322,9 @@ def push(build_dir: Path, repo_id: str, *, private: bool = False, revision: str 
     (if missing), the branch (if ``revision`` names one that is missing) and one commit holding
     every file. Nothing reaches the Hub unless the whole tree verified."""
     check_repo_id(repo_id)
+    hf = _hf_hub()
     token = resolve_token(token)
-    from huggingface_hub import CommitOperationAdd, HfApi
+    CommitOperationAdd, HfApi = hf.CommitOperationAdd, hf.HfApi
 
     # Staged in TMPDIR (room for one copy of the build): what is uploaded is what was verified,
     # whatever happens to the build directory meanwhile.

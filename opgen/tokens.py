@@ -34,9 +34,13 @@ def load_tokenizer(path: str | Path) -> Any:
     if not folder.is_dir():
         raise FileNotFoundError(f"tokenizer folder {str(folder)!r} does not exist")
     try:
+        # chat templates are Jinja: transformers imports jinja2 only when a template is first applied,
+        # which would fail after the work started
+        import jinja2  # noqa: F401
         from transformers import AutoTokenizer
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("token statistics need transformers and tokenizers: pip install transformers") from exc
+    except ImportError as exc:
+        raise ImportError(f"token statistics need transformers, tokenizers and jinja2 (the 'tokens' extra: "
+                          f"pip install 'opgen[tokens]'): {exc}") from None
     try:
         tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError) as exc:
