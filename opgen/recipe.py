@@ -162,6 +162,33 @@ def _read_text(path: Path, shown: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
+MAX_TEMPLATE_BYTES = 1 << 20  # a prompt wording; far above any real one, far below a runaway file
+
+
+def _read_template(path: Path, named: str, where: str) -> str:
+    """A prompt template's text: a regular file (not a device, FIFO or folder) of at most
+    MAX_TEMPLATE_BYTES, read no further than that (``/dev/zero`` is refused, never read whole)."""
+    import stat
+
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise RecipeError(f"{where}: {named} is not a regular file")
+        if st.st_size > MAX_TEMPLATE_BYTES:
+            raise RecipeError(f"{where}: {named} is {st.st_size:,} bytes; a prompt template is at most "
+                              f"{MAX_TEMPLATE_BYTES:,}")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TEMPLATE_BYTES + 1)
+    except OSError as exc:
+        raise RecipeError(f"{where}: cannot read {named} ({exc.strerror or exc})") from None
+    if len(raw) > MAX_TEMPLATE_BYTES:  # grew since the stat
+        raise RecipeError(f"{where}: {named} is over {MAX_TEMPLATE_BYTES:,} bytes; a prompt template is at most that")
+    try:
+        return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"{where}: cannot read {named} ({exc})") from None
+
+
 def _path(parts) -> str:
     out = ""
     for p in parts:
@@ -175,7 +202,12 @@ def locate(spec: str) -> tuple[Path, str]:
     if path.is_file():
         return path, spec
     if path.suffix in (".yaml", ".yml") and (path.parent != Path(".") or path.exists()):
-        raise RecipeError(f"{spec}: no such recipe file")
+        try:
+            recipe_path(path.stem)
+        except FileNotFoundError:
+            raise RecipeError(f"{spec}: no such recipe file") from None
+        raise RecipeError(f"{spec}: no such recipe file here; opgen bundles a recipe of that name: "
+                          f"give it as {path.stem!r} (e.g. opgen build {path.stem})")
     try:
         found = recipe_path(spec)
     except FileNotFoundError as exc:
@@ -202,7 +234,33 @@ def load(spec: str, seed: int | None = None) -> Recipe:
     return recipe
 
 
+def _non_finite(data: Any, parts: tuple = ()) -> tuple | None:
+    """The path of the first NaN or infinity in ``data`` (YAML's ``.nan``, ``.inf``), None if none.
+
+    JSON Schema's ``minimum``/``maximum`` compare False with NaN, so a NaN probability passes the
+    schema; no recipe number is meant to be one."""
+    import math
+
+    if isinstance(data, float) and not math.isfinite(data):
+        return parts
+    if isinstance(data, dict):
+        for k, v in data.items():
+            found = _non_finite(v, (*parts, k))
+            if found is not None:
+                return found
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            found = _non_finite(v, (*parts, i))
+            if found is not None:
+                return found
+    return None
+
+
 def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base: Path | None = None) -> Recipe:
+    bad = _non_finite(data)
+    if bad is not None:
+        raise RecipeError(f"{shown}: {_path(bad)}: {_at(data, bad)!r} is not a finite number "
+                          "(.nan and .inf are not allowed in a recipe)")
     errors = [] if schemacheck.surely_valid(_schema(), data) else \
         sorted(_validator().iter_errors(data), key=lambda e: (len(list(e.path)), list(map(str, e.path))))
     if errors:
@@ -241,10 +299,7 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
         template, template_file = None, merged["prompt_template"] or ""
         if template_file:
             tpath = Path(template_file) if Path(template_file).is_absolute() else (base or Path(".")) / template_file
-            try:
-                template = tpath.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise RecipeError(f"{where}.prompt_template: cannot read {template_file} ({exc})") from None
+            template = _read_template(tpath, template_file, f"{where}.prompt_template")
             problem = formats.check_template(template)
             if problem:
                 raise RecipeError(f"{where}.prompt_template: {template_file}: {problem}")
@@ -262,6 +317,12 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
             ability=merged["ability"] or "", prompt_template=template, prompt_template_file=template_file))
     return Recipe(name=data["name"], path=shown, sha256=sha, seed=seed, splits=splits, heldout_ops=heldout_ops,
                   allow=tuple(leak.get("allow", ())), raw=data, avoid=tuple(leak.get("avoid", ())))
+
+
+def _at(data: Any, parts: tuple) -> Any:
+    for p in parts:
+        data = data[p]
+    return data
 
 
 def _explain(err) -> str:  # a jsonschema.ValidationError

@@ -171,6 +171,7 @@ def load_verl_generations(path: Path) -> dict[str, dict]:
     ``extra_info.assistant_prefix``), so replaying it against a different data file, or one whose
     rows were reordered, stops at the first row that differs.
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -184,6 +185,15 @@ def load_verl_generations(path: Path) -> dict[str, dict]:
                                f"(columns: {', '.join(sorted(names))})")
     cols = ["responses", "prompt"] + (["extra_info"] if "extra_info" in names else [])
     table: dict[str, dict] = {}
+    try:
+        _read_generations(pf, path, cols, table)
+    except (OSError, ValueError, pa.ArrowException) as exc:  # a corrupt page, a bad value encoding
+        raise BackendError(f"{path}: not a readable parquet file: unreadable after row {len(table)} "
+                           f"({type(exc).__name__}: {exc})") from None
+    return table
+
+
+def _read_generations(pf, path: Path, cols: list[str], table: dict[str, dict]) -> None:
     for batch in pf.iter_batches(batch_size=4096, columns=cols):
         for rec in batch.to_pylist():
             i = len(table)
@@ -201,7 +211,6 @@ def load_verl_generations(path: Path) -> dict[str, dict]:
             table[str(i)] = {"responses": responses, "finish_reasons": [UNKNOWN_FINISH] * len(responses),
                              "prompt_sha256": prompt_sha256(prompt, prefix), "prompt_tokens": -1,
                              "completion_tokens": []}
-    return table
 
 
 class ReplayBackend(Backend):

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from opgen.infer.base import LENGTH, Backend, Generation, Request, Sampling, prompt_sha256
 
@@ -51,11 +52,22 @@ def read_rows(path: Path, limit: int | None = None) -> list[Row]:
             raise DataError(f"{path}: missing column {col!r} (has {', '.join(sorted(names))})")
     cols = ["prompt", "reward_model"] + (["extra_info"] if "extra_info" in names else [])
     rows: list[Row] = []
+    try:
+        _read_into(rows, pf, path, cols, limit)
+    except DataError:
+        raise
+    except (OSError, ValueError) as exc:  # a corrupt page (pyarrow's errors are these)
+        raise DataError(f"{path}: not a readable parquet file: unreadable after row {len(rows)} "
+                        f"({type(exc).__name__}: {exc})") from None
+    return rows
+
+
+def _read_into(rows: list[Row], pf: Any, path: Path, cols: list[str], limit: int | None) -> None:
     for batch in pf.iter_batches(batch_size=4096, columns=cols):
         for rec in batch.to_pylist():
             i = len(rows)
             if limit is not None and i >= limit:
-                return rows
+                return
             prompt = rec["prompt"]
             if not isinstance(prompt, list) or not prompt or not all(
                     isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
@@ -68,7 +80,6 @@ def read_rows(path: Path, limit: int | None = None) -> list[Row]:
             prefix = extra.get("assistant_prefix") or ""
             messages = tuple((m["role"], m["content"]) for m in prompt)
             rows.append(Row(i, messages, prefix, gt, extra, prompt_sha256(messages, prefix)))
-    return rows
 
 
 def read_log(path: Path, repair: bool = False, keep: Sequence[str] | None = None) -> dict[int, dict]:
