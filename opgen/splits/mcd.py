@@ -9,7 +9,8 @@ starts from a random split (H empty: train and eval are the first rows of one se
 of the pool, so D_C starts at that of a random split of the same sizes) and, each round, tries
 ``candidates`` compounds (a seeded sample) and adds the one that raises D_C most while D_A stays
 within the bound and enough rows remain on both sides; it stops when no candidate helps. Every
-evaluation is a few numpy reductions over the pool's (row, compound) incidence, so a 100,000-row pool takes seconds (benchmarks/bench_split.py).
+evaluation is a few numpy reductions over the pool's (row, compound) incidence
+(benchmarks/bench_split.py times a 100,000-row pool).
 """
 
 from __future__ import annotations
