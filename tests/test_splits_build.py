@@ -126,7 +126,8 @@ def test_systematicity_recipe_builds_with_a_certificate_and_a_card(tmp_path: Pat
     assert "`func_3(func_9)`" in card and "| certificate check | passed |" in card
     # deterministic: the same recipe builds the same rows
     out2, man2 = build(tmp_path, SYSTEMATICITY, "sys2")
-    assert [f["sha256"] for f in man2["splits"]["train"]["files"]] == [f["sha256"] for f in man["splits"]["train"]["files"]]
+    assert [f["sha256"] for f in man2["splits"]["train"]["files"]] == \
+        [f["sha256"] for f in man["splits"]["train"]["files"]]
 
 
 def test_mcd_recipe_builds_within_its_atom_bound(tmp_path: Path):
@@ -234,6 +235,6 @@ def test_heldout_ops_split_reproduces_the_bundled_eval_suite(tmp_path: Path):
     ma, mb = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
     assert {n: s["content_sha256"] for n, s in ma["splits"].items()} == \
         {n: s["content_sha256"] for n, s in mb["splits"].items()}
-    for name, s in ma["splits"].items():
+    for s in ma["splits"].values():
         for f in s["files"]:
             assert (a / f["path"]).read_bytes() == (b / f["path"]).read_bytes()
