@@ -191,3 +191,20 @@ def test_mcd_is_deterministic_from_its_seed():
     b = mcd.search(pool, 100, 30, ("s", 1), max_atom_divergence=0.3)
     assert a == b
     assert a.compound_divergence > a.random_compound_divergence
+
+
+@pytest.mark.parametrize("leaves", [False, True])
+def test_edge_fast_path_equals_the_fragment_enumeration(leaves):
+    """The builder's edge path (max_size 2) is the general enumeration's two-node fragments."""
+    from opgen.generate.trees import Trees
+    from opgen.generate import Context
+
+    opts = Trees.resolve({"ops": "all", "depths": [1, 2, 3, 4, 5], "per_depth": 40})
+    gen = Trees(opts, Context(digest="t", split="t", seed=0))
+    spec = C.CompoundSpec(leaves=leaves)
+    for i in range(gen.count()):
+        trees = [t.program for t in gen.first_valid(i)[1].tasks]
+        fast = C._edge_occurrences(trees, leaves)
+        slow = C._fragment_occurrences(trees, spec)
+        assert sorted(fast[0]) == sorted(slow[0])
+        assert sorted(fast[1], key=repr) == sorted(slow[1], key=repr)

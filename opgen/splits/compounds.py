@@ -132,6 +132,35 @@ def _fragments(e: E.Expr, spec: CompoundSpec, ids: dict[int, int]) -> list[tuple
 
 def occurrences(trees: Sequence[E.Expr], spec: CompoundSpec = DEFAULT) -> tuple[list[str], list[Occurrence]]:
     """A row's atom labels (with repeats) and compound occurrences, over all of its trees."""
+    if spec.max_size == 2:
+        return _edge_occurrences(trees, spec.leaves)
+    return _fragment_occurrences(trees, spec)
+
+
+def _edge_occurrences(trees: Sequence[E.Expr], leaves: bool) -> tuple[list[str], list[Occurrence]]:
+    """``_fragment_occurrences`` for two-node compounds (edges), without enumerating fragments: the
+    builder measures every row with it (tests/test_splits.py ties the two)."""
+    atoms: list[str] = []
+    found: list[Occurrence] = []
+    ops_types = (E.Call, E.Method, E.Concat)
+    ids: dict[int, int] = {}
+    for tree in trees:
+        nodes = [n for n in E.walk(tree) if leaves or isinstance(n, ops_types)]
+        for n in nodes:
+            ids[id(n)] = len(ids)
+        for n in nodes:
+            own = label(n)
+            atoms.append(own)
+            kids = E.children(n)
+            for pos, kid in enumerate(kids):
+                if leaves or isinstance(kid, ops_types):
+                    parts = ["_"] * len(kids)
+                    parts[pos] = label(kid)
+                    found.append((f"{own}({','.join(parts)})", frozenset((ids[id(n)], ids[id(kid)]))))
+    return atoms, found
+
+
+def _fragment_occurrences(trees: Sequence[E.Expr], spec: CompoundSpec) -> tuple[list[str], list[Occurrence]]:
     atoms: list[str] = []
     found: list[Occurrence] = []
     ids: dict[int, int] = {}

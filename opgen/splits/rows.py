@@ -47,6 +47,7 @@ def row_programs(path: Path) -> Iterator[tuple[list[E.Expr], list[str], int]]:
     if pf.schema_arrow.get_field_index("reward_model") < 0:
         raise SplitRowsError(f"{path}: no 'reward_model' column: not opgen rows")
     n = 0
+    memo: dict[str, E.Expr] = {}  # rows repeat programs (atomic tasks above all): parse each once
     for batch in pf.iter_batches(batch_size=4096, columns=["reward_model"]):
         for rm in batch.column(0).to_pylist():
             raw = rm.get("ground_truth") if isinstance(rm, dict) else None
@@ -55,7 +56,7 @@ def row_programs(path: Path) -> Iterator[tuple[list[E.Expr], list[str], int]]:
                 tasks = gt["tasks"] if isinstance(gt, dict) else None
                 if not isinstance(tasks, list) or not tasks:
                     raise ValueError("no tasks")
-                trees = [E.parse(t["expr"]) for t in tasks]
+                trees = [_parse(t["expr"], memo) for t in tasks]
                 inputs = [str(t.get("input", "")) for t in tasks]
             except (ValueError, KeyError, TypeError) as exc:
                 raise SplitRowsError(f"{path}: row {n}: ground_truth has no parseable tasks[].expr ({exc})") from None
@@ -70,6 +71,13 @@ def units_of(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT) -> list[C.
         for path in parquet_files(paths):
             out += [C.row_units(trees, inputs, spec) for trees, inputs, _ in row_programs(path)]
     return out
+
+
+def _parse(text: str, memo: dict[str, E.Expr]) -> E.Expr:
+    tree = memo.get(text)
+    if tree is None:
+        tree = memo[text] = E.parse(text)
+    return tree
 
 
 def depths_of(paths: Sequence[Path]) -> list[int]:
