@@ -196,8 +196,8 @@ def test_mcd_is_deterministic_from_its_seed():
 @pytest.mark.parametrize("leaves", [False, True])
 def test_edge_fast_path_equals_the_fragment_enumeration(leaves):
     """The builder's edge path (max_size 2) is the general enumeration's two-node fragments."""
-    from opgen.generate.trees import Trees
     from opgen.generate import Context
+    from opgen.generate.trees import Trees
 
     opts = Trees.resolve({"ops": "all", "depths": [1, 2, 3, 4, 5], "per_depth": 40})
     gen = Trees(opts, Context(digest="t", split="t", seed=0))
