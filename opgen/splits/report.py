@@ -111,6 +111,7 @@ def card_section(manifest: Mapping[str, Any]) -> str | None:
                 ["training rows holding a held-out compound (checked from the rows)",
                  str(check.get("train_rows_with_heldout_compound", check.get("train_rows_deeper_than_max", "n/a")))],
                 ["certificate check", "passed" if check.get("ok") else "FAILED"]]
+        rows += [["note", w] for w in check.get("warnings") or []]
         search = c.get("search")
         if isinstance(search, dict) and isinstance(search.get("random_split"), dict):
             rs = search["random_split"]
