@@ -124,6 +124,8 @@ def test_systematicity_recipe_builds_with_a_certificate_and_a_card(tmp_path: Pat
     assert "## Compositional split" in card
     assert f"{cert['compound_divergence']:.4f}" in card and f"{cert['atom_divergence']:.4f}" in card
     assert "`func_3(func_9)`" in card and "| certificate check | passed |" in card
+    # opgen verify rebuilds it from the manifest (the resolved split included)
+    assert "FAIL" not in opgen("verify", str(out)).stdout
     # deterministic: the same recipe builds the same rows
     out2, man2 = build(tmp_path, SYSTEMATICITY, "sys2")
     assert [f["sha256"] for f in man2["splits"]["train"]["files"]] == \
@@ -154,6 +156,7 @@ def test_mcd_recipe_builds_within_its_atom_bound(tmp_path: Path):
     train = trees_of(out / "train.parquet")
     assert len(train) == 500 and not any(held & edge_texts(t) for row in train for t in row)
     assert len(trees_of(out / "test.parquet")) == 120
+    assert "FAIL" not in opgen("verify", str(out)).stdout
     tree = tmp_path / "tree"
     opgen("push", str(out), "--repo-id", "org/mcd", "--dry-run", str(tree))
     card = (tree / "README.md").read_text()
@@ -199,6 +202,17 @@ def test_heldout_ops_split_of_an_sft_cell_composes_no_heldout_operator(tmp_path:
         assert not any(p & held for p in direct_pairs(t))
     assert man["split_certificates"]["sft-heldout-e2e"]["check"]["ok"]
     assert man["leakage"]["ok"]
+    assert "FAIL" not in opgen("verify", str(out)).stdout
+
+
+def test_share_of_pairs_is_named_in_the_manifest_and_rebuilds(tmp_path: Path):
+    text = SYSTEMATICITY.replace("pairs: [[func_3, func_9], [func_15, func_17]]", "share: 0.05, ops: train") \
+        .replace("ops: [func_3, func_9, func_15, func_17]", "ops: train")
+    out, man = build(tmp_path, text, "share")
+    split = man["recipes"][0]["resolved"]["split"]
+    assert split["drawn"] == {"share": 0.05, "ops": list(ops.TRAIN_IDS), "seed": 2} and len(split["pairs"]) == 5
+    assert man["split_certificates"]["sys-e2e"]["check"]["ok"]
+    assert "FAIL" not in opgen("verify", str(out)).stdout
 
 
 def _eval_suite_without_avoid(tmp: Path, with_split: bool) -> Path:

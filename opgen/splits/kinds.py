@@ -46,6 +46,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "share": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
         "ops": OP_SET,
         "eval": {"enum": ["require", "any"]},
+        "drawn": {"type": "object", "description": "how 'share' drew the pairs (a manifest's record; ignored on read)"},
     }),
     "heldout-ops": _schema([], {"ops": OP_SET, "eval": {"enum": ["require", "any"]}}),
     "productivity": _schema(["max_train_depth"], {"max_train_depth": {"type": "integer", "minimum": 1}}),
@@ -259,6 +260,8 @@ def _systematicity(raw: Mapping[str, Any], config: dict[str, Any], spec: C.Compo
                 if o not in ops.BY_ID:
                     raise SplitError(f"{where}.pairs[{k}]: unknown operator {o!r}")
             pairs.append(tuple(sorted(pair, key=lambda o: ops.BY_ID[o].index)))
+        if "drawn" in raw:
+            config["drawn"] = raw["drawn"]
     else:
         # every unordered pair of the operators (a with itself included: func_3(func_3(x)) composes
         # func_3 with itself), a seeded share of them; rounded, at least one
@@ -267,8 +270,8 @@ def _systematicity(raw: Mapping[str, Any], config: dict[str, Any], spec: C.Compo
         rng = Rng("opgen-split", "systematicity", seed, _canon(list(universe)), str(raw["share"]))
         drawn = rng.sample(everything, n)
         pairs = sorted(drawn, key=lambda p: (ops.BY_ID[p[0]].index, ops.BY_ID[p[1]].index))
-        config["share"] = raw["share"]
-        config["ops"] = list(universe)
+        # the resolved form names the pairs (what a rebuild reads back) and records how they were drawn
+        config["drawn"] = {"share": raw["share"], "ops": list(universe), "seed": seed}
     unique = sorted(set(pairs), key=lambda p: (ops.BY_ID[p[0]].index, ops.BY_ID[p[1]].index))
     config["pairs"] = [list(p) for p in unique]
     config["eval"] = raw.get("eval", "require")
@@ -278,8 +281,6 @@ def _systematicity(raw: Mapping[str, Any], config: dict[str, Any], spec: C.Compo
 
 def rule_from_config(config: Mapping[str, Any]) -> Rule:
     """A rule from its resolved config (as a manifest or a pool option holds it)."""
-    raw = {k: v for k, v in config.items() if k not in ("share", "ops")} if config.get("kind") == "systematicity" \
-        else dict(config)
-    rule = resolve(raw, "split", 0)
+    rule = resolve(dict(config), "split", 0)
     assert rule is not None
     return rule
