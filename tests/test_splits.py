@@ -208,3 +208,17 @@ def test_edge_fast_path_equals_the_fragment_enumeration(leaves):
         slow = C._fragment_occurrences(trees, spec)
         assert sorted(fast[0]) == sorted(slow[0])
         assert sorted(fast[1], key=repr) == sorted(slow[1], key=repr)
+
+
+def test_bundled_split_recipes_resolve_and_the_cells_share_their_pairs():
+    from opgen import recipe as R
+
+    kinds = {n: R.load(n).split.kind for n in ("split-systematicity", "split-mcd", "split-productivity",
+                                                 "sft-eco-systematicity", "rl-r1-systematicity")}
+    assert kinds["split-mcd"] == "mcd" and kinds["split-productivity"] == "productivity"
+    sft, rl = R.load("sft-eco-systematicity"), R.load("rl-r1-systematicity")
+    assert sft.split.config["pairs"] == rl.split.config["pairs"] and len(sft.split.config["pairs"]) == 9
+    # the sft cell's composition pool gets the rule; its eval split requires a held-out pair
+    train = next(s for s in sft.splits if s.role == "train")
+    assert train.options["compositions"]["split"] == sft.split.config
+    assert sft.split.admitter("eval") is not None
