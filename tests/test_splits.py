@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from opgen import expr as E
+from opgen import ops
 from opgen.splits import compounds as C
 from opgen.splits import divergence as D
 from opgen.splits import kinds as K
@@ -131,6 +132,17 @@ def test_systematicity_share_is_seeded_and_names_errors():
         K.resolve({"kind": "productivity", "max_train_depth": 0}, "r.yaml", 0)
     with pytest.raises(K.SplitError, match=r"split: 'max_train_depth' is a required property"):
         K.resolve({"kind": "productivity"}, "r.yaml", 0)
+
+
+def test_a_kind_name_alone_is_a_split_with_defaults():
+    from opgen import recipe as R
+
+    recipe = R.resolve({"name": "r", "split": "heldout-ops",
+                        "splits": {"t": {"generator": "trees", "role": "train", "options": {"rows": 3}}}}, "r.yaml")
+    assert recipe.split.kind == "heldout-ops" and recipe.split.config["ops"] == list(ops.HELDOUT_IDS)
+    with pytest.raises(R.RecipeError, match=r"r\.yaml: split: give exactly one of 'pairs'"):
+        R.resolve({"name": "r", "split": "systematicity", "splits": {"t": {"generator": "trees", "role": "train"}}},
+                  "r.yaml")
 
 
 def test_systematicity_rule_holds_out_both_directions_of_a_pair():

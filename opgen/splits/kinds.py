@@ -201,6 +201,8 @@ def resolve(raw: Any, shown: str, seed: int) -> Rule | None:
     if raw is None:
         return None
     where = f"{shown}: split"
+    if isinstance(raw, str):  # `split: heldout-ops`: a kind whose fields all have defaults
+        raw = {"kind": raw}
     if not isinstance(raw, dict):
         raise SplitError(f"{where}: expected a mapping with a 'kind' (one of {', '.join(KINDS)})")
     kind = raw.get("kind")
