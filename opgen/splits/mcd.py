@@ -48,26 +48,32 @@ class Selection:
 
 
 class _Incidence:
-    """Rows × labels as flat arrays (row of each entry, label id, weight), for fast histograms."""
+    """Rows × labels in CSR form (row r's entries at ``indptr[r]:indptr[r + 1]``), so a histogram of
+    a selection of rows reads only those rows' entries."""
 
     def __init__(self, per_row: Sequence[Mapping[str, float]]):
         vocab = sorted({k for r in per_row for k in r})
         self.vocab = vocab
         index = {k: i for i, k in enumerate(vocab)}
-        rows, cols, w = [], [], []
-        for r, d in enumerate(per_row):
+        cols, w, lens = [], [], []
+        for d in per_row:
+            lens.append(len(d))
             for k, v in d.items():
-                rows.append(r)
                 cols.append(index[k])
                 w.append(v)
-        self.rows = np.array(rows, dtype=np.int64)
+        self.indptr = np.concatenate([[0], np.cumsum(np.array(lens, dtype=np.int64))])
+        self.rows = np.repeat(np.arange(len(per_row), dtype=np.int64), lens)
         self.cols = np.array(cols, dtype=np.int64)
         self.w = np.array(w, dtype=np.float64)
         self.index = index
 
-    def hist(self, mask: np.ndarray) -> np.ndarray:
-        keep = mask[self.rows]
-        return np.bincount(self.cols[keep], weights=self.w[keep], minlength=len(self.vocab))
+    def hist(self, rows: np.ndarray) -> np.ndarray:
+        """The summed weights of ``rows`` (indices) per label."""
+        starts = self.indptr[rows]
+        lens = self.indptr[rows + 1] - starts
+        total = int(lens.sum())
+        at = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(total, dtype=np.int64)
+        return np.bincount(self.cols[at], weights=self.w[at], minlength=len(self.vocab))
 
 
 def _div(p: np.ndarray, q: np.ndarray, alpha: float) -> float:
@@ -92,38 +98,33 @@ def search(units: Sequence[C.RowUnits], train_rows: int, eval_rows: int, seed_pa
     perm = np.array(rng.shuffled(range(n)), dtype=np.int64)
     rank = np.empty(n, dtype=np.int64)
     rank[perm] = np.arange(n)
-    # rows holding each compound (any weight: a held-out compound may not appear in training at all)
-    present = [[] for _ in comps.vocab]  # type: list[list[int]]
-    for r, c in zip(comps.rows.tolist(), comps.cols.tolist()):
+    # pool positions (in permutation order) holding each compound, at any weight: a held-out
+    # compound may not appear in a training row at all
+    present: list[list[int]] = [[] for _ in comps.vocab]
+    for r, c in zip(rank[comps.rows].tolist(), comps.cols.tolist()):
         present[c].append(r)
-    holders = [np.array(sorted(set(p)), dtype=np.int64) for p in present]
+    holders = [np.unique(np.array(p, dtype=np.int64)) for p in present]
 
-    def pick(has_h: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """train and eval masks for held-out rows ``has_h``: train = the first train_rows rows without
-        a held-out compound in permutation order; eval = the first eval_rows rows with one, topped
-        up (while H is still small) with the next rows of the permutation."""
-        order_has = has_h[perm]
-        free = perm[~order_has]
+    def pick(has_p: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """train and eval rows for ``has_p`` (over permutation positions: the row holds a compound of
+        H): train = the first train_rows rows without one in permutation order; eval = the first
+        eval_rows rows with one, topped up (while H is still small) with the next rows without."""
+        free = np.flatnonzero(~has_p)
         if free.size < train_rows:
             return None
-        train = np.zeros(n, dtype=bool)
-        train[free[:train_rows]] = True
-        held_rows = perm[order_has][:eval_rows]
-        short = eval_rows - held_rows.size
+        held_pos = np.flatnonzero(has_p)[:eval_rows]
+        short = eval_rows - held_pos.size
         rest = free[train_rows:train_rows + short]
         if rest.size < short:
             return None
-        ev = np.zeros(n, dtype=bool)
-        ev[held_rows] = True
-        ev[rest] = True
-        return train, ev
+        return perm[free[:train_rows]], perm[np.sort(np.concatenate([held_pos, rest]))]
 
     def score(train: np.ndarray, ev: np.ndarray) -> tuple[float, float]:
         return (_div(atoms.hist(train), atoms.hist(ev), D.ATOM_ALPHA),
                 _div(comps.hist(train), comps.hist(ev), D.COMPOUND_ALPHA))
 
-    has_h = np.zeros(n, dtype=bool)
-    start = pick(has_h)
+    has_p = np.zeros(n, dtype=bool)
+    start = pick(has_p)
     assert start is not None
     r_da, r_dc = score(*start)
     if r_da > max_atom_divergence:
@@ -133,28 +134,28 @@ def search(units: Sequence[C.RowUnits], train_rows: int, eval_rows: int, seed_pa
     held: list[int] = []
     done = 0
     for done in range(1, rounds + 1):
-        pool_ids = [c for c in range(len(comps.vocab)) if c not in set(held)]
+        taken = set(held)
+        pool_ids = [c for c in range(len(comps.vocab)) if c not in taken]
         tried = rng.derive("round", done).sample(pool_ids, min(candidates, len(pool_ids)))
         found = None
         for c in sorted(tried):
-            trial = has_h.copy()
+            trial = has_p.copy()
             trial[holders[c]] = True
-            masks = pick(trial)
-            if masks is None:
+            chosen = pick(trial)
+            if chosen is None:
                 continue
-            da, dc = score(*masks)
+            da, dc = score(*chosen)
             if da <= max_atom_divergence and dc > (found[3] if found else best[2]) + 1e-12:
-                found = (c, trial, masks, dc, da)
+                found = (c, trial, chosen, dc, da)
         if found is None:
             done -= 1
             break
-        c, has_h, masks, dc, da = found
+        c, has_p, chosen, dc, da = found
         held.append(c)
-        best = (masks, da, dc)
+        best = (chosen, da, dc)
     (train, ev), da, dc = best
-    train_idx = tuple(int(i) for i in perm[train[perm]])
-    eval_idx = tuple(int(i) for i in perm[ev[perm]])
-    return Selection(train_idx, eval_idx, tuple(sorted(comps.vocab[c] for c in held)), round(da, 6), round(dc, 6),
+    return Selection(tuple(int(i) for i in train), tuple(int(i) for i in ev),
+                     tuple(sorted(comps.vocab[c] for c in held)), round(da, 6), round(dc, 6),
                      round(r_dc, 6), round(r_da, 6), done)
 
 
