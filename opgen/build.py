@@ -648,6 +648,13 @@ def _build(recipes: list[Recipe], shards: Shards, out: Path, tmp_dir: Path, work
         raise BuildError("leakage check failed (the recipe may allow it explicitly under leakage.allow):\n  "
                          + "\n  ".join(leakage.describe(report)))
     man = M.manifest(recipes, seed, sections, report, limit)
+    # atoms and compounds of every row, and each split recipe's certificate, read from the written rows
+    from opgen.splits import certificate as SC
+
+    try:
+        SC.annotate(man, recipes, {plan.cfg.name: [units[uid].tmp for uid in plan.units] for plan in plans})
+    except (SC.SplitError, SC.R.SplitRowsError) as exc:
+        raise BuildError(str(exc)) from None
     for cls in sorted({type(plan.gen) for plan in plans}, key=lambda c: c.__name__):
         summary = cls.summarize_build(sections) if cls.BUILD_KEY else None
         if summary is not None:

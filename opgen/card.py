@@ -308,6 +308,13 @@ def _counts(plan: Plan) -> str:
     return "\n\n".join(blocks)
 
 
+def _split_section(plan: Plan) -> list[str]:
+    from opgen.splits.report import card_section
+
+    text = card_section(plan.manifest)
+    return [] if text is None else ["## Compositional split\n\n" + text]
+
+
 def _operators() -> str:
     rows = [[f"`{op.id}`", f"`{op.id}{op.signature}`", op.arity, op.split, op.gloss] for op in library.OPERATORS]
     return _table(["id", "signature", "arity", "split", "gloss"], rows)
@@ -489,6 +496,7 @@ def render(plan: Plan, tree_root: Path, repo_id: str, *, license: str = "apache-
         "`row_id`, `target_op`, `tail_chars`, `tail_calls`). SFT rows add `messages`, `response` and "
         "`prompt_text`.",
         "## Counts\n\n" + _counts(plan),
+        *_split_section(plan),
         "## Provenance\n\n" + _provenance(plan),
     ]
     return "\n\n".join(sections) + "\n"

@@ -93,6 +93,7 @@ class Recipe:
     allow: tuple[str, ...]
     raw: dict[str, Any] = field(default_factory=dict)
     avoid: tuple[str, ...] = ()  # training recipes whose tasks the eval splits never draw
+    split: Any = None  # the recipe's compositional split (opgen.splits.kinds.Rule), if it names one
 
     @property
     def max_prompt_length(self) -> int | None:
@@ -104,7 +105,8 @@ class Recipe:
                 "leakage": {"heldout_ops": list(self.heldout_ops), "allow": list(self.allow),
                             "avoid": list(self.avoid),
                             "reason": self.raw.get("leakage", {}).get("reason", "")},
-                "splits": {s.name: s.resolved() for s in self.splits}}
+                "splits": {s.name: s.resolved() for s in self.splits},
+                **({"split": self.split.resolved()} if self.split is not None else {})}
 
 
 def _schema() -> dict:
@@ -269,8 +271,10 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
     seed = data.get("seed", 0) if seed is None else seed
     defaults = {**SPLIT_DEFAULTS, **data.get("defaults", {})}
     leak = data.get("leakage", {})
+    rule = _split_rule(data.get("split"), shown, seed)
     try:
-        held = leak.get("heldout_ops", "heldout")
+        # a split other than the study's names what training may not compose itself (docs/splits.md)
+        held = leak.get("heldout_ops", "heldout" if rule is None or rule.kind == "heldout-ops" else None)
         heldout_ops = () if held is None else ops.resolve_set(held)
     except (ValueError, KeyError) as exc:
         raise RecipeError(f"{shown}: leakage.heldout_ops: {exc}") from None
@@ -280,6 +284,7 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
         merged.update(copy.deepcopy(raw))
         merged["options"] = {**copy.deepcopy(defaults.get("options", {})), **copy.deepcopy(raw.get("options", {}))}
         where = f"{shown}: splits.{name}"
+        merged = _split_prepared(rule, merged, where)
         for key in ("generator", "role"):
             if key not in merged:
                 raise RecipeError(f"{where}: '{key}' is required (in the split or in defaults)")
@@ -316,7 +321,28 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
             digest=digest, where=where, description=raw.get("description", ""), data_source=data_source,
             ability=merged["ability"] or "", prompt_template=template, prompt_template_file=template_file))
     return Recipe(name=data["name"], path=shown, sha256=sha, seed=seed, splits=splits, heldout_ops=heldout_ops,
-                  allow=tuple(leak.get("allow", ())), raw=data, avoid=tuple(leak.get("avoid", ())))
+                  allow=tuple(leak.get("allow", ())), raw=data, avoid=tuple(leak.get("avoid", ())), split=rule)
+
+
+def _split_rule(raw: Any, shown: str, seed: int) -> Any:
+    """The recipe's ``split`` (opgen.splits.kinds.Rule), or None."""
+    from opgen.splits import kinds as SK
+
+    try:
+        return SK.resolve(raw, shown, seed)
+    except SK.SplitError as exc:
+        raise RecipeError(str(exc)) from None
+
+
+def _split_prepared(rule: Any, merged: dict[str, Any], where: str) -> dict[str, Any]:
+    if rule is None:
+        return merged
+    from opgen.splits import kinds as SK
+
+    try:
+        return rule.prepare(merged, where)
+    except SK.SplitError as exc:
+        raise RecipeError(str(exc)) from None
 
 
 def _at(data: Any, parts: tuple) -> Any:
@@ -351,6 +377,14 @@ def build_generator(cfg: SplitConfig, recipe: Recipe) -> G.Generator:
                     op_sets={"train": ops.TRAIN_IDS, "heldout": ops.HELDOUT_IDS, "all": ops.ALL_IDS,
                              "study_heldout": recipe.heldout_ops})
     try:
-        return G.get(cfg.generator)(cfg.options, ctx)
+        gen = G.get(cfg.generator)(cfg.options, ctx)
     except G.GeneratorError as exc:
         raise RecipeError(str(exc)) from None
+    if recipe.split is not None:
+        from opgen.splits import kinds as SK
+
+        try:
+            gen = recipe.split.wrap(gen, cfg.role, cfg.generator, cfg.where)
+        except SK.SplitError as exc:
+            raise RecipeError(str(exc)) from None
+    return gen

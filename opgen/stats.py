@@ -23,8 +23,20 @@ def collect(paths: list[Path]) -> dict:
             n = _collect_file(path, counts, lengths, n)
         except (OSError, ValueError, KeyError, TypeError) as exc:  # pyarrow's errors are OSError/ValueError
             raise StatsError(f"{path}: {type(exc).__name__}: {exc}") from None
-    return {"rows": n, "counts": {k: dict(v) for k, v in counts.items() if v},
-            "output_length": length_stats(np.array(lengths, dtype=np.int64)), "lengths": lengths}
+    out = {"rows": n, "counts": {k: dict(v) for k, v in counts.items() if v},
+           "output_length": length_stats(np.array(lengths, dtype=np.int64)), "lengths": lengths}
+    out["split"] = _split(paths)
+    return out
+
+
+def _split(paths: list[Path]) -> dict | None:
+    """Atoms, compounds and split certificates (opgen.splits.report); None for rows without opgen programs."""
+    from opgen.splits import report, rows
+
+    try:
+        return report.stats_section(paths)
+    except rows.SplitRowsError:
+        return None
 
 
 class StatsError(ValueError):
@@ -90,6 +102,10 @@ def render(stats: dict, width: int = 40) -> str:
             bar = "█" * max(1, round(width * c / top))
             lines.append(f"  {str(value).rjust(label_w)}  {str(c).rjust(7)}  {bar}")
     ol = stats["output_length"]
+    if stats.get("split"):
+        from opgen.splits.report import render_stats_section
+
+        lines.append(render_stats_section(stats["split"]))
     lines.append(f"\noutput length: min {ol['min']}, median {ol['median']}, p99 {ol['p99']}, max {ol['max']}")
     lengths = stats["lengths"]
     if lengths:

@@ -140,7 +140,7 @@ class _CompPool:
     """A composition pool grown on demand: slot i depends only on slots before it, so every count
     is served as a prefix of one sequence (and the cells asking 12,436 and 15,979 share the work)."""
 
-    def __init__(self, name: str, trees_json: str, seed: int, unique: str = "program"):
+    def __init__(self, name: str, trees_json: str, seed: int, unique: str = "program", split_json: str = ""):
         from opgen.generate.trees import Trees  # the native mixed-structure sampler
 
         # The trees generator draws row i's candidates from CounterRng(counter_key(ctx.digest,
@@ -155,13 +155,18 @@ class _CompPool:
         # program: no two compositions share their program (the native generator's rule: a
         # composition demo is a program, whatever its input); task: program and input
         self.key = (lambda t: t.expr_text) if unique == "program" else (lambda t: t.identity())
+        self.admit = None
+        if split_json:
+            from opgen.splits.kinds import rule_from_config
+
+            self.admit = rule_from_config(json.loads(split_json)).admitter("train")
 
     def take(self, rows: int) -> tuple[Task, ...]:
         gen = self.gen
         for i in range(len(self.tasks), rows):
             for j in range(gen.max_attempts):
                 item = gen.candidate(i, j)
-                if item is None:
+                if item is None or (self.admit is not None and not self.admit(item)):
                     continue
                 key = self.key(item.tasks[0])
                 if key not in self.seen:
@@ -174,21 +179,22 @@ class _CompPool:
         return tuple(self.tasks[:rows])
 
 
-_COMP_POOLS: dict[tuple[str, str, int, str], _CompPool] = {}
+_COMP_POOLS: dict[tuple[str | int, ...], _CompPool] = {}
 
 
 def comp_pool(name: str, rows: int, trees: Mapping[str, Any], seed: int = 1, where: str = "",
-              unique: str = "program") -> tuple[Task, ...]:
+              unique: str = "program", split: Mapping[str, Any] | None = None) -> tuple[Task, ...]:
     """The first ``rows`` distinct compositions of a named pool (trees-generator options ``trees``):
     distinct programs (``unique="program"``, the native rule) or distinct (program, input) tasks."""
     from opgen.generate.trees import Trees
 
     trees_json = _canon(trees)
-    key = (name, trees_json, seed, unique)
+    split_json = _canon(split) if split else ""
+    key: tuple[str | int, ...] = (name, trees_json, seed, unique) + ((split_json,) if split_json else ())
     if key not in _COMP_POOLS:
         # checked here so that a bad option is named from the recipe that gave it
         Trees.resolve({**trees, "rows": 1}, f"{where}.trees" if where else f"composition pool {name!r}")
-        _COMP_POOLS[key] = _CompPool(name, trees_json, seed, unique)
+        _COMP_POOLS[key] = _CompPool(name, trees_json, seed, unique, split_json)
     try:
         return _COMP_POOLS[key].take(rows)
     except CellError as exc:
@@ -209,9 +215,20 @@ COMPS_SCHEMA = {
                    "ops": OP_SET,
                    "depths": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
                    "unique": {"enum": ["program", "task"]},
-                   "trees": {"type": "object"}},
+                   "trees": {"type": "object"},
+                   # a compositional split's resolved rule (opgen.splits.kinds): compositions that
+                   # break its training side are skipped (set by a recipe's `split:`, docs/splits.md)
+                   "split": {"type": "object"}},
 }
 ATOMIC_DEFAULTS = {"pool": "sft-atomic", "per_op": 400, "ops": "all"}
+
+
+def _without_split(options: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Options as they key a plan: a split rule shapes a pool's contents, not the order of its rows."""
+    comps = options.get("compositions")
+    if isinstance(comps, Mapping) and "split" in comps:
+        return {**options, "compositions": {k: v for k, v in comps.items() if k != "split"}}
+    return options
 
 
 def _range(gen: Generator, key: str, value: Sequence[int]) -> tuple[int, int]:
@@ -239,7 +256,7 @@ class _PoolUser(Generator):
         # Slot i of a pool depends only on the slots before it, so the first n compositions are the
         # same whatever count a cell asks for: a smaller cell is a prefix of a larger one.
         return comp_pool(spec["pool"], spec["rows"], trees, self.ctx.seed, f"{self.ctx.where}.compositions",
-                         spec.get("unique", "program"))
+                         spec.get("unique", "program"), spec.get("split"))
 
     def _plan_rng(self, *parts: object) -> Rng:
         # Plans hang on the options and seed, not on the recipe digest: the same options in another
@@ -247,7 +264,7 @@ class _PoolUser(Generator):
         return Rng("opgen-plan", self.NAME, _canon(self.plan_options()), self.ctx.seed, *parts)
 
     def plan_options(self) -> Mapping[str, Any]:
-        return self.options
+        return _without_split(self.options)
 
     def candidate(self, i: int, j: int) -> Item | None:
         if not 0 <= i < self.count():
@@ -396,7 +413,7 @@ class MatchedStream(_PoolUser):
         self.entries = self.plan.entries(self.stream)
 
     def plan_options(self) -> Mapping[str, Any]:
-        return {k: v for k, v in self.options.items() if k != "stream"}
+        return _without_split({k: v for k, v in self.options.items() if k != "stream"})
 
     def count(self) -> int:
         return len(self.entries)

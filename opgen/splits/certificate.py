@@ -1,0 +1,192 @@
+"""What a build proves about its split, measured from the files it wrote (docs/splits.md).
+
+After a build's rows are written and before its manifest is, :func:`annotate` reads every split's
+rows back (opgen.splits.rows: ground truth → typed trees), stores per split the weighted atom and
+compound histograms (``splits.<name>.compounds``), and for each recipe that names a ``split``
+stores its certificate under ``split_certificates.<recipe>``: D_A, D_C, the held-out compounds,
+their share of eval rows, and the check that no training row holds one. The check reads the
+rows, not the generator's filter: it matches compound *texts* of the parsed rows against the
+rule, where generation tested tree edges. A failed check fails the build.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from opgen.splits import compounds as C
+from opgen.splits import divergence as D
+from opgen.splits import rows as R
+from opgen.splits.kinds import Rule, SplitError
+
+_TOKEN = re.compile(r"func_\d+|\.[a-z]+|\+")
+
+
+def histogram_section(units: Sequence[C.RowUnits], spec: C.CompoundSpec) -> dict[str, Any]:
+    atoms, comps = C.histograms(units, spec)
+    return {"spec": spec.as_dict(), "rows": len(units),
+            "atoms": {k: _num(v) for k, v in sorted(atoms.items())},
+            "compounds": {k: _num(v) for k, v in sorted(comps.items())}}
+
+
+def _num(v: float) -> float | int:
+    return int(v) if float(v).is_integer() else round(float(v), 6)
+
+
+def _tokens(compound: str) -> set[str]:
+    return set(_TOKEN.findall(compound))
+
+
+def certify(rule: Rule, train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits], train_depths: Sequence[int],
+            eval_depths: Sequence[int], claims: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The certificate of ``rule`` over the rows read back from a build (``claims``: an mcd search's)."""
+    spec = rule.spec
+    cert: dict[str, Any] = {"kind": rule.kind, "config": rule.config, "train_rows": len(train),
+                            "eval_rows": len(evals)}
+    if train and evals:
+        measured = D.compare(train, evals, spec)
+        cert.update({"atom_divergence": measured["atom_divergence"],
+                     "compound_divergence": measured["compound_divergence"],
+                     "unseen_compounds": measured["heldout_compounds"],
+                     "unseen_compound_share_of_eval_rows": measured["heldout_share_of_eval_rows"],
+                     "eval_atoms_unseen_in_train": measured["atoms"]["eval_unseen_in_train"]})
+    else:
+        cert.update({"atom_divergence": None, "compound_divergence": None,
+                     "note": "the build has no " + ("train" if not train else "eval") + " split of this recipe: "
+                     "divergence needs both (opgen split-stats compares builds)"})
+    problems: list[str] = []
+    check: dict[str, Any] = {"read_from": "the written rows (ground_truth → typed trees → compound texts)"}
+    CHECKS[rule.kind](rule, cert, check, problems, train, evals, train_depths, eval_depths, dict(claims or {}))
+    check["ok"] = not problems
+    check["problems"] = problems
+    cert["check"] = check
+    return cert
+
+
+def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Sequence[Path]]) -> None:
+    """Add per-split histograms and each split recipe's certificate to ``man`` (raises SplitError
+    when a certificate's check fails). ``files``: each built split's parquet files."""
+    spec_of: dict[str, C.CompoundSpec] = {}
+    for r in recipes:
+        for s in r.splits:
+            spec_of[s.name] = r.split.spec if r.split is not None else C.DEFAULT
+    units: dict[str, list[C.RowUnits]] = {}
+    depths: dict[str, list[int]] = {}
+    for name, paths in files.items():
+        spec = spec_of.get(name, C.DEFAULT)
+        units[name] = R.units_of(list(paths), spec)
+        man["splits"][name]["compounds"] = histogram_section(units[name], spec)
+    certs: dict[str, Any] = {}
+    for r in recipes:
+        if r.split is None:
+            continue
+        names = [s.name for s in r.splits]
+        if any(n not in units for n in names):
+            continue  # --only rebuilt part of it: the certificate of the whole split is not re-made
+        train_names = [s.name for s in r.splits if s.role == "train"]
+        eval_names = [s.name for s in r.splits if s.role == "eval"]
+        for n in (*train_names, *eval_names):
+            depths[n] = R.depths_of(list(files[n]))
+        claims = None
+        if r.split.kind == "mcd":
+            claims = next((man["splits"][n].get("mcd") for n in names if man["splits"][n].get("mcd")), None)
+        cert = certify(r.split, [u for n in train_names for u in units[n]], [u for n in eval_names for u in units[n]],
+                       [d for n in train_names for d in depths[n]], [d for n in eval_names for d in depths[n]], claims)
+        cert = {"train_splits": train_names, "eval_splits": eval_names, **cert}
+        if not cert["check"]["ok"]:
+            raise SplitError(f"{r.path}: split: the {r.split.kind} certificate's check failed: "
+                             + "; ".join(cert["check"]["problems"]))
+        certs[r.name] = cert
+    if certs:
+        man["split_certificates"] = certs
+
+
+def _check_heldout(rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems: list[str],
+                   train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits], *_: Any) -> None:
+    """systematicity and heldout-ops: no training row holds a held-out compound."""
+    listed = rule.heldout_compounds()
+    held_ops = set(rule.ops)
+
+    def holds(u: C.RowUnits) -> bool:
+        if listed is not None:
+            return bool(set(u.compounds) & set(listed))
+        return any(_tokens(c) & held_ops for c in u.compounds)
+
+    cert["heldout_compounds"] = listed if listed is not None else \
+        f"every compound with one of {', '.join(rule.config['ops'])}"
+    bad = [i for i, u in enumerate(train) if holds(u)]
+    check["train_rows_with_heldout_compound"] = len(bad)
+    check["examples"] = bad[:5]
+    if bad:
+        problems.append(f"{len(bad)} training rows hold a held-out compound (rows {bad[:5]})")
+    with_h = sum(1 for u in evals if holds(u))
+    cert["heldout_share_of_eval_rows"] = round(with_h / len(evals), 6) if evals else 0.0
+    if rule.eval_requires:
+        check["eval_rows_without_heldout_compound"] = len(evals) - with_h
+        if with_h < len(evals):
+            problems.append(f"{len(evals) - with_h} eval rows hold no held-out compound (eval: require)")
+    if rule.kind == "systematicity" and train:
+        composed = set().union(*(_tokens(c) for u in train for c in u.compounds))
+        needed = sorted({o for p in rule.pairs for o in p}, key=lambda o: int(o.split("_")[1]))
+        missing = [o for o in needed if o not in composed]
+        check["pair_operators_composed_in_training"] = {o: o in composed for o in needed}
+        if missing:
+            # a fact of this build, not a failure: another training build of the same split (the SFT
+            # cell beside an RL pool of unary chains) may compose them
+            check.setdefault("warnings", []).append(
+                f"operators {', '.join(missing)} of the held-out pairs are never composed (with any operator) "
+                "in this build's training rows: a systematicity split tests known operators in new combinations")
+
+
+def _check_productivity(rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems: list[str],
+                        train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits], train_depths: Sequence[int],
+                        eval_depths: Sequence[int], *_: Any) -> None:
+    """productivity: every training row at most max_train_depth deep, every eval row deeper."""
+    d = rule.max_train_depth
+    assert d is not None
+    deep = [i for i, x in enumerate(train_depths) if x > d]
+    shallow = [i for i, x in enumerate(eval_depths) if x <= d]
+    cert["heldout_compounds"] = f"programs deeper than {d}"
+    cert["depths"] = {"train_max": max(train_depths, default=None), "eval_min": min(eval_depths, default=None)}
+    check["train_rows_deeper_than_max"] = len(deep)
+    check["eval_rows_not_deeper"] = len(shallow)
+    if deep:
+        problems.append(f"{len(deep)} training rows are deeper than {d} (rows {deep[:5]})")
+    if shallow:
+        problems.append(f"{len(shallow)} eval rows are not deeper than {d} (rows {shallow[:5]})")
+
+
+def _check_mcd(rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems: list[str],
+               train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits], train_depths: Sequence[int],
+               eval_depths: Sequence[int], claims: dict[str, Any]) -> None:
+    """mcd: the search's held-out compounds in no training row; its divergences those of the rows."""
+    held = list(claims.get("heldout_compounds", []))
+    cert["heldout_compounds"] = held
+    hs = set(held)
+    bad = [i for i, u in enumerate(train) if hs & set(u.compounds)]
+    check["train_rows_with_heldout_compound"] = len(bad)
+    if bad:
+        problems.append(f"{len(bad)} training rows hold a compound the search held out (rows {bad[:5]})")
+    with_h = sum(1 for u in evals if hs & set(u.compounds))
+    cert["heldout_share_of_eval_rows"] = round(with_h / len(evals), 6) if evals else 0.0
+    cert["search"] = {k: claims.get(k) for k in ("pool_rows", "atom_divergence", "compound_divergence",
+                                                 "random_split", "rounds")}
+    bound = rule.config["max_atom_divergence"]
+    if train and evals:
+        whole = len(train) == claims.get("train_rows") and len(evals) == claims.get("eval_rows")
+        if whole and cert["atom_divergence"] > bound + 1e-9:
+            problems.append(f"atom divergence {cert['atom_divergence']} exceeds max_atom_divergence {bound}")
+        if not whole:
+            check.setdefault("warnings", []).append(
+                f"a part of the selection was built (--limit): {len(train)} of {claims.get('train_rows')} train "
+                f"and {len(evals)} of {claims.get('eval_rows')} eval rows; the search's divergences are of the whole")
+        elif claims.get("compound_divergence") is not None and \
+                abs(cert["compound_divergence"] - claims["compound_divergence"]) > 1e-5:
+            problems.append(f"the rows' compound divergence {cert['compound_divergence']} is not the "
+                            f"search's {claims['compound_divergence']}")
+
+
+CHECKS: dict[str, Any] = {"systematicity": _check_heldout, "heldout-ops": _check_heldout,
+                          "productivity": _check_productivity, "mcd": _check_mcd}

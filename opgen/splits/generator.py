@@ -1,0 +1,50 @@
+"""``mcd_side``: the rows of one side (train or eval) of an ``mcd`` split, from its pool's selection.
+
+Recipes never name it: an ``mcd`` split (opgen.splits.kinds) gives it to every split of the recipe,
+with ``side`` (the split's role) and the split's resolved config as options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opgen.generate import Context, Generator, GeneratorError
+from opgen.splits import mcd
+from opgen.tasks import Item
+
+
+class McdSide(Generator):
+    NAME = "mcd_side"
+    VERSION = 1
+    REDRAWABLE = False  # the selection is planned: a row is what the search chose
+    MANIFEST_KEY = "mcd"
+    OPTIONS_SCHEMA = {"required": ["side", "split"], "properties": {
+        "side": {"enum": ["train", "eval"]}, "split": {"type": "object"}}}
+
+    def __init__(self, options: Mapping[str, Any], ctx: Context):
+        super().__init__(options, ctx)
+        where = ctx.where.rsplit("splits.", 1)[0] if "splits." in ctx.where else ""
+        try:
+            self.items, self.selection = mcd.pool_and_selection(self.options["split"], ctx.seed, where)
+        except mcd.McdError as exc:
+            raise GeneratorError(str(exc)) from None
+        self.index = self.selection.train if self.options["side"] == "train" else self.selection.eval
+
+    def count(self) -> int:
+        return len(self.index)
+
+    def candidate(self, i: int, j: int) -> Item | None:
+        return self.items[self.index[i]]
+
+    def manifest_section(self, rows: int) -> dict[str, Any]:
+        s = self.selection
+        return {"side": self.options["side"], "pool_rows": len(self.items), "train_rows": len(s.train),
+                "eval_rows": len(s.eval), "heldout_compounds": list(s.heldout),
+                "atom_divergence": s.atom_divergence, "compound_divergence": s.compound_divergence,
+                "random_split": {"atom_divergence": s.random_atom_divergence,
+                                 "compound_divergence": s.random_compound_divergence},
+                "rounds": s.rounds}
+
+
+GENERATORS = {"mcd_side": McdSide}

@@ -1,0 +1,288 @@
+"""The split kinds a recipe names (``split: {kind: ...}``, docs/splits.md): one object per kind.
+
+A kind turns the recipe's ``split`` mapping into a :class:`Rule`: what a training row and an eval
+row may hold. Filter kinds (``systematicity``, ``heldout-ops``, ``productivity``) pass each
+split's generator a rule its candidates must meet (a rejected candidate is counted as ``split``
+and the row's next candidate is drawn, as for any local constraint); ``mcd`` selects train and
+eval rows from one pool (opgen.splits.mcd). Every rule is deterministic from the recipe and seed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opgen import expr as E
+from opgen import ops, schemacheck
+from opgen.rng import Rng
+from opgen.splits import compounds as C
+from opgen.tasks import Item
+
+
+class SplitError(ValueError):
+    """A ``split`` that cannot be used; the message starts with ``<file>: split.<field>:``."""
+
+
+OP_SET: dict[str, Any] = {"oneOf": [{"enum": ["train", "heldout", "all"]},
+                                    {"type": "array", "items": {"type": "string", "pattern": "^func_[0-9]+$"},
+                                     "minItems": 1}]}
+COMPOUNDS = {"type": "object", "additionalProperties": False,
+             "properties": {"max_size": {"type": "integer", "minimum": 2, "maximum": C.MAX_SIZE_LIMIT},
+                            "leaves": {"type": "boolean"}, "inputs": {"type": "boolean"}}}
+PAIR = {"type": "array", "items": {"type": "string", "pattern": "^func_[0-9]+$"}, "minItems": 2, "maxItems": 2}
+
+
+def _schema(required: list[str], props: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "required": ["kind", *required],
+            "properties": {"kind": {"type": "string"}, "compounds": COMPOUNDS, "description": {"type": "string"},
+                           **props}}
+
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "systematicity": _schema([], {
+        "pairs": {"type": "array", "items": PAIR, "minItems": 1},
+        "share": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "ops": OP_SET,
+        "eval": {"enum": ["require", "any"]},
+        "drawn": {"type": "object", "description": "how 'share' drew the pairs (a manifest's record; ignored on read)"},
+    }),
+    "heldout-ops": _schema([], {"ops": OP_SET, "eval": {"enum": ["require", "any"]}}),
+    "productivity": _schema(["max_train_depth"], {"max_train_depth": {"type": "integer", "minimum": 1}}),
+    "mcd": _schema(["pool", "train_rows", "eval_rows"], {
+        "pool": {"type": "object", "additionalProperties": False, "required": ["generator", "rows"],
+                 "properties": {"generator": {"type": "string"}, "options": {"type": "object"},
+                                "rows": {"type": "integer", "minimum": 2}}},
+        "train_rows": {"type": "integer", "minimum": 1},
+        "eval_rows": {"type": "integer", "minimum": 1},
+        "max_atom_divergence": {"type": "number", "minimum": 0, "maximum": 1},
+        "candidates": {"type": "integer", "minimum": 1, "description": "compounds tried per greedy round"},
+        "rounds": {"type": "integer", "minimum": 0, "description": "greedy rounds at most"},
+    }),
+}
+KINDS = tuple(SCHEMAS)
+# The generators that plan their rows from composition pools: a split reaches their pools
+# through ``compositions.split`` (opgen/generate/cells.py), not through a redraw.
+POOL_CELLS = ("sft_cell", "matched_stream")
+
+
+def _canon(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A resolved split: its kind, its resolved config (what the manifest shows) and its compounds."""
+
+    kind: str
+    config: dict[str, Any]
+    spec: C.CompoundSpec
+    where: str
+    pairs: frozenset[frozenset[str]] = frozenset()  # systematicity: operator pairs never composed in training
+    ops: frozenset[str] = frozenset()  # heldout-ops: operators never composed in training
+    eval_requires: bool = False  # eval rows must hold a held-out compound
+    max_train_depth: int | None = None  # productivity
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------ the held-out compounds
+
+    def heldout_edge(self, parent: str, child: str) -> bool:
+        if self.kind == "systematicity":
+            return frozenset((parent, child)) in self.pairs
+        if self.kind == "heldout-ops":
+            return parent in self.ops or child in self.ops
+        return False
+
+    def tree_holds_heldout(self, tree: E.Expr) -> bool:
+        return any(self.heldout_edge(p, c) for p, _, c in C.edges(tree))
+
+    def heldout_compounds(self) -> list[str] | None:
+        """Every compound text the rule holds out (edges), when they can be listed; else None."""
+        if self.kind == "systematicity":
+            out: set[str] = set()
+            for pair in self.pairs:
+                a, b = (sorted(pair) * 2)[:2]
+                for p, c in ((a, b), (b, a)):
+                    out.update(C.edge_text(p, pos, c) for pos in range(C.arity_of(p)))
+            return sorted(out)
+        return None
+
+    # ------------------------------------------------------------ what a row may be
+
+    def admitter(self, role: str) -> Callable[[Item], bool] | None:
+        """The test a candidate row of a split of ``role`` must pass (None: every row passes)."""
+        if self.kind in ("systematicity", "heldout-ops"):
+            if role == "train":
+                return lambda item: not any(self.tree_holds_heldout(t.program) for t in item.tasks)
+            if self.eval_requires:
+                return lambda item: any(self.tree_holds_heldout(t.program) for t in item.tasks)
+            return None
+        if self.kind == "productivity":
+            d = self.max_train_depth
+            assert d is not None
+            if role == "train":
+                return lambda item: max(E.depth(t.program) for t in item.tasks) <= d
+            return lambda item: max(E.depth(t.program) for t in item.tasks) > d
+        return None
+
+    def prepare(self, merged: dict[str, Any], where: str) -> dict[str, Any]:
+        """A recipe split (defaults merged in) adapted to this rule, before its generator checks it."""
+        role = merged.get("role")
+        if self.kind == "mcd":
+            if merged.get("generator") not in (None, "mcd_side"):
+                raise SplitError(f"{where}.generator: a split of an mcd recipe takes its rows from split.pool; "
+                                 f"leave 'generator' out (got {merged['generator']!r})")
+            if role not in ("train", "eval"):
+                raise SplitError(f"{where}.role: 'role' is required (train or eval)")
+            merged = {**merged, "generator": "mcd_side",
+                      "options": {"side": role, "split": self.config, **dict(merged.get("options") or {})}}
+            return merged
+        if merged.get("generator") in POOL_CELLS and role == "train":
+            comps = (merged.get("options") or {}).get("compositions")
+            if isinstance(comps, dict) and self.admitter("train") is not None:
+                merged = {**merged, "options": {**merged["options"], "compositions": {**comps, "split": self.config}}}
+        if self.kind == "productivity":
+            depths = (merged.get("options") or {}).get("depths")
+            d = self.max_train_depth
+            assert d is not None
+            if isinstance(depths, list) and all(isinstance(x, int) for x in depths):
+                wrong = [x for x in depths if (x > d if role == "train" else x <= d)]
+                if wrong:
+                    side = f"at most {d}" if role == "train" else f"above {d}"
+                    raise SplitError(f"{where}.options.depths: {wrong} — a {role} split of a productivity split "
+                                     f"(max_train_depth {d}) has depths {side}")
+        return merged
+
+    def wrap(self, gen: Any, role: str, generator: str, where: str) -> Any:
+        """``gen`` with its candidates held to this rule (a planned generator: checked, not redrawn)."""
+        admit = self.admitter(role)
+        if admit is None or self.kind == "mcd":
+            return gen
+        if generator in POOL_CELLS:
+            return gen  # its composition pool drew under compositions.split; the certificate checks the rows
+        if not gen.REDRAWABLE:
+            raise SplitError(f"{where}: generator {generator!r} plans its rows and cannot redraw one that breaks "
+                             f"the {self.kind} split; use a generator that draws rows (trees, chains, atomic, "
+                             f"rl_pool) or sft_cell / matched_stream compositions")
+        base_first_valid = gen.first_valid
+
+        def first_valid(i: int, start: int = 0) -> tuple[int, Item]:
+            j, stop = start, start + gen.max_attempts
+            while j < stop:
+                j, item = base_first_valid(i, j)
+                if admit(item):
+                    return j, item
+                gen.rejections["split"] += 1
+                j += 1
+            raise gen.no_candidate(i)
+
+        def first_valid_many(start: int, stop: int) -> list[tuple[int, Item]]:
+            return [first_valid(i) for i in range(start, stop)]
+
+        # instance attributes: the generator's own class (its manifest sections, build summaries) stays
+        gen.first_valid = first_valid
+        gen.first_valid_many = first_valid_many
+        return gen
+
+    def resolved(self) -> dict[str, Any]:
+        return self.config
+
+
+def _op_set(spec: Any, where: str) -> tuple[str, ...]:
+    try:
+        return ops.resolve_set(spec)
+    except (ValueError, KeyError) as exc:
+        raise SplitError(f"{where}: {exc}") from None
+
+
+def resolve(raw: Any, shown: str, seed: int) -> Rule | None:
+    """The recipe's ``split`` mapping → a :class:`Rule` (None when the recipe has none)."""
+    if raw is None:
+        return None
+    where = f"{shown}: split"
+    if isinstance(raw, str):  # `split: heldout-ops`: a kind whose fields all have defaults
+        raw = {"kind": raw}
+    if not isinstance(raw, dict):
+        raise SplitError(f"{where}: expected a mapping with a 'kind' (one of {', '.join(KINDS)})")
+    kind = raw.get("kind")
+    if kind not in SCHEMAS:
+        raise SplitError(f"{where}.kind: {kind!r} is not a split kind (known: {', '.join(KINDS)})")
+    schema = SCHEMAS[kind]
+    if not schemacheck.surely_valid(schema, raw):
+        errors = sorted(schemacheck.validator(schema).iter_errors(raw), key=lambda e: list(map(str, e.path)))
+        if errors:
+            err = errors[0]
+            path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
+            extra = ""
+            if err.validator == "additionalProperties":
+                extra = f" (expected one of: {', '.join(sorted(schema['properties']))})"
+            raise SplitError(f"{where}{path}: {err.message}{extra}")
+    try:
+        spec = C.CompoundSpec.from_dict(raw.get("compounds"), "compounds")
+    except C.CompoundError as exc:
+        raise SplitError(f"{where}.{exc}") from None
+    config: dict[str, Any] = {"kind": kind, "compounds": spec.as_dict()}
+    if raw.get("description"):
+        config["description"] = raw["description"]
+    if kind == "systematicity":
+        return _systematicity(raw, config, spec, where, seed)
+    if kind == "heldout-ops":
+        held = _op_set(raw.get("ops", "heldout"), f"{where}.ops")
+        config.update({"ops": list(held), "eval": raw.get("eval", "any")})
+        return Rule(kind, config, spec, where, ops=frozenset(held), eval_requires=config["eval"] == "require")
+    if kind == "productivity":
+        config["max_train_depth"] = raw["max_train_depth"]
+        return Rule(kind, config, spec, where, max_train_depth=raw["max_train_depth"])
+    # mcd
+    from opgen.splits import mcd
+
+    config.update({"pool": {"generator": raw["pool"]["generator"], "options": raw["pool"].get("options", {}),
+                            "rows": raw["pool"]["rows"]},
+                   "train_rows": raw["train_rows"], "eval_rows": raw["eval_rows"],
+                   "max_atom_divergence": raw.get("max_atom_divergence", mcd.DEFAULT_ATOM_BOUND),
+                   "candidates": raw.get("candidates", mcd.DEFAULT_CANDIDATES),
+                   "rounds": raw.get("rounds", mcd.DEFAULT_ROUNDS)})
+    if config["train_rows"] + config["eval_rows"] > config["pool"]["rows"]:
+        raise SplitError(f"{where}.pool.rows: {config['pool']['rows']} pool rows cannot give train_rows "
+                         f"{config['train_rows']} + eval_rows {config['eval_rows']}")
+    return Rule(kind, config, spec, where)
+
+
+def _systematicity(raw: Mapping[str, Any], config: dict[str, Any], spec: C.CompoundSpec, where: str,
+                   seed: int) -> Rule:
+    if ("pairs" in raw) == ("share" in raw):
+        raise SplitError(f"{where}: give exactly one of 'pairs' (named operator pairs) or 'share' (a random "
+                         "share of all pairs)")
+    universe = _op_set(raw.get("ops", "all"), f"{where}.ops")
+    if "pairs" in raw:
+        pairs = []
+        for k, pair in enumerate(raw["pairs"]):
+            for o in pair:
+                if o not in ops.BY_ID:
+                    raise SplitError(f"{where}.pairs[{k}]: unknown operator {o!r}")
+            pairs.append(tuple(sorted(pair, key=lambda o: ops.BY_ID[o].index)))
+        if "drawn" in raw:
+            config["drawn"] = raw["drawn"]
+    else:
+        # every unordered pair of the operators (a with itself included: func_3(func_3(x)) composes
+        # func_3 with itself), a seeded share of them; rounded, at least one
+        everything = [(a, b) for i, a in enumerate(universe) for b in universe[i:]]
+        n = max(1, round(raw["share"] * len(everything)))
+        rng = Rng("opgen-split", "systematicity", seed, _canon(list(universe)), str(raw["share"]))
+        drawn = rng.sample(everything, n)
+        pairs = sorted(drawn, key=lambda p: (ops.BY_ID[p[0]].index, ops.BY_ID[p[1]].index))
+        # the resolved form names the pairs (what a rebuild reads back) and records how they were drawn
+        config["drawn"] = {"share": raw["share"], "ops": list(universe), "seed": seed}
+    unique = sorted(set(pairs), key=lambda p: (ops.BY_ID[p[0]].index, ops.BY_ID[p[1]].index))
+    config["pairs"] = [list(p) for p in unique]
+    config["eval"] = raw.get("eval", "require")
+    return Rule("systematicity", config, spec, where, pairs=frozenset(frozenset(p) for p in unique),
+                eval_requires=config["eval"] == "require")
+
+
+def rule_from_config(config: Mapping[str, Any]) -> Rule:
+    """A rule from its resolved config (as a manifest or a pool option holds it)."""
+    rule = resolve(dict(config), "split", 0)
+    assert rule is not None
+    return rule

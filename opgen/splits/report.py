@@ -1,0 +1,124 @@
+"""Divergence reports for people: ``opgen split-stats``, the split section of ``opgen stats`` and of the card."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from opgen.splits import compounds as C
+from opgen.splits import divergence as D
+from opgen.splits import rows as R
+
+SHOWN = 20  # held-out compounds listed in text (all of them in --json)
+
+
+def split_stats(train: Sequence[Path], evals: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT) -> dict[str, Any]:
+    """D_A, D_C and the held-out compounds of TRAIN against EVAL (files or folders)."""
+    out = D.compare(R.units_of(train, spec), R.units_of(evals, spec), spec)
+    out = {"train": [str(p) for p in train], "eval": [str(p) for p in evals], **out}
+    return out
+
+
+def render_split_stats(r: Mapping[str, Any]) -> str:
+    held = r["heldout_compounds"]
+    lines = [f"train: {', '.join(r['train'])} ({r['train_rows']:,} rows)",
+             f"eval:  {', '.join(r['eval'])} ({r['eval_rows']:,} rows)",
+             f"compounds: {_spec_text(r['compounds_spec'])}",
+             f"atom divergence     D_A = 1 - C_0.5 = {r['atom_divergence']:.4f}  "
+             f"({r['atoms']['train']} atoms in train, {r['atoms']['eval']} in eval)",
+             f"compound divergence D_C = 1 - C_0.1 = {r['compound_divergence']:.4f}  "
+             f"({r['compounds']['train']} compounds in train, {r['compounds']['eval']} in eval)",
+             f"held-out compounds (in eval, in no training row): {len(held)}, in "
+             f"{r['heldout_share_of_eval_rows']:.1%} of eval rows"]
+    if held:
+        more = f", ... ({len(held) - SHOWN} more)" if len(held) > SHOWN else ""
+        lines.append("  " + ", ".join(held[:SHOWN]) + more)
+    if r["atoms"]["eval_unseen_in_train"]:
+        lines.append("eval atoms never seen in training: " + ", ".join(r["atoms"]["eval_unseen_in_train"]))
+    return "\n".join(lines)
+
+
+def _spec_text(spec: Mapping[str, Any]) -> str:
+    extra = [k for k in ("leaves", "inputs") if spec.get(k)]
+    base = "parent→child edges" if spec["max_size"] == 2 else f"connected fragments of 2..{spec['max_size']} nodes"
+    return base + (f" (with {', '.join(extra)} as atoms)" if extra else "")
+
+
+# ---------------------------------------------------------------- opgen stats, the card
+
+
+def stats_section(files: Sequence[Path]) -> dict[str, Any]:
+    """For ``opgen stats``: atoms and compounds of the rows, and the certificates of the builds they
+    come from (a file's folder's manifest.json)."""
+    units = R.units_of(list(files))
+    atoms, comps = C.histograms(units)
+    top = sorted(comps.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+    certs: dict[str, Any] = {}
+    for folder in sorted({Path(f).parent for f in files}):
+        man = folder / "manifest.json"
+        if man.is_file():
+            try:
+                found = json.loads(man.read_text(encoding="utf-8")).get("split_certificates")
+            except (OSError, ValueError):
+                found = None
+            if isinstance(found, dict):
+                certs.update({f"{folder}:{k}": _brief(v) for k, v in found.items() if isinstance(v, dict)})
+    return {"atoms": len(atoms), "compounds": len(comps), "top_compounds": dict(top), "certificates": certs}
+
+
+def _brief(cert: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: cert.get(k) for k in ("kind", "train_splits", "eval_splits", "atom_divergence", "compound_divergence",
+                                     "heldout_share_of_eval_rows")} | {"check_ok": (cert.get("check") or {}).get("ok")}
+
+
+def render_stats_section(s: Mapping[str, Any]) -> str:
+    lines = [f"\ncompounds: {s['atoms']} distinct atoms, {s['compounds']} distinct compounds (edges)"]
+    for k, v in s["top_compounds"].items():
+        lines.append(f"  {k}  {v:g}")
+    for name, c in s["certificates"].items():
+        lines.append(f"split certificate {name}: {c['kind']}, D_A {_f(c['atom_divergence'])}, "
+                     f"D_C {_f(c['compound_divergence'])}, check ok = {c['check_ok']}")
+    return "\n".join(lines)
+
+
+def _f(v: Any) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def card_section(manifest: Mapping[str, Any]) -> str | None:
+    """The card's "Compositional split" section (None when the build names no split)."""
+    certs = manifest.get("split_certificates")
+    if not isinstance(certs, dict) or not certs:
+        return None
+    blocks = []
+    for recipe, c in certs.items():
+        if not isinstance(c, dict):
+            continue
+        check = c.get("check") or {}
+        held = c.get("heldout_compounds")
+        held_text = held if isinstance(held, str) else \
+            (", ".join(f"`{h}`" for h in held[:40]) + (f" … ({len(held) - 40} more)" if len(held) > 40 else "")
+             if held else "none")
+        rows = [["kind", f"`{c.get('kind')}`"],
+                ["train splits", ", ".join(f"`{n}`" for n in c.get("train_splits") or []) or "none"],
+                ["eval splits", ", ".join(f"`{n}`" for n in c.get("eval_splits") or []) or "none"],
+                ["atom divergence D_A = 1 − C₀.₅", _f(c.get("atom_divergence"))],
+                ["compound divergence D_C = 1 − C₀.₁", _f(c.get("compound_divergence"))],
+                ["held-out compounds", held_text],
+                ["share of eval rows holding one", f"{c.get('heldout_share_of_eval_rows', 0):.1%}"],
+                ["training rows holding a held-out compound (checked from the rows)",
+                 str(check.get("train_rows_with_heldout_compound", check.get("train_rows_deeper_than_max", "n/a")))],
+                ["certificate check", "passed" if check.get("ok") else "FAILED"]]
+        rows += [["note", w] for w in check.get("warnings") or []]
+        search = c.get("search")
+        if isinstance(search, dict) and isinstance(search.get("random_split"), dict):
+            rs = search["random_split"]
+            rows.append(["a random split of the same sizes",
+                         f"D_A {_f(rs.get('atom_divergence'))}, D_C {_f(rs.get('compound_divergence'))}"])
+        table = "| | |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
+        blocks.append(f"Recipe `{recipe}`:\n\n{table}")
+    return ("Divergences measured from this build's rows (docs/splits.md; DBCA, Keysers et al. 2020): atoms "
+            "are the operators a program calls, compounds the parent→child edges of its composition tree.\n\n"
+            + "\n\n".join(blocks))

@@ -1,0 +1,85 @@
+"""Atoms and compounds of built rows: parquet files or build folders → :class:`RowUnits` per row.
+
+A row's programs are read from its ``reward_model.ground_truth`` (``tasks[].expr``) and parsed
+into typed trees by :func:`opgen.expr.parse` — the grammar's own parser, never ``eval`` — so the
+same function measures rows just built, rows of another build and rows of another machine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from opgen import expr as E
+from opgen.splits import compounds as C
+
+
+class SplitRowsError(ValueError):
+    """A file whose rows cannot be measured; the message names the file and row."""
+
+
+def parquet_files(paths: Sequence[Path]) -> list[Path]:
+    """Files as given, folders as their ``*.parquet`` files (sorted, recursively)."""
+    out: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            found = sorted(p.rglob("*.parquet"))
+            if not found:
+                raise SplitRowsError(f"{p}: no parquet files in this folder")
+            out += found
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise SplitRowsError(f"{p}: no such file or folder")
+    return out
+
+
+def row_programs(path: Path) -> Iterator[tuple[list[E.Expr], list[str], int]]:
+    """Each row's (trees, inputs, depth) in file order."""
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, ValueError) as exc:
+        raise SplitRowsError(f"{path}: not a parquet file ({exc})") from None
+    if pf.schema_arrow.get_field_index("reward_model") < 0:
+        raise SplitRowsError(f"{path}: no 'reward_model' column: not opgen rows")
+    n = 0
+    memo: dict[str, E.Expr] = {}  # rows repeat programs (atomic tasks above all): parse each once
+    for batch in pf.iter_batches(batch_size=4096, columns=["reward_model"]):
+        for rm in batch.column(0).to_pylist():
+            raw = rm.get("ground_truth") if isinstance(rm, dict) else None
+            try:
+                gt = json.loads(raw) if isinstance(raw, str) else None
+                tasks = gt["tasks"] if isinstance(gt, dict) else None
+                if not isinstance(tasks, list) or not tasks:
+                    raise ValueError("no tasks")
+                trees = [_parse(t["expr"], memo) for t in tasks]
+                inputs = [str(t.get("input", "")) for t in tasks]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SplitRowsError(f"{path}: row {n}: ground_truth has no parseable tasks[].expr ({exc})") from None
+            yield trees, inputs, max(E.depth(t) for t in trees)
+            n += 1
+
+
+def units_of(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT) -> list[C.RowUnits]:
+    """The atoms and compounds of every row of ``paths`` (files or folders), in order."""
+    out: list[C.RowUnits] = []
+    with E.recursion_headroom():
+        for path in parquet_files(paths):
+            out += [C.row_units(trees, inputs, spec) for trees, inputs, _ in row_programs(path)]
+    return out
+
+
+def _parse(text: str, memo: dict[str, E.Expr]) -> E.Expr:
+    tree = memo.get(text)
+    if tree is None:
+        tree = memo[text] = E.parse(text)
+    return tree
+
+
+def depths_of(paths: Sequence[Path]) -> list[int]:
+    with E.recursion_headroom():
+        return [d for path in parquet_files(paths) for _, _, d in row_programs(path)]

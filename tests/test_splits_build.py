@@ -1,0 +1,254 @@
+"""Split recipes built end to end: every kind's rows checked independently of the builder's certificate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from opgen import expr as E
+from opgen import ops
+from opgen.resources import recipe_path
+
+SYSTEMATICITY = """\
+name: sys-e2e
+seed: 2
+split: {kind: systematicity, pairs: [[func_3, func_9], [func_15, func_17]]}
+defaults: {generator: chains, kind: rl, prompt_format: closed_book, answer_format: ra, unique: task}
+splits:
+  train: {role: train, options: {ops: train, depths: [2, 3], per_depth: 150}}
+  test: {role: eval, options: {ops: [func_3, func_9, func_15, func_17], depths: [2, 3], per_depth: 20}}
+"""
+
+MCD = """\
+name: mcd-e2e
+seed: 2
+split:
+  kind: mcd
+  pool: {generator: trees, rows: 1500, options: {ops: all, depths: [2, 3], rows: 2000}}
+  train_rows: 500
+  eval_rows: 120
+  max_atom_divergence: 0.05
+defaults: {kind: rl, prompt_format: closed_book, answer_format: ra}
+splits: {train: {role: train}, test: {role: eval}}
+"""
+
+PRODUCTIVITY = """\
+name: prod-e2e
+seed: 2
+split: {kind: productivity, max_train_depth: 2}
+defaults: {generator: trees, kind: rl, prompt_format: closed_book, answer_format: ra, unique: task}
+splits:
+  train: {role: train, options: {ops: train, depths: [1, 2], per_depth: 100}}
+  test: {role: eval, options: {ops: train, depths: [3, 4], per_depth: 20}}
+"""
+
+SFT_HELDOUT = """\
+name: sft-heldout-e2e
+seed: 2
+split: {kind: heldout-ops}
+splits:
+  train:
+    generator: sft_cell
+    role: train
+    kind: sft
+    options:
+      atomic: {pool: e2e-atomic, per_op: 2, ops: all}
+      compositions: {pool: e2e-comps, rows: 150, ops: all, depths: [2, 3]}
+"""
+
+
+def opgen(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", "opgen", *args], capture_output=True, text=True)
+    if check:
+        assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def build(tmp: Path, text: str, name: str, *extra: str) -> tuple[Path, dict]:
+    recipe = tmp / f"{name}.yaml"
+    recipe.write_text(text)
+    out = tmp / name
+    opgen("build", str(recipe), "--out", str(out), *extra)
+    return out, json.loads((out / "manifest.json").read_text())
+
+
+def trees_of(path: Path) -> list[list[E.Expr]]:
+    rows = pq.read_table(path, columns=["reward_model"]).column(0).to_pylist()
+    return [[E.parse(t["expr"]) for t in json.loads(r["ground_truth"])["tasks"]] for r in rows]
+
+
+def direct_pairs(tree: E.Expr) -> set[frozenset[str]]:
+    """Operator pairs composed directly (a call whose argument is a call): walked here, not via opgen.splits."""
+    out = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        kids = list(node.args) if isinstance(node, E.Call) else \
+            [node.left, node.right] if isinstance(node, E.Concat) else [node.expr] if isinstance(node, E.Method) else []
+        for kid in kids:
+            if isinstance(node, E.Call) and isinstance(kid, E.Call):
+                out.add(frozenset((node.op, kid.op)))
+            stack.append(kid)
+    return out
+
+
+def test_systematicity_recipe_builds_with_a_certificate_and_a_card(tmp_path: Path):
+    out, man = build(tmp_path, SYSTEMATICITY, "sys")
+    held = {frozenset(("func_3", "func_9")), frozenset(("func_15", "func_17"))}
+    train = trees_of(out / "train.parquet")
+    assert train and not any(held & direct_pairs(t) for row in train for t in row)
+    composed = {o for row in train for t in row for p in direct_pairs(t) for o in p}
+    assert {"func_3", "func_9", "func_15", "func_17"} <= composed  # each operator seen in other compositions
+    evals = trees_of(out / "test.parquet")
+    assert all(any(held & direct_pairs(t) for t in row) for row in evals)
+    cert = man["split_certificates"]["sys-e2e"]
+    assert cert["check"]["ok"] and cert["check"]["train_rows_with_heldout_compound"] == 0
+    assert cert["heldout_compounds"] == ["func_15(func_17)", "func_17(func_15)", "func_3(func_9)", "func_9(func_3)"]
+    assert 0 < cert["compound_divergence"] <= 1 and cert["heldout_share_of_eval_rows"] == 1.0
+    assert man["splits"]["train"]["compounds"]["rows"] == 300
+    assert man["recipes"][0]["resolved"]["split"]["pairs"] == [["func_3", "func_9"], ["func_15", "func_17"]]
+    # split-stats measures the same divergences from the files
+    r = json.loads(opgen("split-stats", str(out / "train.parquet"), str(out / "test.parquet"), "--json").stdout)
+    assert r["compound_divergence"] == cert["compound_divergence"]
+    assert r["atom_divergence"] == cert["atom_divergence"]
+    # the Hub card shows the certified divergences
+    tree = tmp_path / "tree"
+    opgen("push", str(out), "--repo-id", "org/sys", "--dry-run", str(tree))
+    card = (tree / "README.md").read_text()
+    assert "## Compositional split" in card
+    assert f"{cert['compound_divergence']:.4f}" in card and f"{cert['atom_divergence']:.4f}" in card
+    assert "`func_3(func_9)`" in card and "| certificate check | passed |" in card
+    # opgen verify rebuilds it from the manifest (the resolved split included)
+    assert "FAIL" not in opgen("verify", str(out)).stdout
+    # deterministic: the same recipe builds the same rows
+    out2, man2 = build(tmp_path, SYSTEMATICITY, "sys2")
+    assert [f["sha256"] for f in man2["splits"]["train"]["files"]] == \
+        [f["sha256"] for f in man["splits"]["train"]["files"]]
+
+
+def test_mcd_recipe_builds_within_its_atom_bound(tmp_path: Path):
+    out, man = build(tmp_path, MCD, "mcd")
+    cert = man["split_certificates"]["mcd-e2e"]
+    assert cert["check"]["ok"]
+    assert cert["atom_divergence"] <= 0.05
+    assert cert["compound_divergence"] > cert["search"]["random_split"]["compound_divergence"]
+    held = set(cert["heldout_compounds"])
+    assert held
+    # independently: no held-out compound (an edge, walked here) in any training row
+    from opgen.splits.compounds import edge_text
+
+    def edge_texts(t: E.Expr) -> set[str]:
+        out_ = set()
+        for n in E.walk(t):
+            kids = E.children(n) if isinstance(n, (E.Call, E.Concat, E.Method)) else ()
+            for pos, k in enumerate(kids):
+                if isinstance(k, (E.Call, E.Concat, E.Method)):
+                    lab = {E.Call: lambda x: x.op, E.Concat: lambda x: "+", E.Method: lambda x: "." + x.name}
+                    out_.add(edge_text(lab[type(n)](n), pos, lab[type(k)](k)))
+        return out_
+
+    train = trees_of(out / "train.parquet")
+    assert len(train) == 500 and not any(held & edge_texts(t) for row in train for t in row)
+    assert len(trees_of(out / "test.parquet")) == 120
+    assert "FAIL" not in opgen("verify", str(out)).stdout
+    tree = tmp_path / "tree"
+    opgen("push", str(out), "--repo-id", "org/mcd", "--dry-run", str(tree))
+    card = (tree / "README.md").read_text()
+    assert f"{cert['compound_divergence']:.4f}" in card and "a random split of the same sizes" in card
+
+
+def test_productivity_recipe_splits_by_depth(tmp_path: Path):
+    out, man = build(tmp_path, PRODUCTIVITY, "prod")
+    assert max(E.depth(t) for row in trees_of(out / "train.parquet") for t in row) <= 2
+    assert min(max(E.depth(t) for t in row) for row in trees_of(out / "test.parquet")) > 2
+    cert = man["split_certificates"]["prod-e2e"]
+    assert cert["check"]["ok"] and cert["depths"] == {"train_max": 2, "eval_min": 3}
+
+
+def test_productivity_depths_on_the_wrong_side_are_refused(tmp_path: Path):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text(PRODUCTIVITY.replace("depths: [1, 2]", "depths: [1, 2, 3]"))
+    r = opgen("build", str(recipe), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0
+    assert "splits.train.options.depths: [3]" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_split_errors_name_the_field(tmp_path: Path):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text(SYSTEMATICITY.replace("func_9]", "func_99]"))
+    r = opgen("build", str(recipe), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "split.pairs[0]: unknown operator 'func_99'" in r.stderr
+    recipe.write_text(MCD.replace("train_rows: 500", "train_rows: 5000"))
+    r = opgen("build", str(recipe), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "split.pool.rows" in r.stderr and "Traceback" not in r.stderr
+    recipe.write_text(MCD.replace("test: {role: eval}", "test: {role: eval, generator: trees}"))
+    r = opgen("build", str(recipe), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "splits.test.generator" in r.stderr
+
+
+def test_heldout_ops_split_of_an_sft_cell_composes_no_heldout_operator(tmp_path: Path):
+    out, man = build(tmp_path, SFT_HELDOUT, "sft")
+    held = set(ops.HELDOUT_IDS)
+    rows = trees_of(out / "train.parquet")
+    comps = [t for row in rows for t in row if E.size(t) > 2]
+    assert comps
+    for t in comps:  # independently: no pair composed directly with a held-out operator
+        assert not any(p & held for p in direct_pairs(t))
+    assert man["split_certificates"]["sft-heldout-e2e"]["check"]["ok"]
+    assert man["leakage"]["ok"]
+    assert "FAIL" not in opgen("verify", str(out)).stdout
+
+
+def test_share_of_pairs_is_named_in_the_manifest_and_rebuilds(tmp_path: Path):
+    text = SYSTEMATICITY.replace("pairs: [[func_3, func_9], [func_15, func_17]]", "share: 0.05, ops: train") \
+        .replace("ops: [func_3, func_9, func_15, func_17]", "ops: train")
+    out, man = build(tmp_path, text, "share")
+    split = man["recipes"][0]["resolved"]["split"]
+    assert split["drawn"] == {"share": 0.05, "ops": list(ops.TRAIN_IDS), "seed": 2} and len(split["pairs"]) == 5
+    assert man["split_certificates"]["sys-e2e"]["check"]["ok"]
+    assert "FAIL" not in opgen("verify", str(out)).stdout
+
+
+def _eval_suite_without_avoid(tmp: Path, with_split: bool) -> Path:
+    data = yaml.safe_load(recipe_path("eval-suite").read_text())
+    data["leakage"].pop("avoid")
+    if with_split:
+        data["split"] = {"kind": "heldout-ops"}
+    path = tmp / ("with.yaml" if with_split else "without.yaml")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_heldout_ops_split_leaves_the_eval_suite_rows_byte_for_byte(tmp_path: Path):
+    shas = []
+    for with_split in (False, True):
+        out = tmp_path / f"b{with_split}"
+        opgen("build", str(_eval_suite_without_avoid(tmp_path, with_split)), "--out", str(out), "--limit", "40")
+        man = json.loads((out / "manifest.json").read_text())
+        shas.append({n: ([f["sha256"] for f in s["files"]], s["content_sha256"]) for n, s in man["splits"].items()})
+    assert shas[0] == shas[1]
+
+
+@pytest.mark.slow
+def test_heldout_ops_split_reproduces_the_bundled_eval_suite(tmp_path: Path):
+    """The bundled eval suite (its leakage.avoid included) with `split: heldout-ops` added: the same files."""
+    data = yaml.safe_load(recipe_path("eval-suite").read_text())
+    data["split"] = {"kind": "heldout-ops"}
+    recipe = recipe_path("eval-suite").parent / "eval-suite.yaml"
+    with_split = tmp_path / "eval-suite-split.yaml"
+    with_split.write_text(yaml.safe_dump(data, sort_keys=False))
+    a, b = tmp_path / "a", tmp_path / "b"
+    opgen("build", str(recipe), "--out", str(a), "--limit", "64")
+    opgen("build", str(with_split), "--out", str(b), "--limit", "64")
+    ma, mb = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
+    assert {n: s["content_sha256"] for n, s in ma["splits"].items()} == \
+        {n: s["content_sha256"] for n, s in mb["splits"].items()}
+    for s in ma["splits"].values():
+        for f in s["files"]:
+            assert (a / f["path"]).read_bytes() == (b / f["path"]).read_bytes()
