@@ -423,11 +423,11 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
             names[cfg.name] = recipe.path
             gen = build_generator(cfg, recipe)
             avoid = None
-            if recipe.avoid and cfg.role == "eval":
+            if recipe.avoid and cfg.role == "eval":  # opt-in: replays the named training recipes
                 try:
-                    avoid = leakage.training_keys(recipe.avoid, seed)
+                    avoid = leakage.training_programs(recipe.avoid, seed)
                 except (RecipeError, GeneratorError) as exc:
-                    raise BuildError(f"{recipe.path}: leakage.avoid: {exc}") from None
+                    raise BuildError(f"{recipe.path}: leakage.avoid_programs: {exc}") from None
             rows = gen.count() if limit is None else min(gen.count(), limit)
             spec = RowSpec(split=cfg.name, family=cfg.family, kind=cfg.kind, prompt_format=cfg.prompt_format,
                            answer_format=cfg.answer_format, recipe=recipe.name, unique=cfg.unique,
@@ -815,7 +815,7 @@ def _redraw(plan: Plan, i: int, start: int, taken: Callable[[int], bool]) -> tup
             except GeneratorError as exc:
                 raise BuildError(str(exc)) from None
             facts = buf.add(i, item)
-            if facts is None:  # shares a task of a training recipe the recipe avoids
+            if facts is None:  # shares a program of a training recipe the recipe avoids
                 gen.rejections["avoided"] += 1
                 j += 1
                 continue

@@ -21,7 +21,8 @@ from opgen.tasks import Item, Task
 
 class Chains(Generator):
     NAME = "chains"
-    VERSION = 1
+    VERSION = 2  # 2: inputs on the role's side (opgen.rng.input_side: eval tasks never equal training ones)
+    SIDED = True
     DEFAULTS = {
         "ops": "heldout", "depths": [1], "per_depth": None, "rows": None,
         "no_repeat": True, "input_len": [3, 10], "alphabet": LOWERCASE, "max_output_chars": 1000,
@@ -47,13 +48,17 @@ class Chains(Generator):
             raise self.fail("ops", "too few unary operators for these depths")
         self.in_lo, self.in_hi = check_range(self, "input_len")
         self.max_len = o["max_output_chars"]
+        lo, hi, alphabet = self.in_lo, self.in_hi, o["alphabet"]
+        self._input = self.side_input(lambda rng: text(rng, lo, hi, alphabet))
 
     def count(self) -> int:
         return self.plan.total
 
     def candidate(self, i: int, j: int) -> Item | None:
         rng = self.rng(i, j)
-        x = text(rng, self.in_lo, self.in_hi, self.options["alphabet"])
+        x = self._input(rng)
+        if x is None:
+            return None
         program: E.Expr = E.Var()
         previous = None
         n = len(self.unary)
