@@ -16,7 +16,7 @@ from opgen.generate import (
     text,
 )
 from opgen.rng import LOWERCASE
-from opgen.tasks import Item, Task
+from opgen.tasks import Item, Task, with_unchanged
 
 
 class Chains(Generator):
@@ -67,6 +67,7 @@ class Chains(Generator):
         # guards: a call that would exceed the cap stops the candidate before the rest is drawn.
         value = x
         effect = self.options.get("require_effect", False)
+        same = 0  # measure.unchanged_calls, counted as the chain grows (tests/test_generate_chains_atomic.py)
         try:
             if len(value) > max_len:
                 raise E.OutputTooLong(len(value), max_len)
@@ -80,13 +81,15 @@ class Chains(Generator):
                     op = self.unary[previous]
                 program = E.Call(op.id, (program,), sample_params(op, rng))
                 before, value = value, E.call_capped(program, op.fn, (value,), max_len)
-                if effect and value == before:
-                    self.rejections["no_effect"] += 1
-                    return None
+                if value == before:
+                    if effect:
+                        self.rejections["no_effect"] += 1
+                        return None
+                    same += 1
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
-        return Item((Task(program, x, value),))
+        return Item((with_unchanged(Task(program, x, value), same),))
 
 
 GENERATORS = {"chains": Chains}
