@@ -393,20 +393,29 @@ def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> str:
 
 
 def _run(pool: Any, fn: Callable[[Any], Any], args: Sequence[Any], bar: Any, mapper: Any = None,
-         counter: Any = None) -> list[Any]:
-    """``[fn(a) for a in args]``: here, in the worker pool (its rows counted in ``counter``) or by ``mapper``."""
+         counter: Any = None, sizes: Sequence[int] | None = None) -> list[Any]:
+    """``[fn(a) for a in args]``: here, in the worker pool (its rows counted in ``counter``) or by ``mapper``.
+
+    With ``sizes``, the pool is handed the largest first (the longest-processing-time rule: the
+    eval suite's two chain splits are half its work; in build order one worker ended last with
+    a chain split alone). The results come back in ``args``' order either way."""
     if mapper is not None:  # another executor runs the shards (opgen.infer.ray_executor.BuildMapper)
         return list(mapper(fn, list(args), bar))
     if pool is None:
         return [fn(a) for a in args]
-    pending = pool.map_async(fn, args, chunksize=1)
+    order = sorted(range(len(args)), key=lambda k: -sizes[k]) if sizes is not None else list(range(len(args)))
+    pending = pool.map_async(fn, [args[k] for k in order], chunksize=1)
     while not pending.ready():
         pending.wait(0.1)
         if bar is not None:
             bar.update(counter.value - bar.n)
     if bar is not None:
         bar.update(counter.value - bar.n)
-    return list(pending.get())
+    got = pending.get()
+    out: list[Any] = [None] * len(args)
+    for k, value in zip(order, got):
+        out[k] = value
+    return out
 
 
 def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | None = None,
@@ -688,7 +697,7 @@ def _phases(shards: Shards, workers: int, progress: bool, mapper: Any) -> tuple[
             with _installed(here):
                 try:
                     produced: list[ShardFacts] = _run(pool, _produce, list(range(len(units))), bar, mapper,
-                                                      counter)
+                                                      counter, [u.stop - u.start for u in units])
                 except GeneratorError as exc:
                     raise BuildError(str(exc)) from None
                 finally:

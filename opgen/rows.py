@@ -22,7 +22,7 @@ from opgen import expr as E
 from opgen import ops
 from opgen._version import __version__
 from opgen.formats import Formatter, SingleRenderer, Text, ops_text, prepare, scan, text
-from opgen.generate.measure import call_distances, task_unchanged_calls, unchanged_calls
+from opgen.generate.measure import call_distances, scan_measured, task_unchanged_calls, unchanged_calls
 from opgen.resources import schema_path
 from opgen.tasks import Item
 
@@ -321,10 +321,11 @@ class RowBuffer:
                     facts = remember(key, program_facts(prog, *scan(prog, used), used))
             else:
                 used = {}
-                key, depth = scan(prog, used)
+                # text, depth and per-call distances in one walk (a repeated program's are cached)
+                key, depth, dist = scan_measured(prog, used)
                 facts = programs.get(key)
                 if facts is None:
-                    facts = remember(key, program_facts(prog, key, depth, used))
+                    facts = remember(key, program_facts(prog, key, depth, used, dist))
             expr, depth, pk, k, opmask, composed, structure, ops_sorted, parts, dist = facts
             x = task.input
             task_id = expr + "\x00" + x
@@ -357,7 +358,8 @@ class RowBuffer:
 
         return add_single
 
-    def _program_facts(self, prog: E.Expr, expr: str, depth: int, used: dict[str, None]) -> tuple:
+    def _program_facts(self, prog: E.Expr, expr: str, depth: int, used: dict[str, None],
+                       dist: tuple | None = None) -> tuple:
         t = ops_text(tuple(used))
         k = len(t.recall)
         opmask = _mask(t.recall)
@@ -369,7 +371,8 @@ class RowBuffer:
             composed = 0 if type(prog) is E.Call and all(type(a) in _LEAF for a in prog.args) else opmask
         program = "def main_solution(x):\n    return " + expr
         parts = self.single.parts(t, expr, program, depth)
-        dist = call_distances(prog)
+        if dist is None:
+            dist = call_distances(prog)
         dist_cols = (tuple(d[0] for d in dist), tuple(d[1] for d in dist), tuple(d[2] for d in dist))
         return expr, depth, h64(expr), k, opmask, composed, structure, t.ops_sorted, parts, dist_cols
 

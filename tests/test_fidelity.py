@@ -581,3 +581,27 @@ def test_call_distances_equal_the_expression_trees_tail_distances():
     for i in range(600):
         program = gen.first_valid(i)[1].tasks[0].program
         assert call_distances(program) == tuple((t.op, t.chars, t.call_tails) for t in E.tail_distances(program))
+
+
+def test_scan_measured_is_scan_and_call_distances_in_one_walk():
+    """The builder's one-walk fast path equals its two references on every kind of program."""
+    from opgen import expr as E
+    from opgen.formats import scan
+    from opgen.generate import Context
+    from opgen.generate.chains import Chains
+    from opgen.generate.measure import call_distances, scan_measured
+    from opgen.generate.trees import Trees
+
+    gens = [Trees(Trees.resolve({"ops": "all", "depths": [1, 2, 3, 5, 8], "rows": 500, "p_method": 0.2,
+                                 "p_binary": 0.4}), Context(digest="m", split="s", seed=0)),
+            Chains(Chains.resolve({"ops": "train", "depths": [1, 4, 20], "per_depth": 40}),
+                   Context(digest="m", split="s", seed=0))]
+    with E.recursion_headroom():
+        for gen in gens:
+            for i in range(gen.count()):
+                program = gen.first_valid(i)[1].tasks[0].program
+                a: dict[str, None] = {}
+                b: dict[str, None] = {}
+                text, depth, dist = scan_measured(program, a)
+                assert (text, depth) == scan(program, b) and list(a) == list(b)
+                assert dist == call_distances(program)
