@@ -442,6 +442,22 @@ def test_leakage_avoid_programs_is_an_explicit_opt_in(runner, cli, tmp_path):
     assert res.exit_code == 2 and "avoid_programs" in res.output and "by construction" in res.output
 
 
+def test_leakage_report_path_is_checked_before_the_work_and_progress_is_shown(runner, cli, tmp_path):
+    res, evals = build(runner, cli, tmp_path, EVAL_SAME, "e")
+    assert res.exit_code == 0, res.output
+    for bad in (tmp_path / "no-such-folder" / "r.json", tmp_path):
+        res = runner.invoke(cli, ["leakage", str(evals), "--against", str(evals), "--report", str(bad)])
+        assert res.exit_code == 2 and "--report" in res.output and "Traceback" not in res.output, res.output
+        assert "checked" not in res.output  # refused before any file was read
+        assert res.exception is None or isinstance(res.exception, SystemExit)
+    report = tmp_path / "r.json"
+    res = runner.invoke(cli, ["leakage", str(evals), "--against", str(evals), "--report", str(report), "--progress"])
+    assert res.exit_code == 1 and "leakage: read 1/2 files" in res.output and "leakage: read 2/2 files" in res.output
+    assert json.loads(report.read_text())["violations"] and not list(tmp_path.glob(".r.json.*"))
+    res = runner.invoke(cli, ["leakage", str(evals), "--against", str(evals), "--no-progress"])
+    assert res.exit_code == 1 and "leakage: read" not in res.output
+
+
 def test_leakage_command_usage_errors(runner, cli, tmp_path):
     res = runner.invoke(cli, ["leakage", str(tmp_path)])
     assert res.exit_code == 2 and "--against" in res.output
