@@ -149,13 +149,36 @@ class FileKeys:
     heldout_composed: np.ndarray  # row indices whose composed tasks use a held-out operator
 
 
-def parquet_files(paths) -> list:
-    """Build folders (every ``*.parquet`` below, sorted) and files, in the order given."""
+def _files_of_role(folder, role: str) -> list | None:
+    """The files of ``folder``'s splits of ``role``, by its ``manifest.json`` (None without one): a
+    training cell's build may hold an eval split (native-stage2's test split), which is no
+    training data, and an eval build's train split is none of the eval files."""
+    import json
+
+    try:
+        man = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        splits = man["splits"]
+        return sorted(folder / f["path"] for s in splits.values() if s.get("role") == role for f in s["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def parquet_files(paths, role: str | None = None) -> list:
+    """Build folders and files, in the order given. A folder with a ``manifest.json`` gives the files
+    of its splits of ``role`` (all splits without ``role``); another folder every ``*.parquet``
+    below it, sorted."""
     from pathlib import Path
 
     out = []
     for p in map(Path, paths):
         if p.is_dir():
+            by_role = _files_of_role(p, role) if role is not None else None
+            if by_role is not None:
+                if not by_role:
+                    raise LeakageInputError(f"{p}: this build holds no {role} split (its manifest.json); give its "
+                                            f"parquet files to check them as {role} files")
+                out.extend(by_role)
+                continue
             found = sorted(q for q in p.rglob("*.parquet") if q.is_file() and ".opgen-build.tmp" not in q.parts)
             if not found:
                 raise LeakageInputError(f"{p}: no parquet file in this folder")
@@ -265,7 +288,7 @@ def check_files(train_paths, eval_paths, heldout_ops: tuple[str, ...] = ops.HELD
     """The study's rule over files of separate builds: a report per (train file, eval file) pair.
 
     ``progress(done, total, path, rows)`` is called after each file is read (the slow part)."""
-    train_files, eval_files = parquet_files(train_paths), parquet_files(eval_paths)
+    train_files, eval_files = parquet_files(train_paths, "train"), parquet_files(eval_paths, "eval")
     total = len(train_files) + len(eval_files)
     read: list[FileKeys] = []
     for p in (*train_files, *eval_files):

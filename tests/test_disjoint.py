@@ -101,11 +101,11 @@ def test_no_eval_or_probe_task_is_a_training_task_limited(runner, cli, tmp_path)
     against the eval suite's first three depths and the probes; every input on its role's side."""
     from opgen.rng import input_side
 
-    cells = ("stage1", "sft-d1", "rl-r1", "rl-mda", "native-stage1", "native-stage2")
+    cells = ("stage1", "sft-d1", "rl-mda", "native-stage2")
     trains = [_build(runner, cli, r, tmp_path / r, "--limit", "100") for r in cells]
     evals = [_build(runner, cli, r, tmp_path / r, "--limit", "600") for r in EVAL_RECIPES]
     got = _check_disjoint(trains, evals)
-    assert got["train_tasks"] > 900 and got["eval_tasks"] > 4000 and got["heldout_compositions"] > 600
+    assert got["train_tasks"] > 600 and got["eval_tasks"] > 4000 and got["heldout_compositions"] > 600
     assert got["shared_tasks"] == [] and got["heldout_composed_in_training"] == []
     assert got["heldout_programs_in_training"] == []
     for out in (*trains, *evals):

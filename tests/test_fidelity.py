@@ -375,7 +375,11 @@ def test_leakage_across_builds_reports_every_kind(runner, cli, tmp_path):
     res, evals = build(runner, cli, tmp_path, EVAL_SAME.replace("ops: train", "ops: heldout"), "e")
     assert res.exit_code == 0, res.output
     report = tmp_path / "leak.json"
-    res = runner.invoke(cli, ["leakage", str(evals), "--against", str(evals), "--report", str(report)])
+    # a build folder gives its splits of the side's role (manifest.json): an eval build is no training
+    res = runner.invoke(cli, ["leakage", str(evals), "--against", str(evals)])
+    assert res.exit_code == 1 and "holds no train split" in res.output and "Traceback" not in res.output
+    as_train = str(evals / "comps.parquet")  # a file is taken as given
+    res = runner.invoke(cli, ["leakage", as_train, "--against", str(evals), "--report", str(report)])
     assert res.exit_code == 1, res.output
     got = json.loads(report.read_text())
     pair = got["pairs"][0]
@@ -451,10 +455,11 @@ def test_leakage_report_path_is_checked_before_the_work_and_progress_is_shown(ru
         assert "checked" not in res.output  # refused before any file was read
         assert res.exception is None or isinstance(res.exception, SystemExit)
     report = tmp_path / "r.json"
-    res = runner.invoke(cli, ["leakage", str(evals), "--against", str(evals), "--report", str(report), "--progress"])
+    comps = str(evals / "comps.parquet")
+    res = runner.invoke(cli, ["leakage", comps, "--against", str(evals), "--report", str(report), "--progress"])
     assert res.exit_code == 1 and "leakage: read 1/2 files" in res.output and "leakage: read 2/2 files" in res.output
     assert json.loads(report.read_text())["violations"] and not list(tmp_path.glob(".r.json.*"))
-    res = runner.invoke(cli, ["leakage", str(evals), "--against", str(evals), "--no-progress"])
+    res = runner.invoke(cli, ["leakage", comps, "--against", str(evals), "--no-progress"])
     assert res.exit_code == 1 and "leakage: read" not in res.output
 
 
