@@ -11,7 +11,10 @@ from pathlib import Path
 
 import click
 
-# Progress lines (stderr) start once the check has run this long, or at once with --progress.
+from . import options
+
+# Without --progress/--no-progress, a line per file read goes to stderr on a terminal, or anywhere
+# once the check has run this long (a log of a long check shows it is moving).
 PROGRESS_AFTER_S = 2.0
 
 
@@ -71,8 +74,7 @@ def _print(report: dict) -> None:
               help="The held-out operators that training may not compose: heldout, or a comma list of func_N.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the whole report as JSON here (checked writable before the work).")
-@click.option("--progress/--no-progress", default=None,
-              help="A line per file read on stderr (default: once the check has run 2 s).")
+@options.progress()
 def leakage(paths: tuple[str, ...], heldout_ops: str, report_path: Path | None, progress: bool | None) -> None:
     """Check training build folders or parquet files against eval ones (those after --against):
     no shared prompt, no shared (program, input) task, no held-out composition's program in
@@ -93,7 +95,7 @@ def leakage(paths: tuple[str, ...], heldout_ops: str, report_path: Path | None, 
 
     def tell(done: int, total: int, path: str, rows: int) -> None:
         elapsed = time.monotonic() - t0
-        if progress or (progress is None and elapsed >= PROGRESS_AFTER_S):
+        if progress or (progress is None and (sys.stderr.isatty() or elapsed >= PROGRESS_AFTER_S)):
             click.echo(f"leakage: read {done}/{total} files ({path}: {rows:,} rows, {elapsed:.1f} s)", err=True)
             sys.stderr.flush()
 
