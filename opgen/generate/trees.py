@@ -281,8 +281,12 @@ class Trees(Generator):
         # side, sends the row one by one.
         texts = self._inputs(words[:, 1]) if self._inputs is not None else None
         flat, begins, lengths, ok = texts if texts is not None else ("", [0] * n, [0] * n, [False] * n)
-        picks = np.searchsorted(call_thresholds, (words[:, 2] >> np.uint64(11)).astype(np.float64),
-                                side="right").tolist()
+        # An input of the other side (half the rows) is drawn again from word 2, and the call's
+        # operator then comes from word 3: both read here too, so such rows stay in bulk.
+        texts2 = self._inputs(words[:, 2]) if self._inputs is not None else None
+        flat2, begins2, lengths2, ok2 = texts2 if texts2 is not None else ("", [0] * n, [0] * n, [False] * n)
+        picks_at = [np.searchsorted(call_thresholds, (words[:, c] >> np.uint64(11)).astype(np.float64),
+                                    side="right").tolist() for c in (2, 3)]
         max_len, precheck, rejections = self.max_len, _precheck, self.rejections
         check_input = self.in_hi > max_len
         on_x = depths[d][3][k].tolist()
@@ -291,7 +295,14 @@ class Trees(Generator):
                                                             words.tolist())):
             found = None
             x = flat[begins[r]:begins[r] + lengths[r]] if ok[r] else ""
-            if not ok[r] or input_side(x) != side:
+            at = 0  # input redraws before x (the words after the input move on by as many)
+            good = bool(ok[r]) and input_side(x) == side
+            if ok[r] and not good and ok2[r]:
+                x2 = flat2[begins2[r]:begins2[r] + lengths2[r]]
+                if input_side(x2) == side:
+                    x, at, good = x2, 1, True
+                    rejections["input_side"] += 1
+            if not good:  # the row's own stream, from its input on (it counts its own redraws)
                 rng = CounterRng.resume(seed, tuple(first), 1)
                 found = self._call_on_x(rng) if on_x[r] else self._details(rng, shapes[shape])
             else:
@@ -299,9 +310,9 @@ class Trees(Generator):
                     if check_input and len(x) > max_len:
                         raise E.OutputTooLong(len(x), max_len)
                     if on_x[r]:
-                        op, params, node, guarded = calls[picks[r]]
+                        op, params, node, guarded = calls[picks_at[at][r]]
                         if params is None:
-                            params = sample_params(op, CounterRng.resume(seed, tuple(first), 3))
+                            params = sample_params(op, CounterRng.resume(seed, tuple(first), 3 + at))
                             node = E.Call(op.id, (_X,), params)
                         if guarded:
                             precheck(node, (x,), max_len)
@@ -311,7 +322,8 @@ class Trees(Generator):
                         found = Item((with_unchanged(Task(node, x, value), int(value == x)),))
                     else:
                         self._same = 0
-                        program, value = self._detail(CounterRng.resume(seed, tuple(first), 2), iter(shapes[shape]), x)
+                        program, value = self._detail(CounterRng.resume(seed, tuple(first), 2 + at),
+                                                      iter(shapes[shape]), x)
                         found = Item((with_unchanged(Task(program, x, value), self._same),))
                 except E.OutputTooLong:
                     rejections["output_too_long"] += 1
