@@ -1,7 +1,13 @@
 """Benchmark `opgen build`: rows/s and peak RSS, whole process, as the native generator was measured.
 
-    python benchmarks/bench_build.py            # the three native splits + 500k split, 1 vs 2 workers
+    python benchmarks/bench_build.py            # the default suite, the three native splits, 500k 1 vs 2 workers
     python benchmarks/bench_build.py --quick    # smaller sizes, for a smoke run
+    python benchmarks/bench_build.py --no-big --compile opgen   # issue 23's targets, byte-compiled first
+
+The first lines are the README's main command, ``opgen build --out DIR`` (the default suite,
+9,728 rows, default workers) and the same with ``--limit 32``, whole process, against issue 23's
+targets (<= 3 s and <= 1 s on 2 cores); then stage 1 / stage 2 against the native generator's
+rows/s (target >= 10x) in the same run.
     python benchmarks/bench_build.py --opgen "/path/to/other/opgen"   # another checkout, same machine
 
 The ``opgen`` run is the console script installed beside this Python, not a version manager's
@@ -63,14 +69,38 @@ def measure(recipe: str, split: str, out: Path, workers: int, limit: int | None 
     argv = [*OPGEN, "build", recipe, "--only", split, "--out", str(out), "--workers", str(workers), "--no-progress"]
     if limit:
         argv += ["--limit", str(limit)]
+    return measure_argv(argv, out)
+
+
+def measure_argv(argv: list[str], out: Path) -> dict:
+    """One whole ``opgen build`` process (``argv``, writing ``out``): wall, CPU, peak RSS, rows built."""
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
     res = subprocess.run([sys.executable, __file__, "--child", json.dumps(argv)], capture_output=True, text=True,
                          check=True)
     data = json.loads(res.stdout.strip().splitlines()[-1])
     if data["rc"] != 0:
         raise SystemExit(f"build failed: {data['stderr']}")
     manifest = json.loads((out / "manifest.json").read_text())
-    data["rows"] = manifest["splits"][split]["rows"]
+    data["rows"] = sum(s["rows"] for s in manifest["splits"].values())
     return data
+
+
+def median_argv(n: int, argv: list[str], out: Path) -> dict:
+    runs = [measure_argv(argv, out) for _ in range(max(1, n))]
+    got = dict(runs[0])
+    for key in ("wall", "cpu", "rss_mib"):
+        got[key] = statistics.median(r[key] for r in runs)
+    got["best_wall"] = min(r["wall"] for r in runs)
+    return got
+
+
+def target(label: str, value: float, limit: float, unit: str, at_most: bool = True) -> str:
+    met = value <= limit if at_most else value >= limit
+    sign = "<=" if at_most else ">="
+    return f"  {label}: {value:.2f}{unit} (target {sign} {limit:g}{unit}): {'met' if met else 'NOT met'}"
 
 
 def median_of(n: int, *args) -> dict:
@@ -119,12 +149,29 @@ def main() -> None:
           f"{'vs native wall/cpu':>17}  {'RSS MiB':>7}")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        # issue 23: the README's main command, whole process, default workers (2 on a 2-core machine)
+        suite = median_argv(args.repeat, [*OPGEN, "build", "--out", str(tmp / "suite-all"), "--no-progress"],
+                            tmp / "suite-all")
+        print(row("default suite (opgen build --out)", suite), flush=True)
+        small = median_argv(args.repeat, [*OPGEN, "build", "--out", str(tmp / "suite-32"), "--limit", "32",
+                                          "--no-progress"], tmp / "suite-32")
+        print(row("default suite --limit 32", small), flush=True)
+        ratios = {}
         for recipe, split in (("native-stage1", "stage1_l1_train"), ("native-stage2", "stage2_l12_train"),
                               ("native-stage2", "stage2_l18_test")):
             d = median_of(args.repeat, recipe, split, tmp / split, 1, limit)
             print(row(f"{split} (1 worker)", d, NATIVE[split]), flush=True)
+            ratios[split] = d["rows"] / d["wall"] / NATIVE[split]
         d = median_of(args.repeat, "eval-suite", "heldout_trees_d1-8", tmp / "suite", 1)
         print(row("heldout_trees_d1-8 (1 worker)", d), flush=True)
+        import os
+
+        print(f"issue 23 targets ({os.cpu_count()} CPUs here; wall times on a shared machine read high, "
+              "CPU s beside them):")
+        print(target("default suite, wall", suite["wall"], 3.0, " s"))
+        print(target("default suite --limit 32, wall", small["wall"], 1.0, " s"))
+        for split in ("stage1_l1_train", "stage2_l12_train"):
+            print(target(f"{split} vs native, wall rows/s", ratios[split], 10.0, "x", at_most=False))
         if args.no_big:
             return
         big = tmp / "big.yaml"

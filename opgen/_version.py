@@ -5,4 +5,4 @@ A leaf module: opgen's modules import the version from here, not from the packag
 whose lazily loaded notebook API imports them back (tests/test_import_cycles.py).
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

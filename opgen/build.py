@@ -393,20 +393,29 @@ def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> str:
 
 
 def _run(pool: Any, fn: Callable[[Any], Any], args: Sequence[Any], bar: Any, mapper: Any = None,
-         counter: Any = None) -> list[Any]:
-    """``[fn(a) for a in args]``: here, in the worker pool (its rows counted in ``counter``) or by ``mapper``."""
+         counter: Any = None, sizes: Sequence[int] | None = None) -> list[Any]:
+    """``[fn(a) for a in args]``: here, in the worker pool (its rows counted in ``counter``) or by ``mapper``.
+
+    With ``sizes``, the pool is handed the largest first (the longest-processing-time rule: the
+    eval suite's two chain splits are half its work; in build order one worker ended last with
+    a chain split alone). The results come back in ``args``' order either way."""
     if mapper is not None:  # another executor runs the shards (opgen.infer.ray_executor.BuildMapper)
         return list(mapper(fn, list(args), bar))
     if pool is None:
         return [fn(a) for a in args]
-    pending = pool.map_async(fn, args, chunksize=1)
+    order = sorted(range(len(args)), key=lambda k: -sizes[k]) if sizes is not None else list(range(len(args)))
+    pending = pool.map_async(fn, [args[k] for k in order], chunksize=1)
     while not pending.ready():
         pending.wait(0.1)
         if bar is not None:
             bar.update(counter.value - bar.n)
     if bar is not None:
         bar.update(counter.value - bar.n)
-    return list(pending.get())
+    got = pending.get()
+    out: list[Any] = [None] * len(args)
+    for k, value in zip(order, got):
+        out[k] = value
+    return out
 
 
 def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | None = None,
@@ -423,11 +432,11 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
             names[cfg.name] = recipe.path
             gen = build_generator(cfg, recipe)
             avoid = None
-            if recipe.avoid and cfg.role == "eval":
+            if recipe.avoid and cfg.role == "eval":  # opt-in: replays the named training recipes
                 try:
-                    avoid = leakage.training_keys(recipe.avoid, seed)
+                    avoid = leakage.training_programs(recipe.avoid, seed)
                 except (RecipeError, GeneratorError) as exc:
-                    raise BuildError(f"{recipe.path}: leakage.avoid: {exc}") from None
+                    raise BuildError(f"{recipe.path}: leakage.avoid_programs: {exc}") from None
             rows = gen.count() if limit is None else min(gen.count(), limit)
             spec = RowSpec(split=cfg.name, family=cfg.family, kind=cfg.kind, prompt_format=cfg.prompt_format,
                            answer_format=cfg.answer_format, recipe=recipe.name, unique=cfg.unique,
@@ -695,7 +704,7 @@ def _phases(shards: Shards, workers: int, progress: bool, mapper: Any) -> tuple[
             with _installed(here):
                 try:
                     produced: list[ShardFacts] = _run(pool, _produce, list(range(len(units))), bar, mapper,
-                                                      counter)
+                                                      counter, [u.stop - u.start for u in units])
                 except GeneratorError as exc:
                     raise BuildError(str(exc)) from None
                 finally:
@@ -822,7 +831,7 @@ def _redraw(plan: Plan, i: int, start: int, taken: Callable[[int], bool]) -> tup
             except GeneratorError as exc:
                 raise BuildError(str(exc)) from None
             facts = buf.add(i, item)
-            if facts is None:  # shares a task of a training recipe the recipe avoids
+            if facts is None:  # shares a program of a training recipe the recipe avoids
                 gen.rejections["avoided"] += 1
                 j += 1
                 continue

@@ -117,13 +117,18 @@ def describe(report: dict) -> list[str]:
 #
 # The study's layout is one recipe per cell, the eval suite built on its own, so a build's own
 # check never sees a training cell next to the eval files. ``check_files`` applies the study's
-# rule to files of separate builds, read back from parquet:
+# rule to files of separate builds, read back from parquet. Violations:
 #
 #   prompt            an eval prompt (its user turn) is a training prompt
 #   task              an eval task (program and input) is a training task
-#   program           an eval program with two or more operator calls occurs in training
-#                     (single calls are shared by design: the held-out atomic skills are trained)
-#   heldout_composed  a training task composes a held-out operator (any task of depth > 1)
+#   heldout_program   an eval composition (depth 2 or more) holding a held-out operator occurs in training
+#   heldout_composed  a training task composes a held-out operator (any task of depth > 1, a single
+#                     call on a composed argument such as ``func_9((x + x))`` included)
+#
+# and, as information (no violation): the share of each eval file's programs, per depth, that also
+# occur in training (``program_share``; train-operator programs recur in ID evals as in the study,
+# single calls everywhere: the held-out atomic skills are trained). Builds of opgen 0.3 and later
+# meet the rule by construction (opgen.rng.input_side); this check is the independent confirmation.
 
 
 class LeakageInputError(ValueError):
@@ -137,18 +142,43 @@ class FileKeys:
     prompt: np.ndarray  # uint64 per row: the user turn's text
     task: np.ndarray  # uint64 per task: program NUL input
     task_rows: np.ndarray
-    program: np.ndarray  # uint64 per task with two or more operator calls: the program
+    program: np.ndarray  # uint64 per task: the program
     program_rows: np.ndarray
+    program_depth: np.ndarray  # int64 per task: its depth (compositions: 2 or more)
+    program_heldout: np.ndarray  # bool per task: it calls a held-out operator
     heldout_composed: np.ndarray  # row indices whose composed tasks use a held-out operator
 
 
-def parquet_files(paths) -> list:
-    """Build folders (every ``*.parquet`` below, sorted) and files, in the order given."""
+def _files_of_role(folder, role: str) -> list | None:
+    """The files of ``folder``'s splits of ``role``, by its ``manifest.json`` (None without one): a
+    training cell's build may hold an eval split (native-stage2's test split), which is no
+    training data, and an eval build's train split is none of the eval files."""
+    import json
+
+    try:
+        man = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        splits = man["splits"]
+        return sorted(folder / f["path"] for s in splits.values() if s.get("role") == role for f in s["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def parquet_files(paths, role: str | None = None) -> list:
+    """Build folders and files, in the order given. A folder with a ``manifest.json`` gives the files
+    of its splits of ``role`` (all splits without ``role``); another folder every ``*.parquet``
+    below it, sorted."""
     from pathlib import Path
 
     out = []
     for p in map(Path, paths):
         if p.is_dir():
+            by_role = _files_of_role(p, role) if role is not None else None
+            if by_role is not None:
+                if not by_role:
+                    raise LeakageInputError(f"{p}: this build holds no {role} split (its manifest.json); give its "
+                                            f"parquet files to check them as {role} files")
+                out.extend(by_role)
+                continue
             found = sorted(q for q in p.rglob("*.parquet") if q.is_file() and ".opgen-build.tmp" not in q.parts)
             if not found:
                 raise LeakageInputError(f"{p}: no parquet file in this folder")
@@ -166,6 +196,18 @@ def _n_calls(expr: str) -> int:
     return n_calls(expr)  # a literal prefix, digits, a bracket: linear
 
 
+_OP_NAME = None
+
+
+def _ops_in(expr: str) -> list[str]:
+    global _OP_NAME
+    if _OP_NAME is None:
+        import re
+
+        _OP_NAME = re.compile(r"\bfunc_[0-9]+\b")
+    return _OP_NAME.findall(expr)
+
+
 def file_keys(path, heldout_ops: tuple[str, ...]) -> FileKeys:
     """Keys of one parquet file of rows (opgen's, or any verl code-execution rows)."""
     import json
@@ -179,7 +221,7 @@ def file_keys(path, heldout_ops: tuple[str, ...]) -> FileKeys:
     except (OSError, ValueError, KeyError) as exc:
         raise LeakageInputError(f"{path}: not a parquet file of rows with prompt and reward_model ({exc})") from None
     held = set(heldout_ops)
-    prompts, tasks, task_rows, progs, prog_rows, composed = [], [], [], [], [], []
+    prompts, tasks, task_rows, progs, prog_rows, depths, held_progs, composed = [], [], [], [], [], [], [], []
     for i, (msgs, rm) in enumerate(zip(table.column("prompt").to_pylist(), table.column("reward_model").to_pylist())):
         text = "\x00".join(str(m.get("content", "")) for m in (msgs or []) if m.get("role") == "user")
         prompts.append(h64(text))
@@ -190,9 +232,10 @@ def file_keys(path, heldout_ops: tuple[str, ...]) -> FileKeys:
         if not isinstance(gt, dict):
             raise LeakageInputError(f"{path}: row {i}: reward_model.ground_truth is not a JSON object")
         listed = gt.get("tasks")
-        if not isinstance(listed, list):  # a native row: its whole program and input
-            listed = [{"expr": str(gt.get("ref_code", "")), "input": json.dumps(gt.get("ref_input"), sort_keys=True),
-                       "ops": [], "depth": 1}]
+        if not isinstance(listed, list):  # a native row: its whole program and input, depth by its calls
+            code = str(gt.get("ref_code", ""))
+            listed = [{"expr": code, "input": json.dumps(gt.get("ref_input"), sort_keys=True),
+                       "ops": sorted(set(_ops_in(code))), "depth": max(1, _n_calls(code))}]
         hit = False
         for t in listed:
             if not isinstance(t, dict):
@@ -201,18 +244,23 @@ def file_keys(path, heldout_ops: tuple[str, ...]) -> FileKeys:
             x = x if isinstance(x, str) else json.dumps(x, sort_keys=True)
             tasks.append(h64(f"{expr}\x00{x}"))
             task_rows.append(i)
-            if _n_calls(expr) >= 2:
-                progs.append(h64(expr))
-                prog_rows.append(i)
             depth = t.get("depth", 1)
-            if isinstance(depth, int) and depth > 1 and any(o in held for o in (t.get("ops") or [])):
+            depth = depth if isinstance(depth, int) and not isinstance(depth, bool) else max(1, _n_calls(expr))
+            # the operators the program calls, read from its text (the listed ``ops`` may be absent)
+            uses_held = any(o in held for o in (t.get("ops") or _ops_in(expr)))
+            progs.append(h64(expr))
+            prog_rows.append(i)
+            depths.append(depth)
+            held_progs.append(uses_held)
+            if depth > 1 and uses_held:
                 hit = True
         if hit:
             composed.append(i)
     u64 = np.uint64
     return FileKeys(str(path), table.num_rows, np.array(prompts, dtype=u64), np.array(tasks, dtype=u64),
                     np.array(task_rows, dtype=np.int64), np.array(progs, dtype=u64),
-                    np.array(prog_rows, dtype=np.int64), np.array(composed, dtype=np.int64))
+                    np.array(prog_rows, dtype=np.int64), np.array(depths, dtype=np.int64),
+                    np.array(held_progs, dtype=bool), np.array(composed, dtype=np.int64))
 
 
 def _hits(values: np.ndarray, rows: np.ndarray | None, pool: np.ndarray) -> tuple[int, list[int]]:
@@ -223,21 +271,50 @@ def _hits(values: np.ndarray, rows: np.ndarray | None, pool: np.ndarray) -> tupl
     return int(found.size), found[:_EXAMPLES].tolist()
 
 
-def check_files(train_paths, eval_paths, heldout_ops: tuple[str, ...] = ops.HELDOUT_IDS) -> dict:
-    """The study's rule over files of separate builds: a report per (train file, eval file) pair."""
-    train = [file_keys(p, heldout_ops) for p in parquet_files(train_paths)]
-    evals = [file_keys(p, heldout_ops) for p in parquet_files(eval_paths)]
+def program_share(ev: FileKeys, pool: np.ndarray) -> dict[str, dict[str, float | int]]:
+    """Per depth (``"d1"``, ``"d2"``...): the eval file's tasks, how many have a program that occurs
+    in training (``pool``, sorted keys), and the share; information, not a violation."""
+    shared = member(ev.program, pool)
+    out: dict[str, dict[str, float | int]] = {}
+    for d in sorted(set(ev.program_depth.tolist())):
+        at = ev.program_depth == d
+        n, k = int(at.sum()), int(shared[at].sum())
+        out[f"d{d}"] = {"tasks": n, "in_training": k, "share": round(k / n, 4) if n else 0.0}
+    return out
+
+
+def check_files(train_paths, eval_paths, heldout_ops: tuple[str, ...] = ops.HELDOUT_IDS,
+                progress=None) -> dict:
+    """The study's rule over files of separate builds: a report per (train file, eval file) pair.
+
+    ``progress(done, total, path, rows)`` is called after each file is read (the slow part)."""
+    train_files, eval_files = parquet_files(train_paths, "train"), parquet_files(eval_paths, "eval")
+    total = len(train_files) + len(eval_files)
+    read: list[FileKeys] = []
+    for p in (*train_files, *eval_files):
+        read.append(file_keys(p, heldout_ops))
+        if progress is not None:
+            progress(len(read), total, str(p), read[-1].rows)
+    train, evals = read[:len(train_files)], read[len(train_files):]
     pairs, violations = [], []
+    all_programs = []
     for tr in train:
         pools = {"prompt": np.sort(tr.prompt), "task": np.sort(tr.task), "program": np.sort(tr.program)}
+        all_programs.append(pools["program"])
         for ev in evals:
+            comps = ev.program_depth >= 2
             found = {"prompt": _hits(ev.prompt, None, pools["prompt"]),
                      "task": _hits(ev.task, ev.task_rows, pools["task"]),
-                     "program": _hits(ev.program, ev.program_rows, pools["program"])}
+                     "heldout_program": _hits(ev.program[comps & ev.program_heldout],
+                                              ev.program_rows[comps & ev.program_heldout], pools["program"])}
+            shared_comps = _hits(ev.program[comps], ev.program_rows[comps], pools["program"])
             pair = {"train": tr.path, "eval": ev.path, "train_rows": tr.rows, "eval_rows": ev.rows,
                     "checked": {"prompts": int(ev.prompt.size), "tasks": int(ev.task.size),
-                                "multi_call_programs": int(ev.program.size)},
-                    **{k: n for k, (n, _) in found.items()}}
+                                "compositions": int(comps.sum()),
+                                "heldout_compositions": int((comps & ev.program_heldout).sum())},
+                    **{k: n for k, (n, _) in found.items()},
+                    # information: rows whose composition's program (train operators) also occurs here
+                    "shared_composition_rows": shared_comps[0]}
             pairs.append(pair)
             for kind, (n, examples) in found.items():
                 if n:
@@ -249,8 +326,11 @@ def check_files(train_paths, eval_paths, heldout_ops: tuple[str, ...] = ops.HELD
         if tr.heldout_composed.size:
             violations.append({"kind": "heldout_composed", "train": tr.path, "eval": "", "rows":
                                int(tr.heldout_composed.size), "examples": tr.heldout_composed[:_EXAMPLES].tolist()})
+    union = np.sort(np.concatenate(all_programs)) if all_programs else np.empty(0, dtype=np.uint64)
+    shares = {ev.path: program_share(ev, union) for ev in evals}
     return {"ok": not violations, "heldout_ops": list(heldout_ops), "pairs": pairs, "train_files": trains,
-            "violations": violations, "nothing_to_check": not pairs and not any(t["rows"] for t in trains)}
+            "violations": violations, "program_share": shares,
+            "nothing_to_check": not pairs and not any(t["rows"] for t in trains)}
 
 
 def describe_files(report: dict) -> list[str]:
@@ -260,34 +340,36 @@ def describe_files(report: dict) -> list[str]:
             lines.append(f"{v['train']}: {v['rows']} training rows compose a held-out operator (rows {v['examples']})")
         else:
             what = {"prompt": "prompt", "task": "task (program and input)",
-                    "program": "program with two or more calls"}[v["kind"]]
+                    "heldout_program": "held-out composition's program"}[v["kind"]]
             lines.append(f"{v['eval']}: {v['rows']} rows share their {what} with {v['train']} (rows {v['examples']})")
     return lines
 
 
-# ---------------------------------------------------------------- leakage.avoid: drawing eval rows apart
+# ---------------------------------------------------------------- leakage.avoid_programs (opt-in)
+#
+# Eval tasks never equal training tasks by construction (opgen.rng.input_side), so no recipe needs
+# another to build. A recipe that also wants its eval programs off the training cells' programs
+# names those cells under leakage.avoid_programs: only then are they replayed (and its eval rows
+# depend on them, and its ID programs are no longer the study's distribution: docs/recipes.md).
 
 
-_TRAINING_KEYS: dict[tuple, tuple[frozenset, frozenset]] = {}
+_TRAINING_PROGRAMS: dict[tuple, frozenset] = {}
 
 
-def training_keys(specs, seed: int | None = None) -> tuple[frozenset, frozenset]:
-    """(task keys, multi-call program keys) of the train splits of the recipes ``specs`` — what
-    ``opgen leakage`` would read from their built files, computed without building them.
-
-    Each recipe's rows are replayed as the builder draws them (splits in order, a row that repeats
-    an earlier row's unique key takes its next candidate), so the keys are those of its files.
-    """
+def training_programs(specs, seed: int | None = None) -> frozenset:
+    """Keys (``rows.h64`` of the canonical program) of every composition (depth 2 or more, a
+    single call on a composed argument such as ``func_9((x + x))`` included) in the train splits
+    of the recipes ``specs``, replayed as the builder draws them (a row that repeats an earlier
+    row's unique key takes its next candidate), so the keys are those of their files."""
     from opgen import recipe as R
     from opgen.expr import recursion_headroom
     from opgen.formats import scan
-    from opgen.rows import h64, n_calls
+    from opgen.rows import h64
 
     loaded = [R.load(s, seed) for s in specs]
     key = tuple((r.path, r.sha256, r.seed) for r in loaded)
-    if key in _TRAINING_KEYS:
-        return _TRAINING_KEYS[key]
-    tasks: set[int] = set()
+    if key in _TRAINING_PROGRAMS:
+        return _TRAINING_PROGRAMS[key]
     programs: set[int] = set()
     for recipe in loaded:
         seen: set[int] = set()
@@ -297,9 +379,10 @@ def training_keys(specs, seed: int | None = None) -> tuple[frozenset, frozenset]
                 for i in range(gen.count()):
                     j, item = gen.first_valid(i)
                     while True:
-                        exprs = [scan(t.program, {})[0] for t in item.tasks]
-                        ids = [e + "\x00" + t.input for e, t in zip(exprs, item.tasks)]
+                        scanned = [scan(t.program, {}) for t in item.tasks]
+                        exprs = [e for e, _ in scanned]
                         if cfg.unique == "task":
+                            ids = [e + "\x00" + t.input for e, t in zip(exprs, item.tasks)]
                             ukey = h64(ids[0]) if len(ids) == 1 else h64("\x01".join(ids))
                         else:
                             ukey = h64(exprs[0]) if len(exprs) == 1 else h64("\x01".join(exprs))
@@ -308,11 +391,7 @@ def training_keys(specs, seed: int | None = None) -> tuple[frozenset, frozenset]
                         j, item = gen.first_valid(i, j + 1)
                     if cfg.unique != "none":
                         seen.add(ukey)
-                    if cfg.role != "train":
-                        continue
-                    for e, task_id in zip(exprs, ids):
-                        tasks.add(h64(task_id))
-                        if n_calls(e) >= 2:
-                            programs.add(h64(e))
-    _TRAINING_KEYS[key] = (frozenset(tasks), frozenset(programs))
-    return _TRAINING_KEYS[key]
+                    if cfg.role == "train":
+                        programs.update(h64(e) for e, depth in scanned if depth >= 2)
+    _TRAINING_PROGRAMS[key] = frozenset(programs)
+    return _TRAINING_PROGRAMS[key]

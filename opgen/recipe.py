@@ -92,7 +92,9 @@ class Recipe:
     heldout_ops: tuple[str, ...]
     allow: tuple[str, ...]
     raw: dict[str, Any] = field(default_factory=dict)
-    avoid: tuple[str, ...] = ()  # training recipes whose tasks the eval splits never draw
+    # leakage.avoid_programs: training recipes whose composition programs the eval splits never
+    # draw (opt-in; tasks are disjoint by construction, opgen.rng.input_side)
+    avoid: tuple[str, ...] = ()
     split: Any = None  # the recipe's compositional split (opgen.splits.kinds.Rule), if it names one
 
     @property
@@ -103,7 +105,7 @@ class Recipe:
         return {"name": self.name, "seed": self.seed, "description": self.raw.get("description", ""),
                 "max_prompt_length": self.max_prompt_length,
                 "leakage": {"heldout_ops": list(self.heldout_ops), "allow": list(self.allow),
-                            "avoid": list(self.avoid),
+                            "avoid_programs": list(self.avoid),
                             "reason": self.raw.get("leakage", {}).get("reason", "")},
                 "splits": {s.name: s.resolved() for s in self.splits},
                 **({"split": self.split.resolved()} if self.split is not None else {})}
@@ -230,7 +232,7 @@ def load(spec: str, seed: int | None = None) -> Recipe:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise RecipeError(f"{shown}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
     recipe = resolve(data, shown, hashlib.sha256(text.encode()).hexdigest(), seed, base=path.parent)
-    # a recipe file named in leakage.avoid is found next to the recipe naming it
+    # a recipe file named in leakage.avoid_programs is found next to the recipe naming it
     recipe.avoid = tuple(str(path.parent / a) if a.endswith((".yaml", ".yml")) and not Path(a).is_absolute()
                          and (path.parent / a).is_file() else a for a in recipe.avoid)
     return recipe
@@ -271,6 +273,11 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
     seed = data.get("seed", 0) if seed is None else seed
     defaults = {**SPLIT_DEFAULTS, **data.get("defaults", {})}
     leak = data.get("leakage", {})
+    if "avoid" in leak:
+        raise RecipeError(f"{shown}: leakage.avoid was removed in opgen 0.3: eval and probe tasks are disjoint from "
+                          "every training task by construction (their inputs are drawn on the other side; "
+                          "docs/recipes.md, 'Leakage'). To keep eval rows off the training cells' composition "
+                          "programs as well, name the cells under leakage.avoid_programs.")
     rule = _split_rule(data.get("split"), shown, seed)
     try:
         # a split other than the study's names what training may not compose itself (docs/splits.md)
@@ -313,6 +320,8 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
         except G.GeneratorError as exc:
             raise RecipeError(str(exc)) from None
         shaping = {"seed": seed, "generator": merged["generator"], "version": cls.VERSION, "options": options}
+        if getattr(cls, "SIDED", False):  # its rows depend on the role (the input side)
+            shaping["role"] = merged["role"]
         digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:32]
         splits.append(SplitConfig(
             name=name, recipe=data["name"], generator=merged["generator"], role=merged["role"],
@@ -321,7 +330,8 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
             digest=digest, where=where, description=raw.get("description", ""), data_source=data_source,
             ability=merged["ability"] or "", prompt_template=template, prompt_template_file=template_file))
     return Recipe(name=data["name"], path=shown, sha256=sha, seed=seed, splits=splits, heldout_ops=heldout_ops,
-                  allow=tuple(leak.get("allow", ())), raw=data, avoid=tuple(leak.get("avoid", ())), split=rule)
+                  allow=tuple(leak.get("allow", ())), raw=data,
+                  avoid=tuple(leak.get("avoid_programs", ())), split=rule)
 
 
 def _split_rule(raw: Any, shown: str, seed: int) -> Any:

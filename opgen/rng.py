@@ -241,3 +241,27 @@ def _mix64_np(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     z = (z ^ (z >> u(27))) * u(0x94D049BB133111EB)
     out: npt.NDArray[np.uint64] = z ^ (z >> u(31))
     return out
+
+
+# ------------------------------------------------------------------ the input side
+# Disjoint by construction (issue 23): every input string has a side, a keyed hash of its text, and
+# a split draws only inputs of its role's side (training: 0, eval and probes: 1). So no eval task
+# (program, input) can equal a training task of any recipe, whatever the programs: programs keep
+# their natural distribution and no recipe's rows depend on another recipe. docs/recipes.md,
+# "Leakage", gives what it costs (one redrawn input per row on average, a length shift under 1%).
+
+SIDES = {"train": 0, "eval": 1}
+_SIDE_KEY = key_of("opgen-input-side", 1)
+
+
+def input_side(x: str) -> int:
+    """The side (0 or 1) of input ``x``: one bit of a keyed blake2b of its UTF-8 text."""
+    return hashlib.blake2b(x.encode("utf-8"), digest_size=8, key=_SIDE_KEY).digest()[0] & 1
+
+
+def side_of(role: str) -> int:
+    """The input side a split of ``role`` draws from (train 0, eval 1)."""
+    try:
+        return SIDES[role]
+    except KeyError:
+        raise ValueError(f"unknown role {role!r} (known: {', '.join(SIDES)})") from None

@@ -22,7 +22,7 @@ from opgen import expr as E
 from opgen import ops
 from opgen._version import __version__
 from opgen.formats import Formatter, SingleRenderer, Text, ops_text, prepare, scan, text
-from opgen.generate.measure import call_distances, task_unchanged_calls, unchanged_calls
+from opgen.generate.measure import call_distances, scan_measured, task_unchanged_calls, unchanged_calls
 from opgen.resources import schema_path
 from opgen.tasks import Item
 
@@ -87,7 +87,7 @@ class RowSpec:
     recipe: str
     unique: str = "program"  # program | task | none
     data_source: str = "opgen/{family}"  # template: {family}, {depth} (the row's depth; a group's deepest task)
-    # (task keys, multi-call program keys) of training recipes a row may not share (leakage.avoid)
+    # composition program keys of training recipes a row may not share (leakage.avoid_programs, opt-in)
     avoid: Any = None
     ability: str = ""  # "" = code (program rows) / code_io (forward rows)
     prompt_template: str | None = None  # a user's prompt wording (opgen.formats.TEMPLATE_FIELDS)
@@ -200,10 +200,8 @@ class RowBuffer:
         self.single = SingleRenderer(self.fmt)
         self._programs: dict[tuple, tuple] = {}
         self.rows: list[tuple] = []  # RowRecords (the fast path's: plain tuples of the same fields)
-        self.avoid_tasks: Any
-        self.avoid_programs: Any
-        self.avoid_tasks, self.avoid_programs = spec.avoid if spec.avoid is not None else (None, None)
-        self.avoided = False  # whether the last refused row was refused for sharing a training task
+        self.avoid_programs: Any = spec.avoid
+        self.avoided = False  # whether the last refused row was refused for sharing a training program
         self._add_single = self._single_adder()
 
     def clear(self) -> None:
@@ -236,12 +234,10 @@ class RowBuffer:
         unique = self.spec.unique
         tkey = h64(task_id)
         self.avoided = False
-        if self.avoid_tasks is not None:
-            keys = [tkey] if len(tasks) == 1 else [h64(e + "\x00" + t.input) for e, t in zip(exprs, tasks)]
-            if any(key in self.avoid_tasks for key in keys) or any(
-                    k in self.avoid_programs for k, e in zip(prog_keys, exprs) if n_calls(e) >= 2):
-                self.avoided = True
-                return None
+        if self.avoid_programs is not None and any(
+                k in self.avoid_programs for k, d in zip(prog_keys, p.depths) if d >= 2):
+            self.avoided = True
+            return None
         if unique == "task":
             ukey = tkey
         elif unique == "program":
@@ -310,7 +306,7 @@ class RowBuffer:
         remember, program_facts, render = self._remember, self._program_facts, self.single.render
         unique, format_key, format_id, sft = self.spec.unique, self.format_key, self.format_id, self.kind_sft
         checked = unique != "none"
-        avoid_tasks, avoid_programs = self.avoid_tasks, self.avoid_programs
+        avoid_programs = self.avoid_programs
 
         def add_single(index: int, item: Item, task, seen: set[int] | None) -> Facts | None:
             prog = task.program
@@ -325,17 +321,18 @@ class RowBuffer:
                     facts = remember(key, program_facts(prog, *scan(prog, used), used))
             else:
                 used = {}
-                key, depth = scan(prog, used)
+                # text, depth and per-call distances in one walk (a repeated program's are cached)
+                key, depth, dist = scan_measured(prog, used)
                 facts = programs.get(key)
                 if facts is None:
-                    facts = remember(key, program_facts(prog, key, depth, used))
+                    facts = remember(key, program_facts(prog, key, depth, used, dist))
             expr, depth, pk, k, opmask, composed, structure, ops_sorted, parts, dist = facts
             x = task.input
             task_id = expr + "\x00" + x
             tkey = h64(task_id)
             ukey = tkey if unique == "task" else pk if unique == "program" else 0
             self.avoided = False
-            if avoid_tasks is not None and (tkey in avoid_tasks or (pk in avoid_programs and n_calls(expr) >= 2)):
+            if avoid_programs is not None and depth >= 2 and pk in avoid_programs:
                 self.avoided = True
                 return None
             if seen is not None and checked:
@@ -361,7 +358,8 @@ class RowBuffer:
 
         return add_single
 
-    def _program_facts(self, prog: E.Expr, expr: str, depth: int, used: dict[str, None]) -> tuple:
+    def _program_facts(self, prog: E.Expr, expr: str, depth: int, used: dict[str, None],
+                       dist: tuple | None = None) -> tuple:
         t = ops_text(tuple(used))
         k = len(t.recall)
         opmask = _mask(t.recall)
@@ -373,7 +371,8 @@ class RowBuffer:
             composed = 0 if type(prog) is E.Call and all(type(a) in _LEAF for a in prog.args) else opmask
         program = "def main_solution(x):\n    return " + expr
         parts = self.single.parts(t, expr, program, depth)
-        dist = call_distances(prog)
+        if dist is None:
+            dist = call_distances(prog)
         dist_cols = (tuple(d[0] for d in dist), tuple(d[1] for d in dist), tuple(d[2] for d in dist))
         return expr, depth, h64(expr), k, opmask, composed, structure, t.ops_sorted, parts, dist_cols
 

@@ -31,7 +31,9 @@ V1_COMPS = {"pool": "trainop-mixed-d2-4", "rows": 15979, "ops": "train", "depths
 
 def make(name, options=None, digest="d", seed=1):
     cls = registry()[name]
-    return cls(cls.resolve(options or {}, WHERE), Context(digest=digest, split="train", seed=seed, where=WHERE))
+    # cells are training splits: their inputs are drawn on the training side (opgen.rng.input_side)
+    return cls(cls.resolve(options or {}, WHERE), Context(digest=digest, split="train", seed=seed, role="train",
+                                                          where=WHERE))
 
 
 def tasks_of(gen, part=None):

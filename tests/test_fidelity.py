@@ -176,8 +176,14 @@ def test_require_effect_rejects_calls_that_change_nothing(runner, cli, tmp_path)
     assert res.exit_code == 0, res.output
     man = json.loads((out / "manifest.json").read_text())
     for name in ("ident", "trees", "chains"):
-        assert {(e["unchanged_calls"], e["output_is_input"]) for e in extra_of(out / f"{name}.parquet")} == {(0, 0)}
-        assert man["splits"][name]["degenerate"]["non_degenerate_rows"] == man["splits"][name]["rows"]
+        extras = extra_of(out / f"{name}.parquet")
+        # every call changes its argument; a composition may still undo itself (func_8 rotations
+        # adding up to the length, func_2 stripping the suffix func_6 added): output == input is
+        # then possible at depth 2 or more, never for one call
+        assert {e["unchanged_calls"] for e in extras} == {0}
+        assert not any(e["output_is_input"] for e in extras if e["depth"] == 1)
+        clean = sum(1 for e in extras if not e["output_is_input"])
+        assert man["splits"][name]["degenerate"]["non_degenerate_rows"] == clean >= len(extras) - 3
     assert man["splits"]["trees"]["rejections"].get("no_effect", 0) > 0
     # the identity operator can never meet it: a clear failure, nothing written
     res, out2 = build(runner, cli, tmp_path, DEGENERATE.replace("per_op: 6}", "per_op: 6, require_effect: true}"),
@@ -364,26 +370,97 @@ def test_a_single_build_says_it_checked_nothing(runner, cli, tmp_path):
 
 
 def test_leakage_across_builds_reports_every_kind(runner, cli, tmp_path):
-    res, train = build(runner, cli, tmp_path, TRAIN_CELL, "t")
-    assert res.exit_code == 0, res.output
-    res, evals = build(runner, cli, tmp_path, EVAL_SAME, "e")
+    # Builds cannot leak any more (eval inputs are drawn on the other side, opgen.rng.input_side),
+    # so the checker is shown leaking files: an eval build checked against itself as training
+    res, evals = build(runner, cli, tmp_path, EVAL_SAME.replace("ops: train", "ops: heldout"), "e")
     assert res.exit_code == 0, res.output
     report = tmp_path / "leak.json"
-    res = runner.invoke(cli, ["leakage", str(train), "--against", str(evals), "--report", str(report)])
+    # a build folder gives its splits of the side's role (manifest.json): an eval build is no training
+    res = runner.invoke(cli, ["leakage", str(evals), "--against", str(evals)])
+    assert res.exit_code == 1 and "holds no train split" in res.output and "Traceback" not in res.output
+    as_train = str(evals / "comps.parquet")  # a file is taken as given
+    res = runner.invoke(cli, ["leakage", as_train, "--against", str(evals), "--report", str(report)])
     assert res.exit_code == 1, res.output
     got = json.loads(report.read_text())
-    pair = next(p for p in got["pairs"] if p["train"].endswith("comps.parquet"))
-    # the same recipe options and seed draw the same rows: every prompt, task and multi-call program
-    assert pair["prompt"] == pair["task"] == 60 and pair["program"] == pair["checked"]["multi_call_programs"] > 0
-    assert {v["kind"] for v in got["violations"]} == {"prompt", "task", "program"}
-    assert "leakage: FAILED" in res.output
-    # held-out operators composed in training
+    pair = got["pairs"][0]
+    # every prompt, task and held-out composition's program is shared; the training side composes held-out ops
+    assert pair["prompt"] == pair["task"] == pair["heldout_program"] == 60 == pair["checked"]["heldout_compositions"]
+    assert {v["kind"] for v in got["violations"]} == {"prompt", "task", "heldout_program", "heldout_composed"}
+    assert "leakage: FAILED" in res.output and "compose a held-out operator" in res.output
+    # held-out operators composed in training: the build's own check refuses it
     res, bad = build(runner, cli, tmp_path, TRAIN_CELL.replace("ops: train", "ops: heldout"), "bad")
-    assert res.exit_code == 1 and "compose a held-out operator" in res.output  # the build's own check
-    res, other = build(runner, cli, tmp_path, EVAL_SAME.replace("seed: 5", "seed: 6"), "o")
+    assert res.exit_code == 1 and "compose a held-out operator" in res.output
+    # a training cell and an eval recipe of the very same options and seed share nothing
+    res, train = build(runner, cli, tmp_path, TRAIN_CELL, "t")
     assert res.exit_code == 0, res.output
-    res = runner.invoke(cli, ["leakage", str(train / "atoms.parquet"), "--against", str(other)])
+    res, same = build(runner, cli, tmp_path, EVAL_SAME, "s")
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["leakage", str(train), "--against", str(same), "--report", str(report)])
     assert res.exit_code == 0 and "leakage: ok" in res.output, res.output
+    got = json.loads(report.read_text())
+    assert not got["violations"] and all(p["prompt"] == p["task"] == 0 for p in got["pairs"])
+    assert "programs also in training, per depth (information)" in res.output
+
+
+DEMOS = """\
+name: demos
+seed: 5
+defaults: {role: train, kind: sft}
+splits:
+  demos:
+    generator: trees
+    options: {ops: train, depths: [2], rows: 3000}
+"""
+
+
+def test_leakage_avoid_programs_is_an_explicit_opt_in(runner, cli, tmp_path):
+    (tmp_path / "demos.yaml").write_text(DEMOS)
+    res, train = build(runner, cli, tmp_path, DEMOS, "demos")
+    assert res.exit_code == 0, res.output
+    plain_recipe = EVAL_SAME.replace("depths: [2, 3]", "depths: [2]")
+    res, plain = build(runner, cli, tmp_path, plain_recipe, "plain")
+    assert res.exit_code == 0, res.output
+    report = tmp_path / "leak.json"
+    res = runner.invoke(cli, ["leakage", str(train), "--against", str(plain), "--report", str(report)])
+    assert res.exit_code == 0, res.output  # train-operator programs recur in ID evals: information only
+    shared = json.loads(report.read_text())["program_share"][str(plain / "comps.parquet")]["d2"]
+    assert shared["tasks"] == 60 and shared["in_training"] > 10
+    avoiding = plain_recipe.replace("defaults:", "leakage: {avoid_programs: [demos.yaml]}\ndefaults:")
+    res, evals = build(runner, cli, tmp_path, avoiding, "e")
+    assert res.exit_code == 0, res.output
+    man = json.loads((evals / "manifest.json").read_text())
+    assert man["splits"]["comps"]["rows"] == 60 and man["splits"]["comps"]["rejections"]["avoided"] > 10
+    res = runner.invoke(cli, ["leakage", str(train), "--against", str(evals), "--report", str(report)])
+    assert res.exit_code == 0 and "0 violations" in res.output, res.output
+    assert json.loads(report.read_text())["program_share"][str(evals / "comps.parquet")]["d2"]["in_training"] == 0
+    # deterministic: the same rows again, with two workers
+    res, again = build(runner, cli, tmp_path, avoiding, "e2", "--workers", "2")
+    assert res.exit_code == 0, res.output
+    assert (again / "comps.parquet").read_bytes() == (evals / "comps.parquet").read_bytes()
+    res, _ = build(runner, cli, tmp_path, plain_recipe.replace(
+        "defaults:", "leakage: {avoid_programs: [nope.yaml]}\ndefaults:"), "e3")
+    assert res.exit_code in (1, 2) and "leakage.avoid_programs" in res.output and "Traceback" not in res.output
+    # the removed key says what replaced it
+    removed = plain_recipe.replace("defaults:", "leakage: {avoid: [demos.yaml]}\ndefaults:")
+    res, _ = build(runner, cli, tmp_path, removed, "e4")
+    assert res.exit_code == 2 and "avoid_programs" in res.output and "by construction" in res.output
+
+
+def test_leakage_report_path_is_checked_before_the_work_and_progress_is_shown(runner, cli, tmp_path):
+    res, evals = build(runner, cli, tmp_path, EVAL_SAME, "e")
+    assert res.exit_code == 0, res.output
+    for bad in (tmp_path / "no-such-folder" / "r.json", tmp_path):
+        res = runner.invoke(cli, ["leakage", str(evals), "--against", str(evals), "--report", str(bad)])
+        assert res.exit_code == 2 and "--report" in res.output and "Traceback" not in res.output, res.output
+        assert "checked" not in res.output  # refused before any file was read
+        assert res.exception is None or isinstance(res.exception, SystemExit)
+    report = tmp_path / "r.json"
+    comps = str(evals / "comps.parquet")
+    res = runner.invoke(cli, ["leakage", comps, "--against", str(evals), "--report", str(report), "--progress"])
+    assert res.exit_code == 1 and "leakage: read 1/2 files" in res.output and "leakage: read 2/2 files" in res.output
+    assert json.loads(report.read_text())["violations"] and not list(tmp_path.glob(".r.json.*"))
+    res = runner.invoke(cli, ["leakage", comps, "--against", str(evals), "--no-progress"])
+    assert res.exit_code == 1 and "leakage: read" not in res.output
 
 
 def test_leakage_command_usage_errors(runner, cli, tmp_path):
@@ -394,26 +471,6 @@ def test_leakage_command_usage_errors(runner, cli, tmp_path):
     (tmp_path / "bad.parquet").write_text("not parquet")
     res = runner.invoke(cli, ["leakage", str(tmp_path / "bad.parquet"), "--against", str(tmp_path / "bad.parquet")])
     assert res.exit_code == 1 and "bad.parquet" in res.output and "Traceback" not in res.output
-
-
-def test_leakage_avoid_draws_eval_rows_apart_from_training_recipes(runner, cli, tmp_path):
-    (tmp_path / "cell.yaml").write_text(TRAIN_CELL)
-    res, train = build(runner, cli, tmp_path, TRAIN_CELL, "cell")
-    assert res.exit_code == 0, res.output
-    avoiding = EVAL_SAME.replace("defaults:", "leakage: {avoid: [cell.yaml]}\ndefaults:")
-    res, evals = build(runner, cli, tmp_path, avoiding, "e")
-    assert res.exit_code == 0, res.output
-    man = json.loads((evals / "manifest.json").read_text())
-    assert man["splits"]["comps"]["rows"] == 60 and man["splits"]["comps"]["rejections"]["avoided"] >= 60
-    res = runner.invoke(cli, ["leakage", str(train), "--against", str(evals)])
-    assert res.exit_code == 0 and "0 violations" in res.output, res.output
-    # deterministic: the same rows again, with two workers
-    res, again = build(runner, cli, tmp_path, avoiding, "e2", "--workers", "2")
-    assert res.exit_code == 0, res.output
-    assert (again / "comps.parquet").read_bytes() == (evals / "comps.parquet").read_bytes()
-    res, _ = build(runner, cli, tmp_path, EVAL_SAME.replace("defaults:", "leakage: {avoid: [nope.yaml]}\ndefaults:"),
-                   "e3")
-    assert res.exit_code in (1, 2) and "leakage.avoid" in res.output and "Traceback" not in res.output
 
 
 # ---------------------------------------------------------------- item 2: closed-book forward, templates, stage 1
@@ -545,3 +602,27 @@ def test_call_distances_equal_the_expression_trees_tail_distances():
     for i in range(600):
         program = gen.first_valid(i)[1].tasks[0].program
         assert call_distances(program) == tuple((t.op, t.chars, t.call_tails) for t in E.tail_distances(program))
+
+
+def test_scan_measured_is_scan_and_call_distances_in_one_walk():
+    """The builder's one-walk fast path equals its two references on every kind of program."""
+    from opgen import expr as E
+    from opgen.formats import scan
+    from opgen.generate import Context
+    from opgen.generate.chains import Chains
+    from opgen.generate.measure import call_distances, scan_measured
+    from opgen.generate.trees import Trees
+
+    gens = [Trees(Trees.resolve({"ops": "all", "depths": [1, 2, 3, 5, 8], "rows": 500, "p_method": 0.2,
+                                 "p_binary": 0.4}), Context(digest="m", split="s", seed=0)),
+            Chains(Chains.resolve({"ops": "train", "depths": [1, 4, 20], "per_depth": 40}),
+                   Context(digest="m", split="s", seed=0))]
+    with E.recursion_headroom():
+        for gen in gens:
+            for i in range(gen.count()):
+                program = gen.first_valid(i)[1].tasks[0].program
+                a: dict[str, None] = {}
+                b: dict[str, None] = {}
+                text, depth, dist = scan_measured(program, a)
+                assert (text, depth) == scan(program, b) and list(a) == list(b)
+                assert dist == call_distances(program)

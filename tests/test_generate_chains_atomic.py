@@ -80,3 +80,23 @@ def test_atomic_and_chain_outputs_are_the_evaluators_and_the_cap_rejects():
             assert E.evaluate(task.program, task.input, options.get("max_output_chars", 1000)) == task.output
         if "max_output_chars" in options:
             assert gen.rejections["output_too_long"] > 0
+
+
+@pytest.mark.parametrize("options", [
+    {"ops": "heldout", "depths": [1, 2, 6, 20], "per_depth": 60},
+    {"ops": "train", "depths": [2, 8], "per_depth": 80, "no_repeat": False},
+    {"ops": ["func_21", "func_2", "func_8"], "depths": [3], "per_depth": 80, "alphabet": "abe"},
+])
+def test_chains_note_the_measures_unchanged_count_row_by_row(options):
+    """The chain generator counts calls that return their argument while it grows the chain, so
+    the builder does not evaluate the chain again: the count is ``measure.unchanged_calls``'s."""
+    from opgen.generate.measure import task_unchanged_calls, unchanged_calls
+
+    gen = make("chains", options)
+    with E.recursion_headroom():
+        tasks = [gen.item(i).tasks[0] for i in range(gen.count())]
+        truth = [unchanged_calls(t.program, t.input) for t in tasks]
+    assert [t.__dict__.get("_unchanged") for t in tasks] == truth
+    assert [task_unchanged_calls(t) for t in tasks] == truth
+    assert 0 in truth or "alphabet" in options
+    assert any(truth)  # calls that change nothing occur (func_21 on lowercase letters, func_2 without vowels)

@@ -112,7 +112,9 @@ def test_rejections_are_counted_by_reason():
     for i in range(200):
         gen.item(i)
     assert gen.rejections["no_x"] > 0
-    assert set(gen.rejections) <= {"no_x", "no_operator_call", "output_too_long"}
+    # input_side: inputs redrawn onto the split's side (opgen.rng.input_side), about one per row
+    assert set(gen.rejections) <= {"no_x", "no_operator_call", "output_too_long", "input_side"}
+    assert 100 < gen.rejections["input_side"] < 300
 
 
 def test_output_cap_rejects_explosive_programs():

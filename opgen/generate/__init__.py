@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opgen import ops, schemacheck
-from opgen.rng import LOWERCASE, Rng
+from opgen.rng import LOWERCASE, Rng, input_side, side_of
 from opgen.tasks import Item
 
 
@@ -54,10 +54,14 @@ class Generator:
     # Where the build stores ``manifest_section(rows)`` (when it returns a dict) in the split's
     # manifest entry: e.g. a shared pool's task hash or per-step hashes of matched streams.
     MANIFEST_KEY = "plan"
+    # Whether the rows depend on the split's role: a generator that draws its inputs on the role's
+    # side (``side_input``) says so, and the recipe digest then names the role.
+    SIDED = False
 
     def __init__(self, options: Mapping[str, Any], ctx: Context):
         self.options = dict(options)
         self.ctx = ctx
+        self.side = side_of(ctx.role)  # the input side this split draws (opgen.rng.input_side)
         self.rejections: Counter[str] = Counter()
         self.max_attempts = int(self.options.get("max_attempts", 1000))
 
@@ -135,6 +139,25 @@ class Generator:
     def item(self, i: int) -> Item:
         return self.first_valid(i)[1]
 
+    def side_input(self, draw):
+        """``draw`` (``rng -> str``) restricted to inputs on this split's side: ``rng -> str | None``.
+
+        An input of the other side is drawn again from the same stream (counted as ``input_side``
+        in the rejections); None after ``MAX_SIDE_DRAWS`` draws (an alphabet and length range with
+        almost no string on this side), which rejects the candidate.
+        """
+        want = self.side
+
+        def drawn(rng: Rng) -> str | None:
+            for _ in range(MAX_SIDE_DRAWS):
+                x = draw(rng)
+                if input_side(x) == want:
+                    return x
+                self.rejections["input_side"] += 1
+            return None
+
+        return drawn
+
     def manifest_section(self, rows: int) -> dict[str, Any] | None:
         """Facts about the whole split for the manifest (``rows``: the rows built, after --limit)."""
         return None
@@ -150,6 +173,21 @@ class Generator:
 
 
 # ---------------------------------------------------------------- shared sampling helpers
+
+# Draws of an input before a candidate is given up for want of one on its split's side: each draw
+# lands on a side with probability ~1/2, so 64 misses happen once in 2**64 with lowercase inputs.
+MAX_SIDE_DRAWS = 64
+
+
+def side_text(rng: Rng, lo: int, hi: int, side: int, alphabet: str = LOWERCASE) -> str:
+    """``rng.text(lo, hi, alphabet)`` drawn again until the text is on ``side`` (the pools' and
+    probes' inputs; a generator's own draws use ``Generator.side_input``, which counts them)."""
+    for _ in range(MAX_SIDE_DRAWS):
+        x = rng.text(lo, hi, alphabet)
+        if input_side(x) == side:
+            return x
+    raise GeneratorError(f"no input of {lo}-{hi} characters over {alphabet!r} on side {side} "
+                         f"in {MAX_SIDE_DRAWS} draws")
 
 
 def rng_maker(*prefix: object):

@@ -15,7 +15,8 @@ from opgen.tasks import Item, Task
 
 class Atomic(Generator):
     NAME = "atomic"
-    VERSION = 1
+    VERSION = 2  # 2: inputs on the role's side (opgen.rng.input_side: eval tasks never equal training ones)
+    SIDED = True
     DEFAULTS = {
         "ops": "all", "per_op": None, "rows": None, "input_len": [3, 10], "literal_len": [3, 6],
         "alphabet": LOWERCASE, "max_output_chars": 1000,
@@ -37,6 +38,8 @@ class Atomic(Generator):
         self.total = o["per_op"] * len(self.members) if o["per_op"] is not None else o["rows"]
         self.in_lo, self.in_hi = check_range(self, "input_len")
         self.lit_lo, self.lit_hi = check_range(self, "literal_len")
+        lo, hi, alphabet = self.in_lo, self.in_hi, o["alphabet"]
+        self._input = self.side_input(lambda rng: text(rng, lo, hi, alphabet))
 
     def count(self) -> int:
         return self.total
@@ -45,7 +48,9 @@ class Atomic(Generator):
         op = self.members[i % len(self.members)]
         rng = self.rng(i, j)
         alphabet = self.options["alphabet"]
-        x = text(rng, self.in_lo, self.in_hi, alphabet)
+        x = self._input(rng)
+        if x is None:
+            return None
         args: tuple[E.Expr, ...] = (E.Var(),)
         lit: E.Lit | None = None
         if op.n_inputs == 2:

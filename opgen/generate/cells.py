@@ -24,8 +24,8 @@ from typing import Any
 from opgen import expr as E
 from opgen import ops
 from opgen import pack as P
-from opgen.generate import OP_SET, Context, Generator, GeneratorError, sample_params
-from opgen.rng import Rng
+from opgen.generate import OP_SET, Context, Generator, GeneratorError, sample_params, side_text
+from opgen.rng import SIDES, Rng
 from opgen.tasks import Item, Task
 
 # As the atomic and trees generators draw them: inputs of 3-10 lowercase letters, an interlace
@@ -44,11 +44,12 @@ class CellError(GeneratorError):
 # ---------------------------------------------------------------- sampling primitives
 
 
-def atomic_task(op_id: str, rng: Rng, first: E.Expr | None = None) -> Task:
+def atomic_task(op_id: str, rng: Rng, first: E.Expr | None = None, *, side: int) -> Task:
     """One operator applied to ``x`` (an interlace operator's second input: a short literal), or
-    with ``first`` as its first input (probe 1g, the mixed-depth RL pool's long literals)."""
+    with ``first`` as its first input (probe 1g, the mixed-depth RL pool's long literals); ``x`` is
+    drawn on ``side`` (opgen.rng.input_side)."""
     op = ops.get(op_id)
-    x = rng.text(*INPUT_LEN)
+    x = side_text(rng, *INPUT_LEN, side)
     args: tuple[E.Expr, ...] = (E.Var(),)
     if op.n_inputs == 2:
         args += (E.Lit(rng.text(*LITERAL_LEN)),)
@@ -65,16 +66,16 @@ def unary(op_ids: Sequence[str]) -> tuple[str, ...]:
     return tuple(o for o in op_ids if ops.get(o).n_inputs == 1)
 
 
-def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, fixed: Mapping[int, str] | None = None,
+def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, side: int, fixed: Mapping[int, str] | None = None,
                max_len: int = MAX_OUTPUT, no_repeat: bool = True) -> Task | None:
     """A pure nesting chain ``f1(f2(...fd(x)))`` of exactly ``depth`` calls, grown from the inside out
     and evaluated as it grows, so each level picks among operators that keep every value within
     ``max_len``: rejecting whole chains would almost never accept a depth-20 chain over operators
-    that double or triple their input. ``fixed`` pins operators at levels (0 = outermost).
-    None when a level has no operator left that fits."""
+    that double or triple their input. ``fixed`` pins operators at levels (0 = outermost); ``x`` is
+    drawn on ``side``. None when a level has no operator left that fits."""
     fixed = dict(fixed or {})
     pool = [o for o in unary(op_ids) if o not in fixed.values()]
-    x = rng.text(*INPUT_LEN)
+    x = side_text(rng, *INPUT_LEN, side)
     value = x
     node: E.Expr = E.Var()
     inner = ""
@@ -111,14 +112,15 @@ def resolve_ops(spec: Any, where: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=16)
-def _atomic_pool(name: str, per_op: int, op_ids: tuple[str, ...], seed: int) -> tuple[Task, ...]:
-    rng = Rng("opgen-pool", "atomic", name, per_op, ",".join(op_ids), seed)
+def _atomic_pool(name: str, per_op: int, op_ids: tuple[str, ...], seed: int, side: int) -> tuple[Task, ...]:
+    # the side names the stream only off the training side: training pools keep their keys
+    rng = Rng("opgen-pool", "atomic", name, per_op, ",".join(op_ids), seed, *(("side", side) if side else ()))
     out: list[Task] = []
     seen: set[str] = set()
     for op_id in op_ids:
         for i in range(per_op):
             for j in range(MAX_ATTEMPTS):
-                task = atomic_task(op_id, rng.derive(op_id, i, j))
+                task = atomic_task(op_id, rng.derive(op_id, i, j), side=side)
                 if task.identity() not in seen:
                     seen.add(task.identity())
                     out.append(task)
@@ -128,19 +130,22 @@ def _atomic_pool(name: str, per_op: int, op_ids: tuple[str, ...], seed: int) -> 
     return tuple(out)
 
 
-def atomic_pool(name: str = "sft-atomic", per_op: int = 400, op_set: Any = "all", seed: int = 1) -> tuple[Task, ...]:
+def atomic_pool(name: str = "sft-atomic", per_op: int = 400, op_set: Any = "all", seed: int = 1,
+                role: str = "train") -> tuple[Task, ...]:
     """``per_op`` distinct atomic tasks per operator, operators in library order, keyed by
-    (name, per_op, operators, seed) only."""
+    (name, per_op, operators, seed) and the side of ``role`` only (an eval split naming a training
+    pool's name gets that pool drawn on the eval side: never the training tasks)."""
     if per_op < 1:
         raise CellError(f"atomic pool {name!r}: per_op must be >= 1, got {per_op}")
-    return _atomic_pool(name, per_op, resolve_ops(op_set, f"atomic pool {name!r}: ops"), seed)
+    return _atomic_pool(name, per_op, resolve_ops(op_set, f"atomic pool {name!r}: ops"), seed, SIDES[role])
 
 
 class _CompPool:
     """A composition pool grown on demand: slot i depends only on slots before it, so every count
     is served as a prefix of one sequence (and the cells asking 12,436 and 15,979 share the work)."""
 
-    def __init__(self, name: str, trees_json: str, seed: int, unique: str = "program", split_json: str = ""):
+    def __init__(self, name: str, trees_json: str, seed: int, unique: str = "program", role: str = "train",
+                 split_json: str = ""):
         from opgen.generate.trees import Trees  # the native mixed-structure sampler
 
         # The trees generator draws row i's candidates from CounterRng(counter_key(ctx.digest,
@@ -148,7 +153,8 @@ class _CompPool:
         # pool shared between cells.
         self.name = name
         opts = Trees.resolve({**json.loads(trees_json), "rows": 1})
-        ctx = Context(digest=f"opgen-pool:comp:{name}:{trees_json}", split=name, seed=seed, role="train")
+        ctx = Context(digest=f"opgen-pool:comp:{name}:{trees_json}" + (f":{role}" if role != "train" else ""),
+                      split=name, seed=seed, role=role)
         self.gen = Trees(opts, ctx)
         self.tasks: list[Task] = []
         self.seen: set[str] = set()
@@ -183,18 +189,19 @@ _COMP_POOLS: dict[tuple[str | int, ...], _CompPool] = {}
 
 
 def comp_pool(name: str, rows: int, trees: Mapping[str, Any], seed: int = 1, where: str = "",
-              unique: str = "program", split: Mapping[str, Any] | None = None) -> tuple[Task, ...]:
+              unique: str = "program", role: str = "train",
+              split: Mapping[str, Any] | None = None) -> tuple[Task, ...]:
     """The first ``rows`` distinct compositions of a named pool (trees-generator options ``trees``):
     distinct programs (``unique="program"``, the native rule) or distinct (program, input) tasks."""
     from opgen.generate.trees import Trees
 
     trees_json = _canon(trees)
     split_json = _canon(split) if split else ""
-    key: tuple[str | int, ...] = (name, trees_json, seed, unique) + ((split_json,) if split_json else ())
+    key: tuple[str | int, ...] = (name, trees_json, seed, unique, role) + ((split_json,) if split_json else ())
     if key not in _COMP_POOLS:
         # checked here so that a bad option is named from the recipe that gave it
         Trees.resolve({**trees, "rows": 1}, f"{where}.trees" if where else f"composition pool {name!r}")
-        _COMP_POOLS[key] = _CompPool(name, trees_json, seed, unique, split_json)
+        _COMP_POOLS[key] = _CompPool(name, trees_json, seed, unique, role, split_json)
     try:
         return _COMP_POOLS[key].take(rows)
     except CellError as exc:
@@ -243,11 +250,12 @@ class _PoolUser(Generator):
 
     REDRAWABLE = False
     MANIFEST_KEY = "cell"
+    SIDED = True
 
     def _atomic(self, spec: Mapping[str, Any]) -> tuple[Task, ...]:
         spec = {**ATOMIC_DEFAULTS, **spec}
         op_ids = self.op_set(spec["ops"], "atomic.ops")
-        return atomic_pool(spec["pool"], spec["per_op"], list(op_ids), self.ctx.seed)
+        return atomic_pool(spec["pool"], spec["per_op"], list(op_ids), self.ctx.seed, self.ctx.role)
 
     def _comps(self, spec: Mapping[str, Any]) -> tuple[Task, ...]:
         trees = {"ops": spec.get("ops", "train"), "depths": spec.get("depths", [2, 3, 4]), **spec.get("trees", {})}
@@ -256,7 +264,7 @@ class _PoolUser(Generator):
         # Slot i of a pool depends only on the slots before it, so the first n compositions are the
         # same whatever count a cell asks for: a smaller cell is a prefix of a larger one.
         return comp_pool(spec["pool"], spec["rows"], trees, self.ctx.seed, f"{self.ctx.where}.compositions",
-                         spec.get("unique", "program"), spec.get("split"))
+                         spec.get("unique", "program"), self.ctx.role, spec.get("split"))
 
     def _plan_rng(self, *parts: object) -> Rng:
         # Plans hang on the options and seed, not on the recipe digest: the same options in another
@@ -283,7 +291,8 @@ class SftCell(_PoolUser):
     composition pool; all rows shuffled together into one training file."""
 
     NAME = "sft_cell"
-    VERSION = 2  # 2: composition pools dedup by program (was: program and input)
+    # 2: composition pools dedup by program (was: program and input); 3: inputs on the role's side
+    VERSION = 3
     DEFAULTS = {"atomic": dict(ATOMIC_DEFAULTS), "width": [1, 1], "compositions": None}
     OPTIONS_SCHEMA = {"properties": {
         "atomic": {"oneOf": [ATOMIC_SCHEMA, {"type": "null"}]}, "width": _RANGE,
@@ -371,7 +380,8 @@ class MatchedStream(_PoolUser):
     groups) and the same composition rows; both streams plan from the options minus ``stream``."""
 
     NAME = "matched_stream"
-    VERSION = 2  # 2: composition pools dedup by program (was: program and input)
+    # 2: composition pools dedup by program (was: program and input); 3: inputs on the role's side
+    VERSION = 3
     BUILD_KEY = "matched_streams"
 
     @classmethod
@@ -460,6 +470,8 @@ class RlPool(Generator):
     followed by 1-2 atomic tasks whose first argument is a long literal."""
 
     NAME = "rl_pool"
+    VERSION = 2  # 2: inputs on the role's side (opgen.rng.input_side)
+    SIDED = True
     DEFAULTS = {
         "mix": "r1", "rows": 12800,
         "chain_ops": "train", "chain_depth": [10, 20],
@@ -493,7 +505,7 @@ class RlPool(Generator):
         return self.options["rows"]
 
     def _chain(self, rng: Rng) -> Task | None:
-        task = grow_chain(self.chain_ops, rng.integer(*self.depth), rng)
+        task = grow_chain(self.chain_ops, rng.integer(*self.depth), rng, side=self.side)
         if task is None:
             self.rejections["chain_stuck"] += 1
         return task
@@ -502,7 +514,7 @@ class RlPool(Generator):
         rng = self.rng(i, j)
         if i % 2 == 1 and self.options["mix"] == "r1":
             picked = rng.sample(list(self.atomic_ops), rng.integer(*self.width))
-            tasks = tuple(atomic_task(o, rng.derive("atomic", k)) for k, o in enumerate(picked))
+            tasks = tuple(atomic_task(o, rng.derive("atomic", k), side=self.side) for k, o in enumerate(picked))
             return Item(tasks, meta=(("part", "atomic_group"),))
         chain = self._chain(rng.derive("chain"))
         if chain is None:
@@ -510,8 +522,8 @@ class RlPool(Generator):
         if i % 2 == 0:
             return Item((chain,), meta=(("part", "chain"),))
         picked = rng.sample(list(self.atomic_ops), rng.integer(*self.literal_tasks))
-        lits = tuple(atomic_task(o, rng.derive("literal", k), first=E.Lit(rng.text(*self.literal_len)))
-                     for k, o in enumerate(picked))
+        lits = tuple(atomic_task(o, rng.derive("literal", k), first=E.Lit(rng.text(*self.literal_len)),
+                                 side=self.side) for k, o in enumerate(picked))
         return Item((chain,) + lits, meta=(("part", "chain_then_literal"),))
 
 

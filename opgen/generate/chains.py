@@ -16,12 +16,13 @@ from opgen.generate import (
     text,
 )
 from opgen.rng import LOWERCASE
-from opgen.tasks import Item, Task
+from opgen.tasks import Item, Task, with_unchanged
 
 
 class Chains(Generator):
     NAME = "chains"
-    VERSION = 1
+    VERSION = 2  # 2: inputs on the role's side (opgen.rng.input_side: eval tasks never equal training ones)
+    SIDED = True
     DEFAULTS = {
         "ops": "heldout", "depths": [1], "per_depth": None, "rows": None,
         "no_repeat": True, "input_len": [3, 10], "alphabet": LOWERCASE, "max_output_chars": 1000,
@@ -47,13 +48,17 @@ class Chains(Generator):
             raise self.fail("ops", "too few unary operators for these depths")
         self.in_lo, self.in_hi = check_range(self, "input_len")
         self.max_len = o["max_output_chars"]
+        lo, hi, alphabet = self.in_lo, self.in_hi, o["alphabet"]
+        self._input = self.side_input(lambda rng: text(rng, lo, hi, alphabet))
 
     def count(self) -> int:
         return self.plan.total
 
     def candidate(self, i: int, j: int) -> Item | None:
         rng = self.rng(i, j)
-        x = text(rng, self.in_lo, self.in_hi, self.options["alphabet"])
+        x = self._input(rng)
+        if x is None:
+            return None
         program: E.Expr = E.Var()
         previous = None
         n = len(self.unary)
@@ -62,6 +67,7 @@ class Chains(Generator):
         # guards: a call that would exceed the cap stops the candidate before the rest is drawn.
         value = x
         effect = self.options.get("require_effect", False)
+        same = 0  # measure.unchanged_calls, counted as the chain grows (tests/test_generate_chains_atomic.py)
         try:
             if len(value) > max_len:
                 raise E.OutputTooLong(len(value), max_len)
@@ -75,13 +81,15 @@ class Chains(Generator):
                     op = self.unary[previous]
                 program = E.Call(op.id, (program,), sample_params(op, rng))
                 before, value = value, E.call_capped(program, op.fn, (value,), max_len)
-                if effect and value == before:
-                    self.rejections["no_effect"] += 1
-                    return None
+                if value == before:
+                    if effect:
+                        self.rejections["no_effect"] += 1
+                        return None
+                    same += 1
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
-        return Item((Task(program, x, value),))
+        return Item((with_unchanged(Task(program, x, value), same),))
 
 
 GENERATORS = {"chains": Chains}

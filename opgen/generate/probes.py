@@ -87,6 +87,7 @@ class Probe(Generator):
 
     family = ""
     COMMON = {"per_condition": PER_CONDITION}
+    SIDED = True  # every probe's inputs are drawn on the eval side (opgen.rng.input_side)
 
     def __init__(self, options: Mapping[str, Any], ctx: Context):
         super().__init__(options, ctx)
@@ -118,6 +119,7 @@ class DefinitionLoad(Probe):
     """1b: r other atomic tasks, then the target's; the others' recall blocks are the prefix."""
 
     NAME = family = "probe_1b"
+    VERSION = 2  # 2: inputs on the role's side
     OTHERS = ("train", "heldout", "all")
     DEFAULTS = {**Probe.COMMON, "targets": list(DEFAULT_TARGETS["1b"]),
                 "r": [0, 1, 2, 3, 4, 5, 6, 8, 10], "others": list(OTHERS)}
@@ -138,8 +140,8 @@ class DefinitionLoad(Probe):
     def build(self, cond: Condition, target: str, rng: Rng) -> Item:
         r, src = cond.value
         others = rng.sample([o for o in ops.resolve_set(src) if o != target], r)
-        tasks = [C.atomic_task(o, rng.derive("other", k)) for k, o in enumerate(others)]
-        tasks.append(C.atomic_task(target, rng.derive("target")))
+        tasks = [C.atomic_task(o, rng.derive("other", k), side=self.side) for k, o in enumerate(others)]
+        tasks.append(C.atomic_task(target, rng.derive("target"), side=self.side))
         meta = measures(tasks[-1].program, target)
         meta.update(family="probe_1b", r=r, others_from=src, others=",".join(others), position=r)
         return Item(tuple(tasks), condition=cond.name, assistant_prefix=recall_prefix(others), meta=_meta(meta))
@@ -149,6 +151,7 @@ class ChainPosition(Probe):
     """1d: the target at the outer / middle / inner position of a deep chain of other operators."""
 
     NAME = family = "probe_1d"
+    VERSION = 2  # 2: inputs on the role's side
     POSITIONS = ("outer", "middle", "inner")
     DEFAULTS = {**Probe.COMMON, "targets": list(DEFAULT_TARGETS["1d"]), "depths": [8, 16],
                 "positions": list(POSITIONS), "baseline": True, "chain_ops": "train"}
@@ -173,7 +176,7 @@ class ChainPosition(Probe):
     def build(self, cond: Condition, target: str, rng: Rng) -> Item | None:
         d, where = cond.value
         level = {"outer": 0, "middle": d // 2, "inner": d - 1}[where]
-        task = C.grow_chain([o for o in self.chain_ops if o != target], d, rng, fixed={level: target})
+        task = C.grow_chain([o for o in self.chain_ops if o != target], d, rng, fixed={level: target}, side=self.side)
         if task is None:
             self.rejections["chain_stuck"] += 1
             return None
@@ -188,8 +191,8 @@ class MethodTails(Probe):
     NAME = family = "probe_1f"
     # 2: m spans the study's distance buckets (func_24: m <= 2 under 40 characters, 4-8 in 40-150,
     # 16 over 150; m up to 7 stopped at 93) and the methods are the training data's own
-    # (strip, lstrip, rstrip, title and casefold occur in no training file)
-    VERSION = 2
+    # (strip, lstrip, rstrip, title and casefold occur in no training file); 3: inputs on the role's side
+    VERSION = 3
     DEFAULTS = {**Probe.COMMON, "targets": list(DEFAULT_TARGETS["1f"]), "m": [0, 1, 2, 4, 6, 8, 12, 16],
                 "methods": list(ops.NATIVE_METHODS)}
     OPTIONS_SCHEMA = {"properties": {
@@ -207,7 +210,7 @@ class MethodTails(Probe):
         for _ in range(cond.value):
             name = rng.choice([m for m in methods if m != last] or methods)
             node, last = E.Method(node, name), name
-        task = C.atomic_task(target, rng, first=node)
+        task = C.atomic_task(target, rng, first=node, side=self.side)
         meta = measures(task.program, target)
         meta.update(family="probe_1f", m=cond.value)
         return Item((task,), condition=cond.name, meta=_meta(meta))
@@ -217,6 +220,7 @@ class LongLiteral(Probe):
     """1g: a literal of L lowercase letters as the target's first argument."""
 
     NAME = family = "probe_1g"
+    VERSION = 2  # 2: inputs on the role's side
     DEFAULTS = {**Probe.COMMON, "targets": list(DEFAULT_TARGETS["1g"]), "lengths": [8, 25, 50, 100, 200]}
     OPTIONS_SCHEMA = {"properties": {
         "per_condition": {"type": "integer", "minimum": 1}, "targets": _TARGETS,
@@ -228,7 +232,7 @@ class LongLiteral(Probe):
         return [Condition(f"lit{n}", n) for n in self.options["lengths"]]
 
     def build(self, cond: Condition, target: str, rng: Rng) -> Item:
-        task = C.atomic_task(target, rng, first=E.Lit(rng.text(cond.value, cond.value)))
+        task = C.atomic_task(target, rng, first=E.Lit(rng.text(cond.value, cond.value)), side=self.side)
         meta = measures(task.program, target)
         meta.update(family="probe_1g", literal_len=cond.value)
         return Item((task,), condition=cond.name, meta=_meta(meta))

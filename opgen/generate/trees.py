@@ -31,7 +31,7 @@ from opgen.generate import (
     text_drawer,
     text_vectorizer,
 )
-from opgen.rng import LOWERCASE, CounterRng, Rng, counter_blocks, counter_key
+from opgen.rng import LOWERCASE, CounterRng, Rng, counter_blocks, counter_key, input_side
 from opgen.tasks import Item, Task, with_unchanged
 
 _P = {"type": "number", "minimum": 0, "maximum": 1}
@@ -40,8 +40,10 @@ _P = {"type": "number", "minimum": 0, "maximum": 1}
 class Trees(Generator):
     NAME = "trees"
     # 2: a unary call's operator and integer/choice parameters in one draw; 3: counter streams
-    # (opgen.rng.CounterRng), drawn for a chunk of rows at once
-    VERSION = 3
+    # (opgen.rng.CounterRng), drawn for a chunk of rows at once; 4: inputs on the role's side
+    # (opgen.rng.input_side: an eval task never equals a training one)
+    VERSION = 4
+    SIDED = True
     DEFAULTS = {
         "ops": "train", "depths": [1], "per_depth": None, "rows": None,
         "p_binary": 0.2, "p_concat": 0.5, "p_method": 0.02, "p_parameterised": 0.5, "p_leaf_x": 0.5,
@@ -88,7 +90,7 @@ class Trees(Generator):
         self.require_x, self.require_call = o["require_x"], o["require_call"]
         self._call_table(o["p_parameterised"])
         self._shape_tables(o)
-        self._input = text_drawer(self.in_lo, self.in_hi, self.alphabet)
+        self._input = self.side_input(text_drawer(self.in_lo, self.in_hi, self.alphabet))
         self._inputs = text_vectorizer(self.in_lo, self.in_hi, self.alphabet)
         self._literal = text_drawer(self.lit_lo, self.lit_hi, self.alphabet)
         # Candidate j of row i draws from CounterRng(key, i, j): SplitMix64 over a key of the
@@ -275,29 +277,42 @@ class Trees(Generator):
         calls, call_thresholds, depths = self._bulk_tables(np)
         n = len(idx)
         # Inputs come first in every candidate's details (word 1); a call on x then picks its
-        # operator with word 2. A word the input drawer would reject sends the row one by one.
+        # operator with word 2. A word the input drawer would reject, or an input of the other
+        # side, sends the row one by one.
         texts = self._inputs(words[:, 1]) if self._inputs is not None else None
         flat, begins, lengths, ok = texts if texts is not None else ("", [0] * n, [0] * n, [False] * n)
-        picks = np.searchsorted(call_thresholds, (words[:, 2] >> np.uint64(11)).astype(np.float64),
-                                side="right").tolist()
+        # An input of the other side (half the rows) is drawn again from word 2, and the call's
+        # operator then comes from word 3: both read here too, so such rows stay in bulk.
+        texts2 = self._inputs(words[:, 2]) if self._inputs is not None else None
+        flat2, begins2, lengths2, ok2 = texts2 if texts2 is not None else ("", [0] * n, [0] * n, [False] * n)
+        picks_at = [np.searchsorted(call_thresholds, (words[:, c] >> np.uint64(11)).astype(np.float64),
+                                    side="right").tolist() for c in (2, 3)]
         max_len, precheck, rejections = self.max_len, _precheck, self.rejections
         check_input = self.in_hi > max_len
         on_x = depths[d][3][k].tolist()
+        side = self.side
         for r, (i, jj, shape, seed, first) in enumerate(zip(idx.tolist(), j.tolist(), k.tolist(), seeds.tolist(),
                                                             words.tolist())):
             found = None
-            if not ok[r]:
+            x = flat[begins[r]:begins[r] + lengths[r]] if ok[r] else ""
+            at = 0  # input redraws before x (the words after the input move on by as many)
+            good = bool(ok[r]) and input_side(x) == side
+            if ok[r] and not good and ok2[r]:
+                x2 = flat2[begins2[r]:begins2[r] + lengths2[r]]
+                if input_side(x2) == side:
+                    x, at, good = x2, 1, True
+                    rejections["input_side"] += 1
+            if not good:  # the row's own stream, from its input on (it counts its own redraws)
                 rng = CounterRng.resume(seed, tuple(first), 1)
                 found = self._call_on_x(rng) if on_x[r] else self._details(rng, shapes[shape])
             else:
-                x = flat[begins[r]:begins[r] + lengths[r]]
                 try:
                     if check_input and len(x) > max_len:
                         raise E.OutputTooLong(len(x), max_len)
                     if on_x[r]:
-                        op, params, node, guarded = calls[picks[r]]
+                        op, params, node, guarded = calls[picks_at[at][r]]
                         if params is None:
-                            params = sample_params(op, CounterRng.resume(seed, tuple(first), 3))
+                            params = sample_params(op, CounterRng.resume(seed, tuple(first), 3 + at))
                             node = E.Call(op.id, (_X,), params)
                         if guarded:
                             precheck(node, (x,), max_len)
@@ -307,7 +322,8 @@ class Trees(Generator):
                         found = Item((with_unchanged(Task(node, x, value), int(value == x)),))
                     else:
                         self._same = 0
-                        program, value = self._detail(CounterRng.resume(seed, tuple(first), 2), iter(shapes[shape]), x)
+                        program, value = self._detail(CounterRng.resume(seed, tuple(first), 2 + at),
+                                                      iter(shapes[shape]), x)
                         found = Item((with_unchanged(Task(program, x, value), self._same),))
                 except E.OutputTooLong:
                     rejections["output_too_long"] += 1
@@ -315,6 +331,8 @@ class Trees(Generator):
 
     def _details(self, rng: Rng, kinds) -> Item | None:
         x = self._input(rng)
+        if x is None:
+            return None
         try:
             if len(x) > self.max_len:
                 raise E.OutputTooLong(len(x), self.max_len)
@@ -328,6 +346,8 @@ class Trees(Generator):
     def _call_on_x(self, rng: Rng) -> Item | None:
         """``_details`` of the shape (operator call, x): the same draws in the same order."""
         x = self._input(rng)
+        if x is None:
+            return None
         max_len = self.max_len
         op, params, node = self._calls[bisect_right(self._call_thresholds, rng.word() >> 11)]
         if params is None:
