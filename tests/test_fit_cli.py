@@ -290,7 +290,7 @@ def test_tidy_cluster_column_and_rates_read_as_counts(runner, cli, tmp_path):
     # the reference layout's rates, read as 512 answers each: binomial weights and draws
     root = F.write_reference(tmp_path / "ref")
     res = _fit(runner, cli, "--reference", str(root), "--out", str(tmp_path / "r"), "--assume-n", "512",
-               "--resamples", "30", "--no-plots", "--forms", "linear_log")
+               "--resamples", "30", "--no-plots", "--forms", "linear_log", "--weights", "binomial")
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "r" / "fit.json").read_text())
     assert doc["weights"] == "binomial" and doc["uncertainty"]["method"] == "binomial"
