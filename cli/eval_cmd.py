@@ -152,7 +152,10 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     if len(results) > 1 and not no_score:
         from opgen import sweep
         try:
-            written = sweep.write_sweep(out_dir, results)
+            notes: list[str] = []
+            written = sweep.write_sweep(out_dir, results, notes)
+            for note in notes:
+                click.echo(f"warning: {note}", err=True)
         except OSError as exc:
             from opgen.files import describe_os_error
 

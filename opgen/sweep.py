@@ -169,14 +169,35 @@ def _write_atomic(path: Path, data: bytes) -> None:
     files.atomic_write_bytes(path, data)
 
 
-def write_sweep(out_dir: Path, all_metrics: Sequence[Mapping]) -> list[Path]:
-    """DIR/sweep.csv, DIR/sweep.json and (with matplotlib) the two PNGs; returns the paths written."""
+PLOTS_MISSING = ("sweep plots skipped: matplotlib is not installed (pip install 'opgen[plots]'); "
+                 "sweep.csv and sweep.json are complete")
+
+
+def write_sweep(out_dir: Path, all_metrics: Sequence[Mapping], notes: list[str] | None = None,
+                plots: bool = True) -> list[Path]:
+    """DIR/sweep.csv, DIR/sweep.json and (with matplotlib) the two PNGs; returns the paths written.
+    The tables are written first; a plot that cannot be drawn (no matplotlib, a plotting error) is
+    one line in ``notes``, never a lost table."""
     out_dir = Path(out_dir)
     rows = build_sweep(out_dir, all_metrics)
     written = [out_dir / "sweep.csv", out_dir / "sweep.json"]
     _write_atomic(written[0], to_csv(rows).encode("utf-8"))
     _write_atomic(written[1], (json.dumps(rows, indent=2, sort_keys=True) + "\n").encode("utf-8"))
-    written.extend(plot(rows, out_dir))
+    if not plots:
+        return written
+    notes = [] if notes is None else notes
+    try:
+        import matplotlib  # noqa: F401 - only to learn whether the plots can be drawn
+    except ImportError:
+        notes.append(PLOTS_MISSING)
+        return written
+    try:
+        written.extend(plot(rows, out_dir))
+    except Exception as exc:  # a plot is a view of sweep.json; it never takes the tables down
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+        notes.append(f"sweep plots not drawn: {type(exc).__name__}: {exc}")
     return written
 
 

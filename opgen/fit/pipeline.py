@@ -191,7 +191,7 @@ def run_fit(obs: Observations, cfg: FitConfig) -> tuple[dict, list[Curve]]:
     forms = [M.get_form(f) for f in cfg.forms]
     if not forms:
         raise FitInputError("no forms to fit")
-    warnings: list[str] = []
+    warnings: list[str] = list(obs.notes)
     curves, n_clusters, per_run = build_curves(obs, cfg, warnings)
     cdef = CD.get(cfg.compute)
     c_ref = cfg.c_ref if cfg.c_ref is not None else cdef.default_c_ref
