@@ -75,7 +75,7 @@ def test_sweep_table_has_one_row_per_checkpoint_in_step_order(sweep_run):
     for r in rows:
         assert float(r["accuracy_ci_low"]) <= float(r["accuracy"]) <= float(r["accuracy_ci_high"])
         assert int(r["accuracy_n"]) == N
-    assert [float(r["arity_error_rate"]) for r in rows] == pytest.approx([1 / RECALL_BLOCKS, 0, 0])
+    assert [float(r["arity_error_rate_all_ops"]) for r in rows] == pytest.approx([1 / RECALL_BLOCKS, 0, 0])
     assert [float(r["chimera_rate"]) for r in rows] == pytest.approx([0, 1 / RECALL_BLOCKS, 0])
     # by depth: rows 0 and 3 have depth 1, the rest depth 2; step10 got rows 0-1 right
     assert float(rows[0]["acc[d=1]"]) == pytest.approx(1 / 2) and float(rows[0]["acc[d=2]"]) == pytest.approx(1 / 4)

@@ -142,11 +142,11 @@ def note_subset(summary: dict, gen_path: Path, only: set[int] | None) -> dict:
 
 
 def rollup(metrics: dict) -> dict:
-    """ID (train operators) / OOD (held-out) / total accuracy over every scored data file of a
-    model, as the Interplay release publishes it (docs/eval.md)."""
-    from opgen.score.metrics import merge_scopes
+    """ID (train operators) / OOD (held-out) / total accuracy over the scored eval files of a model
+    (probes left out: opgen.score.metrics.rollup_by_role), as the Interplay release publishes it."""
+    from opgen.score.metrics import rollup_by_role
 
-    return merge_scopes(e["summary"].get("by_scope", {}) for e in metrics["data"].values() if "summary" in e)
+    return rollup_by_role(metrics["data"])
 
 
 def load_data(data_files: Sequence[Path], cfg: EvalConfig) -> list[tuple[Path, list]]:

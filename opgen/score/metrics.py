@@ -157,6 +157,102 @@ def scope_table(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any
     return {s: proportion(c, n) for s, (c, n) in counts.items()}
 
 
+def program_ops(ground_truth: object) -> tuple[str, ...] | None:
+    """The operators a row's program calls, read from its ground truth's program text (each task's
+    ``expr``, else the native ``ref_code``'s ``funcname`` function) by parsing it with opgen.expr —
+    never by running it. None when there is no program text opgen can parse (then no scope)."""
+    import json
+
+    from opgen import expr as X
+
+    try:
+        gt = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
+    except ValueError:
+        return None
+    if not isinstance(gt, Mapping):
+        return None
+    seen: dict[str, None] = {}
+    try:
+        tasks = [t for t in (gt.get("tasks") or []) if isinstance(t, Mapping)]
+        if tasks and all(isinstance(t.get("expr"), str) for t in tasks):
+            for t in tasks:
+                seen.update(dict.fromkeys(X.ops_used(X.parse(t["expr"]))))
+        elif isinstance(gt.get("ref_code"), str):
+            funcname = gt.get("funcname")
+            entry: str = funcname if isinstance(funcname, str) else "main_solution"
+            seen.update(dict.fromkeys(X.ops_used(X.parse_program(gt["ref_code"], entry))))
+        else:
+            return None
+    except (X.ExprError, ValueError, TypeError, KeyError):
+        return None
+    return tuple(seen) or None
+
+
+ROLES = ("eval", "probe", "train")
+
+
+def file_role(data: object, records: Sequence[Mapping[str, Any]] = ()) -> dict[str, str]:
+    """What a scored data file is, and where that was read: the manifest beside it (the split that
+    lists the file: its ``role``; an eval split drawn by a probe generator is ``probe``), else the
+    rows (an ``extra_info.condition`` marks probe rows), else ``eval``. Roll-ups (ID/OOD/total)
+    are made of ``eval`` files only; probes report per condition."""
+    import json
+    from pathlib import Path
+
+    path = Path(str(data))
+    for man in (path.parent / "manifest.json", path.parent.parent / "manifest.json"):
+        try:
+            doc = json.loads(man.read_text(encoding="utf-8")) if man.is_file() else None
+        except (OSError, ValueError):
+            doc = None
+        splits = doc.get("splits") if isinstance(doc, dict) else None
+        if not isinstance(splits, dict):
+            continue
+        for name, sec in sorted(splits.items()):
+            files = sec.get("files") if isinstance(sec, dict) else None
+            if not isinstance(files, list):
+                continue
+            if any(isinstance(f, dict) and isinstance(f.get("path"), str)
+                   and (man.parent / f["path"]).resolve() == path.resolve() for f in files):
+                role = str(sec.get("role") or "eval")
+                probe = str(sec.get("generator") or "").startswith("probe") or str(sec.get("family") or "").startswith(
+                    "probe")
+                if role == "eval" and probe:
+                    role = "probe"
+                return {"role": role, "from": f"{man} (split {name}: role {sec.get('role')!r}, generator "
+                                              f"{sec.get('generator')!r})"}
+    if any(r.get("condition") for r in records):
+        return {"role": "probe", "from": "rows (extra_info.condition is set)"}
+    return {"role": "eval", "from": "default (no manifest lists the file, its rows carry no condition)"}
+
+
+def rollup_by_role(data: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """metrics.json's ``scope``: ID / OOD / total over the scored ``eval`` files of a model only (by
+    each file's ``summary.role``), each with the files and rows that made it; probe and train files
+    are listed under ``left_out`` with their role (probes report per condition in their summary)."""
+    counts = {s: [0, 0] for s in SCOPES}
+    files: dict[str, dict[str, int]] = {s: {} for s in SCOPES}
+    left_out: dict[str, str] = {}
+    for dn, entry in sorted(data.items()):
+        summary = entry.get("summary") if isinstance(entry, Mapping) else None
+        if not summary:
+            continue
+        role = (summary.get("role") or {}).get("role", "eval")
+        if role != "eval":
+            left_out[dn] = role
+            continue
+        table = summary.get("by_scope") or {}
+        for s in SCOPES:
+            p = table.get(s)
+            if p and p.get("n"):
+                counts[s][0] += int(p["correct"])
+                counts[s][1] += int(p["n"])
+                files[s][dn] = int(p["n"])
+    out: dict[str, dict[str, Any]] = {s: {**proportion(c, n), "files": files[s]} for s, (c, n) in counts.items()}
+    out["left_out"] = left_out
+    return out
+
+
 def merge_scopes(tables: Iterable[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Scope tables of several files summed into one (counts added, intervals recomputed)."""
     counts = {s: [0, 0] for s in SCOPES}

@@ -151,9 +151,18 @@ def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, li
     grades: list[dict] = grade_many(items, sandbox=box, policy=policy, group=group, mode=mode, namespace=namespace,
                         static=static, processes=processes)
     records = []
+    parsed: dict[int, tuple[str, ...] | None] = {}
     for (row, sample, _), g in zip(jobs, grades):
         rec: dict[str, object] = {"index": row.position, "sample": sample}
         rec.update({k: row.extra.get(k, "") for k in _MEASURES})
+        if rec["ops"]:
+            rec["scope_from"] = "extra_info.ops"
+        else:  # foreign and native files: the operators their programs call (parsed, never run)
+            if row.position not in parsed:
+                parsed[row.position] = M.program_ops(row.ground_truth)
+            found = parsed[row.position]
+            rec["ops"] = list(found) if found else ""
+            rec["scope_from"] = "program" if found else None
         rec["scope"] = M.scope_of(rec["ops"])
         rec.update(M.row_measures(row.extra))
         rec["data_source"] = row.data_source
@@ -206,6 +215,8 @@ def write_records_report(out: Path, records: list[dict], *, n_rows: int, answere
     summary = summarize(records, n_rows=n_rows, answered=answered, distance_edges=distance_edges)
     summary.update({"data_path": str(data), "responses_path": str(responses), "mode": mode, "policy": policy,
                     "group": group, "namespace": namespace, "isolation": isolation, "static": static})
+    summary["role"] = M.file_role(data, records)
+    summary["scope_from"] = dict(sorted(Counter(str(r.get("scope_from")) for r in records).items()))
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     _write_report(Path(out), lines, summary, plots)
     return summary
