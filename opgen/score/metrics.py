@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 Z95 = 1.959963984540054
@@ -95,16 +96,67 @@ def row_measures(extra: Mapping[str, Any]) -> dict[str, Any]:
         out["output_is_input"] = bool(int(extra.get("output_is_input") or 0))
         out["degenerate"] = bool(int(extra.get("unchanged_calls") or 0)) or out["output_is_input"]
     ops_, chars = extra.get("call_ops") or [], extra.get("call_chars") or []
+    tails = extra.get("call_tails") or []
     far: dict[str, int] = {}
-    for op, c in zip(ops_, chars):
-        if isinstance(op, str) and isinstance(c, int) and c > far.get(op, -1):
-            far[op] = c
+    calls: dict[str, list[tuple[int, int]]] = {}
+    for i, (op, c) in enumerate(zip(ops_, chars)):
+        if isinstance(op, str) and isinstance(c, int):
+            if c > far.get(op, -1):
+                far[op] = c
+            t = tails[i] if i < len(tails) and isinstance(tails[i], int) else -1
+            calls.setdefault(op, []).append((c, t))
     out["op_distance"] = dict(sorted(far.items()))
+    # every call of each parameterised operator: [chars, tail calls] sorted by distance (the drift
+    # options choose from these: farthest, nearest, every)
+    out["op_calls"] = {op: [list(ct) for ct in sorted(v)] for op, v in sorted(calls.items())}
     return out
 
 
-def arity_by_distance(records: Iterable[Mapping[str, Any]],
-                      edges: Sequence[int] = DISTANCE_EDGES) -> dict[str, dict[str, dict[str, Any]]]:
+DRIFT_CALLS = ("farthest", "nearest", "every")
+PASS_K_ESTIMATORS = {
+    "unbiased": "unbiased (Chen et al. 2021: 1 - C(n-c, k) / C(n, k), over all n samples)",
+    "earliest": "earliest-rank (the Interplay release's: a row passes at k when one of its first k samples, "
+                "in generation order, is correct)",
+}
+
+
+@dataclass(frozen=True)
+class MetricDefs:
+    """Which definition each configurable metric uses (docs/scoring.md, "Metric definitions"):
+    ``drift_call`` — the call of an operator that places its recall block in a distance (and
+    tail-call) bucket when a row calls it several times; ``pass_k`` — the pass@k estimator."""
+
+    drift_call: str = "farthest"
+    pass_k: str = "unbiased"
+
+    def __post_init__(self) -> None:
+        if self.drift_call not in DRIFT_CALLS:
+            raise ValueError(f"unknown drift call {self.drift_call!r} (known: {', '.join(DRIFT_CALLS)})")
+        if self.pass_k not in PASS_K_ESTIMATORS:
+            raise ValueError(f"unknown pass@k estimator {self.pass_k!r} (known: {', '.join(PASS_K_ESTIMATORS)})")
+
+    def describe(self) -> dict[str, str]:
+        return {"drift_call": self.drift_call, "pass_at_k": self.pass_k,
+                "pass_at_k_estimator": PASS_K_ESTIMATORS[self.pass_k]}
+
+
+def chosen_calls(record: Mapping[str, Any], op: str, drift_call: str = "farthest") -> list[tuple[int, int]]:
+    """(chars, tail calls) of the calls of ``op`` that place its recall block: the farthest, the
+    nearest, or every call (then the block counts once in each distinct bucket its calls reach)."""
+    calls = (record.get("op_calls") or {}).get(op)
+    if not calls:
+        far = (record.get("op_distance") or {}).get(op)
+        return [] if far is None else [(far, -1)]
+    pairs = [(int(c), int(t)) for c, t in calls]
+    if drift_call == "farthest":
+        return [max(pairs)]
+    if drift_call == "nearest":
+        return [min(pairs)]
+    return pairs
+
+
+def arity_by_distance(records: Iterable[Mapping[str, Any]], edges: Sequence[int] = DISTANCE_EDGES,
+                      drift_call: str = "farthest") -> dict[str, dict[str, dict[str, Any]]]:
     """Per operator and distance bucket: recall blocks written, arity errors among them, the rate
     and its 95% Wilson interval. A block's distance is its row's largest distance for that
     operator (``row_measures``); blocks of operators without a trailing argument are not counted."""
@@ -113,15 +165,14 @@ def arity_by_distance(records: Iterable[Mapping[str, Any]],
     counts: dict[str, dict[str, list[int]]] = {}
     labels = bucket_labels(edges)
     for r in records:
-        dist = r.get("op_distance") or {}
         for rc in r.get("recalls", ()):
-            chars = dist.get(rc.get("op"))
-            if chars is None:
+            chosen = chosen_calls(r, rc.get("op"), drift_call)
+            if not chosen:
                 continue
             per = counts.setdefault(rc["op"], {b: [0, 0] for b in labels})
-            c = per[bucket_of(chars, edges)]
-            c[0] += rc.get("verdict") == "arity"
-            c[1] += 1
+            for b in sorted({bucket_of(chars, edges) for chars, _t in chosen}):
+                per[b][0] += rc.get("verdict") == "arity"
+                per[b][1] += 1
     order = {op_id: i for i, op_id in enumerate(ops.ALL_IDS)}
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for op in sorted(counts, key=lambda o: order.get(o, len(order))):
@@ -130,6 +181,31 @@ def arity_by_distance(records: Iterable[Mapping[str, Any]],
             a, n = counts[op][b]
             lo, hi = wilson(a, n)
             out[op][b] = {"written": n, "arity": a, "rate": a / n if n else 0.0, "ci_low": lo, "ci_high": hi}
+    return out
+
+
+def arity_by_tail_calls(records: Iterable[Mapping[str, Any]],
+                        drift_call: str = "farthest") -> dict[str, dict[str, dict[str, Any]]]:
+    """Per operator and number of calls between its name and its trailing argument (the tail
+    calls, which the study names as the drift's correlate): recall blocks written, arity errors,
+    the rate and its 95% Wilson interval; the call chosen as in ``arity_by_distance``."""
+    from opgen import ops
+
+    counts: dict[str, dict[int, list[int]]] = {}
+    for r in records:
+        for rc in r.get("recalls", ()):
+            chosen = [t for _c, t in chosen_calls(r, rc.get("op"), drift_call) if t >= 0]
+            for t in sorted(set(chosen)):
+                c = counts.setdefault(rc["op"], {}).setdefault(t, [0, 0])
+                c[0] += rc.get("verdict") == "arity"
+                c[1] += 1
+    order = {op_id: i for i, op_id in enumerate(ops.ALL_IDS)}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for op in sorted(counts, key=lambda o: order.get(o, len(order))):
+        out[op] = {}
+        for t, (a, n) in sorted(counts[op].items()):
+            lo, hi = wilson(a, n)
+            out[op][str(t)] = {"written": n, "arity": a, "rate": a / n if n else 0.0, "ci_low": lo, "ci_high": hi}
     return out
 
 
@@ -270,14 +346,25 @@ def _sort_key(label: str) -> tuple[tuple[int, int, str], ...]:
     return tuple((0, int(p), "") if p.lstrip("-").isdigit() else (1, 0, p) for p in label.split("|"))
 
 
-def pass_at_k_table(correct_by_row: Mapping[int, Sequence[bool]]) -> dict[str, float]:
-    """Mean unbiased pass@k over rows, for every k up to the smallest sample count."""
+def pass_at_k_earliest(correct: Sequence[bool], k: int) -> float:
+    """The Interplay release's pass@k: 1 when one of the first k samples (generation order) is correct."""
+    if k > len(correct):
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {len(correct)}")
+    return 1.0 if any(correct[:k]) else 0.0
+
+
+def pass_at_k_table(correct_by_row: Mapping[int, Sequence[bool]], estimator: str = "unbiased") -> dict[str, float]:
+    """Mean pass@k over rows (``estimator``: unbiased or earliest), for every k up to the smallest
+    sample count; each row's samples in generation order."""
+    if estimator not in PASS_K_ESTIMATORS:
+        raise ValueError(f"unknown pass@k estimator {estimator!r} (known: {', '.join(PASS_K_ESTIMATORS)})")
     if not correct_by_row:
         return {}
     n_min = min(len(v) for v in correct_by_row.values())
     out = {}
     for k in ks_for(n_min):
-        vals = [pass_at_k(len(v), sum(v), k) for v in correct_by_row.values()]
+        vals = [pass_at_k(len(v), sum(v), k) if estimator == "unbiased" else pass_at_k_earliest(v, k)
+                for v in correct_by_row.values()]
         out[f"pass@{k}"] = sum(vals) / len(vals)
     return out
 
@@ -319,3 +406,6 @@ def recall_tables(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     confusion = {op: dict(sorted(row.items(), key=lambda kv: order.get(kv[0], 99)))
                  for op, row in sorted(confusion.items(), key=lambda kv: order.get(kv[0], 99))}
     return {"recall_by_op": recall, "chimera_confusion": confusion}
+
+
+DEFAULT_DEFS = MetricDefs()  # the study's definitions: farthest call, unbiased pass@k
