@@ -105,7 +105,9 @@ def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
     row["non_degenerate"] = _proportion(sum(plain), len(plain))
     from opgen.score.metrics import arity_by_distance
 
-    row["arity_by_distance"] = arity_by_distance(evals)
+    drift = drift_call_of(metrics)
+    row["metric_definitions"] = {"drift_call": drift}
+    row["arity_by_distance"] = arity_by_distance(evals, drift_call=drift)
     row.update(arity_rates(evals))
     row["probes"] = {}
     for dn in sorted(d for d, role in roles.items() if role == "probe"):
@@ -115,7 +117,7 @@ def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
             conds.setdefault(str(r.get("condition") or ""), []).append(_correct(r))
         row["probes"][dn] = {"rows": len(prs),
                              "by_condition": {c: _proportion(sum(v), len(v)) for c, v in sorted(conds.items())},
-                             "arity_by_distance": arity_by_distance(prs), **arity_rates(prs)}
+                             "arity_by_distance": arity_by_distance(prs, drift_call=drift), **arity_rates(prs)}
     row["sources"] = {"scope": row["scope"]["total"]["files"],
                       "arity": {dn: n for dn, n in sorted(Counter(r["data"] for r in evals
                                                                   for _ in (r.get("recalls") or [])).items())}}
@@ -142,6 +144,15 @@ def data_roles(metrics: Mapping) -> dict[str, str]:
         role = ((e.get("summary") or {}).get("role") or {}).get("role") if isinstance(e, Mapping) else None
         out[dn] = role or "eval"
     return out
+
+
+def drift_call_of(metrics: Mapping) -> str:
+    """The --drift-call the model's files were scored with (the study's farthest call before it existed)."""
+    for e in metrics["data"].values():
+        defs = ((e.get("summary") or {}).get("metric_definitions") or {}) if isinstance(e, Mapping) else {}
+        if defs.get("drift_call"):
+            return str(defs["drift_call"])
+    return "farthest"
 
 
 def arity_rates(recs: Sequence[Mapping]) -> dict:

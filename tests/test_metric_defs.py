@@ -67,3 +67,24 @@ def test_opgen_score_takes_the_definitions_and_names_them(runner, cli, tmp_path,
     assert pass_k in summary["metric_definitions"]["pass_at_k_estimator"]
     assert summary["pass_at_k"]["pass@1"] == pytest.approx(expected)
     assert "arity_by_tail_calls" in summary
+
+
+def test_opgen_eval_and_its_sweep_take_the_definitions(runner, cli, tmp_path):
+    data = tm.write_trees(tmp_path / "trees.parquet")
+    models = []
+    for m in ("step1", "step2"):
+        (tmp_path / m).mkdir()
+        (tmp_path / m / "trees_generations.jsonl").write_text("".join(
+            json.dumps({"index": i, "response": tm.ra_answer(e)}) + "\n" for i, (e, _x) in enumerate(tm.TREES)))
+        models += ["--model", str(tmp_path / m)]
+    res = runner.invoke(cli, ["eval", "--backend", "replay", "--quiet", "--data", str(data), *models, "--out",
+                              str(tmp_path / "out"), "--drift-call", "every", "--pass-k", "earliest"],
+                        catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    metrics = json.loads((tmp_path / "out" / "step1" / "metrics.json").read_text())
+    assert metrics["data"]["trees"]["summary"]["metric_definitions"]["pass_at_k"] == "earliest"
+    rows = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert rows[0]["metric_definitions"] == {"drift_call": "every"}
+    res = runner.invoke(cli, ["eval", "--backend", "replay", "--quiet", "--data", str(data), *models, "--out",
+                              str(tmp_path / "o2"), "--pass-k", "earliest", "--executor", "ray"])
+    assert res.exit_code == 2 and "not yet with --executor ray" in res.output
