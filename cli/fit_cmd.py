@@ -101,9 +101,10 @@ def _observations(sweeps, runs_table, tidy, reference_dir, hub_repo, family, clu
 @click.option("--response-tokens", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Mean response tokens (default: from metrics.json).")
 @options.no_plots()
+@options.progress()
 def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, compute_def, c_ref, forms, weights,
         like_reference, cluster_by, resamples, seed, level, holdout_frac, min_step, max_step, min_n, assume_n, params,
-        prompts_per_step, group_size, prompt_tokens, response_tokens, no_plots) -> None:
+        prompts_per_step, group_size, prompt_tokens, response_tokens, no_plots, progress) -> None:
     """Fit accuracy against RL compute per run (linear-in-log, sigmoid, power law), then the per-run levels
     against pretraining loss and slopes against log tokens, with bootstrap intervals (prompts resampled in
     clusters, seeds when there are several) and profile intervals that flag what the data do not bound.
@@ -131,7 +132,18 @@ def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, comp
     chosen_forms = _forms(forms)
     overrides = {"params": params, "prompts_per_step": prompts_per_step, "group": group_size,
                  "prompt_tokens": prompt_tokens, "response_tokens": response_tokens}
+    import sys
+    import time
+
+    show = progress if progress is not None else sys.stderr.isatty()
+    t0 = time.perf_counter()
+
+    def say(message: str) -> None:
+        if show:
+            click.echo(f"fit [{time.perf_counter() - t0:6.1f} s] {message}", err=True)
+
     try:
+        say("reading the input")
         obs = _observations(sweeps, runs_table, tidy, reference_dir, hub_repo, family, cluster_by, overrides)
         if compute_def is None:
             compute_def = "given" if all(k[4] is not None for k in obs.cells) else "rollout"
@@ -143,9 +155,10 @@ def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, comp
                           like_reference=like_reference,
                           resamples=resamples, seed=seed, level=level, holdout_frac=holdout_frac,
                           min_step=min_step, max_step=max_step, min_n=min_n, assume_n=assume_n, overrides=overrides)
-        result, _curves = P.run_fit(obs, cfg)
+        result, _curves = P.run_fit(obs, cfg, progress=say)
     except FitInputError as exc:
         raise BadInput(str(exc)) from None
+    say("writing fit.json, the CSVs" + ("" if no_plots else " and the plots"))
     written = Rp.write(out_dir, result, plots=not no_plots)
     for line in Rp.summary_lines(result):
         click.echo(line)

@@ -334,3 +334,17 @@ def test_unfinished_checkpoints_are_named_and_rows_without_answers_are_not_zero(
     assert run["steps"] == [10, 20, 40, 80] and run["acc"] == [0.5] * 4
     assert any("1 row(s) with n_total = 0 (no answers) left out, not counted as 0%: row 6" in w
                for w in doc["warnings"])
+
+
+def test_progress_names_each_stage_and_run(runner, cli, tmp_path):
+    rows = [[run, s, "all", 3 + j, 10] for run in ("a", "b") for j, s in enumerate((10, 20, 40, 80))]
+    path = _tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
+    res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o"), "--compute", "step",
+               "--resamples", "10", "--no-plots", "--forms", "linear_log", "--progress")
+    assert res.exit_code == 0, res.output
+    for needle in ("reading the input", "2 run curve(s) from 8 cell(s); 10 bootstrap resample(s)",
+                   "fitting all/a (1/2)", "fitting all/b (2/2)", "across runs: all", "writing fit.json"):
+        assert needle in res.output, needle
+    res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o2"), "--compute", "step",
+               "--resamples", "10", "--no-plots", "--forms", "linear_log", "--no-progress")
+    assert "fitting all/a" not in res.output

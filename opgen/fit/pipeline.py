@@ -185,7 +185,9 @@ def _rep_arrays(curve: Curve, reps: dict | None):
     return Y, N
 
 
-def run_fit(obs: Observations, cfg: FitConfig) -> tuple[dict, list[Curve]]:
+def run_fit(obs: Observations, cfg: FitConfig, progress=None) -> tuple[dict, list[Curve]]:
+    """The whole fit; ``progress(message)`` (optional) is told each stage and each run as it is fitted."""
+    say = progress or (lambda _m: None)
     if cfg.weights not in ("binomial", "ols"):
         raise FitInputError(f"unknown weights {cfg.weights!r} (binomial, ols)")
     forms = [M.get_form(f) for f in cfg.forms]
@@ -214,11 +216,14 @@ def run_fit(obs: Observations, cfg: FitConfig) -> tuple[dict, list[Curve]]:
     if method == "cluster" and cfg.resamples and n_clusters < MIN_CLUSTERS:
         warnings.append(f"only {n_clusters} clusters ({obs.cluster_by}): bootstrap intervals from so few are coarse "
                         f"and tend to be too narrow; a finer --cluster-by (e.g. prompt) treats prompts as independent")
+    say(f"{len(usable)} run curve(s) from {len(obs.cells)} cell(s); "
+        f"{cfg.resamples} bootstrap resample(s) ({method})")
     reps = (U.count_replicates(usable, method, cfg.resamples, cfg.seed, n_clusters)
             if counts and cfg.resamples else None)
     rng = np.random.default_rng([cfg.seed, 1])  # residual draws: a stream of their own
     splits: dict[str, dict] = {}
-    for c in usable:
+    for i, c in enumerate(usable, 1):
+        say(f"fitting {c.split}/{c.run} ({i}/{len(usable)})")
         rep = _rep_arrays(c, reps)
         design = M.Design(c.x, ref)
         info = per_run[c.run]
@@ -254,6 +259,7 @@ def run_fit(obs: Observations, cfg: FitConfig) -> tuple[dict, list[Curve]]:
         # per-run replicate values the across-run statistics need (the same draws as the intervals)
         entry["_reps"] = {"forms": boots, "acc_last": None if rep is None else rep[0][:, -1]}
     for split, sp in splits.items():
+        say(f"across runs: {split}")
         sp["across"] = _across(sp["runs"], split, forms, cfg, warnings)
         for r in sp["runs"]:
             r.pop("_reps", None)
