@@ -276,7 +276,7 @@ def file_role(data: object, records: Sequence[Mapping[str, Any]] = ()) -> dict[s
     from pathlib import Path
 
     path = Path(str(data))
-    for man in (path.parent / "manifest.json", path.parent.parent / "manifest.json"):
+    for man in ((path.parent / "manifest.json", path.parent.parent / "manifest.json") if data is not None else ()):
         try:
             doc = json.loads(man.read_text(encoding="utf-8")) if man.is_file() else None
         except (OSError, ValueError):

@@ -219,7 +219,6 @@ def write_records_report(out: Path, records: list[dict], *, n_rows: int, answere
     summary.update({"data_path": str(data), "responses_path": str(responses), "mode": mode, "policy": policy,
                     "group": group, "namespace": namespace, "isolation": isolation, "static": static})
     summary["role"] = M.file_role(data, records)
-    summary["scope_from"] = dict(sorted(Counter(str(r.get("scope_from")) for r in records).items()))
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     _write_report(Path(out), lines, summary, plots)
     return summary
@@ -294,6 +293,8 @@ def summarize(records: list[dict], n_rows: int, answered: int,
         "pass_at_k": M.pass_at_k_table(by_row, defs.pass_k) if max(samples, default=0) > 1 else {},
         "errors": {e: errors[e] for e in ERRORS if errors.get(e)},
     }
+    summary["role"] = M.file_role(None, records)  # from the rows; write_records_report adds the manifest's
+    summary["scope_from"] = dict(sorted(Counter(str(r.get("scope_from")) for r in records).items()))
     summary.update(M.recall_tables(records))
     summary["missing_import"] = missing_import_counts(records)
     return summary
