@@ -97,12 +97,13 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @options.progress()
 @click.option("--quiet", is_flag=True, help="No progress bars (same as --no-progress).")
 @options.no_static(prefix="Scorer")
+@options.metric_defs()
 @options.allow_weak_sandbox()
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
           tensor_parallel_size, engine_args, template_kwargs, hf_batch_size, base_urls, api_key_env, concurrency,
           request_timeout, retries, executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus,
-          chunk_rows, namespace, progress, quiet, no_static, allow_weak_sandbox) -> None:
+          chunk_rows, namespace, progress, quiet, no_static, drift_call, pass_k, allow_weak_sandbox) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -112,8 +113,11 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     """
     from opgen.infer import evaluate as ev
     from opgen.infer.base import EngineOptions, Sampling
+    from opgen.score.metrics import MetricDefs
 
     _check_ray_options(executor, ray_address, replicas, replica_gpus, ray_num_cpus)
+    if executor == "ray" and (drift_call, pass_k) != ("farthest", "unbiased"):
+        raise click.UsageError("--drift-call/--pass-k other than the defaults: not yet with --executor ray")
     if backend != "openai":
         for m in models:
             if not m.exists():
@@ -133,6 +137,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     cfg = ev.EvalConfig(
         backend=backend, sampling=sampling, limit=limit, resume=resume, decomposed=decomposed, score=not no_score,
         batch_size=batch_size, workers=workers, progress=bars, namespace=namespace, static=not no_static,
+        metric_defs=MetricDefs(drift_call=drift_call, pass_k=pass_k),
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                              enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
                              batch_size=hf_batch_size, engine_args=_engine_args(engine_args, backend),
@@ -152,7 +157,10 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     if len(results) > 1 and not no_score:
         from opgen import sweep
         try:
-            written = sweep.write_sweep(out_dir, results)
+            notes: list[str] = []
+            written = sweep.write_sweep(out_dir, results, notes)
+            for note in notes:
+                click.echo(f"warning: {note}", err=True)
         except OSError as exc:
             from opgen.files import describe_os_error
 

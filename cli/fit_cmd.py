@@ -26,6 +26,24 @@ def _forms(value: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(forms))
 
 
+def _observations(sweeps, runs_table, tidy, reference_dir, hub_repo, family, cluster_by, overrides):
+    from opgen.fit import inputs as I
+
+    if sweeps:
+        obs = I.read_sweeps(sweeps, runs_table, cluster_by)
+    elif tidy:
+        obs = I.read_tidy(tidy)
+    elif reference_dir:
+        obs = I.read_reference(reference_dir, family)
+    else:
+        obs = I.read_hub(hub_repo, family)
+    if obs.source.startswith(("reference", "hub:")):
+        # the command line overrides the reference's constants
+        for info in obs.runs.values():
+            info.update({k: v for k, v in overrides.items() if v is not None})
+    return obs
+
+
 @click.command("fit")
 @click.option("--sweep", "sweeps", multiple=True, type=click.Path(file_okay=False, path_type=Path),
               help="An `opgen eval` output folder (per model metrics.json + scores.jsonl). Repeatable.")
@@ -50,9 +68,14 @@ def _forms(value: str) -> tuple[str, ...]:
               help="C_ref of the linear-in-log form. [default: 1e20; 1 with --compute step]")
 @click.option("--forms", default="linear_log,sigmoid,power", show_default=True,
               help="Comma-separated curve forms: linear_log, sigmoid, power.")
-@click.option("--weights", type=click.Choice(["binomial", "ols"]), default="binomial", show_default=True,
+@click.option("--weights", type=click.Choice(["binomial", "ols"]), default=None,
               help="binomial: weighted by 1/variance of each point's rate; ols: unweighted (the reference). "
-                   "Inputs without counts are always ols.")
+                   "Inputs without counts are always ols. [default: binomial; ols with --like-reference]")
+@click.option("--like-reference/--no-like-reference", "like_reference", default=None,
+              help="Every default as the reference script has it: OLS on rates, across-run claims only over "
+                   "runs with a loss and only from 4 of them, p-values beside n at any n, the exponential from "
+                   "curve_fit's start point (the global optimum beside it as an alternative). [default: on for "
+                   "--reference and --hub-repo, off otherwise]")
 @click.option("--cluster-by", type=click.Choice(["ops", "family", "structure", "prompt"]), default="ops",
               show_default=True, help="Sweeps: prompts are resampled in clusters sharing this.")
 @click.option("--resamples", type=click.IntRange(min=0), default=1000, show_default=True,
@@ -64,7 +87,8 @@ def _forms(value: str) -> tuple[str, ...]:
 @click.option("--min-step", type=click.IntRange(min=0), default=None, help="Fit window: first step used.")
 @click.option("--max-step", type=click.IntRange(min=0), default=None, help="Fit window: last step used.")
 @click.option("--min-n", type=click.IntRange(min=3), default=6, show_default=True,
-              help="Runs below which across-run statistics carry a warning and no p-value.")
+              help="Runs below which across-run statistics carry a warning and no p-value (with --like-reference: "
+                   "a warning, and the p-value beside n).")
 @click.option("--assume-n", type=click.IntRange(min=1), default=None,
               help="Rates without counts (reference layout): treat each as this many answers.")
 @click.option("--params", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -77,9 +101,10 @@ def _forms(value: str) -> tuple[str, ...]:
 @click.option("--response-tokens", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Mean response tokens (default: from metrics.json).")
 @options.no_plots()
+@options.progress()
 def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, compute_def, c_ref, forms, weights,
-        cluster_by, resamples, seed, level, holdout_frac, min_step, max_step, min_n, assume_n, params,
-        prompts_per_step, group_size, prompt_tokens, response_tokens, no_plots) -> None:
+        like_reference, cluster_by, resamples, seed, level, holdout_frac, min_step, max_step, min_n, assume_n, params,
+        prompts_per_step, group_size, prompt_tokens, response_tokens, no_plots, progress) -> None:
     """Fit accuracy against RL compute per run (linear-in-log, sigmoid, power law), then the per-run levels
     against pretraining loss and slopes against log tokens, with bootstrap intervals (prompts resampled in
     clusters, seeds when there are several) and profile intervals that flag what the data do not bound.
@@ -89,7 +114,7 @@ def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, comp
     """
     try:
         from opgen.fit import FitInputError
-        from opgen.fit import inputs as I
+        from opgen.fit import inputs as I  # noqa: F401 - a missing scipy fails here, as one line
         from opgen.fit import pipeline as P
         from opgen.fit import report as Rp
     except ImportError as exc:  # scipy lives in the 'fit' extra
@@ -107,27 +132,33 @@ def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, comp
     chosen_forms = _forms(forms)
     overrides = {"params": params, "prompts_per_step": prompts_per_step, "group": group_size,
                  "prompt_tokens": prompt_tokens, "response_tokens": response_tokens}
+    import sys
+    import time
+
+    show = progress if progress is not None else sys.stderr.isatty()
+    t0 = time.perf_counter()
+
+    def say(message: str) -> None:
+        if show:
+            click.echo(f"fit [{time.perf_counter() - t0:6.1f} s] {message}", err=True)
+
     try:
-        if sweeps:
-            obs = I.read_sweeps(sweeps, runs_table, cluster_by)
-        elif tidy:
-            obs = I.read_tidy(tidy)
-        elif reference_dir:
-            obs = I.read_reference(reference_dir, family)
-        else:
-            obs = I.read_hub(hub_repo, family)
-        if obs.source.startswith(("reference", "hub:")):
-            # the command line overrides the reference's constants
-            for info in obs.runs.values():
-                info.update({k: v for k, v in overrides.items() if v is not None})
+        say("reading the input")
+        obs = _observations(sweeps, runs_table, tidy, reference_dir, hub_repo, family, cluster_by, overrides)
         if compute_def is None:
             compute_def = "given" if all(k[4] is not None for k in obs.cells) else "rollout"
+        if like_reference is None:
+            like_reference = bool(reference_dir or hub_repo)
+        if weights is None:
+            weights = "ols" if like_reference else "binomial"
         cfg = P.FitConfig(compute=compute_def, c_ref=c_ref, forms=chosen_forms, weights=weights,
+                          like_reference=like_reference,
                           resamples=resamples, seed=seed, level=level, holdout_frac=holdout_frac,
                           min_step=min_step, max_step=max_step, min_n=min_n, assume_n=assume_n, overrides=overrides)
-        result, _curves = P.run_fit(obs, cfg)
+        result, _curves = P.run_fit(obs, cfg, progress=say)
     except FitInputError as exc:
         raise BadInput(str(exc)) from None
+    say("writing fit.json, the CSVs" + ("" if no_plots else " and the plots"))
     written = Rp.write(out_dir, result, plots=not no_plots)
     for line in Rp.summary_lines(result):
         click.echo(line)

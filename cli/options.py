@@ -75,3 +75,17 @@ def no_plots() -> Callable[[F], F]:
 def json_output(help: str = "Print a JSON report.") -> Callable[[F], F]:
     """``--json`` (the parameter ``as_json``); ``help`` says what is printed."""
     return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def metric_defs() -> Callable[[F], F]:
+    """``--drift-call`` and ``--pass-k`` (opgen.score.metrics.MetricDefs; docs/scoring.md, "Metric definitions")."""
+    def deco(f: F) -> F:
+        f = click.option("--pass-k", "pass_k", type=click.Choice(["unbiased", "earliest"]), default="unbiased",
+                         show_default=True,
+                         help="pass@k estimator: unbiased (Chen et al.) or earliest (the Interplay release's: one "
+                              "of the first k samples correct). Named in summary.json.")(f)
+        return click.option("--drift-call", "drift_call", type=click.Choice(["farthest", "nearest", "every"]),
+                            default="farthest", show_default=True,
+                            help="Which call of an operator places its recall block in a distance / tail-call "
+                                 "bucket when a row calls it several times.")(f)
+    return deco

@@ -32,6 +32,7 @@ from . import options
 @options.no_plots()
 @click.option("--distance-edges", "distance_edges", default="40,150", show_default=True,
               help="Bucket edges (characters, increasing) of the arity-error table by name→argument distance.")
+@options.metric_defs()
 @options.executor("ray: sandbox actors of --workers workers each, spread over the cluster's nodes.")
 @options.ray_address()
 @options.ray_num_cpus()
@@ -43,10 +44,12 @@ from . import options
                    "OPGEN_GRADE_PROCESSES, else one per CPU up to 8; 0: grade in this process). Grades are the same.")
 @options.allow_weak_sandbox()
 def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
-          timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, executor: str,
+          timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, drift_call: str, pass_k: str,
+          executor: str,
           ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None,
           no_static: bool, grade_processes: int | None, allow_weak_sandbox: bool) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
+    from opgen.score.metrics import MetricDefs
     from opgen.score.report import ScoreInputError, score_files
     from opgen.score.sandbox import Sandbox, SandboxError, allow_weak_for_this_process
 
@@ -72,7 +75,8 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
                 raise click.ClickException(str(exc)) from None
         summary = score_files(data, responses, out, mode=mode, workers=workers, policy=policy, group=group,
                               timeout_s=timeout_s, plots=not no_plots, namespace=namespace,
-                              distance_edges=edges, sandbox=box, static=not no_static, processes=grade_processes)
+                              distance_edges=edges, sandbox=box, static=not no_static, processes=grade_processes,
+                              metric_defs=MetricDefs(drift_call=drift_call, pass_k=pass_k))
     except ScoreInputError as exc:
         raise click.ClickException(str(exc)) from None
     except SandboxError as exc:

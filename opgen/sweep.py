@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -86,22 +87,40 @@ def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
                             for dn, g in sorted(per_data.items())}
     if len({r["data"] for r in recs}) > 1:
         row["by_depth"] = {}
+    # Roll-ups by role: ID/OOD/total, the arity tables and rates come from eval files only; each
+    # probe file reports per condition on its own (opgen.score.metrics.file_role).
+    roles = data_roles(metrics)
+    evals = [r for r in recs if roles.get(r["data"], "eval") == "eval"]
+    row["roles"] = {dn: roles[dn] for dn in sorted(roles)}
     scoped: dict = {"id": [], "ood": [], "total": []}
-    for r in recs:
+    scope_files: dict = {"id": {}, "ood": {}, "total": {}}
+    for r in evals:
         scope = r.get("scope") or scope_of(r.get("ops"))
-        if scope in scoped:
-            scoped[scope].append(_correct(r))
-        scoped["total"].append(_correct(r))
-    row["scope"] = {k: _proportion(sum(v), len(v)) for k, v in scoped.items()}
-    plain = [_correct(r) for r in recs if r.get("degenerate") is False]
+        for k in ((scope, "total") if scope in ("id", "ood") else ("total",)):
+            scoped[k].append(_correct(r))
+            scope_files[k][r["data"]] = scope_files[k].get(r["data"], 0) + 1
+    row["scope"] = {k: {**_proportion(sum(v), len(v)), "files": dict(sorted(scope_files[k].items()))}
+                    for k, v in scoped.items()}
+    plain = [_correct(r) for r in evals if r.get("degenerate") is False]
     row["non_degenerate"] = _proportion(sum(plain), len(plain))
     from opgen.score.metrics import arity_by_distance
 
-    row["arity_by_distance"] = arity_by_distance(recs)
-    blocks = [rc for r in recs for rc in (r.get("recalls") or [])]
-    row["recall_blocks"] = len(blocks)
-    row["arity_error_rate"] = (sum(rc.get("verdict") == "arity" for rc in blocks) / len(blocks)) if blocks else None
-    row["chimera_rate"] = (sum(rc.get("verdict") == "chimera" for rc in blocks) / len(blocks)) if blocks else None
+    drift = drift_call_of(metrics)
+    row["metric_definitions"] = {"drift_call": drift}
+    row["arity_by_distance"] = arity_by_distance(evals, drift_call=drift)
+    row.update(arity_rates(evals))
+    row["probes"] = {}
+    for dn in sorted(d for d, role in roles.items() if role == "probe"):
+        prs = [r for r in recs if r["data"] == dn]
+        conds: dict = {}
+        for r in prs:
+            conds.setdefault(str(r.get("condition") or ""), []).append(_correct(r))
+        row["probes"][dn] = {"rows": len(prs),
+                             "by_condition": {c: _proportion(sum(v), len(v)) for c, v in sorted(conds.items())},
+                             "arity_by_distance": arity_by_distance(prs, drift_call=drift), **arity_rates(prs)}
+    row["sources"] = {"scope": row["scope"]["total"]["files"],
+                      "arity": {dn: n for dn, n in sorted(Counter(r["data"] for r in evals
+                                                                  for _ in (r.get("recalls") or [])).items())}}
     # Program responses that fail only for want of the native module's imports (opgen score
     # --namespace native runs them with those names): a large share means the wrong namespace.
     programs = [r for r in recs if r.get("mode") == "program"]
@@ -113,6 +132,40 @@ def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
     dec = model_records(model_dir, metrics, decomposed=True)
     row["decomposed"] = _proportion(sum(map(_correct, dec)), len(dec)) if dec else None
     return row
+
+
+STUDY_ARITY_OP = "func_24"  # the study's arity error is this operator's (compgen-checkpoints)
+
+
+def data_roles(metrics: Mapping) -> dict[str, str]:
+    """Each scored data file's role as its summary records it (``eval`` when it predates roles)."""
+    out = {}
+    for dn, e in metrics["data"].items():
+        role = ((e.get("summary") or {}).get("role") or {}).get("role") if isinstance(e, Mapping) else None
+        out[dn] = role or "eval"
+    return out
+
+
+def drift_call_of(metrics: Mapping) -> str:
+    """The --drift-call the model's files were scored with (the study's farthest call before it existed)."""
+    for e in metrics["data"].values():
+        defs = ((e.get("summary") or {}).get("metric_definitions") or {}) if isinstance(e, Mapping) else {}
+        if defs.get("drift_call"):
+            return str(defs["drift_call"])
+    return "farthest"
+
+
+def arity_rates(recs: Sequence[Mapping]) -> dict:
+    """The study's arity error (func_24's recall blocks written without the argument) and, under its
+    own name, the rate over every operator's blocks; with the block counts behind each."""
+    blocks = [rc for r in recs for rc in (r.get("recalls") or [])]
+    f24 = [rc for rc in blocks if rc.get("op") == STUDY_ARITY_OP]
+
+    def rate(bs, verdict):
+        return sum(rc.get("verdict") == verdict for rc in bs) / len(bs) if bs else None
+
+    return {"recall_blocks": len(blocks), "arity_error_rate": rate(f24, "arity"), "func_24_blocks": len(f24),
+            "arity_error_rate_all_ops": rate(blocks, "arity"), "chimera_rate": rate(blocks, "chimera")}
 
 
 def build_sweep(out_dir: Path, all_metrics: Sequence[Mapping]) -> list[dict]:
@@ -145,8 +198,16 @@ def _flat(row: Mapping) -> dict:
         for b, d in buckets.items():
             put(f"arity[{op}|{b}]", {"acc": d["rate"] if d["written"] else None, "ci_low": d["ci_low"],
                                      "ci_high": d["ci_high"], "n": d["written"]})
-    for k in ("arity_error_rate", "chimera_rate", "missing_import_rate", "truncated_rate"):
-        out[k] = "" if row[k] is None else round(row[k], 6)
+    for k in ("arity_error_rate", "arity_error_rate_all_ops", "chimera_rate", "missing_import_rate",
+              "truncated_rate"):
+        out[k] = "" if row.get(k) is None else round(row[k], 6)
+    out["func_24_blocks"] = row.get("func_24_blocks", "")
+    for dn, pr in row.get("probes", {}).items():
+        for c, p in pr["by_condition"].items():
+            put(f"probe[{dn}|{c}]", p)
+    # which files (rows) made the roll-ups: "name:rows;name:rows"
+    for k, files in row.get("sources", {}).items():
+        out[f"{k}_files"] = ";".join(f"{dn}:{n}" for dn, n in files.items())
     put("decomposed_accuracy", row["decomposed"])
     return out
 
@@ -169,14 +230,35 @@ def _write_atomic(path: Path, data: bytes) -> None:
     files.atomic_write_bytes(path, data)
 
 
-def write_sweep(out_dir: Path, all_metrics: Sequence[Mapping]) -> list[Path]:
-    """DIR/sweep.csv, DIR/sweep.json and (with matplotlib) the two PNGs; returns the paths written."""
+PLOTS_MISSING = ("sweep plots skipped: matplotlib is not installed (pip install 'opgen[plots]'); "
+                 "sweep.csv and sweep.json are complete")
+
+
+def write_sweep(out_dir: Path, all_metrics: Sequence[Mapping], notes: list[str] | None = None,
+                plots: bool = True) -> list[Path]:
+    """DIR/sweep.csv, DIR/sweep.json and (with matplotlib) the two PNGs; returns the paths written.
+    The tables are written first; a plot that cannot be drawn (no matplotlib, a plotting error) is
+    one line in ``notes``, never a lost table."""
     out_dir = Path(out_dir)
     rows = build_sweep(out_dir, all_metrics)
     written = [out_dir / "sweep.csv", out_dir / "sweep.json"]
     _write_atomic(written[0], to_csv(rows).encode("utf-8"))
     _write_atomic(written[1], (json.dumps(rows, indent=2, sort_keys=True) + "\n").encode("utf-8"))
-    written.extend(plot(rows, out_dir))
+    if not plots:
+        return written
+    notes = [] if notes is None else notes
+    try:
+        import matplotlib  # noqa: F401 - only to learn whether the plots can be drawn
+    except ImportError:
+        notes.append(PLOTS_MISSING)
+        return written
+    try:
+        written.extend(plot(rows, out_dir))
+    except Exception as exc:  # a plot is a view of sweep.json; it never takes the tables down
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+        notes.append(f"sweep plots not drawn: {type(exc).__name__}: {exc}")
     return written
 
 

@@ -18,21 +18,27 @@ def _tag(t: float) -> str:
     return f"{t:g}".replace(".", "p")
 
 
-def write_reference(root: Path, seed: int = 0) -> Path:
+def write_reference(root: Path, seed: int = 0, tokens: dict | None = None, no_loss: tuple = (),
+                    short: tuple = (32.0,), steps_: tuple = STEPS, noise: float = 0.004) -> Path:
     """results/t2 (split b3b4), results/t2b (split b1b2), results/loss, as the reference reads them; one
-    run has two steps only (the reference skips it) and one loss file has no run."""
+    run has two steps only (the reference skips it) and one loss file has no run.
+
+    ``tokens`` (billions -> loss) chooses the runs (default ``TOKENS_B``); runs in ``no_loss`` get no
+    loss file; runs in ``short`` have two steps in t2."""
     rng = np.random.default_rng(seed)
     for sub in ("t2", "t2b", "loss"):
         (root / "results" / sub).mkdir(parents=True, exist_ok=True)
-    for t, loss in TOKENS_B.items():
+    for t, loss in (TOKENS_B if tokens is None else tokens).items():
         for sub, prefix, base in (("t2", "rl", 0.02), ("t2b", "t2b", 0.15)):
-            steps = STEPS[:2] if (t == 32.0 and sub == "t2") else STEPS
+            steps = steps_[:2] if (t in short and sub == "t2") else steps_
             for s in steps:
                 level = base + 0.4 * math.exp(-3.0 * (loss - 3.2)) * 0.1
                 slope = 0.01 * math.log10(t * 1e9) - 0.06
-                v = max(0.0, level + slope * math.log10(s) + rng.normal(0, 0.004))
+                v = max(0.0, level + slope * math.log10(s) + rng.normal(0, noise))
                 body = {"summary": {"pass1_mean_overall": v, "n_prompts": 512}, "config": {"step": s}}
                 (root / "results" / sub / f"{prefix}_20m_{_tag(t)}B_s{s}.json").write_text(json.dumps(body))
+        if t in no_loss:
+            continue
         (root / "results" / "loss" / f"loss_model_20m_{_tag(t)}B.json").write_text(
             json.dumps({"pretrain_tokens": t * 1e9, "val_loss": loss}))
     (root / "results" / "loss" / "loss_model_20m_64B.json").write_text(

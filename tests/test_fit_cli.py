@@ -290,7 +290,7 @@ def test_tidy_cluster_column_and_rates_read_as_counts(runner, cli, tmp_path):
     # the reference layout's rates, read as 512 answers each: binomial weights and draws
     root = F.write_reference(tmp_path / "ref")
     res = _fit(runner, cli, "--reference", str(root), "--out", str(tmp_path / "r"), "--assume-n", "512",
-               "--resamples", "30", "--no-plots", "--forms", "linear_log")
+               "--resamples", "30", "--no-plots", "--forms", "linear_log", "--weights", "binomial")
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "r" / "fit.json").read_text())
     assert doc["weights"] == "binomial" and doc["uncertainty"]["method"] == "binomial"
@@ -305,3 +305,46 @@ def test_bad_runs_tables_name_the_field(runner, cli, sweep, tmp_path):
     table.write_text("runs:\n  r1:\n    loss: low\n    checkpoints: [{model: r1_step10}]\n")
     res = _fit(runner, cli, "--sweep", str(sweep / "out"), "--runs", str(table), "--out", str(tmp_path / "o"))
     assert res.exit_code == 2 and "loss must be a number, not 'low'" in res.output
+
+
+def test_unfinished_checkpoints_are_named_and_rows_without_answers_are_not_zero(runner, cli, sweep, tmp_path):
+    """#24: a model folder without metrics.json is left out by name; a tidy row with n_total = 0 is
+    left out (it has no rate), not read as 0% correct."""
+    import shutil
+
+    only = tmp_path / "only_r1"
+    for s in STEPS:
+        shutil.copytree(sweep / "out" / f"r1_step{s}", only / f"r1_step{s}")
+    (only / "r1_step320").mkdir()  # generation under way: no metrics.json yet
+    (only / "r1_step320" / "trees_generations.jsonl").write_text("")
+    res = _fit(runner, cli, "--sweep", str(only), "--out", str(tmp_path / "o"), "--compute", "step",
+               "--cluster-by", "family", "--resamples", "20", "--no-plots", "--forms", "linear_log")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "o" / "fit.json").read_text())
+    assert any("1 unfinished checkpoint(s) left out (no metrics.json): r1_step320" in w for w in doc["warnings"])
+    assert "r1_step320" in res.output
+
+    rows = [["a", s, "all", 5, 10] for s in (10, 20, 40, 80)] + [["a", 160, "all", 0, 0]]
+    path = _tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
+    res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "t"), "--compute", "step",
+               "--resamples", "0", "--no-plots", "--forms", "linear_log")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "t" / "fit.json").read_text())
+    [run] = doc["splits"]["all"]["runs"]
+    assert run["steps"] == [10, 20, 40, 80] and run["acc"] == [0.5] * 4
+    assert any("1 row(s) with n_total = 0 (no answers) left out, not counted as 0%: row 6" in w
+               for w in doc["warnings"])
+
+
+def test_progress_names_each_stage_and_run(runner, cli, tmp_path):
+    rows = [[run, s, "all", 3 + j, 10] for run in ("a", "b") for j, s in enumerate((10, 20, 40, 80))]
+    path = _tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
+    res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o"), "--compute", "step",
+               "--resamples", "10", "--no-plots", "--forms", "linear_log", "--progress")
+    assert res.exit_code == 0, res.output
+    for needle in ("reading the input", "2 run curve(s) from 8 cell(s); 10 bootstrap resample(s)",
+                   "fitting all/a (1/2)", "fitting all/b (2/2)", "across runs: all", "writing fit.json"):
+        assert needle in res.output, needle
+    res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o2"), "--compute", "step",
+               "--resamples", "10", "--no-plots", "--forms", "linear_log", "--no-progress")
+    assert "fitting all/a" not in res.output

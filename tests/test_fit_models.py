@@ -138,3 +138,17 @@ def test_two_seeds_are_resampled_and_recorded():
     assert res["seeds"] == {"r000": [0, 1], "r001": [0, 1]}
     run = res["splits"]["test"]["runs"][0]
     assert run["seeds"] == [0, 1] and run["n"] == [120] * len(STEPS)
+
+
+def test_the_reference_ols_line_is_the_generic_solvers_minimum():
+    """M.ols_line (the reference's lstsq, used for every unweighted line) and M.fit(linear_log) agree."""
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        x = np.sort(rng.uniform(14, 18, 6))
+        y = rng.uniform(0, 1, 6)
+        d = M.Design(x, 20.0)
+        a, b = M.ols_line(d, y), M.fit(M.FORMS["linear_log"], d, y[None, :])
+        assert np.allclose(a.lin, b.lin, rtol=1e-9, atol=1e-12)
+        assert np.allclose(a.chi2, b.chi2, rtol=1e-9, atol=1e-15)
+    flat = M.ols_line(M.Design(np.array([1.0, 2.0, 3.0])), np.array([0.3, 0.3, 0.3]))
+    assert flat.lin.tolist() == [[0.3, 0.0]]

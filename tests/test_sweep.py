@@ -75,7 +75,7 @@ def test_sweep_table_has_one_row_per_checkpoint_in_step_order(sweep_run):
     for r in rows:
         assert float(r["accuracy_ci_low"]) <= float(r["accuracy"]) <= float(r["accuracy_ci_high"])
         assert int(r["accuracy_n"]) == N
-    assert [float(r["arity_error_rate"]) for r in rows] == pytest.approx([1 / RECALL_BLOCKS, 0, 0])
+    assert [float(r["arity_error_rate_all_ops"]) for r in rows] == pytest.approx([1 / RECALL_BLOCKS, 0, 0])
     assert [float(r["chimera_rate"]) for r in rows] == pytest.approx([0, 1 / RECALL_BLOCKS, 0])
     # by depth: rows 0 and 3 have depth 1, the rest depth 2; step10 got rows 0-1 right
     assert float(rows[0]["acc[d=1]"]) == pytest.approx(1 / 2) and float(rows[0]["acc[d=2]"]) == pytest.approx(1 / 4)
@@ -115,3 +115,17 @@ def test_one_model_writes_no_sweep(runner, cli, tmp_path):
                                        ("120", 120), ("sft-eco-s1", None), ("step10_ckpt-20", 20)])
 def test_checkpoint_step_from_name(name, step):
     assert checkpoint_step(name) == step
+
+
+def test_sweep_without_matplotlib_is_one_line_and_the_tables_are_written(sweep_run, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    go, tmp = sweep_run
+    res = go(tmp / "out")
+    assert "Traceback" not in res.output
+    assert [ln for ln in res.output.splitlines() if "matplotlib" in ln and ln.startswith("warning")] == [
+        "warning: sweep plots skipped: matplotlib is not installed (pip install 'opgen[plots]'); "
+        "sweep.csv and sweep.json are complete"]
+    assert (tmp / "out" / "sweep.csv").is_file() and (tmp / "out" / "sweep.json").is_file()
+    assert not list((tmp / "out").glob("sweep_*.png"))

@@ -37,8 +37,9 @@ def _rowwise_pearson(x: np.ndarray, Y: np.ndarray) -> np.ndarray:
 
 
 def correlation(kind: str, x: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: float,
-                min_n: int) -> dict:
-    """Spearman or Pearson correlation of y on x, with both intervals and (n >= min_n) a p-value."""
+                min_n: int, withhold_p: bool = True) -> dict:
+    """Spearman or Pearson correlation of y on x, with both intervals and (n >= min_n, or always
+    when not ``withhold_p``: the reference's way) a p-value beside n."""
     from scipy import stats
 
     n = len(x)
@@ -70,6 +71,10 @@ def correlation(kind: str, x: np.ndarray, y: np.ndarray, reps: np.ndarray | None
         out["ci_measurement"] = None if lo is None else [lo, hi]
     if n >= min_n:
         out["p"] = float(p)
+    elif not withhold_p:
+        out["p"] = float(p)
+        few = f"only {n} runs (< --min-n {min_n}): the p-value is shown as the reference shows it; read it with n"
+        out["warning"] = f"{out['warning']}; {few}" if out["warning"] else few
     else:
         few = f"only {n} runs (< --min-n {min_n}): read the estimate with its interval; no p-value is given"
         out["warning"] = f"{out['warning']}; {few}" if out["warning"] else few
@@ -120,4 +125,76 @@ def exponential(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: fl
     if not bounded:
         out["beta"].update({"ci_low": prof["low"], "ci_high": prof["high"], "method": "profile"})
         out["warning"] = "beta is not bounded by the data (its profile reaches the edge of the searched range)"
+    return out
+
+
+REFERENCE_P0 = (100.0, 12.0, 0.03)  # the reference's curve_fit start point (alpha, beta, gamma)
+REFERENCE_MAXFEV = 20000
+
+
+def _exp_curve(L, alpha, beta, gamma):
+    return gamma + alpha * np.exp(-beta * np.asarray(L))
+
+
+def _curve_fit(L: np.ndarray, y: np.ndarray) -> tuple[np.ndarray | None, str | None]:
+    """scipy's curve_fit from the reference's start point, exactly as the reference calls it."""
+    import warnings
+
+    from scipy.optimize import curve_fit
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            popt, _ = curve_fit(_exp_curve, L, y, p0=list(REFERENCE_P0), maxfev=REFERENCE_MAXFEV)
+    except Exception as exc:  # the reference catches every failure the same way
+        return None, f"{type(exc).__name__}: {exc}"
+    return np.asarray(popt, dtype=float), None
+
+
+def _branch(beta: float) -> str:
+    return "decaying" if beta > 0 else ("growing" if beta < 0 else "flat")
+
+
+def exponential_reference(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: float) -> dict | None:
+    """gamma + alpha·exp(−beta·L) as the reference fits it: ``curve_fit`` from p0 = (100, 12, 0.03),
+    maxfev 20000 — a local optimum, the one the reference reports. The global least-squares optimum
+    (``exponential``: a dense grid over beta, no start point) is reported beside it under
+    ``alternatives``, never chosen in its place; bootstrap intervals refit every replicate from the
+    same start point."""
+    L = np.asarray(L, dtype=float)
+    popt, err = _curve_fit(L, y)
+    out: dict[str, Any] = {"equation": "f(L) = gamma + alpha * exp(-beta * L)",
+                           "method": "curve_fit from p0 = [100, 12, 0.03], maxfev 20000 (the reference's)"}
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    if popt is None:
+        out.update({"R2": None, "sse": None, "failed": err,
+                    "alpha": {"estimate": None}, "beta": {"estimate": None}, "gamma": {"estimate": None}})
+    else:
+        pred = _exp_curve(L, *popt)
+        ss_res = float(((y - pred) ** 2).sum())
+        out.update({"R2": 1 - ss_res / ss_tot if ss_tot > 0 else None, "sse": ss_res,
+                    "branch": _branch(float(popt[1]))})
+        boot = None
+        if reps is not None:
+            fits = [_curve_fit(L, row)[0] for row in reps]
+            boot = np.array([f if f is not None else (np.nan, np.nan, np.nan) for f in fits])
+            out["n_resamples_failed"] = int(sum(f is None for f in fits))
+        for i, name in enumerate(("alpha", "beta", "gamma")):
+            entry: dict[str, Any] = {"estimate": float(popt[i])}
+            if boot is not None:
+                lo, hi, _ = U.percentile(boot[:, i], level)
+                entry.update({"ci_low": lo, "ci_high": hi, "method": "bootstrap"})
+            out[name] = entry
+    alt = exponential(L, y, None, level) if len(L) >= 4 and np.ptp(y) > 0 else None
+    out["alternatives"] = []
+    if alt is not None:
+        a = {"method": "global least squares (beta over a dense grid, no start point)",
+             "alpha": alt["alpha"]["estimate"], "beta": alt["beta"]["estimate"], "gamma": alt["gamma"]["estimate"],
+             "R2": alt["R2"], "sse": alt["sse"], "branch": _branch(alt["beta"]["estimate"]),
+             "beta_bounded": alt["beta"]["bounded"]}
+        out["alternatives"].append(a)
+        if out["sse"] is None or a["sse"] < out["sse"] * (1 - 1e-6) - 1e-15:
+            out["note"] = (f"another optimum fits better (sse {a['sse']:.4g} against "
+                           f"{'none' if out['sse'] is None else format(out['sse'], '.4g')}, beta {a['beta']:.4g}, "
+                           f"{a['branch']}): reported under alternatives, not chosen")
     return out

@@ -36,6 +36,7 @@ class Observations:
     # (split, run, seed, step, compute, cluster) -> [k, n]
     cells: dict[tuple, list] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256
+    notes: list[str] = field(default_factory=list)  # what was left out while reading, by name (fit.json warnings)
 
     def add(self, key: tuple, k: float, n: int | None) -> None:
         cell = self.cells.setdefault(key, [0, 0])
@@ -298,10 +299,22 @@ def _folder_checkpoints(sweeps: list[Path], obs: Observations) -> list[dict]:
         for m in sorted(s.glob("*/metrics.json")):
             checkpoints.append({"run": s.name, "model": m.parent.name, "seed": 0, "step": None,
                                 "where": str(m.parent)})
+        unfinished = sorted(d.name for d in s.iterdir()
+                            if d.is_dir() and not (d / "metrics.json").is_file() and _looks_like_model(d))
+        if unfinished:
+            obs.notes.append(f"{s}: {len(unfinished)} unfinished checkpoint(s) left out (no metrics.json): "
+                             f"{', '.join(unfinished)}")
         obs.runs.setdefault(s.name, {f: None for f in RUN_FIELDS})
     if not checkpoints:
         raise FitInputError(f"no finished models (*/metrics.json) under {', '.join(map(str, sweeps))}")
     return checkpoints
+
+
+def _looks_like_model(d: Path) -> bool:
+    """A model folder of an eval in progress: it has generations or a step in its name."""
+    from opgen.sweep import checkpoint_step
+
+    return checkpoint_step(d.name) is not None or any(d.glob("*_generations.jsonl")) or any(d.glob("*/"))
 
 
 def _model_dir(ck: dict, sweeps: list[Path]) -> Path:
@@ -391,6 +404,7 @@ def read_tidy(path: Path) -> Observations:
         raise FitInputError(f"{path}: needs a 'step' or a 'compute' column")
     obs = Observations("tidy", counts=True, cluster_by="cluster" if "cluster" in cols else None)
     obs.files[str(path)] = sha256(path)
+    empty: list[int] = []
     for i, r in enumerate(rows, 2):
         where = f"{path}: row {i}"
         run = (r.get("run") or "").strip()
@@ -405,10 +419,17 @@ def read_tidy(path: Path) -> Observations:
         n = _number(r.get("n_total"), where, "n_total", integer=True, allow_none=False)
         if not (0 <= k <= n):
             raise FitInputError(f"{where}: n_correct = {k} must lie in [0, n_total = {n}]")
+        if n == 0:  # no answers: no rate at all (not 0%)
+            empty.append(i)
+            continue
         split = (r.get("split") or "").strip() or "all"
         cluster = (r.get("cluster") or "").strip() if obs.cluster_by else None
         obs.add((split, run, 0 if seed is None else seed, step, compute, cluster), k, n)
         _merge_run(obs.runs, run, _run_info(r, where), where)
+    if empty:
+        shown = ", ".join(map(str, empty[:10])) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
+        obs.notes.append(f"{path}: {len(empty)} row(s) with n_total = 0 (no answers) left out, not counted as 0%: "
+                         f"row {shown}")
     return obs
 
 

@@ -115,6 +115,13 @@ def _alpha(scaled: np.ndarray, beta: np.ndarray, center: float) -> np.ndarray:
         return scaled * np.exp(beta * center)
 
 
+def _power_d(d: Design, phi: np.ndarray, lin: np.ndarray) -> np.ndarray:
+    """D of A − D·C^(−B) from the centred coefficient: inf where it overflows (a steep curve over a
+    narrow span; fit.json writes null, the plot says it cannot draw it)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return lin[..., 1] * 10.0 ** (10.0 ** phi[..., 0] * d.center)
+
+
 TRANSITION = 2 * math.log10(9.0)  # decades a B = 1 sigmoid takes from 10% to 90% of its rise
 
 FORMS: dict[str, Form] = {
@@ -139,8 +146,7 @@ FORMS: dict[str, Form] = {
         "power", "R = A - D * C^(-B)", ("A", "D"), ((0.0, 1.0), (0.0, math.inf)), ("B",), (240,),
         lambda d: np.array([[math.log10(0.01 / d.span), math.log10(12.0 / d.span)]]),
         _power_basis,
-        lambda d, phi, lin: {"A": lin[..., 0], "D": lin[..., 1] * 10.0 ** (10.0 ** phi[..., 0] * d.center),
-                             "B": 10.0 ** phi[..., 0]},
+        lambda d, phi, lin: {"A": lin[..., 0], "D": _power_d(d, phi, lin), "B": 10.0 ** phi[..., 0]},
         {"A": ("lin", 0, _ident), "B": ("nl", 0, lambda d, v: 10.0 ** v)},
     ),
     "exp_loss": Form(
@@ -328,6 +334,26 @@ def fit(form: Form, design: Design, Y: np.ndarray, n_trials: np.ndarray | None =
     mu = form.mu(design, phi, lin)
     chi2 = (W * (Y - mu) ** 2).sum(1)
     return Fit(form, design, phi, lin, chi2, W, mu)
+
+
+def ols_line(design: Design, y: np.ndarray) -> Fit:
+    """The unweighted line R_ref + B·(x − ref) computed as the reference analysis computes it
+    (``np.linalg.lstsq`` on [1, x − ref]; a curve flat to 1e-9 is B = 0, R_ref = its mean), so its
+    numbers are the reference's to the last bit. The same minimum as ``fit(linear_log, ...)``
+    (tests/test_fit_models.py ties the two)."""
+    y = np.asarray(y, dtype=float)
+    x = design.x - design.ref
+    if float(y.max() - y.min()) < 1e-9:
+        r_ref, b = float(y.mean()), 0.0
+    else:
+        A = np.vstack([np.ones_like(x), x]).T
+        (r_ref, b), *_ = np.linalg.lstsq(A, y, rcond=None)
+    form = FORMS["linear_log"]
+    phi = np.zeros((1, 0))
+    lin = np.array([[float(r_ref), float(b)]])
+    mu = form.mu(design, phi, lin)
+    W = np.ones((1, len(y)))
+    return Fit(form, design, phi, lin, (W * (y[None, :] - mu) ** 2).sum(1), W, mu)
 
 
 def binomial_loglik(k: np.ndarray, n: np.ndarray, mu: np.ndarray) -> np.ndarray:

@@ -38,6 +38,10 @@ class FitConfig:
     min_n: int = 6
     assume_n: int | None = None
     overrides: Mapping = field(default_factory=dict)  # per-run fields for runs that lack them
+    # every default as the reference analysis has it (docs/fit.md "Moving from the reference script"):
+    # claims over runs with a loss only, and only from 4 of them; p-values beside n at any n; the
+    # exponential from curve_fit's start point (the global optimum beside it as an alternative)
+    like_reference: bool = False
 
 
 @dataclass
@@ -68,6 +72,10 @@ def _run_info(obs: Observations, run: str, cfg: FitConfig) -> dict:
         if info.get(f) is None and cfg.overrides.get(f) is not None:
             info[f] = cfg.overrides[f]
     return info
+
+
+def _mean_rates(points: dict, keys: list) -> np.ndarray:
+    return np.array([np.mean([points[p][s][None][0] for s in points[p]]) for p in keys], dtype=float)
 
 
 def build_curves(obs: Observations, cfg: FitConfig, warnings: list[str]) -> tuple[list[Curve], int, dict]:
@@ -117,11 +125,14 @@ def build_curves(obs: Observations, cfg: FitConfig, warnings: list[str]) -> tupl
                         K[si, local[c], t] += k
                         N[si, local[c], t] += n
             ntot = N.sum((0, 1))
-            y = np.divide(K.sum((0, 1)), ntot, out=np.zeros(len(keys)), where=ntot > 0)
+            if obs.counts:
+                y = np.divide(K.sum((0, 1)), ntot, out=np.zeros(len(keys)), where=ntot > 0)
+            else:  # rates read as --assume-n answers: the curve is still the rates themselves
+                y = _mean_rates(points, keys)
             cidx = np.array([cindex[c] if c is not None else 0 for c in cl_keys], dtype=np.int64)
             curves.append(Curve(split, run, seeds, steps, comp, y, ntot, K, N, cidx))
         else:
-            y = np.array([np.mean([points[p][s][None][0] for s in points[p]]) for p in keys], dtype=float)
+            y = _mean_rates(points, keys)
             curves.append(Curve(split, run, seeds, steps, comp, y, None))
     return curves, max(len(clusters), 1), per_run
 
@@ -174,13 +185,15 @@ def _rep_arrays(curve: Curve, reps: dict | None):
     return Y, N
 
 
-def run_fit(obs: Observations, cfg: FitConfig) -> tuple[dict, list[Curve]]:
+def run_fit(obs: Observations, cfg: FitConfig, progress=None) -> tuple[dict, list[Curve]]:
+    """The whole fit; ``progress(message)`` (optional) is told each stage and each run as it is fitted."""
+    say = progress or (lambda _m: None)
     if cfg.weights not in ("binomial", "ols"):
         raise FitInputError(f"unknown weights {cfg.weights!r} (binomial, ols)")
     forms = [M.get_form(f) for f in cfg.forms]
     if not forms:
         raise FitInputError("no forms to fit")
-    warnings: list[str] = []
+    warnings: list[str] = list(obs.notes)
     curves, n_clusters, per_run = build_curves(obs, cfg, warnings)
     cdef = CD.get(cfg.compute)
     c_ref = cfg.c_ref if cfg.c_ref is not None else cdef.default_c_ref
@@ -203,11 +216,14 @@ def run_fit(obs: Observations, cfg: FitConfig) -> tuple[dict, list[Curve]]:
     if method == "cluster" and cfg.resamples and n_clusters < MIN_CLUSTERS:
         warnings.append(f"only {n_clusters} clusters ({obs.cluster_by}): bootstrap intervals from so few are coarse "
                         f"and tend to be too narrow; a finer --cluster-by (e.g. prompt) treats prompts as independent")
+    say(f"{len(usable)} run curve(s) from {len(obs.cells)} cell(s); "
+        f"{cfg.resamples} bootstrap resample(s) ({method})")
     reps = (U.count_replicates(usable, method, cfg.resamples, cfg.seed, n_clusters)
             if counts and cfg.resamples else None)
     rng = np.random.default_rng([cfg.seed, 1])  # residual draws: a stream of their own
     splits: dict[str, dict] = {}
-    for c in usable:
+    for i, c in enumerate(usable, 1):
+        say(f"fitting {c.split}/{c.run} ({i}/{len(usable)})")
         rep = _rep_arrays(c, reps)
         design = M.Design(c.x, ref)
         info = per_run[c.run]
@@ -243,6 +259,7 @@ def run_fit(obs: Observations, cfg: FitConfig) -> tuple[dict, list[Curve]]:
         # per-run replicate values the across-run statistics need (the same draws as the intervals)
         entry["_reps"] = {"forms": boots, "acc_last": None if rep is None else rep[0][:, -1]}
     for split, sp in splits.items():
+        say(f"across runs: {split}")
         sp["across"] = _across(sp["runs"], split, forms, cfg, warnings)
         for r in sp["runs"]:
             r.pop("_reps", None)
@@ -260,6 +277,7 @@ def run_fit(obs: Observations, cfg: FitConfig) -> tuple[dict, list[Curve]]:
                         "profile": "chi-square profile, cut at min + chi2_1(level) x dispersion"},
         "forms": {f.name: f.equation for f in forms},
         "holdout_frac": cfg.holdout_frac, "min_n": cfg.min_n, "assume_n": cfg.assume_n,
+        "like_reference": cfg.like_reference,
         "splits": splits, "warnings": warnings,
     }
     return result, usable
@@ -279,10 +297,28 @@ def _boot(fname: str, pname: str):
     return get
 
 
+REFERENCE_MIN_RUNS = 4  # the reference makes its across-run claims from 4 runs with a loss
+
+
 def _across(runs: list[dict], split: str, forms, cfg: FitConfig, warnings: list[str]) -> dict:
     """Levels against loss, slopes against log tokens, over this split's runs."""
     out: dict = {}
     names = {f.name for f in forms}
+    ref = cfg.like_reference
+    if ref:
+        no_loss = [r["run"] for r in runs if r["loss"] is None]
+        if no_loss:
+            warnings.append(f"{split}: {len(no_loss)} run(s) without a pretraining loss ({', '.join(no_loss)}) "
+                            f"enter no across-run claim, as in the reference")
+        n_loss = len(runs) - len(no_loss)
+        if n_loss < REFERENCE_MIN_RUNS:
+            warnings.append(f"{split}: {n_loss} run(s) with a loss; the reference makes no across-run claim "
+                            f"below {REFERENCE_MIN_RUNS}, and neither does --like-reference")
+            return out
+        runs = [r for r in runs if r["loss"] is not None]
+
+    def corr(kind, x, y, rep):
+        return X.correlation(kind, x, y, rep, cfg.level, cfg.min_n, withhold_p=not ref)
     # levels: R_ref of the line, A of the saturating forms (replicates refitted per run: the same
     # bootstrap draws as the per-run intervals)
     targets = [("R_ref", "linear_log", "R_ref"), ("A_sigmoid", "sigmoid", "A"), ("A_power", "power", "A")]
@@ -297,8 +333,9 @@ def _across(runs: list[dict], split: str, forms, cfg: FitConfig, warnings: list[
         y = np.array([r["forms"][fname]["params"][pname]["estimate"] for r in rs])
         rep = _stack(rs, _boot(fname, pname))
         entry: dict[str, Any] = {"x": "loss", "y": f"{fname}.{pname}", "runs": [r["run"] for r in rs],
-                 "spearman": X.correlation("spearman", L, y, rep, cfg.level, cfg.min_n),
-                 "exp_fit": X.exponential(L, y, rep, cfg.level)}
+                 "spearman": corr("spearman", L, y, rep),
+                 "exp_fit": (X.exponential_reference(L, y, rep, cfg.level) if ref and label == "R_ref"
+                             else X.exponential(L, y, rep, cfg.level))}
         if entry["spearman"]["warning"]:
             warnings.append(f"{split}: {label} vs loss: {entry['spearman']['warning']}")
         out[f"{label}_vs_loss"] = entry
@@ -309,8 +346,8 @@ def _across(runs: list[dict], split: str, forms, cfg: FitConfig, warnings: list[
         out["acc_last_vs_loss"] = {
             "x": "loss", "y": "accuracy at the last measured checkpoint (no extrapolation)",
             "runs": [r["run"] for r in with_loss],
-            "spearman": X.correlation("spearman", L, y, rep, cfg.level, cfg.min_n),
-            "pearson": X.correlation("pearson", L, y, rep, cfg.level, cfg.min_n)}
+            "spearman": corr("spearman", L, y, rep),
+            "pearson": corr("pearson", L, y, rep)}
     if "linear_log" in names:
         rs = [r for r in runs if r["log10_tokens"] is not None and "params" in r["forms"].get("linear_log", {})]
         if rs:
@@ -318,8 +355,8 @@ def _across(runs: list[dict], split: str, forms, cfg: FitConfig, warnings: list[
             B = np.array([r["forms"]["linear_log"]["params"]["B"]["estimate"] for r in rs])
             rep = _stack(rs, _boot("linear_log", "B"))
             entry = {"x": "log10_tokens", "y": "linear_log.B", "runs": [r["run"] for r in rs],
-                     "pearson": X.correlation("pearson", T, B, rep, cfg.level, cfg.min_n),
-                     "spearman": X.correlation("spearman", T, B, rep, cfg.level, cfg.min_n),
+                     "pearson": corr("pearson", T, B, rep),
+                     "spearman": corr("spearman", T, B, rep),
                      "linear_fit": X.linear(T, B, rep, cfg.level) if len(rs) >= 3 else None}
             if entry["pearson"]["warning"]:
                 warnings.append(f"{split}: B vs log10 tokens: {entry['pearson']['warning']}")

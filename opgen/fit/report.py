@@ -52,7 +52,7 @@ def runs_csv(result: Mapping) -> str:
                 bt = r["backtest"]["forms"].get(form, {})
                 for param, p in f["params"].items():
                     w.writerow({"split": split, "run": r["run"], "form": form, "param": param,
-                                "estimate": p["estimate"], "ci_low": _blank(p["ci_low"]),
+                                "estimate": _blank(p["estimate"]), "ci_low": _blank(p["ci_low"]),
                                 "ci_high": _blank(p["ci_high"]), "method": _blank(p["method"]),
                                 "bounded": p["bounded"], "n_points": r["n_points"], "loss": _blank(r["loss"]),
                                 "tokens": _blank(r["tokens"]), "aic": f["aic"], "bic": f["bic"],
@@ -86,23 +86,43 @@ def _blank(v):
     return "" if v is None else v
 
 
-def write(out: Path, result: Mapping, plots: bool = True) -> list[Path]:
+PLOTS_EXTRA = "plots"  # the pyproject extra that installs matplotlib
+
+
+def _commit(final: Path, result: Mapping, outputs: Sequence[Path]) -> None:
     from opgen.infer.evaluate import write_json_atomic
+
+    doc = dict(result, outputs=sorted(p.name for p in outputs))
+    validate(doc)
+    write_json_atomic(final, doc)
+
+
+def write(out: Path, result: Mapping, plots: bool = True) -> list[Path]:
+    """The CSVs, then fit.json (complete: atomically, before any plot is tried), then the plots, then
+    fit.json again with the plots listed. A plot that cannot be drawn (no matplotlib, a curve with a
+    parameter that is not a finite number, any plotting error) costs one line in ``warnings``, never
+    the results. Returns the paths written; ``result["warnings"]`` gains the plot notes."""
     from opgen.sweep import _write_atomic
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     final = out / "fit.json"
     final.unlink(missing_ok=True)
-    result = clean(result)
+    cleaned = clean(result)
     written = [out / "fit_runs.csv", out / "fit_windows.csv"]
-    _write_atomic(written[0], runs_csv(result).encode("utf-8"))
-    _write_atomic(written[1], windows_csv(result).encode("utf-8"))
+    _write_atomic(written[0], runs_csv(cleaned).encode("utf-8"))
+    _write_atomic(written[1], windows_csv(cleaned).encode("utf-8"))
+    _commit(final, cleaned, written)
     if plots:
-        written.extend(plot_all(result, out))
-    result = dict(result, outputs=sorted(p.name for p in written))
-    validate(result)
-    write_json_atomic(final, result)
+        notes: list[str] = []
+        pngs = plot_all(cleaned, out, notes)
+        if pngs or notes:
+            warnings = list(cleaned["warnings"]) + notes
+            if isinstance(result, dict):
+                result["warnings"] = warnings
+            cleaned = dict(cleaned, warnings=warnings)
+            written.extend(pngs)
+            _commit(final, cleaned, written)
     return [final, *written]
 
 
@@ -113,22 +133,47 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
-def plot_all(result: Mapping, out: Path) -> list[Path]:
-    import matplotlib
+def missing_params(params: Mapping | None) -> list[str]:
+    """Parameters of a fitted curve that are not finite numbers (fit.json writes them as null)."""
+    if not params:
+        return []
+    return sorted(k for k, v in params.items() if not (isinstance(v, (int, float)) and math.isfinite(v)))
 
+
+def plot_all(result: Mapping, out: Path, notes: list[str] | None = None) -> list[Path]:
+    """Every plot that can be drawn; what cannot is one line each in ``notes``."""
+    notes = [] if notes is None else notes
+    try:
+        import matplotlib
+    except ImportError:
+        notes.append(f"plots skipped: matplotlib is not installed (pip install 'opgen[{PLOTS_EXTRA}]'); "
+                     f"fit.json and the CSVs are complete")
+        return []
     matplotlib.use("Agg")
-    paths = []
+    jobs = []
     for split, sp in sorted(result["splits"].items()):
-        paths.append(_plot_curves(result, split, sp, out / f"fit_curves_{_safe(split)}.png"))
+        jobs.append((out / f"fit_curves_{_safe(split)}.png",
+                     lambda p, split=split, sp=sp: _plot_curves(result, split, sp, p, notes)))
         across = sp.get("across", {})
         if any(k.endswith("_vs_loss") and "exp_fit" in v for k, v in across.items()):
-            paths.append(_plot_levels(split, sp, out / f"fit_levels_vs_loss_{_safe(split)}.png"))
+            jobs.append((out / f"fit_levels_vs_loss_{_safe(split)}.png",
+                         lambda p, split=split, sp=sp: _plot_levels(split, sp, p)))
         if "B_vs_log10_tokens" in across:
-            paths.append(_plot_slopes(split, sp, out / f"fit_slope_vs_tokens_{_safe(split)}.png"))
+            jobs.append((out / f"fit_slope_vs_tokens_{_safe(split)}.png",
+                         lambda p, split=split, sp=sp: _plot_slopes(split, sp, p)))
+    paths = []
+    for path, draw in jobs:
+        try:
+            paths.append(draw(path))
+        except Exception as exc:  # a plot is a view of fit.json; it never takes the results down
+            import matplotlib.pyplot as plt
+
+            plt.close("all")
+            notes.append(f"plot {path.name} not drawn: {type(exc).__name__}: {exc}")
     return paths
 
 
-def _plot_curves(result: Mapping, split: str, sp: Mapping, path: Path) -> Path:
+def _plot_curves(result: Mapping, split: str, sp: Mapping, path: Path, notes: list[str]) -> Path:
     import matplotlib.pyplot as plt
 
     from opgen.sweep import _save
@@ -164,6 +209,11 @@ def _plot_curves(result: Mapping, split: str, sp: Mapping, path: Path) -> Path:
             else:
                 ax.plot(x[:m_fit], y[:m_fit], "o", ms=3.5, color=col, label=r["run"])
                 ax.plot(x[m_fit:], y[m_fit:], "o", ms=5, mfc="none", color=col)
+            bad = missing_params(params)
+            if bad:
+                notes.append(f"{path.name}: {split}/{r['run']} {form} curve not drawn: "
+                             f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not a finite number")
+                params = None
             if params is not None:
                 xs = np.linspace(x[0], x[m_fit - 1], 80)
                 ax.plot(xs, M.predict(form, params, xs, ref), "-", color=col, lw=1.4)
@@ -267,6 +317,9 @@ def summary_lines(result: Mapping) -> Sequence[str]:
                     continue
                 ps = []
                 for k, p in f["params"].items():
+                    if p["estimate"] is None:
+                        ps.append(f"{k}=n/a (not finite)")
+                        continue
                     s = f"{k}={p['estimate']:.4g}"
                     if p["ci_low"] is not None:
                         s += f"[{p['ci_low']:.3g},{p['ci_high']:.3g}]" + ("" if p["bounded"] else "!")

@@ -23,6 +23,8 @@ def min_points(form: M.Form) -> int:
 
 
 def point_fit(form: M.Form, design: M.Design, y: np.ndarray, n: np.ndarray | None) -> M.Fit:
+    if form.name == "linear_log" and n is None:
+        return M.ols_line(design, y)
     return M.fit(form, design, y[None, :], None if n is None else n[None, :], polish=True)
 
 

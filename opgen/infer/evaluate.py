@@ -25,6 +25,7 @@ from opgen.infer.run import SUMMARY_FIELDS, Plan, plain_plan, read_log, read_row
 
 if TYPE_CHECKING:
     from opgen.infer.openai_backend import OpenAIOptions
+    from opgen.score.metrics import MetricDefs
 
 
 class ConfigMismatch(ValueError):
@@ -46,6 +47,7 @@ class EvalConfig:
     namespace: str = "strict"  # the scorer's namespace (opgen score --namespace)
     openai: OpenAIOptions | None = None  # for --backend openai
     static: bool = True  # grade programs of library code only without running them (docs/scoring.md)
+    metric_defs: MetricDefs | None = None  # --drift-call / --pass-k (docs/scoring.md, Metric definitions)
 
 
 def data_name(path: Path) -> str:
@@ -80,10 +82,12 @@ def _check_settings(path: Path, settings: dict, resume: bool) -> None:
 
 
 def score(data: Path, responses: Path, out: Path, workers: int, namespace: str = "strict",
-          static: bool = True, only: set[int] | None = None) -> dict:
+          static: bool = True, only: set[int] | None = None, metric_defs: MetricDefs | None = None) -> dict:
     from opgen.score import score_files
+    from opgen.score.metrics import DEFAULT_DEFS
 
-    return score_files(data, responses, out, workers=workers, namespace=namespace, static=static, only=only)
+    return score_files(data, responses, out, workers=workers, namespace=namespace, static=static, only=only,
+                       metric_defs=metric_defs or DEFAULT_DEFS)
 
 
 def pass_paths(model_dir: Path, data: Path, suffix: str) -> tuple[str, Path]:
@@ -123,15 +127,15 @@ def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, 
     if cfg.score:
         result["scores"] = name
         result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, only, cfg.namespace,
-                                        cfg.static)
+                                        cfg.static, cfg.metric_defs)
     return result
 
 
 def _score_rows(data: Path, gen_path: Path, out: Path, workers: int, only: set[int] | None,
-                namespace: str = "strict", static: bool = True) -> dict:
+                namespace: str = "strict", static: bool = True, metric_defs: MetricDefs | None = None) -> dict:
     """Score the generations, or only rows ``only``: a file resumed under a smaller --limit holds
     more rows than were asked for this time."""
-    summary = score(data, gen_path, out, workers, namespace, static, only)
+    summary = score(data, gen_path, out, workers, namespace, static, only, metric_defs)
     return note_subset(summary, gen_path, only)
 
 
@@ -142,11 +146,11 @@ def note_subset(summary: dict, gen_path: Path, only: set[int] | None) -> dict:
 
 
 def rollup(metrics: dict) -> dict:
-    """ID (train operators) / OOD (held-out) / total accuracy over every scored data file of a
-    model, as the Interplay release publishes it (docs/eval.md)."""
-    from opgen.score.metrics import merge_scopes
+    """ID (train operators) / OOD (held-out) / total accuracy over the scored eval files of a model
+    (probes left out: opgen.score.metrics.rollup_by_role), as the Interplay release publishes it."""
+    from opgen.score.metrics import rollup_by_role
 
-    return merge_scopes(e["summary"].get("by_scope", {}) for e in metrics["data"].values() if "summary" in e)
+    return rollup_by_role(metrics["data"])
 
 
 def load_data(data_files: Sequence[Path], cfg: EvalConfig) -> list[tuple[Path, list]]:

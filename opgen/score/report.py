@@ -151,9 +151,18 @@ def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, li
     grades: list[dict] = grade_many(items, sandbox=box, policy=policy, group=group, mode=mode, namespace=namespace,
                         static=static, processes=processes)
     records = []
+    parsed: dict[int, tuple[str, ...] | None] = {}
     for (row, sample, _), g in zip(jobs, grades):
         rec: dict[str, object] = {"index": row.position, "sample": sample}
         rec.update({k: row.extra.get(k, "") for k in _MEASURES})
+        if rec["ops"]:
+            rec["scope_from"] = "extra_info.ops"
+        else:  # foreign and native files: the operators their programs call (parsed, never run)
+            if row.position not in parsed:
+                parsed[row.position] = M.program_ops(row.ground_truth)
+            found = parsed[row.position]
+            rec["ops"] = list(found) if found else ""
+            rec["scope_from"] = "program" if found else None
         rec["scope"] = M.scope_of(rec["ops"])
         rec.update(M.row_measures(row.extra))
         rec["data_source"] = row.data_source
@@ -170,7 +179,8 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                 policy: str = "output", group: str = "fraction", sandbox: Sandbox | None = None,
                 timeout_s: float = TIMEOUT_S, plots: bool = True, namespace: str = "strict",
                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
-                only: Collection[int] | None = None, processes: int | None = None) -> dict:
+                only: Collection[int] | None = None, processes: int | None = None,
+                metric_defs: M.MetricDefs = M.DEFAULT_DEFS) -> dict:
     """Grade every response (or those of rows ``only``), write the report into ``out``, return the
     summary. ``static=False`` runs every program in the sandbox (see grade()); ``processes``: grading
     processes for the static path's share (:func:`opgen.score.batch.grade_many`; default
@@ -192,20 +202,23 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
             box.close()
     return write_records_report(out, records, n_rows=len(rows), answered=len(answers), data=data,
                                 responses=responses, isolation=level, mode=mode, policy=policy, group=group,
-                                namespace=namespace, static=static, plots=plots, distance_edges=distance_edges)
+                                namespace=namespace, static=static, plots=plots, distance_edges=distance_edges,
+                                metric_defs=metric_defs)
 
 
 def write_records_report(out: Path, records: list[dict], *, n_rows: int, answered: int, data: Path,
                          responses: Path, isolation: str, mode: str = "auto", policy: str = "output",
                          group: str = "fraction", namespace: str = "strict", static: bool = True,
-                         plots: bool = True, distance_edges: tuple[int, ...] = M.DISTANCE_EDGES) -> dict:
+                         plots: bool = True, distance_edges: tuple[int, ...] = M.DISTANCE_EDGES,
+                         metric_defs: M.MetricDefs = M.DEFAULT_DEFS) -> dict:
     """The report of graded ``records`` (`grade_records`'s, in row then sample order) into ``out``:
     ``scores.jsonl``, ``summary.csv``, plots, ``summary.json`` (last); returns the summary. What
     `score_files` writes once it has graded; `opgen eval --executor ray` grades chunk by chunk
     and writes a pass's report with it once the pass's records are in."""
-    summary = summarize(records, n_rows=n_rows, answered=answered, distance_edges=distance_edges)
+    summary = summarize(records, n_rows=n_rows, answered=answered, distance_edges=distance_edges, defs=metric_defs)
     summary.update({"data_path": str(data), "responses_path": str(responses), "mode": mode, "policy": policy,
                     "group": group, "namespace": namespace, "isolation": isolation, "static": static})
+    summary["role"] = M.file_role(data, records)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     _write_report(Path(out), lines, summary, plots)
     return summary
@@ -245,7 +258,7 @@ def _write_report(out: Path, lines: str, summary: dict, plots: bool) -> None:
 
 
 def summarize(records: list[dict], n_rows: int, answered: int,
-              distance_edges: tuple[int, ...] = M.DISTANCE_EDGES) -> dict:
+              distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, defs: M.MetricDefs = M.DEFAULT_DEFS) -> dict:
     by_row: dict[int, list[bool]] = {}
     for r in records:
         by_row.setdefault(r["index"], []).append(r["acc"] >= 1.0)
@@ -274,10 +287,14 @@ def summarize(records: list[dict], n_rows: int, answered: int,
         "output_changed": M.proportion(sum(r["acc"] >= 1.0 for r in records if r.get("output_is_input") is False),
                                        sum(1 for r in records if r.get("output_is_input") is False)),
         "distance_edges": list(distance_edges),
-        "arity_by_distance": M.arity_by_distance(records, distance_edges),
-        "pass_at_k": M.pass_at_k_table(by_row) if max(samples, default=0) > 1 else {},
+        "metric_definitions": defs.describe(),
+        "arity_by_distance": M.arity_by_distance(records, distance_edges, defs.drift_call),
+        "arity_by_tail_calls": M.arity_by_tail_calls(records, defs.drift_call),
+        "pass_at_k": M.pass_at_k_table(by_row, defs.pass_k) if max(samples, default=0) > 1 else {},
         "errors": {e: errors[e] for e in ERRORS if errors.get(e)},
     }
+    summary["role"] = M.file_role(None, records)  # from the rows; write_records_report adds the manifest's
+    summary["scope_from"] = dict(sorted(Counter(str(r.get("scope_from")) for r in records).items()))
     summary.update(M.recall_tables(records))
     summary["missing_import"] = missing_import_counts(records)
     return summary
@@ -329,6 +346,10 @@ def summary_csv(summary: dict) -> str:
     for op, buckets in summary.get("arity_by_distance", {}).items():
         for b, d in buckets.items():
             w.writerow(["arity_by_distance", f"{op}|{b}", d["written"], d["arity"], d["rate"], d["ci_low"],
+                        d["ci_high"]])
+    for op, buckets in summary.get("arity_by_tail_calls", {}).items():
+        for t, d in buckets.items():
+            w.writerow(["arity_by_tail_calls", f"{op}|{t}", d["written"], d["arity"], d["rate"], d["ci_low"],
                         d["ci_high"]])
     for k, v in summary["pass_at_k"].items():
         w.writerow(["pass_at_k", k, "", "", v, "", ""])
