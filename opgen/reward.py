@@ -49,6 +49,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
     from opgen.score.sandbox import shared
 
     _check_static(static)
+    _check_weak(allow_weak_sandbox)
     wanted = _key_set(keys)
     answer_format, assistant_prefix = row_fields(extra_info)
     g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, namespace=namespace,
@@ -62,6 +63,11 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
 def _check_static(static: object) -> None:
     if not isinstance(static, bool):  # a reward_kwargs string "false" must not read as true
         raise ValueError(f"static must be true or false, got {static!r}")
+
+
+def _check_weak(flag: object) -> None:
+    if flag is not None and not isinstance(flag, bool):  # "false" must not allow weak grading
+        raise ValueError(f"allow_weak_sandbox must be true, false or null, got {flag!r}")
 
 
 def _reward(g: dict, wanted: tuple[str, ...]) -> dict:
@@ -98,6 +104,8 @@ def _check_settings(kwargs: dict) -> None:
     from opgen.score.grade import GROUP_POLICIES, MODES, POLICIES
 
     _key_set(kwargs.get("keys", "full"))
+    _check_static(kwargs.get("static", True))
+    _check_weak(kwargs.get("allow_weak_sandbox"))
     for name, allowed, default in (("policy", POLICIES, "output"), ("group", GROUP_POLICIES, "fraction"),
                                    ("mode", MODES, "auto")):
         if kwargs.get(name, default) not in allowed:
@@ -136,20 +144,23 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
     if not sources:
         return []
 
-    def one(i: int) -> dict:
-        return compute_score(sources[i], texts[i], truths[i], extras[i], **kwargs)
-
     allow = kwargs.get("allow_weak_sandbox")
-    box = shared(allow_weak_sandbox=None if allow is None else bool(allow))
-    # Large batches: what the static path proves is graded on the grading processes
-    # (opgen/score/batch.py), the rest through compute_score here, two threads per sandbox worker.
     static = kwargs.get("static", True)
-    _check_static(static)
     options: dict[str, Any] = {k: kwargs[k] for k in ("policy", "group", "mode", "namespace") if k in kwargs}
     items = [Item.of_row(truths[i], texts[i] or "", extras[i]) for i in range(len(sources))]
     wanted = _key_set(str(kwargs.get("keys", "full")))
-    return grade_many(items, sandbox=box, static=static, own=one, answered=lambda i, g: _reward(g, wanted),
-                      **options)
+    # The sandbox only when a row may run a program (forward rows never do).
+    mode = options.get("mode", "auto")
+    needs_box = mode == "program" or any(not _is_forward(t, mode) for t in truths)
+    box = shared(allow_weak_sandbox=allow) if needs_box else None
+    return grade_many(items, sandbox=box, static=static, answered=lambda i, g: _reward(g, wanted), **options)
+
+
+def _is_forward(ground_truth: object, mode: str) -> bool:
+    from opgen.score.grade import load_truth
+
+    truth = load_truth(ground_truth)  # type: ignore[arg-type]
+    return truth.native or (mode == "forward" or (mode == "auto" and truth.mode == "forward"))
 
 
 def compute_score_float(data_source: str, solution_str: str, ground_truth: str | dict,
