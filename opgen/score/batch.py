@@ -462,16 +462,27 @@ class _Batch:
         self.answered, self.mode = answered, str(options.get("mode", "auto"))
         self.limits = _DEFAULT_LIMITS if sandbox is None else (sandbox.timeout_s, sandbox.memory_mb,
                                                                sandbox.max_output)
-        self.truths = [G.load_truth(item.ground_truth) for item in items]  # the caller's data: raises here
         self.texts = [G.response_text(item.response) for item in items]
+        # The ground truths are the caller's data, checked (and raised about) here, before any
+        # grading; each is kept for a grade made here (too_large, timeout, killed) only where needed.
+        self.truths: dict[int, object] = {}
+        for i, item in enumerate(items):
+            truth = G.load_truth(item.ground_truth)
+            if len(self.texts[i]) > G.MAX_RESPONSE_CHARS:
+                self.truths[i] = truth
         self.done: list = [None] * len(items)
         self.runners: ThreadPoolExecutor | None = None
 
     def finish(self, i: int, g: dict) -> None:
         self.done[i] = g if self.answered is None else self.answered(i, g)
 
+    def truth(self, i: int) -> object:
+        if i not in self.truths:
+            self.truths[i] = self.G.load_truth(self.items[i].ground_truth)
+        return self.truths[i]
+
     def fail(self, i: int, error: str, detail: str) -> None:
-        self.finish(i, self.G.failure(self.truths[i], self.mode, error, detail))
+        self.finish(i, self.G.failure(self.truth(i), self.mode, error, detail))
 
     def task(self, i: int, ran: dict | None = None) -> tuple:
         item = self.items[i]
@@ -516,7 +527,7 @@ class _Batch:
     def grade(self, n_proc: int) -> list:
         todo: list[int] = []
         for i, text in enumerate(self.texts):
-            big = self.G.too_large(self.truths[i], self.mode, text)
+            big = self.G.too_large(self.truths[i], self.mode, text) if i in self.truths else None
             if big is not None:
                 self.finish(i, big)
             else:

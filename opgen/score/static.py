@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
 import re
+import sys
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -286,7 +286,7 @@ class _Run:
             return  # Python refuses the call before the body runs (TypeError)
         if tuple(map(type, args)) == wanted:
             out, steps, depth = _cost(body, args)
-            if out > MAX_VALUE_CHARS or depth > MAX_RECURSION:
+            if out > MAX_VALUE_CHARS or depth > min(MAX_RECURSION, sys.getrecursionlimit() - 500):
                 raise _Decline
             self.charge(steps)
             return
@@ -482,16 +482,14 @@ def evaluate(units: Sequence[Unit], sandbox: object) -> Evaluation | None:
             bound, stmts = _bindings(unit.code, entries, verbatim)
             plans.append((bound, unit.calls))
             trees.append(ast.Module(body=stmts, type_ignores=[]))
-        _, refs = _library()
-        recursive = any(refs[b] for bound, _ in plans for b in bound.values() if isinstance(b, str))
         out: list[Result] = []
-        # The sandbox's child runs with a recursion limit of 20,000; here recursion is kept to
-        # MAX_RECURSION, under the same raised limit as every in-process evaluation.
-        with E.recursion_headroom() if recursive else contextlib.nullcontext():
-            for bound, calls in plans:
-                run.namespace(bound)
-                for call in calls:
-                    out.append(run.result(call))
+        # No recursion limit is raised here (it is the process's, shared by its threads): a
+        # grading process runs with one above MAX_RECURSION for its whole life
+        # (batch.GRADER_RECURSION); under a lower one a deep recursion declines.
+        for bound, calls in plans:
+            run.namespace(bound)
+            for call in calls:
+                out.append(run.result(call))
         return Evaluation(out, trees, verbatim)
     except (_Decline, RecursionError, MemoryError):
         return None
