@@ -2,8 +2,11 @@
 
 Plug into verl with ``custom_reward_function.path=<site-packages>/opgen/reward.py`` and
 ``custom_reward_function.name=<entry point>`` (newer verl: ``reward.custom_reward_function.*``);
-policies go through ``reward_kwargs`` (see docs/scoring.md). Model code runs in the process-wide
-sandbox (:func:`opgen.score.sandbox.shared`), never in the trainer's process or thread.
+policies go through ``reward_kwargs`` (see docs/scoring.md). Model text is parsed, compiled and
+statically evaluated only in grading processes (:mod:`opgen.score.batch`) and model code runs only
+in the process-wide sandbox (:func:`opgen.score.sandbox.shared`): never in the trainer's process.
+Every entry point returns a grade for any text; a setting that is not valid (``static="false"``,
+``allow_weak_sandbox="false"``) raises ValueError.
 
 One entry point per way verl calls a reward function (docs/verl.md, "Reward managers"):
 
@@ -128,10 +131,10 @@ async def compute_score_async(data_source: str, solution_str: str, ground_truth:
 
 def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=None, **kwargs: Any) -> list[dict]:
     """Score a batch (verl <= 0.7's ``batch`` reward manager calls this with keyword lists); one dict
-    per sample, in order, equal to :func:`compute_score`'s. Samples are graded concurrently: in a
-    batch of 64 or more, those the static path proves on the grading processes
-    (:mod:`opgen.score.batch`, ``OPGEN_GRADE_PROCESSES``), the others two per sandbox worker, so the
-    whole pool (``OPGEN_SANDBOX_WORKERS``) is busy; ``kwargs`` go to every :func:`compute_score` call."""
+    per sample, in order, equal to :func:`compute_score`'s. Every sample is graded on the grading
+    processes (:mod:`opgen.score.batch`, ``OPGEN_GRADE_PROCESSES``), each under its own budget, and
+    the programs that must run go to the sandbox two per worker at a time, so the whole pool
+    (``OPGEN_SANDBOX_WORKERS``) is busy; ``kwargs`` are :func:`compute_score`'s."""
     from opgen.score.batch import Item, grade_many
     from opgen.score.sandbox import shared
 

@@ -204,3 +204,12 @@ def test_a_program_that_does_not_compile_is_answered_without_the_sandbox(box):
     assert set(broken) <= set(answered)
     assert all(got[k]["tasks"][0]["status"] == "syntax" for k in broken)
     assert got == _want(items, box)
+
+
+def test_ground_truths_from_a_dataframe_go_as_json(box):
+    import numpy as np
+
+    items = _items(6)
+    with_numpy = [B.Item({k: (np.array(v, dtype=object) if k == "tasks" else v) for k, v in i.ground_truth.items()},
+                         i.response) for i in items]
+    assert B.grade_many(with_numpy, sandbox=box, processes=1) == _want(items, box)

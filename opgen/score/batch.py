@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import json
 import marshal
 import os
 import resource
@@ -452,6 +453,19 @@ def _chunks(items: Sequence[Item], size: int) -> list[tuple[int, int]]:
 _DEFAULT_LIMITS = (2.0, 512, 100_000)  # forward rows: no sandbox, nothing runs
 
 
+def _plain(value: object) -> object:
+    if hasattr(value, "tolist"):  # numpy values, from a dataframe's row
+        return value.tolist()
+    raise TypeError(f"ground_truth holds a {type(value).__name__}, not a JSON value")
+
+
+def _plain_truth(ground_truth: object) -> str:
+    """The ground truth as the JSON text a grading process reads (a string as it is)."""
+    if isinstance(ground_truth, str):
+        return ground_truth
+    return json.dumps(ground_truth, default=_plain)
+
+
 class _Batch:
     """One :func:`grade_many` call: the items, their grades so far, and the way to each grade."""
 
@@ -486,7 +500,8 @@ class _Batch:
 
     def task(self, i: int, ran: dict | None = None) -> tuple:
         item = self.items[i]
-        return (item.ground_truth, self.texts[i], item.answer_format, item.assistant_prefix, ran)
+        return (_plain_truth(item.ground_truth), self.texts[i], str(item.answer_format),
+                str(item.assistant_prefix), ran)
 
     def serve(self, indices: list[int]) -> list[tuple]:
         return self.pool.serve([self.task(i) for i in indices], self.limits, self.options)
