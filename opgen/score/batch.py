@@ -173,12 +173,12 @@ def _grade_task(task: tuple, limits: tuple, options: dict) -> tuple:
     its program must run, or ``("failed", text)`` when grading it raised (a scorer fault)."""
     from opgen.score.grade import grade_in_process
 
-    ground_truth, response, answer_format, assistant_prefix, ran = task
+    ground_truth, response, answer_format, assistant_prefix, structured, ran = task
     box = _Limits(limits[0], limits[1], limits[2], ran=ran)
     try:
         return ("grade", grade_in_process(ground_truth, response, sandbox=box,  # type: ignore[arg-type]
                                           answer_format=answer_format, assistant_prefix=assistant_prefix,
-                                          **options))
+                                          format_structured=structured, **options))
     except _NeedsSandbox as need:
         return ("run", need.sent, need.keys)
     except BaseException as exc:  # the response gets a grade, the process goes on
@@ -480,10 +480,20 @@ class _Batch:
         # The ground truths are the caller's data, checked (and raised about) here, before any
         # grading; each is kept for a grade made here (too_large, timeout, killed) only where needed.
         self.truths: dict[int, object] = {}
+        formats: dict[str, bool | None] = {}
         for i, item in enumerate(items):
             truth = G.load_truth(item.ground_truth)
             if len(self.texts[i]) > G.MAX_RESPONSE_CHARS:
                 self.truths[i] = truth
+            af = str(item.answer_format)
+            if af and af not in formats:
+                formats[af] = self._format_fact(af)
+            if af and formats[af] is None and not truth.native and \
+                    (truth.mode if self.mode == "auto" else self.mode) == "program":
+                from opgen import formats as F
+
+                F.answer_spec(af)  # raises FormatError naming the unknown format, as grading would
+        self.formats = formats
         self.done: list = [None] * len(items)
         self.runners: ThreadPoolExecutor | None = None
 
@@ -501,7 +511,21 @@ class _Batch:
     def task(self, i: int, ran: dict | None = None) -> tuple:
         item = self.items[i]
         return (_plain_truth(item.ground_truth), self.texts[i], str(item.answer_format),
-                str(item.assistant_prefix), ran)
+                str(item.assistant_prefix), self.structured(str(item.answer_format)), ran)
+
+    def structured(self, answer_format: str) -> bool | None:
+        return self.formats.get(answer_format)
+
+    @staticmethod
+    def _format_fact(answer_format: str) -> bool | None:
+        """The format's ``structured`` fact, from this process's registry (formats registered at
+        run time exist here only); None when unknown here."""
+        from opgen import formats as F
+
+        try:
+            return F.answer_spec(answer_format).structured
+        except F.FormatError:
+            return None
 
     def serve(self, indices: list[int]) -> list[tuple]:
         return self.pool.serve([self.task(i) for i in indices], self.limits, self.options)

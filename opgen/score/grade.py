@@ -174,7 +174,7 @@ def _native_status(r: Result, names: frozenset[str]) -> Result:
 
 def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, group: str,
                    diagnose: bool, answer_format: str, assistant_prefix: str, namespace: str = "strict",
-                   static: bool = True) -> dict:
+                   static: bool = True, structured: bool | None = None) -> dict:
     result = _empty(truth, "program")
     entries = tuple(t.entry for t in truth.tasks)
     # Generated text never holds a teacher-forced prefix (probe 1b); the answer is prefix + text.
@@ -221,7 +221,7 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
     # A structured format (recall-then-assemble) is well formed only with its Assemble block; a row
     # without a format (native rows) is held to it when the answer shows the structure.
     ra_wanted = (answer.recalls or answer.has_assemble) if answer_format == "" else \
-        F.answer_spec(answer_format).structured
+        F.answer_spec(answer_format).structured if structured is None else structured
     result["format_ok"] = answer.code is not None and (not ra_wanted or answer.source == "assemble")
     result["recalls"] = [{"op": c.op, "verdict": c.verdict, "chimera_of": c.chimera_of, "detail": c.detail}
                          for c in report.checks]
@@ -328,10 +328,12 @@ def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "out
 def grade_in_process(ground_truth: dict | str, response: str | bytes, *, policy: str = "output",
                      group: str = "fraction", mode: str = "auto", sandbox: Sandbox | None = None,
                      diagnose: bool = True, answer_format: str = "", assistant_prefix: str = "",
-                     namespace: str = "strict", static: bool = True) -> dict:
+                     namespace: str = "strict", static: bool = True, format_structured: bool | None = None) -> dict:
     """:func:`grade` computed in this process, with the same arguments: what a grading process runs
     (opgen/score/batch.py), and the tests' reference. It parses, compiles and statically evaluates
-    the response here, with no budget: never call it on model text in a process that must survive."""
+    the response here, with no budget: never call it on model text in a process that must survive.
+    ``format_structured``: the answer format's ``structured`` fact as the caller resolved it (a
+    grading process does not know formats registered in the caller's process); None: looked up."""
     _check_options(policy, group, mode, namespace, static, diagnose)
     truth = load_truth(ground_truth)
     response = response_text(response)
@@ -346,4 +348,4 @@ def grade_in_process(ground_truth: dict | str, response: str | bytes, *, policy:
 
         sandbox = shared()
     return _grade_program(truth, response, sandbox, policy, group, diagnose, answer_format, assistant_prefix,
-                          namespace, static)
+                          namespace, static, format_structured)
