@@ -173,9 +173,9 @@ def _grade_task(task: tuple, limits: tuple, options: dict) -> tuple:
     its program must run, or ``("failed", text)`` when grading it raised (a scorer fault)."""
     from opgen.score.grade import grade_in_process
 
-    ground_truth, response, answer_format, assistant_prefix, structured, ran = task
-    box = _Limits(limits[0], limits[1], limits[2], ran=ran)
     try:
+        ground_truth, response, answer_format, assistant_prefix, structured, ran = task
+        box = _Limits(limits[0], limits[1], limits[2], ran=ran)
         return ("grade", grade_in_process(ground_truth, response, sandbox=box,  # type: ignore[arg-type]
                                           answer_format=answer_format, assistant_prefix=assistant_prefix,
                                           format_structured=structured, **options))
