@@ -1,7 +1,7 @@
 """Program-grading throughput with full isolation, side by side with one fresh `python` per program.
 
     python benchmarks/bench_score.py [--n 2000] [--baseline-n 200] [--workers 2] [--repeat 3]
-                                     [--mix-timeouts 0.001]
+                                     [--mix-timeouts 0.001] [--cli-n 20000]
 
 Typical RA answers: gold recall-then-assemble answers of depth 2-4 trees (2-4 distinct operators),
 graded by ``opgen.score.grade`` through the warm sandbox pool (one isolated child per response,
@@ -15,7 +15,11 @@ is measured in the same rounds: (a) the same canonical answers with it on, (b) a
 70% canonical, 10% chimeras (another operator's body under a name), 10% correct but with a
 renamed variable (the sandbox runs those), 10% broken (syntax errors, exceptions and, at
 ``--mix-timeouts`` of all responses, programs that loop until the wall clock stops them) — and
-(c) sandbox only (``static=False``: the canonical answers, as before the static path).
+(c) sandbox only (``static=False``: the canonical answers, as before the static path); (d) 100
+honest responses alone and with one of each stall shape of tests/hostile/ mixed in (the compiler's
+quadratic keyword arguments and f-string fields, a folded huge ``//``, a megabyte of statements):
+the wall clock against the 100 alone plus that response's own budget (target within 1.5x); and (e)
+the whole ``opgen score`` command on ``--cli-n`` canonical answers, start to exit (target >= 5,000/s).
 """
 
 from __future__ import annotations
@@ -150,7 +154,7 @@ def bench_sandbox(rows: list[tuple[dict, str]], workers: int, diagnose: bool, st
         grade(rows[0][0], rows[0][1], sandbox=box)  # warm caches (true probe outputs)
         if processes:  # start the grading processes and warm their caches, outside the timing
             B.close_pool()
-            B.grade_many([B.Item(gt, a) for gt, a in rows[:2 * B.MIN_BATCH]], sandbox=box, processes=processes)
+            B.grade_many([B.Item(gt, a) for gt, a in rows[:128]], sandbox=box, processes=processes)
         g0 = _proc_cpu(B.pool_pids())  # the grading processes' start and warm-up, not this batch
         c0, s0, t0 = _cpu(), _cpu("scorer"), time.perf_counter()
         if processes:
@@ -245,6 +249,69 @@ def worker_faults(rows: list[tuple[dict, str]], n: int = 300) -> float:
         return (minflt(serving) - before) / n
 
 
+STALL_KINDS = ("compiler_many_keywords", "compiler_fstring_fields", "optimizer_folds_huge_floordiv",
+               "structure_walk_megabyte")
+
+
+def stall_text(kind: str) -> str:
+    """The response of a stall shape of tests/hostile/ (built by the file's program())."""
+    namespace: dict = {}
+    path = Path(__file__).resolve().parents[1] / "tests" / "hostile" / f"{kind}.py"
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return f"```python\n{namespace['program']()}\n```"
+
+
+def bench_stalls(rows: list[tuple[dict, str]], workers: int, processes: int) -> list[tuple[str, float, float, str]]:
+    """(d) 100 honest responses alone, then with one stall shape mixed in (the middle): per shape,
+    (kind, wall with it, wall alone + its own budget, its error class)."""
+    honest = [B.Item(gt, a) for gt, a in rows[:100]]
+    out = []
+    with Sandbox(workers=workers, timeout_s=2.0) as box:
+        B.close_pool()
+        B.grade_many(honest, sandbox=box, processes=processes)  # start and warm the grading processes
+        t0 = time.perf_counter()
+        B.grade_many(honest, sandbox=box, processes=processes)
+        alone = time.perf_counter() - t0
+        for kind in STALL_KINDS:
+            items = honest[:50] + [B.Item(rows[0][0], stall_text(kind))] + honest[50:]
+            B.grade_many(honest[:4], sandbox=box, processes=processes)  # every process warm again
+            t0 = time.perf_counter()
+            got = B.grade_many(items, sandbox=box, processes=processes)
+            dt = time.perf_counter() - t0
+            out.append((kind, dt, alone + B.RESPONSE_CPU_S, got[50]["error"]))
+            print(f"  ((d) {kind}: {dt:.2f} s with it, {alone:.2f} s alone, graded {got[50]['error']!r})", flush=True)
+        B.close_pool()
+    return out
+
+
+def bench_cli(n: int) -> tuple[float, float, float]:
+    """(e) ``opgen score`` end to end on ``n`` canonical answers (one row each, one response): what
+    a user waits for, from the command's start to its exit. (responses/s, wall s, CPU s of the
+    command and everything it started)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = typical_rows(n, seed=5)
+    with tempfile.TemporaryDirectory() as tmp:
+        data, responses = Path(tmp) / "d.parquet", Path(tmp) / "r.jsonl"
+        pq.write_table(pa.Table.from_pylist([{"data_source": "opgen/bench", "reward_model": {
+            "style": "rule", "ground_truth": json.dumps(gt)}, "extra_info": {"answer_format": "ra"}}
+            for gt, _ in rows]), data)
+        responses.write_text("".join(json.dumps({"index": i, "response": a}) + "\n" for i, (_, a) in enumerate(rows)))
+        opgen = Path(sys.executable).with_name("opgen")
+        argv = [str(opgen)] if opgen.exists() else [sys.executable, "-m", "opgen"]
+        c0, t0 = _cpu(), time.perf_counter()
+        proc = subprocess.run([*argv, "score", "--data", str(data), "--responses", str(responses),
+                               "--out", str(Path(tmp) / "out")], capture_output=True, text=True)
+        dt = time.perf_counter() - t0
+        cpu = _cpu() - c0
+        if proc.returncode != 0:
+            raise SystemExit(f"opgen score failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    print(f"  ((e) opgen score, {n} canonical answers: {n / dt:.0f} responses/s, {dt:.2f} s wall, {cpu:.2f} s CPU)",
+          flush=True)
+    return n / dt, dt, cpu
+
+
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[len(ordered) // 2]
@@ -260,6 +327,7 @@ def main() -> None:
                     help="grading processes for the grade_many runs of (a) and (b)")
     ap.add_argument("--mix-timeouts", type=float, default=0.001,
                     help="share of (b)'s responses that loop until the wall clock (2 s) stops them")
+    ap.add_argument("--cli-n", type=int, default=20_000, help="canonical answers for (e), opgen score end to end")
     args = ap.parse_args()
     rows = typical_rows(args.n)
     mix = mixed_rows(rows, args.mix_timeouts)
@@ -285,6 +353,8 @@ def main() -> None:
             full, base = runs["full"][-1], runs["base"][-1]
             print(f"round {round_ + 1}: {full[0]:.1f} programs/s ({full[1] * 1e3:.2f} ms CPU), baseline "
                   f"{base[0]:.1f} programs/s ({base[1] * 1e3:.2f} ms CPU), ratio {full[0] / base[0]:.1f}x")
+    stalls = bench_stalls(rows, args.workers, args.processes)
+    cli_rate, cli_wall, cli_cpu = bench_cli(args.cli_n)
     full, full_cpu = (_median([r[i] for r in runs["full"]]) for i in (0, 1))
     rate_a, cpu_a = (_median([r[i] for r in runs["a"]]) for i in (0, 1))
     rate_b, cpu_b = (_median([r[i] for r in runs["b"]]) for i in (0, 1))
@@ -329,6 +399,13 @@ def main() -> None:
           f"{args.mix_timeouts:.1%} of it, each holding a worker 2 s: {budget:.1f} s of the wall clock are their "
           f"own budgets, {rate_b_net:.0f}/s without them; {rate_b0:.0f}/s with no loops at all), "
           f"(c) sandbox only {full:.0f}/s")
+    for kind, dt, allowed, error in stalls:
+        print(f"(d) 100 honest + {kind:32s} {dt:6.2f} s vs {allowed:6.2f} s (alone + its {B.RESPONSE_CPU_S:g} s "
+              f"budget): {dt / allowed:.2f}x, target <= 1.5x {'met' if dt <= 1.5 * allowed else 'NOT met'}; "
+              f"graded {error!r}")
+    print(f"(e) opgen score end to end, {args.cli_n} canonical answers: {cli_rate:.0f} responses/s ({cli_wall:.1f} s "
+          f"wall, {cli_cpu:.1f} s CPU), target >= 5,000/s {'met' if cli_rate >= 5000 else 'NOT met'}")
+    print(f"load average at the end: {os.getloadavg()}")
     print(f"peak RSS: scorer {rss_self:.0f} MiB, largest child {rss_kids:.0f} MiB")
     print(f"one sandbox child: {child_faults(rows)} minor page faults, its worker {worker_faults(rows):.0f} per "
           f"response; a page fault here costs {page_fault_cost_us():.1f} us")

@@ -39,9 +39,9 @@ from . import options
 @click.option("--sandbox-actors", type=click.IntRange(min=1), default=None,
               help="ray: sandbox actors (default: the cluster's CPUs / --workers).")
 @options.no_static()
-@click.option("--grade-processes", type=click.IntRange(min=0), default=None,
-              help="Grading processes for the static path's share of the responses (default: "
-                   "OPGEN_GRADE_PROCESSES, else one per CPU up to 8; 0: grade in this process). Grades are the same.")
+@click.option("--grade-processes", type=click.IntRange(min=1), default=None,
+              help="Grading processes, where every response is parsed and graded (default: "
+                   "OPGEN_GRADE_PROCESSES, else one per CPU up to 8). Grades are the same.")
 @options.allow_weak_sandbox()
 def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
           timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, drift_call: str, pass_k: str,

@@ -49,6 +49,7 @@ KINDS: tuple[str, ...] = ("s", "s,int", "s,str", "s1,s2")
 ParamValue = Union[int, str]
 # The exact output length of a call, from the length of its first input and its parameters.
 OutLen = Callable[[int, tuple[ParamValue, ...]], int]
+Cost = Callable[[int, Any], tuple[int, int, int]]
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,13 @@ class Operator:
     # (so that a call which would build a huge string is refused before it runs). None: the
     # operator grows its input at most twofold, and its output is checked after it returns.
     out_len: OutLen | None = None
+    # Cost bound: ``cost(n, p)`` is (longest output, work, recursion depth) of a call on well-typed
+    # arguments, the first input ``n`` characters long and ``p`` the second argument (None when the
+    # operator has one): upper bounds read off the shown source, with work in interpreted steps
+    # plus characters copied by C code / 16, and every integer operation charged by the bit length
+    # of its operand (:func:`int_steps`). The static grader (opgen/score/static.py) evaluates a call
+    # only inside a budget of these units.
+    cost: Cost | None = None
 
     @property
     def index(self) -> int:
@@ -348,6 +356,85 @@ _OUT_LEN: dict[str, OutLen] = {
 }
 
 
+# ---------------------------------------------------------------- cost bounds (Operator.cost)
+
+
+def int_steps(value: object) -> int:
+    """Work units of one arithmetic operation or comparison on ``value``: 1 for a machine-sized
+    integer, one more per 16 of CPython's 30-bit digits (an addition, comparison or small modulus
+    of a huge integer is linear in its digits)."""
+    return abs(value).bit_length() // 480 + 1 if type(value) is int else 1
+
+
+def _count(p: Any) -> int:
+    """A repetition count as the cost formulas use it: negative counts repeat nothing, and counts
+    beyond 2**40 (already far over any budget) are taken as 2**40, so that no formula squares a huge
+    integer of the model's."""
+    return int(min(max(p, 0), 1 << 40))
+
+
+def _copy(out: int) -> tuple[int, int, int]:
+    return out, out // 16 + 1, 0
+
+
+def _func_20(n: int, m: int) -> tuple[int, int, int]:
+    short = min(n, m)
+    return n + m, 4 * short + short * (n + m) // 16 + 1, short + 1
+
+
+def _per_char(n: int, p: object) -> tuple[int, int, int]:
+    return n, 3 * n + 1, 0
+
+
+def _quarter(n: int, p: object) -> tuple[int, int, int]:
+    return n, n // 4 + 1, 0
+
+
+def _shift(n: int, p: Any) -> tuple[int, int, int]:
+    # two integer operations per letter, each on the shift: (ord(ch) - 97 + shift) % 26
+    return n, 3 * n + 1 + 2 * n * int_steps(p), 0
+
+
+def _rotate(n: int, p: Any) -> tuple[int, int, int]:
+    return n, n // 4 + 1 + int_steps(p), 0  # one n % len(s)
+
+
+def _cost_plus(cost: Cost, per_int: int) -> Cost:
+    """``cost`` with ``per_int`` integer operations on the parameter added to its work."""
+    def with_ints(n: int, p: Any) -> tuple[int, int, int]:
+        out, work, depth = cost(n, p)
+        return out, work + per_int * int_steps(p), depth
+    return with_ints
+
+
+_COST: dict[str, Cost] = {
+    "func_1": _cost_plus(lambda n, p: _copy(n * _count(p)), 1),  # s * n: one allocation
+    # n concatenations, each of which may copy the result so far; range(n) compares n each step
+    "func_18": _cost_plus(lambda n, p: (n * _count(p), _count(p) + _count(p) ** 2 * n // 32 + 1, 0), 2),
+    "func_13": lambda n, p: _copy(max(n * (1 + len(p)) - len(p), 0)),
+    "func_5": lambda n, p: _copy(n + len(p)),
+    "func_6": lambda n, p: _copy(n + len(p)),
+    "func_7": lambda n, p: (n + len(p), 2 * (n + len(p)) + 1, 0),
+    "func_20": lambda n, p: _func_20(n, len(p)),
+    "func_17": lambda n, p: (n, 2 * n + n * n // 32 + 1, n + 1),  # one frame and one slice per character
+    # n rotations by one, each a slice of the whole, and a comparison with n per rotation
+    "func_19": lambda n, p: (n, 2 * (_count(p) if n else 0) + (_count(p) if n else 0) * n // 16 + 1
+                             + ((_count(p) if n else 0) + 1) * int_steps(p), 0),
+    # one mirror at most: s + s[::-1] is a palindrome; `depth <= 0` and `depth - 1` once each
+    "func_24": _cost_plus(lambda n, p: (2 * n, n // 2 + 1, 2), 4),
+    # the first candidate, t + '1', has a digit: two levels; `d == 0` and `d - 1` a few times
+    "func_23": _cost_plus(lambda n, p: (n + 1, 3 * n + 8, 3), 8),
+    "func_9": lambda n, p: (2 * n, 2 * n + 1, 0),
+    "func_14": lambda n, p: (2 * n, 2 * n + 1, 0),
+    "func_15": lambda n, p: (3 * n, 2 * n + 1, 0),
+    "func_10": lambda n, p: (3 * n, 2 * n + 1, 0),  # case mappings grow a character at most 3-fold
+    "func_11": _shift,
+    "func_8": _rotate,
+    **dict.fromkeys(("func_0", "func_2", "func_12", "func_16", "func_21"), _per_char),
+    **dict.fromkeys(("func_3", "func_4", "func_22"), _quarter),
+}
+
+
 def _compile_library() -> tuple[Operator, ...]:
     namespace: dict[str, object] = {"__name__": "opgen.ops.library"}
     for op_id, *_rest, source in _TABLE:
@@ -356,10 +443,12 @@ def _compile_library() -> tuple[Operator, ...]:
     for op_id, name, gloss, split, n_inputs, params, source in _TABLE:
         fn = namespace[op_id]
         assert callable(fn)
-        ops.append(Operator(op_id, name, gloss, source, n_inputs, params, split, fn, _OUT_LEN.get(op_id)))
-    unknown = set(_OUT_LEN) - {op.id for op in ops}
-    if unknown:
-        raise RuntimeError(f"growth bounds for operators not in the library: {sorted(unknown)}")
+        ops.append(Operator(op_id, name, gloss, source, n_inputs, params, split, fn, _OUT_LEN.get(op_id),
+                            _COST.get(op_id)))
+    ids = {op.id for op in ops}
+    for what, table in (("growth bounds", _OUT_LEN), ("cost bounds", _COST)):
+        if set(table) - ids:
+            raise RuntimeError(f"{what} for operators not in the library: {sorted(set(table) - ids)}")
     return tuple(ops)
 
 

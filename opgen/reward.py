@@ -2,8 +2,11 @@
 
 Plug into verl with ``custom_reward_function.path=<site-packages>/opgen/reward.py`` and
 ``custom_reward_function.name=<entry point>`` (newer verl: ``reward.custom_reward_function.*``);
-policies go through ``reward_kwargs`` (see docs/scoring.md). Model code runs in the process-wide
-sandbox (:func:`opgen.score.sandbox.shared`), never in the trainer's process or thread.
+policies go through ``reward_kwargs`` (see docs/scoring.md). Model text is parsed, compiled and
+statically evaluated only in grading processes (:mod:`opgen.score.batch`) and model code runs only
+in the process-wide sandbox (:func:`opgen.score.sandbox.shared`): never in the trainer's process.
+Every entry point returns a grade for any text; a setting that is not valid (``static="false"``,
+``allow_weak_sandbox="false"``) raises ValueError.
 
 One entry point per way verl calls a reward function (docs/verl.md, "Reward managers"):
 
@@ -49,6 +52,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
     from opgen.score.sandbox import shared
 
     _check_static(static)
+    _check_weak(allow_weak_sandbox)
     wanted = _key_set(keys)
     answer_format, assistant_prefix = row_fields(extra_info)
     g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, namespace=namespace,
@@ -62,6 +66,11 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
 def _check_static(static: object) -> None:
     if not isinstance(static, bool):  # a reward_kwargs string "false" must not read as true
         raise ValueError(f"static must be true or false, got {static!r}")
+
+
+def _check_weak(flag: object) -> None:
+    if flag is not None and not isinstance(flag, bool):  # "false" must not allow weak grading
+        raise ValueError(f"allow_weak_sandbox must be true, false or null, got {flag!r}")
 
 
 def _reward(g: dict, wanted: tuple[str, ...]) -> dict:
@@ -98,6 +107,8 @@ def _check_settings(kwargs: dict) -> None:
     from opgen.score.grade import GROUP_POLICIES, MODES, POLICIES
 
     _key_set(kwargs.get("keys", "full"))
+    _check_static(kwargs.get("static", True))
+    _check_weak(kwargs.get("allow_weak_sandbox"))
     for name, allowed, default in (("policy", POLICIES, "output"), ("group", GROUP_POLICIES, "fraction"),
                                    ("mode", MODES, "auto")):
         if kwargs.get(name, default) not in allowed:
@@ -120,10 +131,10 @@ async def compute_score_async(data_source: str, solution_str: str, ground_truth:
 
 def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=None, **kwargs: Any) -> list[dict]:
     """Score a batch (verl <= 0.7's ``batch`` reward manager calls this with keyword lists); one dict
-    per sample, in order, equal to :func:`compute_score`'s. Samples are graded concurrently: in a
-    batch of 64 or more, those the static path proves on the grading processes
-    (:mod:`opgen.score.batch`, ``OPGEN_GRADE_PROCESSES``), the others two per sandbox worker, so the
-    whole pool (``OPGEN_SANDBOX_WORKERS``) is busy; ``kwargs`` go to every :func:`compute_score` call."""
+    per sample, in order, equal to :func:`compute_score`'s. Every sample is graded on the grading
+    processes (:mod:`opgen.score.batch`, ``OPGEN_GRADE_PROCESSES``), each under its own budget, and
+    the programs that must run go to the sandbox two per worker at a time, so the whole pool
+    (``OPGEN_SANDBOX_WORKERS``) is busy; ``kwargs`` are :func:`compute_score`'s."""
     from opgen.score.batch import Item, grade_many
     from opgen.score.sandbox import shared
 
@@ -136,20 +147,23 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
     if not sources:
         return []
 
-    def one(i: int) -> dict:
-        return compute_score(sources[i], texts[i], truths[i], extras[i], **kwargs)
-
     allow = kwargs.get("allow_weak_sandbox")
-    box = shared(allow_weak_sandbox=None if allow is None else bool(allow))
-    # Large batches: what the static path proves is graded on the grading processes
-    # (opgen/score/batch.py), the rest through compute_score here, two threads per sandbox worker.
     static = kwargs.get("static", True)
-    _check_static(static)
     options: dict[str, Any] = {k: kwargs[k] for k in ("policy", "group", "mode", "namespace") if k in kwargs}
     items = [Item.of_row(truths[i], texts[i] or "", extras[i]) for i in range(len(sources))]
     wanted = _key_set(str(kwargs.get("keys", "full")))
-    return grade_many(items, sandbox=box, static=static, own=one, answered=lambda i, g: _reward(g, wanted),
-                      **options)
+    # The sandbox only when a row may run a program (forward rows never do).
+    mode = options.get("mode", "auto")
+    needs_box = mode == "program" or any(not _is_forward(t, mode) for t in truths)
+    box = shared(allow_weak_sandbox=allow) if needs_box else None
+    return grade_many(items, sandbox=box, static=static, answered=lambda i, g: _reward(g, wanted), **options)
+
+
+def _is_forward(ground_truth: object, mode: str) -> bool:
+    from opgen.score.grade import load_truth
+
+    truth = load_truth(ground_truth)  # type: ignore[arg-type]
+    return truth.native or (mode == "forward" or (mode == "auto" and truth.mode == "forward"))
 
 
 def compute_score_float(data_source: str, solution_str: str, ground_truth: str | dict,

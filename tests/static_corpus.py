@@ -414,7 +414,7 @@ def differential(items: list[tuple[str, dict, str]], box: object, threads: int =
         if not swap and hasattr(getattr(D, "_VERDICTS", None), "clear"):
             D._VERDICTS.clear()  # a cache of another shape: emptied before every grade instead
         local.hit = False
-        return G.grade(gt, response, sandbox=box, static=static), local.hit
+        return G.grade_in_process(gt, response, sandbox=box, static=static), local.hit
 
     disagreements: list[tuple[str, dict, str, dict, dict, bool]] = []
     by_kind: dict[str, list[int]] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,6 +17,7 @@ from opgen import ops
 from opgen.reward import KEYS, compute_score
 from opgen.score import diagnose as D
 from opgen.score import grade
+from opgen.score.grade import ERRORS, MAX_RESPONSE_CHARS, grade_in_process
 from opgen.score.sandbox import Sandbox
 
 GOLD = truth(("func_5(func_3(x), 'ab')", "hostile"))
@@ -246,3 +248,174 @@ def test_megabyte_blank_runs_are_graded_quickly(box):
         g = grade(GOLD, response, sandbox=box)
         assert time.monotonic() - t0 < 10.0  # the old regexes took minutes on these
         assert g["score"] == 1.0
+
+
+# ------------------------------------------------------------ every entry point is total (issue #22)
+
+
+def _hostile(kind: str) -> str:
+    from pathlib import Path
+
+    from test_hostile import load
+
+    code, _ = load(kind, Path("/nonexistent"))
+    return f"```python\n{code}\n```"
+
+
+def _huge_int_answer() -> str:
+    honest = ra_answer(GOLD)
+    return honest.replace("def main_solution(x):", "def func_9(s):\n    return 0x" + "f" * 4_000
+                          + "\n\ndef main_solution(x):")
+
+
+def test_an_int_literal_too_long_to_print_is_graded_not_raised(box):
+    # ast.dump of a > 4,300-digit int raised ValueError out of grade() (opgen score exited 1)
+    g = grade(GOLD, _huge_int_answer(), sandbox=box)
+    assert g["score"] == 1.0 and g["error"] == ""  # func_9 is not called: the program is right
+    from opgen.reward import compute_score_batch
+
+    got = compute_score_batch(["d"] * 3, [_huge_int_answer(), ra_answer(GOLD), "x"], [json.dumps(GOLD)] * 3)
+    assert [r["score"] for r in got] == [1.0, 1.0, 0.0]
+
+
+HOSTILE_TEXTS = {
+    "huge_int": _huge_int_answer(),
+    "too_large": "```python\ndef main_solution(x):\n    return x\n```" + " " * 1_000_001,
+    "nul_bytes": "```python\ndef main_solution(x):\n    return x\0\n```",
+    "lone_surrogate": "```python\ndef main_solution(x):\n    return '\udc80'\n```",
+    "deep_brackets": "```python\ndef main_solution(x):\n    return " + "[" * 5_000 + "]" * 5_000 + "\n```",
+    "deep_json": "[" * 100_000,
+    "empty": "",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_TEXTS))
+def test_every_entry_point_returns_a_grade_for_any_text(box, kind):
+    import asyncio
+
+    from opgen.reward import compute_score_async, compute_score_batch, compute_score_float
+
+    text = HOSTILE_TEXTS[kind]
+    for gt in (GOLD, dict(GOLD, mode="forward")):
+        g = grade(gt, text, sandbox=box)
+        assert 0.0 <= g["score"] <= 1.0 and g["error"] in ERRORS
+        r = compute_score("d", text, json.dumps(gt))
+        assert 0.0 <= r["score"] <= 1.0 and set(r) == set(KEYS)
+        assert 0.0 <= compute_score_float("d", text, json.dumps(gt)) <= 1.0
+        assert asyncio.run(compute_score_async("d", text, json.dumps(gt))) == r
+        assert compute_score_batch(["d"], [text], [json.dumps(gt)]) == [r]
+    # bytes are text too (undecodable bytes never match an answer)
+    raw = text.encode("utf-8", "surrogatepass") + b"\xff"
+    assert 0.0 <= grade(GOLD, raw, sandbox=box)["score"] <= 1.0
+
+
+def test_a_response_over_the_cap_is_too_large():
+    g = grade(GOLD, "x" * (MAX_RESPONSE_CHARS + 1))
+    assert g["error"] == "too_large" and g["score"] == 0.0 and str(MAX_RESPONSE_CHARS) in g["detail"]
+    assert compute_score("d", "x" * (MAX_RESPONSE_CHARS + 1), json.dumps(GOLD))["error"] == "too_large"
+
+
+def test_no_response_changes_this_process_recursion_limit(box):
+    """A static answer binding a recursive operator raised the process-wide recursion limit to
+    20,000 while it was evaluated; a 59,000-deep ``x.a.a...`` compiled meanwhile on another thread
+    overflowed the C stack (SIGSEGV). Both now grade, and the limit never moves here."""
+    import sys
+    import threading
+
+    limit = sys.getrecursionlimit()
+    recursive = truth(("func_17(x)", "r" * 900))
+    answers = [ra_answer(recursive)] * 4
+    seen: set[int] = set()
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.add(sys.getrecursionlimit())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    deep = _hostile("deep_attribute_chain")
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(grade, recursive, a, sandbox=box) for a in answers]
+            futures.append(pool.submit(grade, GOLD, deep, sandbox=box))
+            got = [f.result() for f in futures]
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen == {limit}
+    assert [g["score"] for g in got[:-1]] == [1.0] * 4
+    assert got[-1]["score"] == 0.0 and got[-1]["error"] in ERRORS
+
+
+def test_flags_are_booleans():
+    for bad in ("false", "true", 0, None):
+        with pytest.raises(ValueError, match="static"):
+            grade(GOLD, ra_answer(GOLD), static=bad)
+        with pytest.raises(ValueError, match="static"):
+            compute_score("d", ra_answer(GOLD), json.dumps(GOLD), static=bad)
+
+
+def test_a_stall_costs_its_own_budget_and_its_neighbours_are_graded(box, monkeypatch):
+    """30,000 distinct keyword arguments (~40 s in CPython 3.11's compiler) in a batch of honest
+    answers: it is graded timeout; its grading process is replaced; the others are right."""
+    from opgen.score import batch as B
+
+    monkeypatch.setattr(B, "RESPONSE_CPU_S", 0.5)
+    honest = [ra_answer(GOLD), "no code", ra_answer(GOLD).replace("func_3(x)", "x")]
+    items = [B.Item(GOLD, t) for t in honest] + [B.Item(GOLD, _hostile("compiler_many_keywords"))] + \
+        [B.Item(GOLD, t) for t in honest]
+    got = B.grade_many(items, sandbox=box, processes=1)
+    want = [grade_in_process(GOLD, t, sandbox=box) for t in honest]
+    assert got[:3] == want and got[4:] == want
+    assert got[3]["error"] == "timeout" and got[3]["score"] == 0.0
+
+
+STALLS = ("compiler_many_keywords", "compiler_fstring_fields", "optimizer_folds_huge_floordiv",
+          "structure_walk_megabyte")
+
+
+@pytest.mark.slow
+def test_every_stall_shape_mixed_into_a_batch(box, monkeypatch):
+    from opgen.score import batch as B
+
+    monkeypatch.setattr(B, "RESPONSE_CPU_S", 0.5)
+    honest = [ra_answer(GOLD), ra_answer(GOLD).replace("func_3(x)", "x"), "no code", '{"output": "x"}'] * 5
+    bad = {k: _hostile(k) for k in (*STALLS, "deep_attribute_chain", "oversized_response", "huge_int_literal")}
+    items = [B.Item(GOLD, t) for t in honest]
+    where = {}
+    for k, text in bad.items():
+        where[k] = len(items) // 2
+        items.insert(where[k], B.Item(GOLD, text))
+    where = {k: next(i for i, it in enumerate(items) if it.response == bad[k]) for k in bad}
+    got = B.grade_many(items, sandbox=box, processes=2)
+    bad_at = set(where.values())
+    want = {t: grade_in_process(GOLD, t, sandbox=box) for t in set(honest)}
+    assert all(got[i] == want[it.response] for i, it in enumerate(items) if i not in bad_at)
+    for k in STALLS:
+        assert got[where[k]]["error"] == "timeout", k
+    assert got[where["oversized_response"]]["error"] == "too_large"
+    assert got[where["deep_attribute_chain"]]["score"] == 0.0
+    assert got[where["huge_int_literal"]]["error"] == "wrong_output"
+    # the pool was not given up: the next batch is graded by grading processes as before
+    assert B.grade_many(items[:5], sandbox=box, processes=2) == got[:5]
+
+
+def test_opgen_score_survives_hostile_responses(cli, runner, tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from opgen.score import batch as B
+
+    monkeypatch.setattr(B, "RESPONSE_CPU_S", 0.5)
+    data = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist([{"data_source": "opgen/x", "reward_model": {
+        "style": "rule", "ground_truth": json.dumps(GOLD)}, "extra_info": {"answer_format": "ra"}}]), data)
+    texts = [ra_answer(GOLD), _huge_int_answer(), _hostile("compiler_many_keywords"), "x" * (MAX_RESPONSE_CHARS + 9)]
+    (tmp_path / "r.jsonl").write_text(json.dumps({"index": 0, "responses": texts}) + "\n")
+    out = tmp_path / "out"
+    result = runner.invoke(cli, ["score", "--data", str(data), "--responses", str(tmp_path / "r.jsonl"),
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert [r["error"] for r in records] == ["", "", "timeout", "too_large"]

@@ -86,19 +86,22 @@ def test_keys_policy_minimal_keeps_the_score_and_full_is_the_default():
 
 def test_batch_keeps_the_whole_sandbox_pool_busy(monkeypatch):
     # Two samples per sandbox worker in flight at once: a barrier of that size only opens if the
-    # batch really grades them concurrently (a sequential loop would time the barrier out).
+    # batch really runs them concurrently (a sequential loop would time the barrier out).
     import threading
 
-    import opgen.reward
     from opgen.score.sandbox import shared
 
-    width = 2 * shared().workers
-    barrier = threading.Barrier(width, timeout=30)
+    box = shared()
+    width = 2 * box.workers
+    barrier = threading.Barrier(width, timeout=60)
+    real = box.run_sent
 
-    def fake(data_source, solution_str, ground_truth, extra_info=None, **kw):
+    def waiting(sent):
         barrier.wait()
-        return {"score": 1.0}
+        return real(sent)
 
-    monkeypatch.setattr(opgen.reward, "compute_score", fake)
-    got = compute_score_batch(["d"] * width, ["x"] * width, ["{}"] * width)
-    assert got == [{"score": 1.0}] * width
+    monkeypatch.setattr(box, "run_sent", waiting)
+    # a program the static path cannot prove: it must run
+    text = "```python\ndef main_solution(x):\n    return x[::-1]\n```"
+    got = compute_score_batch(["d"] * width, [text] * width, [json.dumps(PROGRAM)] * width)
+    assert [g["error"] for g in got] == ["wrong_output"] * width

@@ -214,20 +214,31 @@ def test_fail_fast_unit_stops_at_the_first_timeout(box):
     assert time.monotonic() - t0 < 3 * box.timeout_s
 
 
-def test_code_that_does_not_compile_never_reaches_a_child(box, monkeypatch):
-    # The scorer compiles; a syntax error is answered without a worker round trip, in unit order.
+def test_code_that_does_not_compile_is_answered_as_the_grading_processes_answer_it(box, monkeypatch):
+    # Sandbox.run_units compiles nothing of the text in this process (the child does); a syntax
+    # error gets the text compile_units (the grading processes' compilation) gives without a child.
+    import builtins
+
+    from opgen.score.sandbox import compile_units
+
+    units = [Unit("def f(x) return x\n", (("f", ("a",)), ("f", ("b",)))),
+             Unit("def g(x):\n    return x + '!'\n", (("g", ("a",)),)),
+             Unit("a = '\0'\n", (("h", ()),))]
     sent = []
     real = box._request
     monkeypatch.setattr(box, "_request", lambda units, n: sent.append(units) or real(units, n))
-    rs = box.run_units([Unit("def f(x) return x\n", (("f", ("a",)), ("f", ("b",)))),
-                        Unit("def g(x):\n    return x + '!'\n", (("g", ("a",)),)),
-                        Unit("a = '\0'\n", (("h", ()),))])
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("model text compiled in the trusted process")
+
+    monkeypatch.setattr(builtins, "compile", refuse)
+    rs = box.run_units(units)
+    monkeypatch.undo()
     assert [r.status for r in rs] == ["syntax", "syntax", "ok", "syntax"]
     assert rs[0].detail.startswith("SyntaxError") and rs[2].value == "a!"
-    assert len(sent) == 1 and len(sent[0]) == 1 and isinstance(sent[0][0][0], bytes)
-    sent.clear()
-    assert [r.status for r in box.run_units([Unit("def f(:\n", (("f", ()),))])] == ["syntax"]
-    assert sent == []
+    assert len(sent) == 1 and all(isinstance(code, str) for code, _, _ in sent[0])
+    failed, compiled = compile_units(units)
+    assert failed == {0: rs[0], 2: rs[3]} and len(compiled) == 1 and isinstance(compiled[0][0], bytes)
 
 
 def test_compiled_here_runs_as_compiled_there(box, capfd):
@@ -340,7 +351,7 @@ def test_compute_score_takes_the_weak_flag(monkeypatch):
     from test_grade import ra_answer, truth
 
     import opgen.score.sandbox as S
-    from opgen.reward import compute_score
+    from opgen.reward import compute_score, compute_score_batch, compute_score_float
 
     monkeypatch.delenv("OPGEN_ALLOW_WEAK_SANDBOX", raising=False)
     monkeypatch.setattr(S, "Sandbox", functools.partial(S.Sandbox, namespaces=False))
@@ -350,6 +361,19 @@ def test_compute_score_takes_the_weak_flag(monkeypatch):
         with pytest.raises(SandboxError, match="below 'full'"):
             compute_score("d", ra_answer(gt), json.dumps(gt), allow_weak_sandbox=False)
         assert compute_score("d", ra_answer(gt), json.dumps(gt), allow_weak_sandbox=True)["score"] == 1.0
+        # once allowed, not allowed for later calls that did not ask (the weak sandbox is running)
+        with pytest.raises(SandboxError, match="below 'full'"):
+            compute_score("d", ra_answer(gt), json.dumps(gt))
+        with pytest.raises(SandboxError, match="below 'full'"):
+            compute_score("d", ra_answer(gt), json.dumps(gt), allow_weak_sandbox=False)
+        # a string is not a boolean: "false" must never read as true
+        for flag in ("false", "true", 0, 1):
+            with pytest.raises(ValueError, match="allow_weak_sandbox"):
+                compute_score("d", ra_answer(gt), json.dumps(gt), allow_weak_sandbox=flag)
+        with pytest.raises(ValueError, match="allow_weak_sandbox"):
+            compute_score_batch(["d"], [ra_answer(gt)], [json.dumps(gt)], allow_weak_sandbox="false")
+        with pytest.raises(ValueError, match="allow_weak_sandbox"):
+            compute_score_float("d", ra_answer(gt), json.dumps(gt), allow_weak_sandbox="false")
     finally:
         if S._shared is not None:
             S._shared.close()

@@ -71,11 +71,11 @@ def ra(gt: dict, defs: dict[str, str] | None = None, main: str | None = None, re
 def three_ways(box, gt: dict, response: str) -> dict:
     """The static-only grade; asserts it equals the sandbox's (fresh verdict caches for each)."""
     D._VERDICTS.clear()
-    alone = G.grade(gt, response, sandbox=NoRun())
+    alone = G.grade_in_process(gt, response, sandbox=NoRun())
     D._VERDICTS.clear()
-    with_box = G.grade(gt, response, sandbox=box)
+    with_box = G.grade_in_process(gt, response, sandbox=box)
     D._VERDICTS.clear()
-    ran = G.grade(gt, response, sandbox=box, static=False)
+    ran = G.grade_in_process(gt, response, sandbox=box, static=False)
     assert alone == with_box == ran
     return alone
 
@@ -83,11 +83,11 @@ def three_ways(box, gt: dict, response: str) -> dict:
 def goes_to_sandbox(box, gt: dict, response: str) -> dict:
     D._VERDICTS.clear()
     with pytest.raises(AssertionError, match="static path"):
-        G.grade(gt, response, sandbox=NoRun())
+        G.grade_in_process(gt, response, sandbox=NoRun())
     D._VERDICTS.clear()
-    a = G.grade(gt, response, sandbox=box)
+    a = G.grade_in_process(gt, response, sandbox=box)
     D._VERDICTS.clear()
-    assert a == G.grade(gt, response, sandbox=box, static=False)
+    assert a == G.grade_in_process(gt, response, sandbox=box, static=False)
     return a
 
 
@@ -209,17 +209,42 @@ def test_anything_but_library_code_goes_to_the_sandbox(box, change):
     "def main_solution(x):\n    return func_9(x)[0]",  # not the grammar
     "def main_solution(x):\n    return func_9(x + 'a\\udc80')",  # a lone surrogate
     "def main_solution(x):\n    return main_solution(x)",
+    # a shift of 2**1,000,000: every letter costs two operations on a million-bit integer (the
+    # old per-character cost said 1.0 after 17-24 s of CPU where the sandbox says timeout in 2 s)
+    "def main_solution(x):\n    return func_11(func_1(x, 300), HUGE)",
 ])
 def test_limits_the_sandbox_enforces_by_time_memory_or_stack_are_not_evaluated(box, main):
+    main = main.replace("HUGE", "0x1" + "0" * 250_000)  # a million-bit integer literal
     gt = gt_of("func_9(x)", "abcdefghij")
-    if any(op in main for op in ("func_19", "func_1(", "func_17", "func_8", "func_18")):
+    used = ("func_19", "func_1", "func_17", "func_8", "func_18", "func_11", "func_24")
+    if any(op + "(" in main for op in used):
         # only the operators used; the slow cases are checked without running them in the sandbox
-        text = ra(gt, {op: ops.get(op).source for op in ("func_19", "func_1", "func_17", "func_8", "func_18")}, main)
+        text = ra(gt, {op: ops.get(op).source for op in used}, main)
         D._VERDICTS.clear()
         with pytest.raises(AssertionError, match="static path"):
-            G.grade(gt, text, sandbox=NoRun())
+            G.grade_in_process(gt, text, sandbox=NoRun())
         return
     goes_to_sandbox(box, gt, ra(gt, main=main))
+
+
+def test_costs_are_operator_facts_in_bits():
+    # one home: every operator's cost bound is on the Operator (opgen/ops.py), none in static.py
+    assert all(op.cost is not None for op in ops.OPERATORS)
+    assert not hasattr(S, "_COSTS")
+    # an integer's size counts: the same call with a million-bit shift costs far more
+    small = ops.get("func_11").cost(100, 3)
+    huge = ops.get("func_11").cost(100, 1 << 1_000_000)
+    assert huge[1] > 100 * small[1]
+    # one modulus of a huge count is cheap, and priced so
+    assert ops.get("func_8").cost(100, 1 << 1_000_000)[1] < S.WORK_BUDGET
+    assert ops.int_steps(5) == 1 and ops.int_steps(-(1 << 4800)) == 11
+
+
+def test_a_huge_integer_argument_is_evaluated_when_its_cost_is_small(box):
+    gt = gt_of("func_9(x)", "abc")
+    main = "def main_solution(x):\n    return func_9(func_8(x, 0x1" + "0" * 250_000 + "))"
+    text = ra(gt, {"func_8": ops.get("func_8").source}, main)
+    assert three_ways(box, gt, text)["score"] == 0.0  # evaluated statically, as the sandbox grades it
 
 
 def test_library_text_followed_by_an_indented_line_is_not_taken_apart(box):
@@ -255,7 +280,7 @@ def test_static_false_and_the_entry_points_reach_the_sandbox(box, tmp_path):
     gt = gt_of("func_3(x)", "ba")
     sb = NoRun()
     with pytest.raises(AssertionError):
-        G.grade(gt, ra(gt), sandbox=sb, static=False)
+        G.grade_in_process(gt, ra(gt), sandbox=sb, static=False)
     assert sb.asked == 1
     assert compute_score("opgen/x", ra(gt), json.dumps(gt))["score"] == 1.0
     assert compute_score("opgen/x", ra(gt), json.dumps(gt), static=False)["score"] == 1.0

@@ -284,13 +284,16 @@ class _SandboxHost:
     def run_units(self, units):
         return self.box.run_units(units)
 
+    def run_sent(self, sent):
+        return self.box.run_sent(sent)
+
     def close(self) -> None:
         self.box.close()
 
 
 class RaySandbox:
     """The part of the Sandbox interface the scorer uses (``workers``, ``level``, the limits the
-    static path reads, ``run_units``, ``close``), served by sandbox actors spread over the cluster's
+    static path reads, ``run_units``, ``run_sent``, ``close``), served by sandbox actors spread over the cluster's
     nodes: each response's units go to the actor with the fewest in flight. Grades are the local
     sandbox's (same programs, same isolated children); only where they run changes."""
 
@@ -323,11 +326,18 @@ class RaySandbox:
         self._lock = threading.Lock()
 
     def run_units(self, units):
+        return self._call("run_units", list(units))
+
+    def run_sent(self, sent):
+        """A request as the grading processes compile it (``Sandbox.run_sent``), on the least busy actor."""
+        return self._call("run_sent", list(sent))
+
+    def _call(self, method: str, payload: list):
         with self._lock:
             i = min(range(len(self.hosts)), key=lambda k: self._busy[k])
             self._busy[i] += 1
         try:
-            return self.ray.get(self.hosts[i].run_units.remote(list(units)))
+            return self.ray.get(getattr(self.hosts[i], method).remote(payload))
         except self.ray.exceptions.RayError as exc:
             from opgen.score.sandbox import SandboxError
 

@@ -1,58 +1,76 @@
-"""Grade many responses at once: the static path on a pool of grading processes, the rest in the sandbox.
+"""Grade responses in grading processes: the only place model text is parsed, compiled or statically evaluated.
 
-:func:`grade` holds the GIL for all of its parsing and static evaluation, so threads grade at most
-one core's worth of responses. :func:`grade_many` hands the batch to a pool of trusted grading
-processes (opgen's own code only: model code is parsed there, and compiled as the scorer itself
-does, but never run) that grade each response with the static path alone — and a program that
-does not compile, which the sandbox answers without a child too; whatever else comes back
-unanswered and is graded here, in this process's threads, through the real sandbox as
-:func:`grade` always does. Every grade is the one :func:`grade` gives (tests/test_batch.py
-compares them): the pool's processes see the sandbox's limits, and a verdict only ever comes from
-their own computation.
+The trusted process (the one that calls :func:`grade`, ``compute_score*``, ``score_files``) never
+reads a response's text beyond its length: every response — one :func:`grade` call or a batch of
+20,000 — goes to a pool of grading processes (``python -m opgen.score.batch``: fresh interpreters
+running opgen's own code, which parse and compile model text but never run it). Each response is
+graded there under its own budget (:data:`RESPONSE_CPU_S` of CPU, :data:`RESPONSE_WALL_S` of wall
+clock), measured by this process from the outside: a response that overruns is graded ``timeout``,
+one that kills its grading process (a C stack overflow in the compiler) ``killed``; the process is
+killed and replaced and the rest of its chunk goes on in the replacement, so one response costs its
+neighbours at most its own budget.
 
-The pool starts on first use (fresh interpreters, ``python -m opgen.score.batch``: nothing of this
-process's threads, locks or ``__main__`` is inherited) and is reused; ``OPGEN_GRADE_PROCESSES``
-(or ``processes=``) sets its size, 0 grades everything in this process.
+A response the static path cannot prove comes back as the request its program needs (the sandbox
+units, compiled in the grading process, :func:`opgen.score.sandbox.compile_units`); this process sends
+it to the sandbox's workers as bytes and hands the results to a grading process, which finishes the
+grade (recall verdicts, structure) exactly as :func:`opgen.score.grade.grade_in_process` does with a real
+sandbox (tests/test_batch.py compares them). Messages both ways are ``marshal`` payloads of plain
+values (no pickle: nothing a grading process sends can run code here).
+
+The pool starts on first use, one process at a time as work needs them (a single :func:`grade`
+starts one), up to ``OPGEN_GRADE_PROCESSES`` (or ``processes=``; default one per CPU, at most 8).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
+import json
+import marshal
 import os
-import pickle
+import resource
 import select
 import struct
 import subprocess
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import Any, TypeVar
 
-from opgen.score import static as S
-from opgen.score.grade import grade, row_fields
-from opgen.score.sandbox import FairPool, Result, Sandbox, Unit, assemble, compile_units
+import opgen.score.grade  # noqa: F401 - read through sys.modules in grade_many
+from opgen.score.sandbox import FairPool, Result, Sandbox, SandboxError, Unit, assemble, compile_units
 
 T = TypeVar("T")
 
-# Below this many responses a batch is graded in this process: shipping it costs more than it saves.
-MIN_BATCH = 64
-# Responses per message to a grading process: large enough that the round trip is a small share,
-# and at most CHUNK_CHARS characters of responses (a response may have up to 1,000,000).
+# Responses per message to a grading process, and at most CHUNK_CHARS characters of responses.
 CHUNK = 128
 CHUNK_CHARS = 4_000_000
-# A grading process that has not answered a chunk by then is killed and replaced (its chunk is
-# graded here): its work is bounded (static.WORK_BUDGET per response), so only a fault gets there.
-CHUNK_TIMEOUT_S = 30.0
-ITEM_TIMEOUT_S = 0.5
-# Chunks in a row without a reply after which the pool is given up (an interpreter that cannot
-# import opgen, say): every batch is then graded in this process, as with 0 processes.
-MAX_FAILURES = 3
+# Each response's budget in a grading process (parsing, compiling, the structure walk, the static
+# evaluation): far beyond an honest answer's milliseconds. CPU is what is budgeted; the wall clock
+# bounds a process that is starved or stopped (a loaded machine gets that much slack).
+RESPONSE_CPU_S = 2.0
+RESPONSE_WALL_S = 20.0
+# How long a new grading process may take to start (import opgen, fill its caches) before the pool
+# reports that grading processes cannot start here.
+START_TIMEOUT_S = 120.0
+# A grading process's own limits: address space, and a worker thread stack deep enough for the
+# compiler's recursion under the process's recursion limit (it never runs model code).
+GRADER_MEMORY_MB = 4096
+GRADER_STACK_MB = 256
+GRADER_RECURSION = 4_000
+# Rounds of sandbox runs for one response (a recall verdict cached in one grading process but not
+# in another changes which probes run: each round runs the units not run yet).
+MAX_ROUNDS = 8
+_HELLO = "opgen-grader-ready"
+
+
+class GradingError(SandboxError):
+    """The grading processes cannot start here (never a verdict on a response)."""
 
 
 @dataclass(frozen=True)
@@ -67,29 +85,9 @@ class Item:
     @classmethod
     def of_row(cls, ground_truth: dict | str, response: str, extra_info: Mapping | None) -> Item:
         """The item of a response to a row with this ``extra_info`` (:func:`grade.row_fields`)."""
+        from opgen.score.grade import row_fields
+
         return cls(ground_truth, response, *row_fields(extra_info))
-
-
-class _NeedsSandbox(Exception):
-    """The static path declined: the response must run."""
-
-
-@dataclass(frozen=True)
-class _Limits:
-    """What the static path reads of a sandbox (``static.applies``), and its answers that need no
-    child; running anything raises."""
-
-    timeout_s: float
-    memory_mb: int
-    max_output: int
-
-    def run_units(self, units: Sequence[Unit]) -> list[Result]:
-        """The sandbox's results when no unit needs a child (none compiles: ``syntax`` for every
-        call, exactly as ``Sandbox.run_units`` answers without one); else the response must run."""
-        failed, sent = compile_units(units)
-        if sent:
-            raise _NeedsSandbox
-        return assemble(units, failed, [])
 
 
 def default_processes() -> int:
@@ -100,18 +98,63 @@ def default_processes() -> int:
             n = int(raw)
         except ValueError:
             raise ValueError(f"OPGEN_GRADE_PROCESSES must be a whole number, got {raw!r}") from None
-        if n < 0:
-            raise ValueError(f"OPGEN_GRADE_PROCESSES must be >= 0, got {n}")
+        if n < 1:
+            raise ValueError(f"OPGEN_GRADE_PROCESSES must be >= 1 (responses are graded only in grading "
+                             f"processes), got {n}")
         return n
     return min(8, os.cpu_count() or 1)
 
 
+# ---------------------------------------------------------------- the grading process's side
+
+
+class _NeedsSandbox(Exception):
+    """The response's program must run: the sandbox request's units, and each unit's key."""
+
+    def __init__(self, sent: list, keys: list[str]):
+        super().__init__()
+        self.sent, self.keys = sent, keys
+
+
+def _unit_key(u: Unit) -> str:
+    # repr, not marshal: marshal's output depends on reference counts, which differ between processes.
+    text = repr((u.code, [(e, tuple(a)) for e, a in u.calls], u.fail_fast, tuple(u.imports)))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """What the static path reads of a sandbox (``static.applies``); running asks this process's
+    caller for the sandbox's results (``ran``: the results of units already run, by unit key).
+
+    Which units a response needs can differ between two grading processes (a recall verdict one of
+    them has cached needs no probes): a unit not yet run is asked for, with the others kept."""
+
+    timeout_s: float
+    memory_mb: int
+    max_output: int
+    ran: dict | None = None
+
+    def run_units(self, units: Sequence[Unit]) -> list[Result]:
+        failed, sent = compile_units(units)
+        if not sent:
+            return assemble(units, failed, [])
+        keys = [_unit_key(u) for i, u in enumerate(units) if u.calls and i not in failed]
+        ran = self.ran or {}
+        missing = [k for k, key in enumerate(keys) if key not in ran]
+        if missing:
+            raise _NeedsSandbox([sent[k] for k in missing], [keys[k] for k in missing])
+        raw = [Result(*r) for key in keys for r in ran[key]]
+        return assemble(units, failed, raw)
+
+
 def _warm() -> None:
-    """Fill a grading process's caches before its first chunk: grade, for every operator, its own
-    canonical RA answer (the library's parses, compiled bodies and recall verdicts)."""
+    """Fill a grading process's caches before its first response: grade, for every operator, its
+    own canonical RA answer (the library's parses, compiled bodies and recall verdicts)."""
     from opgen import expr as E
     from opgen import formats as F
     from opgen import ops
+    from opgen.score.grade import grade_in_process
 
     limits = _Limits(2.0, 512, 100_000)
     for op in ops.OPERATORS:
@@ -122,61 +165,171 @@ def _warm() -> None:
         gt = {"tasks": [{"entry": "main_solution", "expr": E.render(tree), "input": "abc", "output": "",
                          "ops": [op.id], "depth": 1}]}
         with contextlib.suppress(Exception):
-            grade(gt, answer, sandbox=limits)  # type: ignore[arg-type]
+            grade_in_process(gt, answer, sandbox=limits)  # type: ignore[arg-type]
 
 
-def _static_chunk(items: list[Item], limits: _Limits, options: dict) -> list[dict | None]:
-    """Runs in a grading process: each item's grade, or None where it needs the sandbox (or
-    raised: the caller then grades it itself, and raises the same error there)."""
-    out: list[dict | None] = []
-    for item in items:
-        try:
-            out.append(grade(item.ground_truth, item.response, sandbox=limits,  # type: ignore[arg-type]
-                             answer_format=item.answer_format, assistant_prefix=item.assistant_prefix, **options))
-        except Exception:  # _NeedsSandbox, or an error the caller's own grade() will raise
-            out.append(None)
-    return out
+def _grade_task(task: tuple, limits: tuple, options: dict) -> tuple:
+    """One response's outcome in a grading process: ``("grade", dict)``, ``("run", sent, keys)`` when
+    its program must run, or ``("failed", text)`` when grading it raised (a scorer fault)."""
+    from opgen.score.grade import grade_in_process
+
+    try:
+        ground_truth, response, answer_format, assistant_prefix, structured, ran = task
+        box = _Limits(limits[0], limits[1], limits[2], ran=ran)
+        return ("grade", grade_in_process(ground_truth, response, sandbox=box,  # type: ignore[arg-type]
+                                          answer_format=answer_format, assistant_prefix=assistant_prefix,
+                                          format_structured=structured, **options))
+    except _NeedsSandbox as need:
+        return ("run", need.sent, need.keys)
+    except BaseException as exc:  # the response gets a grade, the process goes on
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        return ("failed", f"{type(exc).__name__}: {str(exc)[:300]}")
+
+
+def _write(fd: int, obj: Any) -> None:
+    data = marshal.dumps(obj)
+    view = memoryview(struct.pack("<Q", len(data)) + data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _read_exact(stream, n: int) -> bytes | None:
+    data = stream.read(n)
+    return data if len(data) == n else None
+
+
+def _serve_loop(out_fd: int) -> None:
+    stdin = sys.stdin.buffer
+    _warm()
+    _write(out_fd, _HELLO)
+    while True:
+        head = _read_exact(stdin, 8)
+        if head is None:
+            return
+        body = _read_exact(stdin, struct.unpack("<Q", head)[0])
+        if body is None:
+            return
+        tasks, limits, options = marshal.loads(body)
+        for task in tasks:  # one reply per response, as soon as it is graded
+            _write(out_fd, _grade_task(task, limits, options))
+
+
+def _serve() -> None:
+    """The grading process: chunks in on stdin, one reply per response out on stdout."""
+    out_fd = os.dup(1)
+    os.dup2(2, 1)  # anything else written to stdout goes to stderr
+    with contextlib.suppress(ValueError, OSError):
+        limit = GRADER_MEMORY_MB << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    # Set once, for the process's whole life: no response changes it (static.py keeps its
+    # recursion below it; the compiler's deeper nesting fails as RecursionError, left to the child).
+    sys.setrecursionlimit(GRADER_RECURSION)
+    threading.stack_size(GRADER_STACK_MB << 20)
+    worker = threading.Thread(target=_serve_loop, args=(out_fd,), name="opgen-grader")
+    worker.start()
+    worker.join()
+
+
+# ---------------------------------------------------------------- the trusted side
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class _Overrun(Exception):
+    """The response in progress overran its budget, or its grading process died."""
+
+    def __init__(self, error: str, detail: str):
+        super().__init__(detail)
+        self.error, self.detail = error, detail
 
 
 class _Grader:
-    """One grading process (``python -m opgen.score.batch``), serving one chunk at a time over its
-    pipes: length-prefixed pickles both ways, between two processes that run opgen's code only."""
+    """One grading process, serving one chunk at a time over its pipes."""
 
     def __init__(self) -> None:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # opgen importable as this process has it
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self.proc = subprocess.Popen([sys.executable, "-m", "opgen.score.batch"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def call(self, payload: tuple, timeout_s: float) -> list[dict | None]:
-        """The grades of one chunk; raises when the process stopped, or gave no reply within
-        ``timeout_s`` (far beyond what its bounded work takes: only a fault gets there)."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        _send(self.proc.stdin, payload)
-        deadline = time.monotonic() + timeout_s
-        (n,) = struct.unpack("<Q", self._read(8, deadline))
-        got = pickle.loads(self._read(n, deadline))
-        if not isinstance(got, list) or len(got) != len(payload[0]):
-            raise EOFError("the grading process gave no reply")
-        return got
-
-    def _read(self, n: int, deadline: float) -> bytes:
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "opgen.score.batch"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        except OSError as exc:
+            raise GradingError(f"cannot start a grading process ({sys.executable} -m opgen.score.batch): "
+                               f"{exc}") from None
         assert self.proc.stdout is not None
-        fd, parts, left = self.proc.stdout.fileno(), [], n
-        while left:
-            wait = deadline - time.monotonic()
-            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
-                raise TimeoutError("the grading process gave no reply in time")
-            part = os.read(fd, min(left, 1 << 20))
-            if not part:
-                raise EOFError("the grading process stopped")
-            parts.append(part)
-            left -= len(part)
-        return b"".join(parts)
+        self.fd = self.proc.stdout.fileno()
+        self.buf = bytearray()
+        try:
+            hello = self._message(START_TIMEOUT_S, None)
+        except _Overrun:
+            hello = None
+        if hello != _HELLO:
+            self.kill()
+            raise GradingError(f"a grading process ({sys.executable} -m opgen.score.batch) did not start "
+                               f"within {START_TIMEOUT_S:g} s; responses are graded only there")
+
+    def cpu_s(self) -> float | None:
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _TICK
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def _message(self, wall_s: float, cpu_s: float | None) -> object:
+        """The next message, within ``wall_s`` seconds and (where measurable) ``cpu_s`` seconds of
+        the process's CPU; raises :class:`_Overrun` otherwise."""
+        start = time.monotonic()
+        cpu0 = self.cpu_s() if cpu_s is not None else None
+        while True:
+            if len(self.buf) >= 8:
+                (n,) = struct.unpack_from("<Q", self.buf)
+                if len(self.buf) >= 8 + n:
+                    data = bytes(self.buf[8:8 + n])
+                    del self.buf[:8 + n]
+                    try:
+                        return marshal.loads(data)
+                    except (ValueError, EOFError, TypeError):
+                        raise _Overrun("killed", "the grading process sent a malformed reply") from None
+            wait = start + wall_s - time.monotonic()
+            if wait <= 0:
+                raise _Overrun("timeout", f"grading this response took more than {wall_s:g} s of wall clock")
+            if cpu_s is not None and cpu0 is not None:
+                used = (self.cpu_s() or cpu0) - cpu0
+                if used > cpu_s:
+                    raise _Overrun("timeout", f"grading this response took more than {cpu_s:g} s of CPU")
+                wait = min(wait, max(cpu_s - used, 0.02))
+            if select.select([self.fd], [], [], wait)[0]:
+                part = os.read(self.fd, 1 << 20)
+                if not part:
+                    code = self.proc.wait()
+                    how = f"signal {-code}" if code < 0 else f"exit code {code}"
+                    raise _Overrun("killed", f"grading this response killed its grading process ({how})")
+                self.buf += part
+
+    def serve(self, tasks: list, limits: tuple, options: dict) -> tuple[list[tuple], _Overrun | None]:
+        """The replies to ``tasks`` in order, up to the first response that overran (its failure
+        is returned beside them; this process is then dead and must be replaced)."""
+        assert self.proc.stdin is not None
+        try:
+            data = marshal.dumps((tasks, limits, options))
+            self.proc.stdin.write(struct.pack("<Q", len(data)) + data)
+            self.proc.stdin.flush()
+        except (OSError, ValueError) as exc:
+            return [], _Overrun("killed", f"the grading process stopped: {exc}")
+        replies: list[tuple] = []
+        for _ in tasks:
+            try:
+                got = self._message(RESPONSE_WALL_S, RESPONSE_CPU_S)
+            except _Overrun as over:
+                return replies, over
+            if not (isinstance(got, tuple) and got and got[0] in ("grade", "run", "failed")):
+                return replies, _Overrun("killed", "the grading process sent a malformed reply")
+            replies.append(got)
+        return replies, None
 
     def kill(self) -> None:
         with contextlib.suppress(OSError):
@@ -198,83 +351,58 @@ class _Grader:
             self.proc.wait()
 
 
-def _send(stream: IO[bytes], obj: object) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(struct.pack("<Q", len(data)) + data)
-    stream.flush()
-
-
-def _receive(stream: IO[bytes]) -> object:
-    head = stream.read(8)
-    if len(head) < 8:
-        return None
-    (n,) = struct.unpack("<Q", head)
-    data = stream.read(n)
-    if len(data) < n:
-        return None
-    return pickle.loads(data)
-
-
-def _serve() -> None:
-    """The grading process's loop: chunks in on stdin, grades out on stdout, until stdin closes."""
-    # The replies go to a copy of the stdout pipe; anything else written to stdout goes to stderr.
-    stdout = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    _warm()
-    stdin = sys.stdin.buffer
-    while True:
-        request = _receive(stdin)
-        if request is None:
-            return
-        assert isinstance(request, tuple)
-        items: list[Item] = request[0]
-        limits: _Limits = request[1]
-        options: dict = request[2]
-        _send(stdout, _static_chunk(items, limits, options))
-
-
 class _Pool:
-    """The process's grading processes, started on first use, handed out first come first served
-    (the sandbox's :class:`FairPool`)."""
+    """The process's grading processes, started as work needs them (up to ``size``), handed out
+    first come first served (the sandbox's :class:`FairPool`)."""
 
     def __init__(self, size: int) -> None:
         self.size, self.pid = size, os.getpid()
-        self.graders = [_Grader() for _ in range(size)]  # every one, busy or idle
+        self.graders: list[_Grader] = []
         self.free: FairPool[_Grader] = FairPool()
-        self.failures = 0  # failed chunks in a row: at MAX_FAILURES the pool is not used again
-        for g in self.graders:
-            self.free.put(g)
+        self.lock = threading.Lock()
+        self.started = 0  # graders started or starting
 
-    @property
-    def broken(self) -> bool:
-        return self.failures >= MAX_FAILURES
+    def _get(self) -> _Grader:
+        with self.lock:
+            grow = self.started < self.size and not self.free.has_idle()
+            if grow:
+                self.started += 1
+        if grow:
+            try:
+                g = _Grader()
+            except BaseException:
+                with self.lock:
+                    self.started -= 1
+                raise
+            with self.lock:
+                self.graders.append(g)
+            return g
+        return self.free.get()
 
-    def call(self, payload: tuple) -> list[dict | None] | None:
-        """A chunk's grades from the next free grading process; None when that process failed
-        (it is replaced: the caller grades the chunk itself)."""
-        grader = self.free.get()
-        try:
-            if self.broken:
-                return None
-            got = grader.call(payload, CHUNK_TIMEOUT_S + ITEM_TIMEOUT_S * len(payload[0]))
-            self.failures = 0
-            return got
-        except Exception:  # died, hung, or wrote what is not a reply
-            grader.kill()
-            replacement = _Grader()
-            self.graders[self.graders.index(grader)] = replacement
-            grader = replacement
-            self.failures += 1
-            if self.broken:
-                warnings.warn(f"opgen.score.batch: {MAX_FAILURES} chunks in a row got no reply from the grading "
-                              f"processes ({sys.executable} -m opgen.score.batch); grading in this process from "
-                              "now on", RuntimeWarning, stacklevel=2)
-            return None
-        finally:
-            self.free.put(grader)
+    def serve(self, tasks: list, limits: tuple, options: dict) -> list[tuple]:
+        """One outcome per task, in order: a grading process's reply, or ``("over", error, detail)``
+        for a response that overran its budget or killed its process (which is then replaced, and
+        the chunk's later responses go to the replacement)."""
+        out: list[tuple] = []
+        while len(out) < len(tasks):
+            grader = self._get()
+            replies, over = grader.serve(tasks[len(out):], limits, options)
+            out.extend(replies)
+            if over is not None:
+                grader.kill()
+                with self.lock:
+                    self.graders.remove(grader)
+                    self.started -= 1
+                if len(out) < len(tasks):
+                    out.append(("over", over.error, over.detail))
+            else:
+                self.free.put(grader)
+        return out
 
     def close(self) -> None:
-        for g in self.graders:
+        with self.lock:
+            graders, self.graders = self.graders, []
+        for g in graders:
             g.close()
 
 
@@ -296,7 +424,7 @@ def _grading_pool(processes: int) -> _Pool:
 def pool_pids() -> list[int]:
     """The process ids of the grading processes now running (for measurements)."""
     with _pool_lock:
-        return [g.proc.pid for g in _pool.graders] if _pool is not None else []
+        return [g.proc.pid for g in list(_pool.graders)] if _pool is not None else []
 
 
 def close_pool() -> None:
@@ -322,52 +450,169 @@ def _chunks(items: Sequence[Item], size: int) -> list[tuple[int, int]]:
     return out
 
 
-def grade_many(items: Sequence[Item], *, sandbox: Sandbox, processes: int | None = None, static: bool = True,
-               own: Callable[[int], T] | None = None, answered: Callable[[int, dict], T] | None = None,
+_DEFAULT_LIMITS = (2.0, 512, 100_000)  # forward rows: no sandbox, nothing runs
+
+
+def _plain(value: object) -> object:
+    if hasattr(value, "tolist"):  # numpy values, from a dataframe's row
+        return value.tolist()
+    raise TypeError(f"ground_truth holds a {type(value).__name__}, not a JSON value")
+
+
+def _plain_truth(ground_truth: object) -> str:
+    """The ground truth as the JSON text a grading process reads (a string as it is)."""
+    if isinstance(ground_truth, str):
+        return ground_truth
+    return json.dumps(ground_truth, default=_plain)
+
+
+class _Batch:
+    """One :func:`grade_many` call: the items, their grades so far, and the way to each grade."""
+
+    def __init__(self, items: Sequence[Item], sandbox: Sandbox | None, pool: _Pool, options: dict,
+                 answered: Callable[[int, dict], object] | None):
+        G = sys.modules["opgen.score.grade"]  # (``opgen.score.grade`` the attribute is the function)
+        self.G, self.items, self.sandbox, self.pool, self.options = G, items, sandbox, pool, options
+        self.answered, self.mode = answered, str(options.get("mode", "auto"))
+        self.limits = _DEFAULT_LIMITS if sandbox is None else (sandbox.timeout_s, sandbox.memory_mb,
+                                                               sandbox.max_output)
+        self.texts = [G.response_text(item.response) for item in items]
+        # The ground truths are the caller's data, checked (and raised about) here, before any
+        # grading; each is kept for a grade made here (too_large, timeout, killed) only where needed.
+        self.truths: dict[int, object] = {}
+        formats: dict[str, bool | None] = {}
+        for i, item in enumerate(items):
+            truth = G.load_truth(item.ground_truth)
+            if len(self.texts[i]) > G.MAX_RESPONSE_CHARS:
+                self.truths[i] = truth
+            af = str(item.answer_format)
+            if af and af not in formats:
+                formats[af] = self._format_fact(af)
+            if af and formats[af] is None and not truth.native and \
+                    (truth.mode if self.mode == "auto" else self.mode) == "program":
+                from opgen import formats as F
+
+                F.answer_spec(af)  # raises FormatError naming the unknown format, as grading would
+        self.formats = formats
+        self.done: list = [None] * len(items)
+        self.runners: ThreadPoolExecutor | None = None
+
+    def finish(self, i: int, g: dict) -> None:
+        self.done[i] = g if self.answered is None else self.answered(i, g)
+
+    def truth(self, i: int) -> object:
+        if i not in self.truths:
+            self.truths[i] = self.G.load_truth(self.items[i].ground_truth)
+        return self.truths[i]
+
+    def fail(self, i: int, error: str, detail: str) -> None:
+        self.finish(i, self.G.failure(self.truth(i), self.mode, error, detail))
+
+    def task(self, i: int, ran: dict | None = None) -> tuple:
+        item = self.items[i]
+        return (_plain_truth(item.ground_truth), self.texts[i], str(item.answer_format),
+                str(item.assistant_prefix), self.structured(str(item.answer_format)), ran)
+
+    def structured(self, answer_format: str) -> bool | None:
+        return self.formats.get(answer_format)
+
+    @staticmethod
+    def _format_fact(answer_format: str) -> bool | None:
+        """The format's ``structured`` fact, from this process's registry (formats registered at
+        run time exist here only); None when unknown here."""
+        from opgen import formats as F
+
+        try:
+            return F.answer_spec(answer_format).structured
+        except F.FormatError:
+            return None
+
+    def serve(self, indices: list[int]) -> list[tuple]:
+        return self.pool.serve([self.task(i) for i in indices], self.limits, self.options)
+
+    def settle(self, i: int, outcome: tuple) -> Future | None:
+        """Record a grading process's outcome for item ``i``; a program to run is started (its
+        future returned)."""
+        kind = outcome[0]
+        if kind == "grade":
+            self.finish(i, outcome[1])
+        elif kind == "over":
+            self.fail(i, outcome[1], outcome[2])
+        elif kind == "failed":
+            self.fail(i, "killed", "grading this response failed: " + str(outcome[1]))
+        elif self.sandbox is None or self.runners is None:
+            self.fail(i, "killed", "the response's program needs a sandbox; none was given")
+        else:
+            return self.runners.submit(self.run, i, outcome)
+        return None
+
+    def run(self, i: int, outcome: tuple) -> None:
+        """Run what item ``i``'s program needs in the sandbox, then have it graded with the results."""
+        assert self.sandbox is not None
+        ran: dict[str, list] = {}
+        for _ in range(MAX_ROUNDS):
+            _, sent, keys = outcome
+            raw = [(r.status, r.value, r.detail) for r in self.sandbox.run_sent(sent)]
+            position = 0
+            for (_, calls, _), key in zip(sent, keys):
+                ran[key] = raw[position:position + len(calls)]
+                position += len(calls)
+            (outcome,) = self.pool.serve([self.task(i, ran)], self.limits, self.options)
+            if outcome[0] != "run":
+                self.settle(i, outcome)
+                return
+        self.fail(i, "killed", f"the response's program asked for {MAX_ROUNDS} runs")
+
+    def grade(self, n_proc: int) -> list:
+        todo: list[int] = []
+        for i, text in enumerate(self.texts):
+            big = self.G.too_large(self.truths[i], self.mode, text) if i in self.truths else None
+            if big is not None:
+                self.finish(i, big)
+            else:
+                todo.append(i)
+        if not todo:
+            return self.done
+        size = max(1, min(CHUNK, -(-len(todo) // (4 * n_proc))))
+        spans = [todo[a:b] for a, b in _chunks([self.items[i] for i in todo], size)]
+        width = 2 * self.sandbox.workers if self.sandbox is not None else 1
+        running: list[Future] = []
+        with ThreadPoolExecutor(width) as self.runners:
+            if len(spans) == 1:
+                running += self._settled(spans[0], self.serve(spans[0]))
+            else:
+                with ThreadPoolExecutor(min(n_proc, len(spans))) as senders:
+                    calls = {senders.submit(self.serve, span): span for span in spans}
+                    for fut in as_completed(calls):
+                        running += self._settled(calls[fut], fut.result())
+            for f in running:
+                f.result()
+        return self.done
+
+    def _settled(self, span: list[int], outcomes: list[tuple]) -> list[Future]:
+        return [f for i, o in zip(span, outcomes) if (f := self.settle(i, o)) is not None]
+
+
+def grade_many(items: Sequence[Item], *, sandbox: Sandbox | None, processes: int | None = None,
+               static: bool = True, answered: Callable[[int, dict], T] | None = None,
                **options: object) -> list[T]:
     """:func:`grade` of every item, in order, with ``sandbox`` and ``options`` (policy, group, mode,
-    diagnose, namespace): the static path's share on ``processes`` grading processes (default
-    :func:`default_processes`), the rest from ``2 x sandbox.workers`` threads here, each begun as
-    soon as its chunk comes back. ``own(i)`` grades item ``i`` here instead of :func:`grade` (and
-    ``answered(i, grade)`` turns a pool's grade into the same kind of value): the verl entry point
-    returns its own dicts."""
+    diagnose, namespace): graded on ``processes`` grading processes (default
+    :func:`default_processes`), the programs that must run sent from here to ``sandbox`` (two
+    requests per sandbox worker at a time), each as soon as its grading process asks.
+    ``answered(i, grade)`` turns a grade into the value returned (the verl entry point returns its
+    own dicts). ``sandbox`` may be None only when no program runs (forward rows)."""
+    G = sys.modules["opgen.score.grade"]
     n_proc = default_processes() if processes is None else int(processes)
-    options = dict(options, static=static)
-    done: list = [None] * len(items)
-
-    def one(i: int) -> None:
-        if own is not None:
-            done[i] = own(i)
-            return
-        item = items[i]
-        done[i] = grade(item.ground_truth, item.response, sandbox=sandbox, answer_format=item.answer_format,
-                        assistant_prefix=item.assistant_prefix, **options)  # type: ignore[arg-type]
-
-    with ThreadPoolExecutor(max(1, 2 * sandbox.workers)) as threads:
-        # Only where the static path applies (static.applies: the sandbox's limits leave room).
-        use = static and n_proc > 0 and len(items) >= MIN_BATCH and S.applies(sandbox)
-        pool = _grading_pool(n_proc) if use else None
-        if pool is None or pool.broken:
-            list(threads.map(one, range(len(items))))
-            return done
-        limits = _Limits(sandbox.timeout_s, sandbox.memory_mb, sandbox.max_output)
-        size = max(16, min(CHUNK, -(-len(items) // (4 * n_proc))))
-        running: list[Future] = []
-        # The sandbox's share starts as soon as a chunk comes back, beside the chunks still out.
-        with ThreadPoolExecutor(n_proc) as senders:
-            calls = {senders.submit(pool.call, (list(items[a:b]), limits, options)): (a, b)
-                     for a, b in _chunks(items, size)}
-            for fut in as_completed(calls):
-                start, end = calls[fut]
-                got = fut.result() or [None] * (end - start)
-                for k, g in enumerate(got):
-                    if g is None:
-                        running.append(threads.submit(one, start + k))
-                    else:
-                        done[start + k] = g if answered is None else answered(start + k, g)
-        for f in running:
-            f.result()  # an error grade() raised for a response is raised here, as grade() would
-    return done
+    if n_proc < 1:
+        raise ValueError(f"processes must be >= 1 (responses are graded only in grading processes), got {n_proc}")
+    G._check_options(str(options.get("policy", "output")), str(options.get("group", "fraction")),
+                     str(options.get("mode", "auto")), str(options.get("namespace", "strict")), static,
+                     options.get("diagnose", True))
+    if not items:
+        return []
+    batch = _Batch(items, sandbox, _grading_pool(n_proc), dict(options, static=static), answered)
+    return batch.grade(n_proc)
 
 
 if __name__ == "__main__":

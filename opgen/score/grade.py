@@ -20,14 +20,14 @@ from opgen.score.sandbox import Result, Sandbox, Unit
 
 POLICIES = ("output", "output_structure")
 # Far beyond any generation budget (3,072 tokens is about 12,000 characters); longer text is not
-# parsed at all, so that no response can make the scorer's own parsing slow.
+# parsed at all: it is graded ``too_large`` (docs/scoring.md).
 MAX_RESPONSE_CHARS = 1_000_000
 GROUP_POLICIES = ("fraction", "all")
 MODES = ("auto", "forward", "program")
 
 # Error classes a graded response can end with ("" when it is correct).
 ERRORS = ("", "no_answer", "wrong_output", "syntax", "missing_name", "missing_import", "arity", "exception",
-          "timeout", "memory", "output_too_large", "killed", "not_a_string", "nesting")
+          "timeout", "memory", "output_too_large", "killed", "not_a_string", "nesting", "too_large")
 NAMESPACES = D.NAMESPACES
 
 
@@ -174,7 +174,7 @@ def _native_status(r: Result, names: frozenset[str]) -> Result:
 
 def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, group: str,
                    diagnose: bool, answer_format: str, assistant_prefix: str, namespace: str = "strict",
-                   static: bool = True) -> dict:
+                   static: bool = True, structured: bool | None = None) -> dict:
     result = _empty(truth, "program")
     entries = tuple(t.entry for t in truth.tasks)
     # Generated text never holds a teacher-forced prefix (probe 1b); the answer is prefix + text.
@@ -221,7 +221,7 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
     # A structured format (recall-then-assemble) is well formed only with its Assemble block; a row
     # without a format (native rows) is held to it when the answer shows the structure.
     ra_wanted = (answer.recalls or answer.has_assemble) if answer_format == "" else \
-        F.answer_spec(answer_format).structured
+        F.answer_spec(answer_format).structured if structured is None else structured
     result["format_ok"] = answer.code is not None and (not ra_wanted or answer.source == "assemble")
     result["recalls"] = [{"op": c.op, "verdict": c.verdict, "chimera_of": c.chimera_of, "detail": c.detail}
                          for c in report.checks]
@@ -246,7 +246,48 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
     return _finish(result, correct, structure, group, policy)
 
 
-def grade(ground_truth: dict | str, response: str, *, policy: str = "output", group: str = "fraction",
+def _check_options(policy: str, group: str, mode: str, namespace: str, static: object, diagnose: object) -> None:
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if group not in GROUP_POLICIES:
+        raise ValueError(f"group must be one of {GROUP_POLICIES}, got {group!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if namespace not in NAMESPACES:
+        raise ValueError(f"namespace must be one of {NAMESPACES}, got {namespace!r}")
+    for name, flag in (("static", static), ("diagnose", diagnose)):
+        if not isinstance(flag, bool):  # a string "false" must not read as true
+            raise ValueError(f"{name} must be true or false, got {flag!r}")
+
+
+def response_text(response: object) -> str:
+    """The response as text: a ``str`` as it is, ``bytes`` decoded as UTF-8 (undecodable bytes are
+    kept as lone surrogates, which no answer can contain); anything else is the caller's error."""
+    if isinstance(response, str):
+        return response
+    if isinstance(response, (bytes, bytearray)):
+        return bytes(response).decode("utf-8", "surrogateescape")
+    raise TypeError(f"response must be a string, got {type(response).__name__}")
+
+
+def failure(truth: Truth, mode: str, error: str, detail: str) -> dict:
+    """The grade of a response that could not be graded further (``too_large``, a grading process
+    that overran its budget: ``timeout``, or died: ``killed``): score 0 with that class."""
+    effective = truth.mode if mode == "auto" or truth.native else mode
+    result = _empty(truth, effective)
+    result["error"], result["detail"] = error, detail
+    return result
+
+
+def too_large(truth: Truth, mode: str, response: str) -> dict | None:
+    """The ``too_large`` grade of a response over :data:`MAX_RESPONSE_CHARS`, else None (a length
+    check: nothing of the text is read)."""
+    if len(response) <= MAX_RESPONSE_CHARS:
+        return None
+    return failure(truth, mode, "too_large", f"response of {len(response)} characters exceeds {MAX_RESPONSE_CHARS}")
+
+
+def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "output", group: str = "fraction",
           mode: str = "auto", sandbox: Sandbox | None = None, diagnose: bool = True,
           answer_format: str = "", assistant_prefix: str = "", namespace: str = "strict",
           static: bool = True) -> dict:
@@ -258,23 +299,48 @@ def grade(ground_truth: dict | str, response: str, *, policy: str = "output", gr
     ``strict`` runs programs on their own (as the prompts say); ``native`` binds first what the
     native benchmark's module had imported (:func:`opgen.score.diagnose.native_imports`).
     ``static=False`` runs every program in the sandbox (by default programs of library code only are
-    evaluated without running: opgen/score/static.py, the same grades)."""
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
-    if group not in GROUP_POLICIES:
-        raise ValueError(f"group must be one of {GROUP_POLICIES}, got {group!r}")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if namespace not in NAMESPACES:
-        raise ValueError(f"namespace must be one of {NAMESPACES}, got {namespace!r}")
+    evaluated without running: opgen/score/static.py, the same grades).
+
+    Total: whatever the response's text, the result is a grade (``too_large`` over
+    :data:`MAX_RESPONSE_CHARS`; ``timeout``/``killed`` when grading it overran its budget or crashed
+    a grading process). The text is parsed, compiled and statically evaluated only in a grading
+    process (:mod:`opgen.score.batch`), never in this one. A bad setting or ground truth (the
+    caller's, not the model's) raises ValueError/:class:`GroundTruthError`."""
+    from opgen.score.batch import Item, grade_many
+
+    _check_options(policy, group, mode, namespace, static, diagnose)
     truth = load_truth(ground_truth)
-    if not isinstance(response, str):
-        raise TypeError(f"response must be a string, got {type(response).__name__}")
+    text = response_text(response)
+    big = too_large(truth, mode, text)
+    if big is not None:
+        return big
     effective = truth.mode if mode == "auto" or truth.native else mode
-    if len(response) > MAX_RESPONSE_CHARS:
-        result = _empty(truth, effective)
-        result["detail"] = f"response of {len(response)} characters exceeds {MAX_RESPONSE_CHARS}"
-        return result
+    box = sandbox
+    if box is None and effective == "program":
+        from opgen.score.sandbox import shared
+
+        box = shared()
+    item = Item(ground_truth, text, answer_format, assistant_prefix)
+    return grade_many([item], sandbox=box, static=static, policy=policy, group=group, mode=mode,
+                      diagnose=diagnose, namespace=namespace)[0]
+
+
+def grade_in_process(ground_truth: dict | str, response: str | bytes, *, policy: str = "output",
+                     group: str = "fraction", mode: str = "auto", sandbox: Sandbox | None = None,
+                     diagnose: bool = True, answer_format: str = "", assistant_prefix: str = "",
+                     namespace: str = "strict", static: bool = True, format_structured: bool | None = None) -> dict:
+    """:func:`grade` computed in this process, with the same arguments: what a grading process runs
+    (opgen/score/batch.py), and the tests' reference. It parses, compiles and statically evaluates
+    the response here, with no budget: never call it on model text in a process that must survive.
+    ``format_structured``: the answer format's ``structured`` fact as the caller resolved it (a
+    grading process does not know formats registered in the caller's process); None: looked up."""
+    _check_options(policy, group, mode, namespace, static, diagnose)
+    truth = load_truth(ground_truth)
+    response = response_text(response)
+    effective = truth.mode if mode == "auto" or truth.native else mode
+    big = too_large(truth, mode, response)
+    if big is not None:
+        return big
     if effective == "forward":
         return _grade_forward(truth, response, group)
     if sandbox is None:
@@ -282,4 +348,4 @@ def grade(ground_truth: dict | str, response: str, *, policy: str = "output", gr
 
         sandbox = shared()
     return _grade_program(truth, response, sandbox, policy, group, diagnose, answer_format, assistant_prefix,
-                          namespace, static)
+                          namespace, static, format_structured)

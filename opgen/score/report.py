@@ -10,6 +10,7 @@ import codecs
 import csv
 import io
 import json
+import threading
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -191,6 +192,8 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     if only is not None:
         answers = {i: a for i, a in answers.items() if i in only}
     check_truths(data, rows, answers)
+    if plots:  # matplotlib's import (seconds) overlaps the grading, which mostly waits here
+        threading.Thread(target=_import_plotting, name="opgen-import-matplotlib", daemon=True).start()
     own = sandbox is None
     box = sandbox or Sandbox(workers=workers, timeout_s=timeout_s)
     try:
@@ -356,6 +359,16 @@ def summary_csv(summary: dict) -> str:
     for e, n in summary["errors"].items():
         w.writerow(["error", e or "correct", n, "", "", "", ""])
     return buf.getvalue()
+
+
+def _import_plotting() -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot
+    except Exception:  # write_plots says what is missing, when it runs
+        pass
 
 
 def write_plots(summary: dict, out: Path) -> list[str]:

@@ -137,8 +137,16 @@ def compile_units(units: Sequence[Unit]) -> tuple[dict[int, Result], list]:
         if isinstance(code, tuple):
             failed[i] = Result(code[0], None, code[1])
             continue
-        sent.append((u.code if code is None else code, [(e, tuple(a)) for e, a in u.calls], u.fail_fast))
+        sent.append((_source(u) if code is None else code, [(e, tuple(a)) for e, a in u.calls], u.fail_fast))
     return failed, sent
+
+
+def _source(u: Unit) -> object:
+    """What the child compiles for a unit sent as text: the text, after the prelude of its
+    ``imports`` (compiled here: opgen's own text, never the model's)."""
+    if not u.imports:
+        return u.code
+    return [marshal.dumps(_prelude(u.imports)), u.code]
 
 
 def assemble(units: Sequence[Unit], failed: dict[int, Result], raw: Sequence[Result]) -> list[Result]:
@@ -351,7 +359,9 @@ def check_isolation(allow_weak_sandbox: bool | None = None) -> str:
 
 def _weak_allowed(flag: bool | None) -> bool:
     if flag is not None:
-        return bool(flag)
+        if not isinstance(flag, bool):  # a string "false" must not read as true
+            raise ValueError(f"allow_weak_sandbox must be True, False or None, got {flag!r}")
+        return flag
     return os.environ.get(ALLOW_WEAK_ENV, "") == "1"
 
 
@@ -448,6 +458,10 @@ class FairPool(Generic[W]):
                 return
             self._idle.append(worker)
 
+    def has_idle(self) -> bool:
+        with self._lock:
+            return bool(self._idle)
+
     def get(self) -> W:
         with self._lock:
             if self._idle and not self._waiters:
@@ -530,12 +544,25 @@ class Sandbox:
         if os.getpid() != self._pid:
             raise SandboxError("a Sandbox cannot be used from a forked process; create one there "
                                "(opgen.score.sandbox.shared() does)")
-        n_calls = sum(len(u.calls) for u in units)
-        if n_calls == 0:
+        if sum(len(u.calls) for u in units) == 0:
             return []
-        failed, sent = compile_units(units)
-        raw = self._request(sent, sum(len(c) for _, c, _ in sent)) if sent else []
-        return assemble(units, failed, raw)
+        # Nothing of the text is compiled here: the child compiles it (the grading processes send
+        # their own compilation through run_sent).
+        return self.run_sent([(_source(u), [(e, tuple(a)) for e, a in u.calls], u.fail_fast)
+                              for u in units if u.calls])
+
+    def run_sent(self, sent: Sequence) -> list[Result]:
+        """Run a request's units as :func:`compile_units` gives them (``(code, calls, fail_fast)``,
+        ``code`` marshalled code, source text, or ``[prelude code, source text]``), in one child;
+        the results in call order. The code is passed on as it is: this process does not read it."""
+        if self._closed:
+            raise SandboxError("the sandbox is closed")
+        if os.getpid() != self._pid:
+            raise SandboxError("a Sandbox cannot be used from a forked process; create one there "
+                               "(opgen.score.sandbox.shared() does)")
+        units = [(code, [(str(e), tuple(a)) for e, a in calls], bool(fail_fast)) for code, calls, fail_fast in sent]
+        n_calls = sum(len(c) for _, c, _ in units)
+        return self._request(units, n_calls) if n_calls else []
 
     def _request(self, units: list, n_calls: int) -> list[Result]:
         request = wire.make_request(units, self.timeout_s, self.budget_s)
@@ -624,6 +651,11 @@ def shared(workers: int | None = None, allow_weak_sandbox: bool | None = None) -
     global _shared
     with _shared_lock:
         # A process forked after the pool started (Ray, multiprocessing) must not share its pipes.
+        if _shared is not None and not _shared._closed and _shared._pid == os.getpid() \
+                and _shared.level != "full" and not _weak_allowed(allow_weak_sandbox):
+            # Weak grading allowed once (by an earlier call's flag) is not allowed for this call.
+            raise SandboxError(weak_message(_shared.isolation) + "\nGrading refuses: this call did not allow "
+                               f"weak isolation (allow_weak_sandbox=True or {ALLOW_WEAK_ENV}=1).")
         if _shared is None or _shared._closed or _shared._pid != os.getpid():
             n = workers or int(os.environ.get("OPGEN_SANDBOX_WORKERS", "0")) or min(4, os.cpu_count() or 1)
             _shared = Sandbox(workers=n, timeout_s=float(os.environ.get("OPGEN_SANDBOX_TIMEOUT", "2.0")),

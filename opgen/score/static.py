@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
 import re
+import sys
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Any
 
 from opgen import expr as E
 from opgen import ops
@@ -231,7 +230,10 @@ def _bindings(code: str, entries: frozenset[str], verbatim: dict[int, tuple[str,
                 continue
             if not (_FUNC_NAME.match(name) or name in entries):
                 raise _Decline
-            body = keys.get(_body_key(stmt))
+            try:
+                body = keys.get(_body_key(stmt))
+            except (ValueError, RecursionError, MemoryError):  # an int literal ast.dump refuses to print
+                raise _Decline from None
             if body is None:
                 raise _Decline
             bound[name] = body
@@ -284,7 +286,7 @@ class _Run:
             return  # Python refuses the call before the body runs (TypeError)
         if tuple(map(type, args)) == wanted:
             out, steps, depth = _cost(body, args)
-            if out > MAX_VALUE_CHARS or depth > MAX_RECURSION:
+            if out > MAX_VALUE_CHARS or depth > min(MAX_RECURSION, sys.getrecursionlimit() - 500):
                 raise _Decline
             self.charge(steps)
             return
@@ -418,55 +420,13 @@ def _small(value: object) -> bool:
     return type(value) is int and -SMALL_INT <= value <= SMALL_INT
 
 
-def _copy(out: int) -> tuple[int, int, int]:
-    return out, out // 16 + 1, 0
-
-
-def _func_20(n: int, m: int) -> tuple[int, int, int]:
-    short = min(n, m)
-    return n + m, 4 * short + short * (n + m) // 16 + 1, short + 1
-
-
-def _per_char(n: int, p: object) -> tuple[int, int, int]:
-    return n, 3 * n + 1, 0
-
-
-def _quarter(n: int, p: object) -> tuple[int, int, int]:
-    return n, n // 4 + 1, 0
-
-
-# (longest output, work, recursion depth) of each library operator on well-typed arguments, as a
-# function of the input's length ``n`` and the second argument ``p``: upper bounds read off its
-# shown source in ops.py. Work counts interpreted steps, plus characters copied by C code / 16.
-_COSTS: dict[str, Callable[[int, Any], tuple[int, int, int]]] = {
-    "func_1": lambda n, p: _copy(n * max(p, 0)),  # s * n: one allocation
-    # n concatenations, each of which may copy the result so far
-    "func_18": lambda n, p: (n * max(p, 0), max(p, 0) + max(p, 0) ** 2 * n // 32 + 1, 0),
-    "func_13": lambda n, p: _copy(max(n * (1 + len(p)) - len(p), 0)),
-    "func_5": lambda n, p: _copy(n + len(p)),
-    "func_6": lambda n, p: _copy(n + len(p)),
-    "func_7": lambda n, p: (n + len(p), 2 * (n + len(p)) + 1, 0),
-    "func_20": lambda n, p: _func_20(n, len(p)),
-    "func_17": lambda n, p: (n, 2 * n + n * n // 32 + 1, n + 1),  # one frame and one slice per character
-    # n rotations by one, each a slice of the whole
-    "func_19": lambda n, p: (n, 2 * (max(p, 0) if n else 0) + (max(p, 0) if n else 0) * n // 16 + 1, 0),
-    "func_24": lambda n, p: (2 * n, n // 2 + 1, 2),  # one mirror at most: s + s[::-1] is a palindrome
-    "func_23": lambda n, p: (n + 1, 3 * n + 8, 3),  # the first candidate, t + '1', has a digit: two levels
-    "func_9": lambda n, p: (2 * n, 2 * n + 1, 0),
-    "func_14": lambda n, p: (2 * n, 2 * n + 1, 0),
-    "func_15": lambda n, p: (3 * n, 2 * n + 1, 0),
-    "func_10": lambda n, p: (3 * n, 2 * n + 1, 0),  # case mappings grow a character at most 3-fold
-    **dict.fromkeys(("func_0", "func_2", "func_11", "func_12", "func_16", "func_21"), _per_char),
-    **dict.fromkeys(("func_3", "func_4", "func_8", "func_22"), _quarter),
-}
-
-
 def _cost(body: str, args: tuple) -> tuple[int, int, int]:
-    """(longest output, work, recursion depth) of the library operator ``body`` on well-typed ``args``
-    (:data:`_COSTS`)."""
-    cost = _COSTS.get(body)
+    """(longest output, work, recursion depth) of the library operator ``body`` on well-typed
+    ``args``: the operator's own cost bound (``Operator.cost`` in opgen/ops.py, integer sizes in
+    bits included)."""
+    cost = ops.get(body).cost
     if cost is None:
-        raise _Decline  # an operator added to the library without a cost here
+        raise _Decline  # an operator added to the library without a cost bound
     return cost(len(args[0]), args[1] if len(args) > 1 else None)
 
 
@@ -522,16 +482,14 @@ def evaluate(units: Sequence[Unit], sandbox: object) -> Evaluation | None:
             bound, stmts = _bindings(unit.code, entries, verbatim)
             plans.append((bound, unit.calls))
             trees.append(ast.Module(body=stmts, type_ignores=[]))
-        _, refs = _library()
-        recursive = any(refs[b] for bound, _ in plans for b in bound.values() if isinstance(b, str))
         out: list[Result] = []
-        # The sandbox's child runs with a recursion limit of 20,000; here recursion is kept to
-        # MAX_RECURSION, under the same raised limit as every in-process evaluation.
-        with E.recursion_headroom() if recursive else contextlib.nullcontext():
-            for bound, calls in plans:
-                run.namespace(bound)
-                for call in calls:
-                    out.append(run.result(call))
+        # No recursion limit is raised here (it is the process's, shared by its threads): a
+        # grading process runs with one above MAX_RECURSION for its whole life
+        # (batch.GRADER_RECURSION); under a lower one a deep recursion declines.
+        for bound, calls in plans:
+            run.namespace(bound)
+            for call in calls:
+                out.append(run.result(call))
         return Evaluation(out, trees, verbatim)
     except (_Decline, RecursionError, MemoryError):
         return None

@@ -298,6 +298,9 @@ def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:  # no
             kind = type(code)
             compiled = (compile(code, "<answer>", "exec") if kind is str
                         else _loads(code) if kind is bytes else code)
+            if type(compiled) is list:  # [prelude, source text]: the scorer compiled only its prelude
+                compiled = tuple(compile(b, "<answer>", "exec") if type(b) is str
+                                 else _loads(b) if type(b) is bytes else b for b in compiled)
         except BaseException as exc:  # SyntaxError, ValueError (null bytes), RecursionError, MemoryError
             status, detail = _classify(exc)
             if isinstance(exc, (SyntaxError, ValueError)):
