@@ -79,13 +79,13 @@ def _read_frames(data: bytes, n_expected: int, max_output: int = 10, pid: int = 
     zygote_r, zygote_w = os.pipe()  # the zygote's reports: none come
     request_r, request_w = os.pipe()
     worker = SimpleNamespace(limits={"max_output": max_output}, _unit_of=W.Worker._unit_of, res_r=rfd,
-                             status_r=zygote_r, req_w=request_w)
+                             status_r=zygote_r, req_w=request_w, child_pid=pid, in_fresh=False)
     try:
         os.write(wfd, data)
         os.close(wfd)
         wfd = -1
         out: list = []
-        W.Worker._frames(worker, pid, units, n_expected, 5.0, out, set(), time.monotonic() + 5.0, b"")
+        W.Worker._frames(worker, units, n_expected, 5.0, out, set(), time.monotonic() + 5.0, b"")
         return out
     finally:
         for fd in (rfd, wfd, zygote_r, zygote_w, request_r, request_w):

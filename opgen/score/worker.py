@@ -735,6 +735,12 @@ def _zygote(ctl: int, status: int, req: int, res: int, pidns_fd: int, settings: 
         write_all(status, ZYGOTE_MESSAGE.pack(b"S", wait_status, int(cpu * 1000)))
 
 
+def _reaches_a_module(value: object) -> bool:
+    """A module, a function bound to one (its ``__self__``), or the jail's ctypes functions."""
+    return (type(value) is type(sys) or type(getattr(value, "__self__", None)) is type(sys)
+            or isinstance(value, _Jail))
+
+
 def _child_main(start_args: tuple) -> None:
     """The child: forked by the zygote, its stack unwound to the module's top. Trusted until the
     last line: read the request, enter the jail, then run model code with nothing of the worker
@@ -771,7 +777,14 @@ def _child_main(start_args: tuple) -> None:
         os._exit(113)
     del head, body, low, high, workdir, cpu_s, rlimits, settings, start_args, harness
     if lock:
-        globals().clear()  # os, marshal, ctypes' functions (_JAIL), the worker: all out of reach
+        # Out of reach from here on: every module this file holds (os, marshal, signal...), the
+        # module functions bound here (marshal.loads) and ctypes' functions (_JAIL). What is left
+        # (this file's functions, constants) calls nothing without them. Popping the names, not
+        # clearing the dict: freeing this module's functions would write to (copy) their pages.
+        space = globals()
+        for name in [n for n, v in space.items() if _reaches_a_module(v)]:
+            del space[name]
+        del space
     run(units, start, max_output)
 
 
@@ -812,6 +825,8 @@ class Worker:
                              "uid=0,gid=0").encode()
         self.serial = 0
         self.fresh = self.in_fresh = False  # a fresh PID namespace per child (the zygote's)
+        self.child_pid: int | None = None  # the current child's, as the zygote reports it
+        self.unsettled: str | None = None  # the work directory of a killed child not yet reported ended
         self.remounts = 0
         self.work_state: tuple = ()
         if self.mounts is not None:
@@ -826,7 +841,7 @@ class Worker:
                         (resource.RLIMIT_NOFILE, (limits["nofile"],) * 2),
                         (resource.RLIMIT_NPROC, (limits["nproc"],) * 2))
 
-    def _frames(self, sender_pid: int, units: list, n_expected: int, timeout_s: float,  # noqa: C901
+    def _frames(self, units: list, n_expected: int, timeout_s: float,  # noqa: C901
                 out: list, loaded: set, budget_end: float, request: bytes) -> tuple[str, tuple | None]:
         """Read frames until ``n_expected`` results or the child ends; return why reading stopped
         and, where the child ended, the zygote's report of it (wait status, CPU ms).
@@ -847,6 +862,7 @@ class Worker:
         rfd, zfd, wfd = self.res_r, self.status_r, self.req_w
         pending = memoryview(request)
         ended: tuple | None = None
+        sender_pid = None
         deadline = min(time.monotonic() + timeout_s, budget_end)
         while len(out) < n_expected:
             if ended is None:
@@ -862,7 +878,10 @@ class Worker:
                     except (BlockingIOError, BrokenPipeError):
                         pass
                 if zfd in ready:
-                    ended = self._zygote_says(b"S")
+                    if self.child_pid is None:
+                        self._child_report()
+                    else:
+                        ended = self._zygote_says(b"S")
                 if rfd not in ready and ended is None:
                     continue
             try:
@@ -874,6 +893,10 @@ class Worker:
             if not chunk:  # no writer left at all (the zygote is gone)
                 return "eof", ended
             buf += chunk
+            if sender_pid is None:
+                if self.child_pid is None:
+                    self._child_report()  # written by the zygote right after its fork
+                sender_pid = 1 if self.in_fresh else self.child_pid
             while len(buf) >= head and len(out) < n_expected:
                 code, sender, length = FRAME_HEADER.unpack_from(buf)
                 if code == END_CODE and length == 0:
@@ -928,6 +951,20 @@ class Worker:
         self.isolation["imports"] = bool(locked)
         self.fresh = bool(fresh)
 
+    def close_zygote(self) -> None:
+        """End the zygote and wait for it: its children's CPU time then counts in the worker's (and
+        so in the scorer's ``RUSAGE_CHILDREN``), which a zygote left to the kernel would lose."""
+        self._settle()
+        os.close(self.ctl_w)
+        try:
+            os.waitpid(self.zygote_pid, 0)
+        except ChildProcessError:
+            pass
+
+    def _child_report(self) -> None:
+        self.child_pid, fresh = self._zygote_says(b"P")
+        self.in_fresh = bool(fresh)
+
     def _zygote_says(self, kind: bytes) -> tuple[int, int]:
         data = _read_exact(self.status_r, ZYGOTE_MESSAGE.size)
         if data is None:
@@ -943,19 +980,35 @@ class Worker:
             while select.select([fd], [], [], 0)[0] and os.read(fd, 1 << 16):
                 pass
 
-    def _reap(self, pid: int, ended: tuple | None) -> tuple:
-        """Kill the child (and, in its own PID namespace, with it everything it forked) and return
-        the zygote's report of it: ``(wait status, CPU ms)``."""
-        if ended is None:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            ended = self._zygote_says(b"S")
+    def _kill(self) -> None:
+        """Kill the child (and, in its own PID namespace, with it everything it forked)."""
+        if self.child_pid is None:
+            self._child_report()
+        pid = self.child_pid
+        if pid is None or pid <= 1:  # _child_report sets a child's pid; never signal a group or all
+            raise SystemExit(f"the zygote reported pid {pid}")
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def _settle(self) -> None:
+        """After a child was killed, before anything else: wait for the zygote's report of its end,
+        then clean up. Deferred until after the reply to the scorer, which then need not wait."""
+        if self.unsettled is None:
+            return
+        workdir, self.unsettled = self.unsettled, None
+        self._zygote_says(b"S")
+        self._reap()
+        self._drain()
+        self._clear_work_area(workdir)
+
+    def _reap(self) -> None:
+        """What the child left of processes, where it had no PID namespace of its own."""
         if not self.in_fresh:
             # No namespace of its own: what the program forked may live on. With a uid of this
             # worker's own, a process of that uid signals every process of it; the worker, init of
@@ -969,7 +1022,6 @@ class Worker:
                     break
                 if reaped == 0:
                     break
-        return ended
 
     def _kill_uid(self, uid: int) -> None:
         # No PID namespace, but a uid of this worker's own: a process of that uid signals every
@@ -1056,25 +1108,29 @@ class Worker:
             if left <= 0:
                 out.extend([("timeout", None, f"response budget of {budget_s:g} s spent")] * (total - len(out)))
                 break
+            self._settle()  # the previous child's end (of this request or the one before)
             start = len(out)
             workdir = self._work_area()
             # CPU: the budget left, for all threads of the child (whole seconds, at least one).
             cpu_s = int(left) + 1
             # The child reads its request itself: the zygote never holds a request's bytes.
             request = encode_message((start, workdir, cpu_s, units))
+            self.child_pid = None  # the zygote reports it (read when first needed: no round trip here)
             write_all(self.ctl_w, b"f")
-            pid, fresh = self._zygote_says(b"P")
-            self.in_fresh = bool(fresh)
             loaded: set = set()
             ended = None
             why = "bad"
             try:
-                why, ended = self._frames(1 if self.in_fresh else pid, units, total, timeout_s, out, loaded,
-                                          budget_end, request)
+                why, ended = self._frames(units, total, timeout_s, out, loaded, budget_end, request)
             finally:
-                wait_status, cpu_ms = self._reap(pid, ended)
-                self._drain()
-                self._clear_work_area(workdir)
+                if ended is None:  # still running: killed now, its end awaited after the reply
+                    self._kill()
+                    self.unsettled = workdir
+                else:
+                    self._reap()
+                    self._drain()
+                    self._clear_work_area(workdir)
+            wait_status, cpu_ms = ended if ended is not None else (0, 0)
             if why == "eof" and self.in_fresh and os.WIFSIGNALED(wait_status) and \
                     os.WTERMSIG(wait_status) == signal.SIGKILL and cpu_ms >= cpu_s * 1000:
                 # The init of a PID namespace ignores SIGXCPU: its CPU limit ends it at the hard
@@ -1148,6 +1204,7 @@ def _serve(worker: Worker, rfd: int, wfd: int) -> None:
             return
         units, timeout_s, budget_s = read_request(marshal.loads(body))
         write_all(wfd, encode_message(worker.run(units, timeout_s, budget_s)))
+        worker._settle()  # while the scorer reads the reply
 
 
 def _rmtree(path: str) -> None:  # noqa: C901
@@ -1438,6 +1495,7 @@ def _serve_stage(limits: dict, root_dir: str, flags: str, uid: int, lock: bool =
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         _serve(worker, rfd, wfd)
+        worker.close_zygote()
     finally:
         if not isolation["mountns"]:
             _rmtree("/work" if isolation["chroot"] else os.path.join(root_dir, "work"))
