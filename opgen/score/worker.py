@@ -5,8 +5,10 @@ library, so a worker starts in milliseconds and its children inherit nothing of 
 environment, no open files, no expected answers (the worker never receives them).
 
 Jail once, fork many: the worker sets up its isolation once, at start, and every child forks from
-it. Each step is taken only when the system allows it (what was obtained is reported back in the
-hello message, so the scorer can state the level and refuse a weak one):
+its clean zygote (forked before the first request, never given a request's bytes; see "the clean
+zygote" below), each into a PID namespace of its own. Each step is taken only when the system
+allows it (what was obtained is reported back in the hello message, so the scorer can state the
+level and refuse a weak one):
 
 - without root, a user namespace first (the only way an ordinary account gets the others; the
   children then keep the scorer's uid outside, with every capability dropped);
@@ -15,14 +17,17 @@ hello message, so the scorer can state the level and refuse a weak one):
 - network, IPC and UTS namespaces (no network, no SysV IPC or POSIX message queue shared with
   the machine or surviving the worker) and a mount namespace with a private read-only tmpfs that
   the worker ``chroot``s into: model code sees no file of the machine at all;
-- a work area on a tmpfs (``noexec,nosuid,nodev,noatime`` with byte and inode caps): a fresh
-  directory per request; a request that leaves anything, or changes the area's root, gets the
-  tmpfs unmounted and remade: nothing written survives it, and cleanup cannot fail;
-- last, on the worker itself (so every child inherits it at no cost): a seccomp filter (no
-  ``execve``, no socket, no SysV IPC, no ptrace or process_vm_*, no namespace calls, no signals
-  to the worker; other architectures' calling conventions kill). ``mount``/``umount2`` stay for
-  the worker's work area; children cannot use them (no capability: a uid of their own, or every
-  capability dropped in a user namespace);
+- a work area on a tmpfs (``noexec,nosuid,nodev,noatime`` with byte and inode caps): one
+  directory ``r`` for the requests; a request that changes anything (an entry made or removed,
+  a mode, a time, the area's root) gets the tmpfs unmounted and remade: nothing written survives
+  it, its inode counter carries nothing, and cleanup cannot fail;
+- last, on the worker itself (so the zygote and every child inherit it at no cost): a seccomp
+  ALLOWLIST (x86-64 and aarch64 tables; no ``execve``, socket, SysV IPC, ptrace, process_vm_*,
+  namespace call but the zygote's CLONE_NEWPID; other architectures' calling conventions kill).
+  ``mount``/``umount2`` stay for the worker's work area; children cannot use them (no capability:
+  a uid of their own, or every capability dropped in a user namespace), and each child adds a
+  filter of its own: signals only to itself, no namespace or mount call;
+- in the zygote, before the first request: the import allowlist (ALLOWED_IMPORTS);
 - per child: its own session and process group, when we are root a uid/gid of this worker's own
   (``UID_BASE`` + the host pid of the worker's first stage: unique among live workers, owner of no
   file), so that ``RLIMIT_NPROC`` binds, counts only this worker's children — a fork bomb in one
@@ -36,8 +41,8 @@ The worker's first message is ``("hello", isolation)``. A request is ``(units, t
 budget_s)`` (``budget_s``: one wall-clock and CPU budget for all calls of the request, i.e. of one
 response) with
 ``units = [(code, [(entry, args), ...], fail_fast), ...]``
-(``code``: the marshalled code the scorer compiled, which the worker unmarshals before forking, or
-source text for the child to compile);
+(``code``: the marshalled code the scorer compiled, which the child unmarshals (the zygote it forks
+from never sees a request: see "the clean zygote"), or source text for the child to compile);
 the reply is a list of ``(status, value, detail)``, one per call, in order.
 Child -> worker (hostile): frames of 1 status byte + 4-byte sender pid + 4-byte length + UTF-8
 payload, parsed defensively by the worker (bounded reads, caps on values and details applied
@@ -89,7 +94,7 @@ HELLO = "hello"  # the tag of the worker's first message, ``(HELLO, isolation)``
 # The hello's mechanisms, in the order the scorer lists them (the isolation dict holds these, plus
 # ``uid``, ``work_bytes``, ``work_inodes`` and ``nproc``).
 MECHANISMS = ("uid_drop", "userns", "pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp",
-              "nondumpable", "zygote", "freshpidns", "imports")
+              "nondumpable", "zygote", "freshpidns", "imports", "hiddenclasses")
 # The worker's argv after the script's path: these limits, in this order, then NAMESPACES (0|1) and
 # ROOT_DIR (see main()).
 LIMIT_ARGS = ("as_bytes", "fsize_bytes", "nofile", "nproc", "max_output", "work_bytes", "work_inodes")
@@ -415,10 +420,10 @@ def _run_calls(fd: int | None, units: list, start: int, max_output: int) -> None
             continue
         namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
         try:
-            # The scorer compiles (where the compiler's memory is already paged in) and the worker
-            # unmarshals before forking (see Worker.run): one code object, or its top-level blocks
-            # to run in order. Source text only when compiling there hit a limit; bytes only when
-            # the worker could not unmarshal them (this child then fails as it would have).
+            # The scorer compiles (where the compiler's memory is already paged in) and the child
+            # unmarshals before its model code runs (_child_main): one code object, or its top-level
+            # blocks to run in order. Source text only when compiling there hit a limit; bytes only
+            # when they would not unmarshal (this child then fails as it would have).
             kind = type(code)
             compiled = (compile(code, "<answer>", "exec") if kind is str
                         else _loads(code) if kind is bytes else code)
@@ -615,7 +620,7 @@ def _guarded_import(name: str, globals: object = None, locals: object = None, fr
     return module
 
 
-def _lock_imports() -> bool:
+def _lock_imports() -> int:
     """The zygote, once, before any child: only ALLOWED_IMPORTS can be imported from here on.
 
     ``builtins.__import__`` serves those modules from a dict of its own and refuses every other
@@ -625,7 +630,8 @@ def _lock_imports() -> bool:
     globals) are dropped; ctypes' namespace is emptied (the zygote keeps only the few functions it
     calls, and each child drops those too); the classes of every other module are hidden from
     ``__subclasses__``. Each child then empties this worker module's globals before model code runs.
-    Returns whether all of it took hold."""
+    Returns 1 where the import routes are closed, plus 2 where the classes are hidden too (CPython
+    3.10/3.11 only: later versions keep built-in types' registries elsewhere)."""
     import ctypes
 
     hidden = _hide_classes(ctypes)
@@ -662,7 +668,7 @@ def _lock_imports() -> bool:
         vars(sys.modules[name]).clear()
     sys.modules.clear()
     sys.modules.update(modules)
-    return hidden and builtins.__import__ is guard
+    return int(builtins.__import__ is guard and not sys.modules.keys() - modules.keys()) | (2 if hidden else 0)
 
 
 def _harness_send(fd: object, status: str, payload: str) -> None:
@@ -710,7 +716,7 @@ def _harness(res_fd: int, req_fd: int) -> dict:
 def _zygote(ctl: int, status: int, req: int, res: int, pidns_fd: int, settings: tuple, lock: bool) -> None:
     """The zygote's loop (never returns; in a child it raises _ChildStart)."""
     harness = _harness(res, req)
-    locked = _lock_imports() if lock else False
+    locked = _lock_imports() if lock else 0
     fresh = _JAIL.fresh_pid_namespace(pidns_fd)
     if fresh:
         pid = os.fork()  # the probe: the init of a namespace of its own, gone at once
@@ -948,7 +954,8 @@ class Worker:
         fresh, locked = self._zygote_says(b"R")
         self.isolation["zygote"] = True
         self.isolation["freshpidns"] = bool(fresh) and self.isolation.get("pidns", False)
-        self.isolation["imports"] = bool(locked)
+        self.isolation["imports"] = bool(locked & 1)
+        self.isolation["hiddenclasses"] = bool(locked & 2)
         self.fresh = bool(fresh)
 
     def close_zygote(self) -> None:
@@ -1463,6 +1470,7 @@ def _serve_stage(limits: dict, root_dir: str, flags: str, uid: int, lock: bool =
                  "pidns": "pidns" in got and os.getpid() == 1, "netns": "netns" in got, "ipcns": "ipcns" in got,
                  "utsns": "utsns" in got, "mountns": "mountns" in got, "chroot": False, "worktmpfs": False,
                  "seccomp": False, "nondumpable": False, "zygote": False, "freshpidns": False, "imports": False,
+                 "hiddenclasses": False,
                  "work_bytes": limits["work_bytes"],
                  "work_inodes": limits["work_inodes"], "nproc": limits["nproc"]}
     libc = _prepare_jail(isolation, drop_caps=userns)
