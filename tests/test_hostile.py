@@ -5,6 +5,7 @@ and the wall time per program stays bounded."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from test_grade import ra_answer, truth
 
 from opgen.score import grade
-from opgen.score.sandbox import Sandbox
+from opgen.score.sandbox import Sandbox, WeakSandboxWarning
 
 pytestmark = pytest.mark.slow  # every kind runs the real sandbox to its limits: seconds each
 
@@ -48,6 +49,16 @@ def _grading_budget():
 
 @pytest.fixture(scope="module")
 def box():
+    # Without the import allowlist (which refuses os, signal, ctypes...: most kinds would stop at
+    # their import): each kind's class is that of the layers below it, which must hold on their
+    # own. test_every_kind_scores_zero_at_full grades the corpus at full, allowlist included.
+    with pytest.warns(WeakSandboxWarning), Sandbox(workers=2, timeout_s=TIMEOUT_S, imports="open",
+                                                   allow_weak_sandbox=True) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def full_box():
     with Sandbox(workers=2, timeout_s=TIMEOUT_S) as b:
         yield b
 
@@ -92,6 +103,26 @@ def test_hostile_kind_scores_zero_with_its_class(box, sentinel, kind):
     assert grade(GOLD, ra_answer(GOLD), sandbox=box)["score"] == 1.0
 
 
+# The modules the import allowlist refuses (a kind importing one stops there, with ``exception``).
+REFUSED = ("os", "signal", "ctypes", "gc", "marshal", "subprocess", "socket", "_thread", "threading", "resource")
+
+
+def expected_at_full(code: str, expected: set[str]) -> set[str]:
+    imports = {m.group(1) for m in re.finditer(r"^\s*(?:import|from)\s+([\w.]+)", code, re.M)}
+    return expected | {"exception"} if imports & set(REFUSED) else expected
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_scores_zero_at_full(full_box, sentinel, kind):
+    code, expected = load(kind, sentinel)
+    before = (sentinel.read_text(), sentinel.stat().st_mtime_ns)
+    g = grade(GOLD, f"```python\n{code}\n```", sandbox=full_box)
+    assert g["score"] == 0.0 and g["acc"] == 0.0, g
+    assert g["error"] in expected_at_full(code, expected), (g["error"], g["tasks"])
+    assert (sentinel.read_text(), sentinel.stat().st_mtime_ns) == before
+    assert grade(GOLD, ra_answer(GOLD), sandbox=full_box)["score"] == 1.0
+
+
 def test_detached_processes_do_not_outlive_the_request(box, sentinel):
     if box.level == "rlimits":
         pytest.skip("needs the PID namespace or the uid drop")
@@ -123,7 +154,7 @@ def test_without_namespaces_rlimits_still_hold(sentinel, kind):
     if kind == "write_outside" and os.geteuid() != 0:
         pytest.skip("without root the sentinel is the user's own file")
     code, expected = load(kind, sentinel)
-    with Sandbox(workers=1, timeout_s=TIMEOUT_S, namespaces=False, allow_weak_sandbox=True) as b:
+    with Sandbox(workers=1, timeout_s=TIMEOUT_S, namespaces=False, allow_weak_sandbox=True, imports="open") as b:
         assert "chroot" not in b.level and "netns" not in b.level
         g = grade(GOLD, f"```python\n{code}\n```", sandbox=b)
         assert g["score"] == 0.0 and g["error"] in expected, g
@@ -199,7 +230,8 @@ _THREE = ("    rs = b.run([Job('def f(x):\\n    return x[::-1]', 'f', ('ab',)),\
 
 def test_unprivileged_fallback_reports_rlimits_and_still_grades():
     """As an ordinary user with no namespaces (asked for: it is below full) the sandbox says so and
-    still works; the seccomp filter and non-dumpable processes are all that is left of the jail."""
+    still works; the seccomp filter, the zygote, the import allowlist and non-dumpable processes
+    are all that is left of the jail."""
     proc = _as_nobody(
         "from opgen.score.sandbox import Job, Sandbox, SandboxError\n"
         "try:\n"
@@ -212,8 +244,11 @@ def test_unprivileged_fallback_reports_rlimits_and_still_grades():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == "refused True"
-    assert lines[1] in ("rlimits [('ok', 'ba'), ('timeout', None), ('memory', None)]",
-                        "partial(seccomp) [('ok', 'ba'), ('timeout', None), ('memory', None)]"), lines
+    level, _, results = lines[1].partition(" ")
+    assert results == "[('ok', 'ba'), ('timeout', None), ('memory', None)]", lines
+    # no namespace, no uid of its own: at most seccomp, the zygote and the import allowlist
+    assert level == "rlimits" or set(level[len("partial("):-1].split("+")) <= {"seccomp", "zygote", "imports",
+                                                                             "hiddenclasses"}, lines
 
 
 def test_unprivileged_scorer_gets_full_isolation_from_a_user_namespace():
@@ -263,7 +298,8 @@ def test_the_hostile_corpus_as_an_unprivileged_scorer():
         pytest.skip(f"unprivileged user namespaces are not allowed here: {out['level']}")
     assert out.pop("sentinel") == "do not touch"
     out.pop("level")
-    bad = {k: v for k, v in out.items() if not (v[0] == 0.0 and v[1] in v[2] and v[3] == 1.0)}
+    bad = {k: v for k, v in out.items()
+           if not (v[0] == 0.0 and v[1] in expected_at_full(corpus[k], set(v[2])) and v[3] == 1.0)}
     assert not bad, bad
     assert len(out) == len(KINDS)
 

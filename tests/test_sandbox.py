@@ -7,12 +7,20 @@ import warnings
 
 import pytest
 
-from opgen.score.sandbox import STATUSES, Job, Sandbox, SandboxError, Unit, isolation_level
+from opgen.score.sandbox import STATUSES, Job, Sandbox, SandboxError, Unit, WeakSandboxWarning, isolation_level
 
 
 @pytest.fixture(scope="module")
 def box():
     with Sandbox(workers=2, timeout_s=1.0, max_output=1000) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def open_box():
+    # Without the import allowlist (``os`` imports): the layers below it must hold on their own.
+    with pytest.warns(WeakSandboxWarning), Sandbox(workers=1, timeout_s=1.0, max_output=1000, imports="open",
+                                                   allow_weak_sandbox=True) as b:
         yield b
 
 
@@ -29,13 +37,18 @@ def job(body: str, *args: object, entry: str = "main_solution") -> Job:
     ("return x * 10000", "output_too_large"),
     ("return 'a' * 10 ** 11", "memory"),
     ("while True: pass", "timeout"),
-    ("import os; os._exit(3)", "killed"),
+    ("import os; os._exit(3)", "exception"),  # os is not on the import allowlist
 ])
 def test_status_classes(box, code, status):
     (r,) = box.run([job(code)])
     assert r.status == status, r
     assert r.status in STATUSES
     assert (r.value == "cba") if status == "ok" else r.value is None
+
+
+def test_a_child_that_exits_is_killed(open_box):
+    (r,) = open_box.run([job("import os; os._exit(3)")])
+    assert r.status == "killed" and r.detail == "exited (code 3) without a result", r
 
 
 def test_arity_class_and_missing_entry(box):
@@ -73,7 +86,8 @@ def test_unit_with_syntax_error_fails_every_call(box):
     assert [r.status for r in rs] == ["syntax", "syntax"]
 
 
-def test_child_sees_no_inherited_descriptors_environment_or_files(box):
+def test_child_sees_no_inherited_descriptors_environment_or_files(open_box):
+    box = open_box
     code = ("import os\ndef is_open(fd):\n    try:\n        os.fstat(fd)\n        return True\n"
             "    except OSError:\n        return False\n"
             "def f(x):\n    fds = [fd for fd in range(1024) if is_open(fd)]\n"
@@ -87,7 +101,8 @@ def test_child_sees_no_inherited_descriptors_environment_or_files(box):
     if box.isolation["chroot"]:
         assert root == ["work"]
     assert private_cwd
-    assert fds[:3] == [0, 1, 2] and len(fds) == 4  # stdio on /dev/null and the result pipe, nothing else
+    # stdio on /dev/null, the request pipe (its own request, read) and the result pipe, nothing else
+    assert fds[:3] == [0, 1, 2] and len(fds) == 5
 
 
 def test_usable_from_many_threads(box):
@@ -104,7 +119,8 @@ def test_usable_from_many_threads(box):
     assert out == {i: f"abc{i}" for i in range(16)}
 
 
-FULL = ("pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp")
+FULL = ("pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp", "zygote", "freshpidns",
+        "imports")
 
 
 def test_isolation_level_names():
@@ -335,7 +351,8 @@ def test_each_worker_runs_its_children_under_a_uid_of_its_own():
     """A shared uid (nobody's) would pool RLIMIT_NPROC across sandboxes: one scorer's fork bomb
     would make another scorer's children fail to start threads."""
     code = "import os\ndef f(x):\n    return str(os.getuid())\n"
-    with Sandbox(workers=2, timeout_s=2.0) as a, Sandbox(workers=1, timeout_s=2.0) as b:
+    with Sandbox(workers=2, timeout_s=2.0, imports="open", allow_weak_sandbox=True) as a, \
+            Sandbox(workers=1, timeout_s=2.0, imports="open", allow_weak_sandbox=True) as b:
         if not a.isolation["uid_drop"]:
             pytest.skip("not root: children keep the scorer's uid")
         seen_a = {int(r.value) for r in a.run([Job(code, "f", ("",)) for _ in range(8)])}

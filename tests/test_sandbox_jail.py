@@ -16,11 +16,16 @@ import pytest
 
 from opgen.score.sandbox import Job, Sandbox, Unit
 
+# These attacks use os, ctypes, _thread...: the import allowlist refuses them all, and the layers
+# below it must hold on their own (in-process restrictions can be defeated by crafted code
+# objects), so they run without it (tests/test_sandbox_zygote.py attacks the allowlist itself).
+OPEN = {"imports": "open", "allow_weak_sandbox": True}
+
 
 @pytest.fixture(scope="module")
 def one():
     # One worker, so that consecutive responses meet on the same worker.
-    with Sandbox(workers=1, timeout_s=1.0) as b:
+    with Sandbox(workers=1, timeout_s=1.0, **OPEN) as b:
         yield b
 
 
@@ -168,7 +173,7 @@ def f(x):
 
 
 def test_the_calls_a_jail_must_refuse_are_refused():
-    with Sandbox(workers=1, timeout_s=2.0, namespaces=False, allow_weak_sandbox=True) as b:
+    with Sandbox(workers=1, timeout_s=2.0, namespaces=False, **OPEN) as b:
         if not b.isolation.get("seccomp"):
             pytest.skip("no seccomp on this system")
         r = run1(b, _SYSCALLS)
@@ -215,7 +220,7 @@ def _remove_host_shm() -> None:
 def test_sysv_ipc_by_ctypes_is_denied_and_nothing_outlives_the_scorer():
     _remove_host_shm()
     try:
-        with Sandbox(workers=1, timeout_s=2.0, namespaces=False, allow_weak_sandbox=True) as b:
+        with Sandbox(workers=1, timeout_s=2.0, namespaces=False, **OPEN) as b:
             if not b.isolation.get("seccomp"):
                 pytest.skip("no seccomp on this system")
             r = run1(b, _SHM_CTYPES)
@@ -275,7 +280,7 @@ def test_a_static_binary_cannot_run_from_the_work_area_or_park_shm_past_the_scor
             "    return str(os.waitstatus_to_exitcode(status))\n")
     _remove_host_shm()
     try:
-        with Sandbox(workers=1, timeout_s=2.0) as b:
+        with Sandbox(workers=1, timeout_s=2.0, **OPEN) as b:
             r = run1(b, code)
         assert r.status == "ok" and r.value != "0", r  # the binary did not run
         assert not _host_shm_exists()  # nothing parked where a new scorer would find it
@@ -287,7 +292,7 @@ def test_one_budget_for_all_calls_of_a_response():
     """A recalled definition sleeping just under the timeout on every probe held a worker for
     one timeout per probe (129 s over 67 probes); now the response's budget ends it."""
     code = "import time\ndef f(x):\n    time.sleep(0.45)\n    return x\n"
-    with Sandbox(workers=1, timeout_s=0.5) as b:
+    with Sandbox(workers=1, timeout_s=0.5, **OPEN) as b:
         t0 = time.monotonic()
         rs = b.run_units([Unit(code, tuple(("f", (str(i),)) for i in range(12)))])
         elapsed = time.monotonic() - t0
@@ -393,60 +398,10 @@ def test_without_a_pid_namespace_the_workers_uid_is_emptied_after_each_request(t
     os.chmod(shared_dir, 0o777)  # writable by the child's uid
     target = os.path.join(shared_dir, "late")
     try:
-        with Sandbox(workers=1, timeout_s=2.0, namespaces=False, allow_weak_sandbox=True) as b:
+        with Sandbox(workers=1, timeout_s=2.0, namespaces=False, **OPEN) as b:
             assert b.isolation["uid_drop"] and not b.isolation["pidns"]
             assert run1(b, _DETACH.replace("TARGET", target)).value == "detached"
             time.sleep(1.5)
         assert not os.path.exists(target)
     finally:
         shutil.rmtree(shared_dir, ignore_errors=True)
-
-
-def _run_bpf(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int:
-    """A classic-BPF interpreter for the few instructions the filter uses, over seccomp_data."""
-    import struct
-
-    data = struct.pack("<iIQ6Q", nr, arch, 0, *(list(args) + [0] * 6)[:6])
-    ins = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
-    pc, acc = 0, 0
-    for _ in range(10_000):
-        code, jt, jf, k = ins[pc]
-        if code == 0x20:  # ld w abs
-            acc = struct.unpack_from("<I", data, k)[0]
-            pc += 1
-        elif code in (0x15, 0x35, 0x45):  # jeq, jge, jset
-            hit = acc == k if code == 0x15 else acc >= k if code == 0x35 else bool(acc & k)
-            pc += 1 + (jt if hit else jf)
-        elif code == 0x06:
-            return k
-        else:
-            raise AssertionError(f"unexpected instruction {code:#x}")
-    raise AssertionError("no return")
-
-
-def test_the_seccomp_program_decides_as_documented():
-    from opgen.score import worker as W
-
-    prog = W.seccomp_program("x86_64", protected=(1, 4242), allow_mount=True)
-    arch = W.AUDIT_ARCH_X86_64
-    allow, kill, eperm, enosys = 0x7FFF0000, 0x80000000, 0x00050001, 0x00050026
-    assert _run_bpf(prog, 0, 0x40000003) == kill  # an i386 call on x86-64
-    assert _run_bpf(prog, 0x40000000 | 0, arch) == kill  # the x32 ABI
-    for name, nr in W.DENIED_X86_64.items():
-        want = allow if name in ("mount", "umount2") else eperm
-        assert _run_bpf(prog, nr, arch) == want, name
-    for nr in (0, 1, 3, 9, 12, 57, 60, 231, 202):  # read, write, close, mmap, brk, fork, exit, exit_group, futex
-        assert _run_bpf(prog, nr, arch) == allow, nr
-    assert _run_bpf(prog, 435, arch) == enosys  # clone3
-    assert _run_bpf(prog, 56, arch, (17,)) == allow  # clone as fork() makes it (SIGCHLD)
-    assert _run_bpf(prog, 56, arch, (0x3D0F00,)) == allow  # clone as a thread
-    for flag in (0x00020000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x02000000):
-        assert _run_bpf(prog, 56, arch, (flag | 17,)) == eperm, hex(flag)
-    for nr in (62, 200, 234):  # kill, tkill, tgkill
-        assert _run_bpf(prog, nr, arch, (1, 9)) == eperm
-        assert _run_bpf(prog, nr, arch, (4242, 9)) == eperm
-        assert _run_bpf(prog, nr, arch, (4243, 9)) == allow
-    assert _run_bpf(prog, 62, arch, ((1 << 32) - 1, 9)) == allow  # kill(-1): the worker's own cleanup
-    strict = W.seccomp_program("x86_64")
-    assert _run_bpf(strict, 165, arch) == eperm and _run_bpf(strict, 166, arch) == eperm
-    assert W.seccomp_program("aarch64") is None

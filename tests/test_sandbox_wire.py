@@ -74,20 +74,23 @@ def test_a_reply_the_worker_sends_is_what_the_scorer_reads():
 
 
 def _read_frames(data: bytes, n_expected: int, max_output: int = 10, pid: int = 4242) -> list:
-    worker = SimpleNamespace(limits={"max_output": max_output}, _unit_of=W.Worker._unit_of)
     units = [(None, [("f", ())] * n_expected, False)]
     rfd, wfd = os.pipe()
+    zygote_r, zygote_w = os.pipe()  # the zygote's reports: none come
+    request_r, request_w = os.pipe()
+    worker = SimpleNamespace(limits={"max_output": max_output}, _unit_of=W.Worker._unit_of, res_r=rfd,
+                             status_r=zygote_r, req_w=request_w, child_pid=pid, in_fresh=False)
     try:
         os.write(wfd, data)
         os.close(wfd)
         wfd = -1
         out: list = []
-        W.Worker._frames(worker, rfd, pid, units, n_expected, 5.0, out, set(), time.monotonic() + 5.0)
+        W.Worker._frames(worker, units, n_expected, 5.0, out, set(), time.monotonic() + 5.0, b"")
         return out
     finally:
-        os.close(rfd)
-        if wfd >= 0:
-            os.close(wfd)
+        for fd in (rfd, wfd, zygote_r, zygote_w, request_r, request_w):
+            if fd >= 0:
+                os.close(fd)
 
 
 def test_frames_the_child_writes_are_what_the_worker_reads():

@@ -282,7 +282,8 @@ def _shared_const(value: Any, canon: dict) -> object:
 
 # Every mechanism a worker can report is in MECHANISMS (worker.py); the strongest isolation needs
 # all of these (``userns`` stands for ``uid_drop`` where the scorer is not root: see worker.py).
-_FULL = ("pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp")
+_FULL = ("pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp", "zygote", "freshpidns",
+         "imports")
 
 # What is unprotected without each mechanism (the refusal, the warning and docs/scoring.md say it).
 RISKS = {
@@ -303,6 +304,11 @@ RISKS = {
     "seccomp": "execve, sockets, SysV IPC, ptrace, process_vm_readv/writev and namespace or mount calls are "
                "not refused (a binary written by the program can run; shared memory can pass answers between "
                "responses where no IPC namespace is in force)",
+    "zygote": "children fork from the worker, whose memory holds earlier responses' code and results",
+    "freshpidns": "consecutive responses share one PID namespace: pid numbers carry bits from one to the next, "
+                  "and what a program forks is removed by signalling, not with its namespace",
+    "imports": "model code can import every module the sandbox loaded (ctypes, gc, marshal, os, signal...), "
+               "not only the documented allowlist",
 }
 ALLOW_WEAK_ENV = "OPGEN_ALLOW_WEAK_SANDBOX"
 
@@ -484,7 +490,10 @@ class Sandbox:
     ``memory_mb`` is the address space a program's process may add, and at most ``nproc``
     processes and threads run for it (so its processes together stay under ``nproc`` times that);
     ``max_output`` caps a returned value's characters; ``work_mb``/``work_inodes`` cap the work area;
-    ``namespaces=False`` skips the namespaces and the chroot. Below ``full`` isolation the
+    ``namespaces=False`` skips the namespaces and the chroot; ``imports="open"`` leaves model code
+    every loaded module (not ``full``: for tests of the layers below the import allowlist, which
+    must hold on their own, since in-process restrictions can be defeated by crafted code
+    objects). Below ``full`` isolation the
     sandbox refuses to start unless ``allow_weak_sandbox`` is true (default: the environment
     variable ``OPGEN_ALLOW_WEAK_SANDBOX=1``); it then warns with what is unprotected.
     """
@@ -492,7 +501,7 @@ class Sandbox:
     def __init__(self, workers: int = 2, timeout_s: float = 2.0, memory_mb: int = 512, max_output: int = 100_000,
                  fsize_bytes: int = 1 << 20, nofile: int = 64, nproc: int = 8, namespaces: bool = True,
                  budget_s: float | None = None, work_mb: int = 16, work_inodes: int = 4096,
-                 allow_weak_sandbox: bool | None = None):
+                 allow_weak_sandbox: bool | None = None, imports: str = "allowlist"):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.timeout_s = float(timeout_s)
@@ -503,7 +512,7 @@ class Sandbox:
         self.nproc = nproc
         limits = {"as_bytes": memory_mb << 20, "fsize_bytes": fsize_bytes, "nofile": nofile, "nproc": nproc,
                   "max_output": max_output, "work_bytes": work_mb << 20, "work_inodes": work_inodes}
-        self._argv = [sys.executable, "-I", "-S", str(WORKER), *wire.worker_args(limits, namespaces)]
+        self._argv = [sys.executable, "-I", "-S", str(WORKER), *wire.worker_args(limits, namespaces, imports)]
         self._idle: FairPool[_Worker] = FairPool()
         self._lock = threading.Lock()
         self._closed = False

@@ -5,8 +5,10 @@ library, so a worker starts in milliseconds and its children inherit nothing of 
 environment, no open files, no expected answers (the worker never receives them).
 
 Jail once, fork many: the worker sets up its isolation once, at start, and every child forks from
-it. Each step is taken only when the system allows it (what was obtained is reported back in the
-hello message, so the scorer can state the level and refuse a weak one):
+its clean zygote (forked before the first request, never given a request's bytes; see "the clean
+zygote" below), each into a PID namespace of its own. Each step is taken only when the system
+allows it (what was obtained is reported back in the hello message, so the scorer can state the
+level and refuse a weak one):
 
 - without root, a user namespace first (the only way an ordinary account gets the others; the
   children then keep the scorer's uid outside, with every capability dropped);
@@ -15,14 +17,17 @@ hello message, so the scorer can state the level and refuse a weak one):
 - network, IPC and UTS namespaces (no network, no SysV IPC or POSIX message queue shared with
   the machine or surviving the worker) and a mount namespace with a private read-only tmpfs that
   the worker ``chroot``s into: model code sees no file of the machine at all;
-- a work area on a tmpfs (``noexec,nosuid,nodev,noatime`` with byte and inode caps): a fresh
-  directory per request; a request that leaves anything, or changes the area's root, gets the
-  tmpfs unmounted and remade: nothing written survives it, and cleanup cannot fail;
-- last, on the worker itself (so every child inherits it at no cost): a seccomp filter (no
-  ``execve``, no socket, no SysV IPC, no ptrace or process_vm_*, no namespace calls, no signals
-  to the worker; other architectures' calling conventions kill). ``mount``/``umount2`` stay for
-  the worker's work area; children cannot use them (no capability: a uid of their own, or every
-  capability dropped in a user namespace);
+- a work area on a tmpfs (``noexec,nosuid,nodev,noatime`` with byte and inode caps): one
+  directory ``r`` for the requests; a request that changes anything (an entry made or removed,
+  a mode, a time, the area's root) gets the tmpfs unmounted and remade: nothing written survives
+  it, its inode counter carries nothing, and cleanup cannot fail;
+- last, on the worker itself (so the zygote and every child inherit it at no cost): a seccomp
+  ALLOWLIST (x86-64 and aarch64 tables; no ``execve``, socket, SysV IPC, ptrace, process_vm_*,
+  namespace call but the zygote's CLONE_NEWPID; other architectures' calling conventions kill).
+  ``mount``/``umount2`` stay for the worker's work area; children cannot use them (no capability:
+  a uid of their own, or every capability dropped in a user namespace), and each child adds a
+  filter of its own: signals only to itself, no namespace or mount call;
+- in the zygote, before the first request: the import allowlist (ALLOWED_IMPORTS);
 - per child: its own session and process group, when we are root a uid/gid of this worker's own
   (``UID_BASE`` + the host pid of the worker's first stage: unique among live workers, owner of no
   file), so that ``RLIMIT_NPROC`` binds, counts only this worker's children — a fork bomb in one
@@ -36,8 +41,8 @@ The worker's first message is ``("hello", isolation)``. A request is ``(units, t
 budget_s)`` (``budget_s``: one wall-clock and CPU budget for all calls of the request, i.e. of one
 response) with
 ``units = [(code, [(entry, args), ...], fail_fast), ...]``
-(``code``: the marshalled code the scorer compiled, which the worker unmarshals before forking, or
-source text for the child to compile);
+(``code``: the marshalled code the scorer compiled, which the child unmarshals (the zygote it forks
+from never sees a request: see "the clean zygote"), or source text for the child to compile);
 the reply is a list of ``(status, value, detail)``, one per call, in order.
 Child -> worker (hostile): frames of 1 status byte + 4-byte sender pid + 4-byte length + UTF-8
 payload, parsed defensively by the worker (bounded reads, caps on values and details applied
@@ -62,8 +67,8 @@ import time
 # Modules model code commonly imports: loaded before the chroot, after which nothing can be read
 # from disk (an import of anything else fails inside the sandbox, as it should).
 # Each module makes every fork a little slower (more pages to map), so the list stays short.
-PRELOAD = ("bisect", "collections", "functools", "heapq", "itertools", "math", "operator", "re", "string",
-           "unicodedata")
+PRELOAD = ("bisect", "collections", "collections.abc", "functools", "heapq", "itertools", "math", "operator", "re",
+           "string", "unicodedata")
 
 # Model code shares this interpreter and may replace builtins (``builtins.len = ...``); module-level
 # bindings are looked up before builtins, so the harness keeps the real ones. (Type checkers take
@@ -89,7 +94,7 @@ HELLO = "hello"  # the tag of the worker's first message, ``(HELLO, isolation)``
 # The hello's mechanisms, in the order the scorer lists them (the isolation dict holds these, plus
 # ``uid``, ``work_bytes``, ``work_inodes`` and ``nproc``).
 MECHANISMS = ("uid_drop", "userns", "pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp",
-              "nondumpable")
+              "nondumpable", "zygote", "freshpidns", "imports", "hiddenclasses")
 # The worker's argv after the script's path: these limits, in this order, then NAMESPACES (0|1) and
 # ROOT_DIR (see main()).
 LIMIT_ARGS = ("as_bytes", "fsize_bytes", "nofile", "nproc", "max_output", "work_bytes", "work_inodes")
@@ -160,103 +165,232 @@ def detail_of(exc: BaseException) -> str:
 # Children of a worker run as UID_BASE + the worker's host pid (pid_max is at most 2**22), a range
 # no account uses: a shared uid such as nobody's would pool RLIMIT_NPROC across every sandbox.
 UID_BASE = 2_000_000_000
-CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
-CLONE_NEWUSER, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWCGROUP = 0x10000000, 0x08000000, 0x04000000, 0x02000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_NOATIME = 1, 2, 4, 8, 32, 1024
 MS_REC, MS_PRIVATE, MNT_DETACH = 0x4000, 1 << 18, 2
 PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, SECCOMP_MODE_FILTER = 4, 22, 38, 2
 
 # ------------------------------------------------------------------ the seccomp filter (assembled here)
 
-AUDIT_ARCH_X86_64 = 0xC000003E
-# x86-64 numbers of the system calls a child is refused (EPERM): running programs, sockets, SysV
-# IPC and POSIX message queues, tracing and reading other processes, namespaces, mounts and the
-# new mount API, chroot, kernel modules and keys, bpf, perf, userfaultfd, io_uring (whose
-# requests seccomp would not see).
-DENIED_X86_64 = {
-    "execve": 59, "execveat": 322, "socket": 41, "socketpair": 53, "ptrace": 101,
-    "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "pidfd_getfd": 438,
-    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
-    "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240,
-    "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
-    "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
-    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-    "mount_setattr": 442, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323, "io_uring_setup": 425,
-    "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250, "add_key": 248, "request_key": 249,
-    "init_module": 175, "finit_module": 313, "delete_module": 176, "kexec_load": 246, "kexec_file_load": 320,
-    "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163, "quotactl": 179, "name_to_handle_at": 303,
-    "open_by_handle_at": 304, "lookup_dcookie": 212, "vhangup": 153, "iopl": 172, "ioperm": 173,
+# The system-call numbers the filters name, per architecture (x86-64 and aarch64, whose numbers are
+# the kernel's generic table): tests/test_sandbox_zygote.py checks both against the kernel's
+# <asm/unistd_64.h> and <asm-generic/unistd.h>. aarch64 has no open/stat/fork/... (only the *at
+# calls), so a name missing from its table is simply not there to allow.
+SYSCALLS = {
+    "x86_64": {
+        "read": 0, "write": 1, "open": 2, "close": 3, "stat": 4, "fstat": 5, "lstat": 6, "poll": 7, "lseek": 8,
+        "mmap": 9, "mprotect": 10, "munmap": 11, "brk": 12, "rt_sigaction": 13, "rt_sigprocmask": 14,
+        "rt_sigreturn": 15, "ioctl": 16, "pread64": 17, "pwrite64": 18, "readv": 19, "writev": 20, "access": 21,
+        "pipe": 22, "select": 23, "sched_yield": 24, "mremap": 25, "msync": 26, "mincore": 27, "madvise": 28,
+        "dup": 32, "dup2": 33, "nanosleep": 35, "getitimer": 36, "alarm": 37, "setitimer": 38, "getpid": 39,
+        "sendfile": 40, "socket": 41, "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "exit": 60, "wait4": 61,
+        "kill": 62, "uname": 63, "fcntl": 72, "flock": 73, "fsync": 74, "fdatasync": 75, "truncate": 76,
+        "ftruncate": 77, "getdents": 78, "getcwd": 79, "chdir": 80, "fchdir": 81, "rename": 82, "mkdir": 83,
+        "rmdir": 84, "creat": 85, "link": 86, "unlink": 87, "symlink": 88, "readlink": 89, "chmod": 90, "fchmod": 91,
+        "chown": 92, "fchown": 93, "lchown": 94, "umask": 95, "gettimeofday": 96, "getrlimit": 97, "getrusage": 98,
+        "sysinfo": 99, "times": 100, "ptrace": 101, "getuid": 102, "getgid": 104, "setuid": 105, "setgid": 106,
+        "geteuid": 107, "getegid": 108, "setpgid": 109, "getppid": 110, "getpgrp": 111, "setsid": 112,
+        "getgroups": 115, "setgroups": 116, "setresuid": 117, "getresuid": 118, "setresgid": 119, "getresgid": 120,
+        "getpgid": 121, "getsid": 124, "capget": 125, "capset": 126, "rt_sigpending": 127, "rt_sigtimedwait": 128,
+        "rt_sigqueueinfo": 129, "rt_sigsuspend": 130, "sigaltstack": 131, "utime": 132, "statfs": 137,
+        "fstatfs": 138, "getpriority": 140, "sched_getparam": 143, "sched_getscheduler": 145, "prctl": 157,
+        "arch_prctl": 158, "setrlimit": 160, "chroot": 161, "mount": 165, "umount2": 166, "gettid": 186,
+        "getxattr": 191, "lgetxattr": 192, "fgetxattr": 193, "listxattr": 194, "llistxattr": 195, "flistxattr": 196,
+        "tkill": 200, "time": 201, "futex": 202, "sched_getaffinity": 204, "epoll_create": 213, "getdents64": 217,
+        "set_tid_address": 218, "restart_syscall": 219, "fadvise64": 221, "clock_gettime": 228, "clock_getres": 229,
+        "clock_nanosleep": 230, "exit_group": 231, "epoll_wait": 232, "epoll_ctl": 233, "tgkill": 234, "utimes": 235,
+        "waitid": 247, "openat": 257, "mkdirat": 258, "fchownat": 260, "futimesat": 261, "newfstatat": 262,
+        "unlinkat": 263, "renameat": 264, "linkat": 265, "symlinkat": 266, "readlinkat": 267, "fchmodat": 268,
+        "faccessat": 269, "pselect6": 270, "ppoll": 271, "unshare": 272, "set_robust_list": 273,
+        "get_robust_list": 274, "utimensat": 280, "epoll_pwait": 281, "eventfd2": 290, "epoll_create1": 291,
+        "dup3": 292, "pipe2": 293, "preadv": 295, "pwritev": 296, "rt_tgsigqueueinfo": 297, "prlimit64": 302,
+        "setns": 308, "getcpu": 309, "renameat2": 316, "getrandom": 318, "membarrier": 324, "copy_file_range": 326,
+        "preadv2": 327, "pwritev2": 328, "statx": 332, "rseq": 334, "pidfd_send_signal": 424, "pidfd_open": 434,
+        "clone3": 435, "close_range": 436, "faccessat2": 439, "epoll_pwait2": 441,
+    },
+    "aarch64": {
+        "getxattr": 8, "lgetxattr": 9, "fgetxattr": 10, "listxattr": 11, "llistxattr": 12, "flistxattr": 13,
+        "getcwd": 17, "eventfd2": 19, "epoll_create1": 20, "epoll_ctl": 21, "epoll_pwait": 22, "dup": 23, "dup3": 24,
+        "fcntl": 25, "ioctl": 29, "flock": 32, "mkdirat": 34, "unlinkat": 35, "symlinkat": 36, "linkat": 37,
+        "renameat": 38, "umount2": 39, "mount": 40, "statfs": 43, "fstatfs": 44, "truncate": 45, "ftruncate": 46,
+        "faccessat": 48, "chdir": 49, "fchdir": 50, "chroot": 51, "fchmod": 52, "fchmodat": 53, "fchownat": 54,
+        "fchown": 55, "openat": 56, "close": 57, "pipe2": 59, "getdents64": 61, "lseek": 62, "read": 63, "write": 64,
+        "readv": 65, "writev": 66, "pread64": 67, "pwrite64": 68, "preadv": 69, "pwritev": 70, "sendfile": 71,
+        "pselect6": 72, "ppoll": 73, "readlinkat": 78, "newfstatat": 79, "fstat": 80, "fsync": 82, "fdatasync": 83,
+        "utimensat": 88, "capget": 90, "capset": 91, "exit": 93, "exit_group": 94, "waitid": 95,
+        "set_tid_address": 96, "unshare": 97, "futex": 98, "set_robust_list": 99, "get_robust_list": 100,
+        "nanosleep": 101, "getitimer": 102, "setitimer": 103, "clock_gettime": 113, "clock_getres": 114,
+        "clock_nanosleep": 115, "ptrace": 117, "sched_getscheduler": 120, "sched_getparam": 121,
+        "sched_getaffinity": 123, "sched_yield": 124, "restart_syscall": 128, "kill": 129, "tkill": 130,
+        "tgkill": 131, "sigaltstack": 132, "rt_sigsuspend": 133, "rt_sigaction": 134, "rt_sigprocmask": 135,
+        "rt_sigpending": 136, "rt_sigtimedwait": 137, "rt_sigqueueinfo": 138, "rt_sigreturn": 139,
+        "getpriority": 141, "setgid": 144, "setuid": 146, "setresuid": 147, "getresuid": 148, "setresgid": 149,
+        "getresgid": 150, "times": 153, "setpgid": 154, "getpgid": 155, "getsid": 156, "setsid": 157,
+        "getgroups": 158, "setgroups": 159, "uname": 160, "getrlimit": 163, "setrlimit": 164, "getrusage": 165,
+        "umask": 166, "prctl": 167, "getcpu": 168, "gettimeofday": 169, "getpid": 172, "getppid": 173, "getuid": 174,
+        "geteuid": 175, "getgid": 176, "getegid": 177, "gettid": 178, "sysinfo": 179, "socket": 198, "brk": 214,
+        "munmap": 215, "mremap": 216, "clone": 220, "execve": 221, "mmap": 222, "fadvise64": 223, "mprotect": 226,
+        "msync": 227, "mincore": 232, "madvise": 233, "rt_tgsigqueueinfo": 240, "wait4": 260, "prlimit64": 261,
+        "setns": 268, "renameat2": 276, "getrandom": 278, "membarrier": 283, "copy_file_range": 285, "preadv2": 286,
+        "pwritev2": 287, "statx": 291, "rseq": 293, "pidfd_send_signal": 424, "pidfd_open": 434, "clone3": 435,
+        "close_range": 436, "faccessat2": 439, "epoll_pwait2": 441,
+    },
 }
-CLONE_X86_64, CLONE3_X86_64 = 56, 435
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+AUDIT_ARCH_X86_64 = AUDIT_ARCH["x86_64"]
+# The allowlist: what the worker, its zygote and a child running CPython need (files, memory,
+# time, signals' own handling, threads, waiting, the uid drop). Everything else is refused with
+# EPERM: execve, sockets, SysV IPC and POSIX queues, ptrace, process_vm_*, kcmp, pidfd_getfd, bpf,
+# perf, userfaultfd, io_uring, keys, modules, kexec, reboot, swap, chroot, pivot_root, the new mount
+# API, rt_sigqueueinfo/rt_tgsigqueueinfo/pidfd_send_signal/pidfd_open, and any call added to a
+# kernel later. Checked by arguments: ``clone`` (no namespace flag), ``unshare``/``setns`` (only
+# CLONE_NEWPID: the zygote's fresh PID namespace per request; a child has no capability for it),
+# ``clone3`` gets ENOSYS (its flags sit in memory a filter cannot read; the C library falls back to
+# ``clone``). ``mount``/``umount2`` are left to the worker (its work area; children hold no
+# capability), and ``kill``/``tkill``/``tgkill`` to the worker and zygote: every child installs the
+# CHILD filter on top (see child_seccomp_program).
+ALLOWED_SYSCALLS = (
+    "read", "write", "open", "openat", "close", "stat", "fstat", "lstat", "newfstatat", "statx", "poll", "ppoll",
+    "lseek", "mmap", "mprotect", "munmap", "brk", "mremap", "msync", "mincore", "madvise", "rt_sigaction",
+    "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigtimedwait", "rt_sigsuspend", "sigaltstack", "ioctl",
+    "pread64", "pwrite64", "readv", "writev", "preadv", "pwritev", "preadv2", "pwritev2", "access", "faccessat",
+    "faccessat2", "pipe", "pipe2", "select", "pselect6", "sched_yield", "dup", "dup2", "dup3", "nanosleep",
+    "clock_nanosleep", "getitimer", "setitimer", "alarm", "getpid", "getppid", "gettid", "fork", "vfork", "wait4",
+    "waitid", "kill", "tkill", "tgkill", "uname", "fcntl", "flock", "fsync", "fdatasync", "truncate", "ftruncate",
+    "getdents", "getdents64", "getcwd", "chdir", "fchdir", "rename", "renameat", "renameat2", "mkdir", "mkdirat",
+    "rmdir", "creat", "link", "linkat", "unlink", "unlinkat", "symlink", "symlinkat", "readlink", "readlinkat",
+    "chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat", "umask", "gettimeofday", "time",
+    "getrlimit", "setrlimit", "prlimit64", "getrusage", "sysinfo", "times", "getuid", "getgid", "geteuid", "getegid",
+    "getresuid", "getresgid", "getgroups", "setuid", "setgid", "setresuid", "setresgid", "setgroups", "setsid",
+    "setpgid", "getpgid", "getpgrp", "getsid", "capget", "capset", "statfs", "fstatfs", "getpriority",
+    "sched_getaffinity", "sched_getparam", "sched_getscheduler", "prctl", "arch_prctl", "futex", "set_tid_address",
+    "set_robust_list", "get_robust_list", "clock_gettime", "clock_getres", "exit", "exit_group", "utime", "utimes",
+    "utimensat", "futimesat", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait",
+    "epoll_pwait2", "eventfd2", "getrandom", "rseq", "restart_syscall", "getxattr", "lgetxattr", "fgetxattr",
+    "listxattr", "llistxattr", "flistxattr", "fadvise64", "close_range", "getcpu", "membarrier", "sendfile",
+    "copy_file_range",
+)
+WORKER_ONLY = ("mount", "umount2")  # the worker's work area; allowed where ``allow_mount``
+# Refused to a child on top of the shared filter: every signal but to itself (its own pid, or 0: its
+# own process group), namespaces and mounts.
+CHILD_DENIED = ("rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal", "pidfd_open", "unshare", "setns",
+                "mount", "umount2")
+CHILD_SIGNALS = ("kill", "tkill", "tgkill")  # the target (pid, tid or tgid) is the first argument
+CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+CLONE_NEWUSER, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWCGROUP = 0x10000000, 0x08000000, 0x04000000, 0x02000000
 NAMESPACE_FLAGS = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | \
     CLONE_NEWCGROUP
 _BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_JSET_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+_BPF_JA = 0x05  # jump always, by k (32 bits: the only long jump)
 _RET_ALLOW, _RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 _EPERM, _ENOSYS = 1, 38
 
 
-KILL_X86_64 = (62, 200, 234)  # kill, tkill, tgkill: the target pid is the first argument
+class _Bpf:
+    """A classic-BPF program with named labels (jumps are resolved, and range-checked, at the end)."""
+
+    def __init__(self) -> None:
+        self.prog: list[list] = []  # [code, jt, jf, k], jt/jf as label names or 0
+        self.labels: dict[str, int] = {}
+
+    def op(self, code: int, jt: object = 0, jf: object = 0, k: int = 0) -> None:
+        self.prog.append([code, jt, jf, k])
+
+    def label(self, name: str) -> None:
+        self.labels[name] = len(self.prog)
+
+    def far(self, code: int, k: int, label: str) -> None:
+        """If the test holds, go to ``label`` however far (a conditional jump reaches 255 ahead)."""
+        self.op(code, 0, 1, k)
+        self.op(_BPF_JA, k=label)  # type: ignore[arg-type]  # resolved in assemble()
+
+    def far_unless(self, code: int, k: int, label: str) -> None:
+        self.op(code, 1, 0, k)
+        self.op(_BPF_JA, k=label)  # type: ignore[arg-type]
+
+    def head(self, machine: str) -> None:
+        self.op(_BPF_LD_W_ABS, k=4)  # seccomp_data.arch: another ABI's numbers mean other calls: killed
+        self.far_unless(_BPF_JEQ_K, AUDIT_ARCH[machine], "kill")
+        self.op(_BPF_LD_W_ABS, k=0)  # seccomp_data.nr
+        if machine == "x86_64":
+            self.far(_BPF_JGE_K, 0x40000000, "kill")  # the x32 ABI
+
+    def returns(self) -> None:
+        for name, value in (("allow", _RET_ALLOW), ("eperm", _RET_ERRNO | _EPERM),
+                            ("enosys", _RET_ERRNO | _ENOSYS), ("kill", _RET_KILL_PROCESS)):
+            self.label(name)
+            self.op(_BPF_RET_K, k=value)
+
+    def assemble(self) -> bytes:
+        out = []
+        for i, (code, jt, jf, k) in enumerate(self.prog):
+            if isinstance(k, str):
+                k = self.labels[k] - i - 1
+            jt = self.labels[jt] - i - 1 if isinstance(jt, str) else jt
+            jf = self.labels[jf] - i - 1 if isinstance(jf, str) else jf
+            if not (0 <= jt <= 255 and 0 <= jf <= 255):
+                raise ValueError("seccomp jump out of range")
+            out.append(struct.pack("=HBBI", code, jt, jf, k))
+        return b"".join(out)
 
 
-def seccomp_program(machine: str, protected: tuple[int, ...] = (1,), allow_mount: bool = False) -> bytes | None:
-    """The filter as ``struct sock_filter`` records, or None for an architecture it has no table
-    for (the level then says so). The worker installs it on itself once, after its own setup, so
-    every child inherits it at no cost; ``allow_mount`` leaves ``mount``/``umount2`` to the worker
-    (it remakes the work area), which children cannot use anyway: they hold no capability.
-
-    Checks the architecture field first (an i386 or x32 call on x86-64 uses other numbers: killed),
-    then refuses the denied calls, ``clone`` with any namespace flag, signals to the ``protected``
-    pids (the worker: pid 1 in its PID namespace, or its own pid without one), and ``clone3``
-    with ENOSYS (its flags sit in memory the filter cannot read; the C library then falls back to
-    ``clone``). Everything else is allowed.
-    """
-    if machine != "x86_64":
+def seccomp_program(machine: str, allow_mount: bool = False) -> bytes | None:
+    """The shared filter as ``struct sock_filter`` records, or None for an architecture without a
+    table (the level then says so). An ALLOWLIST: ``ALLOWED_SYSCALLS`` (plus ``WORKER_ONLY`` where
+    ``allow_mount``) pass, ``clone``/``unshare``/``setns`` by their flags, ``clone3`` is ENOSYS,
+    anything else EPERM; a call of another ABI kills. The worker installs it on itself once, after
+    its own setup, so the zygote and every child inherit it."""
+    table = SYSCALLS.get(machine)
+    if table is None:
         return None
-    prog: list[list] = []  # [code, jt, jf, k], jt/jf as label names or 0
+    b = _Bpf()
+    b.head(machine)
+    b.far(_BPF_JEQ_K, table["clone3"], "enosys")
+    b.far(_BPF_JEQ_K, table["clone"], "clone")
+    b.far(_BPF_JEQ_K, table["unshare"], "newpid0")
+    b.far(_BPF_JEQ_K, table["setns"], "newpid1")
+    names = ALLOWED_SYSCALLS + (WORKER_ONLY if allow_mount else ())
+    numbers = sorted({table[n] for n in names if n in table})
+    for chunk in range(0, len(numbers), 64):  # each chunk with its own "allow" within reach
+        for nr in numbers[chunk:chunk + 64]:
+            b.op(_BPF_JEQ_K, f"allow{chunk}", 0, nr)
+        b.op(_BPF_JA, k=f"next{chunk}")  # type: ignore[arg-type]
+        b.label(f"allow{chunk}")
+        b.op(_BPF_RET_K, k=_RET_ALLOW)
+        b.label(f"next{chunk}")
+    b.op(_BPF_RET_K, k=_RET_ERRNO | _EPERM)
+    b.label("clone")
+    b.op(_BPF_LD_W_ABS, k=16)  # args[0], low half: clone's flags
+    b.op(_BPF_JSET_K, "eperm", "allow", NAMESPACE_FLAGS)
+    b.label("newpid0")
+    b.op(_BPF_LD_W_ABS, k=16)  # unshare(flags)
+    b.op(_BPF_JEQ_K, "allow", "eperm", CLONE_NEWPID)
+    b.label("newpid1")
+    b.op(_BPF_LD_W_ABS, k=24)  # setns(fd, nstype)
+    b.op(_BPF_JEQ_K, "allow", "eperm", CLONE_NEWPID)
+    b.returns()
+    return b.assemble()
 
-    def op(code: int, jt: object = 0, jf: object = 0, k: int = 0) -> None:
-        prog.append([code, jt, jf, k])
 
-    labels: dict[str, int] = {}
-
-    def label(name: str) -> None:
-        labels[name] = len(prog)
-
-    op(_BPF_LD_W_ABS, k=4)  # seccomp_data.arch
-    op(_BPF_JEQ_K, 0, "kill", AUDIT_ARCH_X86_64)
-    op(_BPF_LD_W_ABS, k=0)  # seccomp_data.nr
-    op(_BPF_JGE_K, "kill", 0, 0x40000000)  # the x32 ABI
-    op(_BPF_JEQ_K, "enosys", 0, CLONE3_X86_64)
-    skip = {DENIED_X86_64["mount"], DENIED_X86_64["umount2"]} if allow_mount else set()
-    for nr in sorted(set(DENIED_X86_64.values()) - skip):
-        op(_BPF_JEQ_K, "eperm", 0, nr)
-    op(_BPF_JEQ_K, "clone", 0, CLONE_X86_64)
-    for nr in KILL_X86_64:
-        op(_BPF_JEQ_K, "signal", 0, nr)
-    op(_BPF_RET_K, k=_RET_ALLOW)
-    label("clone")
-    op(_BPF_LD_W_ABS, k=16)  # args[0], low half: clone's flags
-    op(_BPF_JSET_K, "eperm", 0, NAMESPACE_FLAGS)
-    op(_BPF_RET_K, k=_RET_ALLOW)
-    label("signal")
-    op(_BPF_LD_W_ABS, k=16)  # args[0], low half: the target (also -pid, a process group, stays allowed)
-    for pid in protected:
-        op(_BPF_JEQ_K, "eperm", 0, pid)
-    op(_BPF_RET_K, k=_RET_ALLOW)
-    label("eperm")
-    op(_BPF_RET_K, k=_RET_ERRNO | _EPERM)
-    label("enosys")
-    op(_BPF_RET_K, k=_RET_ERRNO | _ENOSYS)
-    label("kill")
-    op(_BPF_RET_K, k=_RET_KILL_PROCESS)
-    out = []
-    for i, (code, jt, jf, k) in enumerate(prog):
-        jt = labels[jt] - i - 1 if isinstance(jt, str) else jt
-        jf = labels[jf] - i - 1 if isinstance(jf, str) else jf
-        if not (0 <= jt <= 255 and 0 <= jf <= 255):
-            raise ValueError("seccomp jump out of range")
-        out.append(struct.pack("=HBBI", code, jt, jf, k))
-    return b"".join(out)
+def child_seccomp_program(machine: str, self_pid: int) -> bytes | None:
+    """The filter a child adds on top of the shared one (both apply, the stricter wins): signals
+    only to itself (``kill``/``tkill``/``tgkill`` whose target is ``self_pid`` (1 in its own PID
+    namespace) or 0, its own process group), no ``CHILD_DENIED`` call at all."""
+    table = SYSCALLS.get(machine)
+    if table is None:
+        return None
+    b = _Bpf()
+    b.head(machine)
+    for name in CHILD_SIGNALS:
+        b.op(_BPF_JEQ_K, "signal", 0, table[name])
+    for name in CHILD_DENIED:
+        b.op(_BPF_JEQ_K, "eperm", 0, table[name])
+    b.op(_BPF_RET_K, k=_RET_ALLOW)
+    b.label("signal")
+    b.op(_BPF_LD_W_ABS, k=16)  # args[0], low half (the kernel reads a pid_t)
+    b.op(_BPF_JEQ_K, "allow", 0, 0)
+    b.op(_BPF_JEQ_K, "allow", "eperm", self_pid)
+    b.returns()
+    return b.assemble()
 
 
 _ARITY = re.compile(r"positional argument|required (keyword-only )?argument|unexpected keyword argument|"
@@ -264,11 +398,6 @@ _ARITY = re.compile(r"positional argument|required (keyword-only )?argument|unex
 
 
 # ------------------------------------------------------------------ the child side (hostile code runs here)
-
-
-def _send(fd: int, status: str, payload: str) -> None:
-    # The sender's pid: a process the program forked inherits this pipe, and its frames are ignored.
-    write_all(fd, encode_frame(status, os.getpid(), payload))
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
@@ -282,7 +411,7 @@ def _classify(exc: BaseException) -> tuple[str, str]:
     return "exception", text
 
 
-def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:  # noqa: C901
+def _run_calls(fd: int | None, units: list, start: int, max_output: int) -> None:  # noqa: C901
     """Run calls from flat position ``start`` on, sending one frame per call (and one per loaded unit)."""
     position = 0
     for unit_index, (code, calls, _fail_fast) in enumerate(units):
@@ -291,10 +420,10 @@ def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:  # no
             continue
         namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
         try:
-            # The scorer compiles (where the compiler's memory is already paged in) and the worker
-            # unmarshals before forking (see Worker.run): one code object, or its top-level blocks
-            # to run in order. Source text only when compiling there hit a limit; bytes only when
-            # the worker could not unmarshal them (this child then fails as it would have).
+            # The scorer compiles (where the compiler's memory is already paged in) and the child
+            # unmarshals before its model code runs (_child_main): one code object, or its top-level
+            # blocks to run in order. Source text only when compiling there hit a limit; bytes only
+            # when they would not unmarshal (this child then fails as it would have).
             kind = type(code)
             compiled = (compile(code, "<answer>", "exec") if kind is str
                         else _loads(code) if kind is bytes else code)
@@ -346,12 +475,20 @@ def _run_calls(fd: int, units: list, start: int, max_output: int) -> None:  # no
 
 
 class _Jail:
-    """The seccomp filter (installed once, on the worker: children inherit it) and what a child
-    applies to itself after the fork, prepared by the worker (ctypes is loaded there)."""
+    """What the zygote and a child apply to themselves, prepared by the worker (ctypes is loaded
+    there, once): the shared seccomp filter (installed on the worker: everything forked from it
+    inherits it), the child's own filter on top, the capability drop, and the zygote's fresh PID
+    namespace per request (``setns`` back to its own, then ``unshare(CLONE_NEWPID)``)."""
 
     drop_caps = False
     prctl: Any = None  # libc functions (ctypes), set by _prepare_jail
     capset: Any = None
+    setns: Any = None
+    unshare: Any = None
+    buffer: Any = None  # a ctypes array type the size of the child's filter
+    fprog: Any = None  # the ``struct sock_fprog`` class
+    addressof: Any = None
+    machine = ""
     filter_addr = 0
     _keep: tuple = ()
 
@@ -369,33 +506,295 @@ class _Jail:
         return (self.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
                 and self.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self.filter_addr, 0, 0) == 0)
 
+    def install_child(self, self_pid: int) -> bool:
+        """The child's filter (signals only to itself, no namespace or mount call), on top."""
+        if self.prctl is None:
+            return True  # no seccomp in force: the level says so
+        program = child_seccomp_program(self.machine, self_pid)
+        if program is None:
+            return False
+        buffer = self.buffer.from_buffer_copy(program)
+        fprog = self.fprog(len(program) // 8, self.addressof(buffer))
+        return self.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self.addressof(fprog), 0, 0) == 0
+
+    def fresh_pid_namespace(self, own_fd: int) -> bool:
+        """Make the next fork the init of a new PID namespace (the zygote, once per request)."""
+        if self.setns is None or own_fd < 0:
+            return False
+        return self.setns(own_fd, CLONE_NEWPID) == 0 and self.unshare(CLONE_NEWPID) == 0
+
 
 _JAIL = _Jail()
 
+# ------------------------------------------------------------------ the clean zygote
+#
+# The worker reads requests; its memory holds every earlier response's code, inputs and results.
+# So children are not forked from it: before the first request the worker forks a ZYGOTE, which
+# never receives a request's bytes. Per request the worker writes one byte on the zygote's control
+# pipe; the zygote forks a child (into a fresh PID namespace where it can) and reports its pid, then
+# its wait status and CPU time (ZYGOTE_MESSAGE). The child itself reads its request from the request
+# pipe (worker -> child) and writes its frames on the result pipe (child -> worker); both pipes
+# outlive children, so the worker empties them after each child (every writer and reader of the
+# request is dead by then).
+ZYGOTE_MESSAGE = struct.Struct(">cqq")  # b"R" ready (fresh pidns, imports locked), b"P"/b"p" pid (in a fresh
+# PID namespace or not), b"S" wait status + CPU milliseconds
+END_CODE = 255  # a frame the harness sends after its last call: "nothing more comes" (then it waits)
 
-def _child(wfd: int, workdir: str, units: list, start: int, cpu_s: int, rlimits: tuple, max_output: int,
-           uid: int | None) -> None:
-    # Every step here pays page faults for what it touches (the dominant cost of a child): what
-    # the worker could do once for all children (descriptors 0-2 on /dev/null, the file-size and
-    # core limits, SIGXFSZ ignored) it did, and inherited it is.
+# The modules model code may import (ALL others fail, whatever the route: ``import``, ``__import__``,
+# ``sys.modules``, the import machinery, the classes ``object.__subclasses__()`` lists): the preloaded
+# pure modules and the harmless ones every worker has loaded anyway, which answers did import
+# before (``from __future__ import annotations``, ``sys.setrecursionlimit``, ``time``...). Not:
+# ctypes, _ctypes, gc, marshal, os, posix, signal, resource, select, platform, importlib, _imp...
+ALLOWED_IMPORTS = PRELOAD + ("__future__", "abc", "builtins", "codecs", "copyreg", "enum", "io",
+                             "keyword", "reprlib", "struct", "sys", "time", "types")
+# Classes left visible to ``type.__subclasses__`` (walked from ``object``): those of the allowed
+# modules and of the interpreter's own harmless internals. The classes of every other module (ctypes,
+# _ctypes, os, posix, signal, the import machinery, this worker...) are taken out of their bases'
+# subclass registries, so no walk finds them or the functions (and ``__globals__``) they hold.
+VISIBLE_CLASS_MODULES = frozenset(ALLOWED_IMPORTS + (
+    "_abc", "abc", "_collections", "_collections_abc", "_contextvars", "_functools", "_io", "io", "_operator",
+    "_sre", "_thread", "_weakref", "_weakrefset", "weakref", "Token", "codecs", "_codecs", "encodings",
+    "encodings.utf_8", "enum", "re._parser", "re._compiler", "re._constants", "re._casefix", "reprlib",
+    "keyword", "copyreg", "types", "pickle", "_struct", "_string"))
+
+
+# The harness's own globals (set on its dict, see _harness); defined here for readers and type checkers.
+_PID = 0
+_OUT: Any = None
+_IDLE: Any = None
+_MODULES: dict = {}
+
+
+class _ChildStart(BaseException):
+    """Raised in a child right after the zygote's fork: the stack unwinds to the module's top, so
+    no frame of the zygote's (or the worker's set-up, with its ctypes objects) stays reachable."""
+
+
+def _subclass_registry(ctypes: Any, cls: type, offset: int) -> dict | None:
+    pointer = ctypes.c_void_p.from_address(id(cls) + offset).value
+    if not pointer:
+        return None
+    registry = ctypes.cast(pointer, ctypes.py_object).value
+    return registry if type(registry) is dict else None
+
+
+# ``PyTypeObject.tp_subclasses`` (CPython 3.10/3.11): a dict {id(subclass): weakref}.
+_TP_SUBCLASSES = 45 * 8
+
+
+def _hide_classes(ctypes: Any) -> bool:
+    """Take every class of a module outside VISIBLE_CLASS_MODULES out of its bases' subclass
+    registries. Checked on ``object`` first (the registry found must be exactly what
+    ``object.__subclasses__()`` lists); False where it cannot be done (another CPython)."""
+    if sys.version_info[:2] not in ((3, 10), (3, 11)) or struct.calcsize("P") != 8:
+        return False
+    try:
+        root = _subclass_registry(ctypes, object, _TP_SUBCLASSES)
+        if root is None or {id(r()) for r in root.values()} != {id(c) for c in object.__subclasses__()}:
+            return False
+        seen: dict[int, type] = {}
+        todo: list[type] = [object]
+        while todo:
+            cls = todo.pop()
+            for sub in type.__subclasses__(cls):  # type: ignore[var-annotated]
+                if id(sub) not in seen:
+                    seen[id(sub)] = sub
+                    todo.append(sub)
+        for found in seen.values():
+            if getattr(found, "__module__", None) in VISIBLE_CLASS_MODULES:
+                continue
+            for base in found.__bases__:
+                registry = _subclass_registry(ctypes, base, _TP_SUBCLASSES)
+                if registry is not None:
+                    registry.pop(id(found), None)
+        return all(getattr(c, "__module__", None) in VISIBLE_CLASS_MODULES for c in object.__subclasses__())
+    except Exception:
+        return False
+
+
+def _guarded_import(name: str, globals: object = None, locals: object = None, fromlist: object = (),
+                    level: int = 0) -> object:
+    # Runs with a globals dict of its own (_lock_imports): _MODULES, the allowed modules only.
+    module = _MODULES.get(name) if level == 0 and type(name) is str else None
+    if module is None:
+        raise ImportError(f"import of {name!r} is not allowed in the sandbox", name=name)
+    if not fromlist and "." in name:
+        return _MODULES[name.partition(".")[0]]
+    return module
+
+
+def _lock_imports() -> int:
+    """The zygote, once, before any child: only ALLOWED_IMPORTS can be imported from here on.
+
+    ``builtins.__import__`` serves those modules from a dict of its own and refuses every other
+    name; ``sys.modules`` holds only them; the import machinery has no finder, no hook and no
+    ``_imp`` left to load a built-in, frozen or extension module with (the extension cache would
+    hand back ``_ctypes`` without its file); the modules' loaders and specs (a way to the machinery's
+    globals) are dropped; ctypes' namespace is emptied (the zygote keeps only the few functions it
+    calls, and each child drops those too); the classes of every other module are hidden from
+    ``__subclasses__``. Each child then empties this worker module's globals before model code runs.
+    Returns 1 where the import routes are closed, plus 2 where the classes are hidden too (CPython
+    3.10/3.11 only: later versions keep built-in types' registries elsewhere)."""
+    import ctypes
+
+    hidden = _hide_classes(ctypes)
+    modules = {name: sys.modules[name] for name in ALLOWED_IMPORTS if name in sys.modules}
+    for module in list(sys.modules.values()) + [builtins, sys]:
+        for attr in ("__loader__", "__spec__"):
+            try:
+                setattr(module, attr, None)
+            except Exception:
+                pass
+    sys.meta_path.clear()
+    sys.path_hooks.clear()
+    sys.path_importer_cache.clear()
+    sys.path.clear()
+    imp = sys.modules.get("_imp")
+    if imp is not None:
+        for attr in [a for a in vars(imp) if not a.startswith("__")]:
+            setattr(imp, attr, None)
+    for name in ("_frozen_importlib", "_frozen_importlib_external"):
+        machinery = sys.modules.get(name)
+        if machinery is not None:
+            space = vars(machinery)
+            for attr in ("_os", "_imp", "marshal", "_io", "sys", "_thread", "_warnings", "_weakref", "winreg",
+                         "posix", "_bootstrap", "_bootstrap_external", "_pathseps_with_colon"):
+                if attr in space:
+                    space[attr] = None
+    guard_globals = {"__builtins__": builtins, "_MODULES": modules, "ImportError": ImportError, "type": type,
+                     "str": str}
+    make: Any = type(_guarded_import)  # types.FunctionType
+    guard = make(_guarded_import.__code__, guard_globals, "__import__",
+                                  _guarded_import.__defaults__)
+    builtins.__import__ = guard
+    for name in [n for n in sys.modules if n.startswith("ctypes")]:
+        vars(sys.modules[name]).clear()
+    sys.modules.clear()
+    sys.modules.update(modules)
+    return int(builtins.__import__ is guard and not sys.modules.keys() - modules.keys()) | (2 if hidden else 0)
+
+
+def _harness_send(fd: object, status: str, payload: str) -> None:
+    # Harness globals (_harness): the result pipe as a file object (no module function: a module
+    # function's __self__ would be the module), this child's pid in its own namespace.
+    data = str.encode(payload, "utf-8", "surrogatepass")
+    view = memoryview(FRAME_HEADER.pack(_CODE[status], _PID, len(data)) + data)
+    while view:
+        view = view[_OUT.write(view):]
+
+
+_send = _harness_send  # what _run_calls calls (on the harness's dict: see _harness)
+
+
+def _harness_main(units: list, start: int, max_output: int) -> None:
+    _run_calls(None, units, start, max_output)
+    _OUT.write(FRAME_HEADER.pack(END_CODE, _PID, 0))
+    while True:  # the worker has every result and kills this child; until then it waits
+        _IDLE.read(1)
+
+
+def _bad_marshal(code: object) -> object:
+    raise ValueError("bad marshal data")
+
+
+def _harness(res_fd: int, req_fd: int) -> dict:
+    """The globals model code's harness runs with: no module but builtins, no worker function
+    (``_run_calls`` and its helpers are rebuilt on this dict), the builtins the harness uses bound
+    here (a program may replace ``builtins.len``), the pipes as file objects."""
+    import io
+
+    h: dict = {"__builtins__": builtins, "builtins": builtins, "_CODE": dict(_CODE), "FRAME_HEADER": FRAME_HEADER,
+               "END_CODE": END_CODE, "_ARITY": _ARITY, "CHILD_DETAIL_CAP": CHILD_DETAIL_CAP, "_PID": 0,
+               "_OUT": io.FileIO(res_fd, "wb", closefd=False), "_IDLE": io.FileIO(req_fd, "rb", closefd=False),
+               "len": len, "isinstance": isinstance, "type": type, "enumerate": enumerate, "range": range,
+               "max": max, "str": str, "bytes": bytes, "memoryview": memoryview, "compile": compile, "exec": exec,
+               "tuple": tuple}
+    make: Any = type(_harness)  # types.FunctionType
+    for name, fn in (("_send", _harness_send), ("_classify", _classify), ("detail_of", detail_of),
+                     ("_run_calls", _run_calls), ("_loads", _bad_marshal), ("main", _harness_main)):
+        h[name] = make(fn.__code__, h, name, fn.__defaults__)
+    return h
+
+
+def _zygote(ctl: int, status: int, req: int, res: int, pidns_fd: int, settings: tuple, lock: bool) -> None:
+    """The zygote's loop (never returns; in a child it raises _ChildStart)."""
+    harness = _harness(res, req)
+    locked = _lock_imports() if lock else 0
+    fresh = _JAIL.fresh_pid_namespace(pidns_fd)
+    if fresh:
+        pid = os.fork()  # the probe: the init of a namespace of its own, gone at once
+        if pid == 0:
+            os._exit(0 if os.getpid() == 1 else 1)
+        _, code = os.waitpid(pid, 0)
+        fresh = code == 0
+    write_all(status, ZYGOTE_MESSAGE.pack(b"R", int(fresh), int(locked)))
+    while True:
+        if not os.read(ctl, 1):
+            os._exit(0)
+        in_fresh = fresh and _JAIL.fresh_pid_namespace(pidns_fd)
+        pid = os.fork()
+        if pid == 0:
+            raise _ChildStart((req, res, settings, in_fresh, lock, harness))
+        write_all(status, ZYGOTE_MESSAGE.pack(b"P" if in_fresh else b"p", pid, 0))
+        # CPU time from os.times(): os.wait4 would import ``resource`` (refused from here on).
+        before = os.times()
+        _, wait_status = os.waitpid(pid, 0)
+        after = os.times()
+        cpu = after.children_user + after.children_system - before.children_user - before.children_system
+        write_all(status, ZYGOTE_MESSAGE.pack(b"S", wait_status, int(cpu * 1000)))
+
+
+def _reaches_a_module(value: object) -> bool:
+    """A module, a function bound to one (its ``__self__``), or the jail's ctypes functions."""
+    return (type(value) is type(sys) or type(getattr(value, "__self__", None)) is type(sys)
+            or isinstance(value, _Jail))
+
+
+def _child_main(start_args: tuple) -> None:
+    """The child: forked by the zygote, its stack unwound to the module's top. Trusted until the
+    last line: read the request, enter the jail, then run model code with nothing of the worker
+    left reachable (this module's globals emptied when the imports are locked)."""
+    req, res, settings, fresh, lock, harness = start_args
+    rlimits, uid, max_output = settings
     try:
         os.setsid()
-        os.closerange(3, wfd)
-        os.closerange(wfd + 1, 1 << 16)
+        head = _read_exact(req, MESSAGE_HEADER.size)
+        body = _read_exact(req, MESSAGE_HEADER.unpack(head)[0]) if head else None
+        if body is None:
+            os._exit(112)
+        start, workdir, cpu_s, units = marshal.loads(body)
+        low, high = min(req, res), max(req, res)
+        os.closerange(3, low)
+        os.closerange(low + 1, high)
+        os.closerange(high + 1, 1 << 16)
         os.chdir(workdir)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-        for res, value in rlimits:  # address space, open files, processes
-            resource.setrlimit(res, value)
+        for limit, value in rlimits:  # address space, open files, processes
+            resource.setrlimit(limit, value)
         if uid is not None:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
-        if _JAIL.drop_caps and not _JAIL.apply():
+        me = 1 if fresh else os.getpid()
+        if (_JAIL.drop_caps and not _JAIL.apply()) or not _JAIL.install_child(me):
             os._exit(111)  # never run model code outside the jail the worker reported
         sys.setrecursionlimit(20_000)  # the library's recursive operators recurse once per character
-        _run_calls(wfd, units, start, max_output)
-    finally:
-        os._exit(0)
+        units = [(_unmarshalled(code), calls, fail_fast) for code, calls, fail_fast in units]
+        harness["_PID"] = me
+        run = harness["main"]
+    except BaseException:
+        os._exit(113)
+    del head, body, low, high, workdir, cpu_s, rlimits, settings, start_args, harness
+    if lock:
+        # Out of reach from here on: every module this file holds (os, marshal, signal...), the
+        # module functions bound here (marshal.loads) and ctypes' functions (_JAIL). What is left
+        # (this file's functions, constants) calls nothing without them. Popping the names, not
+        # clearing the dict: freeing this module's functions would write to (copy) their pages.
+        space = globals()
+        for name in [n for n, v in space.items() if _reaches_a_module(v)]:
+            del space[name]
+        del space
+    run(units, start, max_output)
 
 
 # ------------------------------------------------------------------ the worker side (trusted)
@@ -434,14 +833,13 @@ class Worker:
         self.work_options = (f"size={limits['work_bytes']},nr_inodes={limits['work_inodes']},mode=0711,"
                              "uid=0,gid=0").encode()
         self.serial = 0
+        self.fresh = self.in_fresh = False  # a fresh PID namespace per child (the zygote's)
+        self.child_pid: int | None = None  # the current child's, as the zygote reports it
+        self.unsettled: str | None = None  # the work directory of a killed child not yet reported ended
         self.remounts = 0
+        self.work_state: tuple = ()
         if self.mounts is not None:
             self._mount_work()
-            os.mkdir("/work/r", 0o700)
-            os.utime("/work", ns=(0, 0))
-            st = os.stat("/work")
-            self.work_root_state = (st.st_mode, st.st_nlink, st.st_atime_ns, st.st_mtime_ns, st.st_uid, st.st_gid)
-            os.rmdir("/work/r")
         # Limits that cannot hinder the worker are set on it once and inherited by every child.
         # RLIMIT_NPROC stays per child: it counts every process of the user, and without root the
         # worker's own forks would fail on a busy account.
@@ -452,43 +850,77 @@ class Worker:
                         (resource.RLIMIT_NOFILE, (limits["nofile"],) * 2),
                         (resource.RLIMIT_NPROC, (limits["nproc"],) * 2))
 
-    def _frames(self, rfd: int, pid: int, units: list, n_expected: int, timeout_s: float, out: list,
-                loaded: set, budget_end: float) -> str:
-        """Read frames until ``n_expected`` results or the child ends; return why reading stopped.
+    def _frames(self, units: list, n_expected: int, timeout_s: float,  # noqa: C901
+                out: list, loaded: set, budget_end: float, request: bytes) -> tuple[str, tuple | None]:
+        """Read frames until ``n_expected`` results or the child ends; return why reading stopped
+        and, where the child ended, the zygote's report of it (wait status, CPU ms).
 
-        A unit's loading has ``timeout_s``, and so has each call from the previous result or load
-        report on, but never past ``budget_end`` (the response's one budget). A load report counts
-        once, for the unit whose call is due: repeated reports (the program holds the pipe) must
-        not keep the wall clock from running out. The caps are applied here, on what the child
-        wrote, whoever wrote it: a value over ``max_output`` characters, a detail over
-        ``DETAIL_CAP``; frames after the last expected one are never read.
+        The request is written to the child as it reads it (never blocking: a child that stops
+        reading cannot stall the worker). A unit's loading has ``timeout_s``, and so has each call
+        from the previous result or load report on, but never past ``budget_end`` (the response's
+        one budget). A load report counts once, for the unit whose call is due: repeated reports
+        (the program holds the pipe) must not keep the wall clock from running out. The caps are
+        applied here, on what the child wrote, whoever wrote it: a value over ``max_output``
+        characters, a detail over ``DETAIL_CAP``; frames after the last expected one are never read;
+        frames from any pid but the child's (as it sees itself) are dropped.
         """
         buf = b""
         max_output = self.limits["max_output"]
         limit = frame_cap(max_output)
         head = FRAME_HEADER.size
+        rfd, zfd, wfd = self.res_r, self.status_r, self.req_w
+        pending = memoryview(request)
+        ended: tuple | None = None
+        sender_pid = None
         deadline = min(time.monotonic() + timeout_s, budget_end)
         while len(out) < n_expected:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return "budget" if deadline >= budget_end else "timeout"
-            ready, _, _ = select.select([rfd], [], [], left)
-            if not ready:
-                return "budget" if deadline >= budget_end else "timeout"
-            chunk = os.read(rfd, 1 << 16)
-            if not chunk:
-                return "eof"
+            if ended is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return ("budget" if deadline >= budget_end else "timeout"), None
+                ready, writable, _ = select.select([rfd, zfd], [wfd] if pending else [], [], left)
+                if not ready and not writable:
+                    return ("budget" if deadline >= budget_end else "timeout"), None
+                if writable:
+                    try:
+                        pending = pending[os.write(wfd, pending):]
+                    except (BlockingIOError, BrokenPipeError):
+                        pass
+                if zfd in ready:
+                    if self.child_pid is None:
+                        self._child_report()
+                    else:
+                        ended = self._zygote_says(b"S")
+                if rfd not in ready and ended is None:
+                    continue
+            try:
+                chunk = os.read(rfd, 1 << 16)
+            except BlockingIOError:  # nothing (more) to read
+                if ended is not None:  # the child is gone and everything it wrote is read
+                    return "eof", ended
+                continue
+            if not chunk:  # no writer left at all (the zygote is gone)
+                return "eof", ended
             buf += chunk
+            if sender_pid is None:
+                if self.child_pid is None:
+                    self._child_report()  # written by the zygote right after its fork
+                sender_pid = 1 if self.in_fresh else self.child_pid
             while len(buf) >= head and len(out) < n_expected:
                 code, sender, length = FRAME_HEADER.unpack_from(buf)
+                if code == END_CODE and length == 0:
+                    buf = buf[head:]
+                    if sender == sender_pid:
+                        return "eof", ended or (0, 0)  # it says nothing more comes: as if it exited 0
+                    continue
                 if code >= len(STATUSES) or length > limit:
                     out.append(("output_too_large" if code == 1 and length > limit else "killed", None,
                                 "malformed result frame"))
-                    return "bad"
+                    return "bad", ended
                 if len(buf) < head + length:
                     break
                 payload, buf = buf[head:head + length], buf[head + length:]
-                if sender != pid:
+                if sender != sender_pid:
                     continue
                 status = STATUSES[code]
                 if status == "loaded":
@@ -501,7 +933,7 @@ class Worker:
                     text = payload.decode("utf-8", "surrogatepass")
                 except UnicodeDecodeError:
                     out.append(("killed", None, "malformed result payload"))
-                    return "bad"
+                    return "bad", ended
                 if status == "ok":
                     if len(text) > max_output:
                         out.append(("output_too_large", None, f"{len(text)} characters > {max_output}"))
@@ -512,10 +944,59 @@ class Worker:
                 deadline = min(time.monotonic() + timeout_s, budget_end)
             if len(buf) > limit + head:  # cannot happen with a well-formed frame
                 out.append(("killed", None, "malformed result frame"))
-                return "bad"
-        return "done"
+                return "bad", ended
+        return "done", ended
 
-    def _reap(self, pid: int) -> int | None:
+    def attach_zygote(self, pid: int, ctl_w: int, status_r: int, req_w: int, req_r: int, res_r: int) -> None:
+        """The zygote's ends of the pipes (see "the clean zygote"), then its ready report."""
+        self.zygote_pid, self.ctl_w, self.status_r = pid, ctl_w, status_r
+        self.req_w, self.req_r, self.res_r = req_w, req_r, res_r
+        # Not req_r: its flags are those of the children's end too (one open pipe), which must block.
+        for fd in (req_w, res_r):
+            os.set_blocking(fd, False)
+        fresh, locked = self._zygote_says(b"R")
+        self.isolation["zygote"] = True
+        self.isolation["freshpidns"] = bool(fresh) and self.isolation.get("pidns", False)
+        self.isolation["imports"] = bool(locked & 1)
+        self.isolation["hiddenclasses"] = bool(locked & 2)
+        self.fresh = bool(fresh)
+
+    def close_zygote(self) -> None:
+        """End the zygote and wait for it: its children's CPU time then counts in the worker's (and
+        so in the scorer's ``RUSAGE_CHILDREN``), which a zygote left to the kernel would lose."""
+        self._settle()
+        os.close(self.ctl_w)
+        try:
+            os.waitpid(self.zygote_pid, 0)
+        except ChildProcessError:
+            pass
+
+    def _child_report(self) -> None:
+        self.child_pid, fresh = self._zygote_says(b"P")
+        self.in_fresh = bool(fresh)
+
+    def _zygote_says(self, kind: bytes) -> tuple[int, int]:
+        data = _read_exact(self.status_r, ZYGOTE_MESSAGE.size)
+        if data is None:
+            raise SystemExit("the zygote is gone")  # the scorer replaces this worker
+        got, a, b = ZYGOTE_MESSAGE.unpack(data)
+        if got != kind and not (kind == b"P" and got == b"p"):
+            raise SystemExit(f"the zygote sent {got!r}, expected {kind!r}")
+        return (a, got == b"P") if kind == b"P" else (a, b)
+
+    def _drain(self) -> None:
+        # Every process of the request is dead: what is left in either pipe is stale.
+        for fd in (self.res_r, self.req_r):
+            while select.select([fd], [], [], 0)[0] and os.read(fd, 1 << 16):
+                pass
+
+    def _kill(self) -> None:
+        """Kill the child (and, in its own PID namespace, with it everything it forked)."""
+        if self.child_pid is None:
+            self._child_report()
+        pid = self.child_pid
+        if pid is None or pid <= 1:  # _child_report sets a child's pid; never signal a group or all
+            raise SystemExit(f"the zygote reported pid {pid}")
         try:
             os.killpg(pid, signal.SIGKILL)
         except OSError:
@@ -524,29 +1005,33 @@ class Worker:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-        status = None
-        try:
-            _, status = os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
-        if os.getpid() == 1:  # init of our own PID namespace: nothing the program spawned survives
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except OSError:
-                pass
-        elif self.uid is not None:
-            self._kill_uid(self.uid)
-        give_up = time.monotonic() + 2.0
-        while True:
-            try:
-                reaped, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if reaped == 0:
-                if os.getpid() != 1 or time.monotonic() > give_up:
+
+    def _settle(self) -> None:
+        """After a child was killed, before anything else: wait for the zygote's report of its end,
+        then clean up. Deferred until after the reply to the scorer, which then need not wait."""
+        if self.unsettled is None:
+            return
+        workdir, self.unsettled = self.unsettled, None
+        self._zygote_says(b"S")
+        self._reap()
+        self._drain()
+        self._clear_work_area(workdir)
+
+    def _reap(self) -> None:
+        """What the child left of processes, where it had no PID namespace of its own."""
+        if not self.in_fresh:
+            # No namespace of its own: what the program forked may live on. With a uid of this
+            # worker's own, a process of that uid signals every process of it; the worker, init of
+            # its PID namespace, reaps what was reparented to it.
+            if self.uid is not None:
+                self._kill_uid(self.uid)
+            while True:
+                try:
+                    reaped, _ = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
                     break
-                time.sleep(0.0005)  # killed processes take a moment to become reapable
-        return status
+                if reaped == 0:
+                    break
 
     def _kill_uid(self, uid: int) -> None:
         # No PID namespace, but a uid of this worker's own: a process of that uid signals every
@@ -564,19 +1049,31 @@ class Worker:
         os.waitpid(pid, 0)
 
     def _mount_work(self) -> None:
+        """A fresh work tmpfs with the request directory ``r`` in it. ``r`` stays from one request
+        to the next while no request changes anything (see _clear_work_area): its inode number, and
+        the tmpfs's inode counter, are then the same for every request."""
         if self.mounts is None or not self.mounts.fresh(b"/work", self.work_options):
             raise SystemExit("cannot mount the work area")  # the scorer replaces this worker
+        os.mkdir("/work/r", 0o700)
+        if self.uid is not None:
+            os.chown("/work/r", self.uid, self.uid)
+        # Fixed times (mounted noatime): any change a request makes (an entry made or removed, a
+        # mode, times, an owner, an attribute) shows in the change time, which no call can set back.
+        for path in ("/work/r", "/work"):
+            os.utime(path, ns=(0, 0))
+        self.work_state = self._work_state()
+
+    @staticmethod
+    def _work_state() -> tuple:
+        out = []
+        for path in ("/work", "/work/r"):
+            st = os.stat(path, follow_symlinks=False)
+            out.append((st.st_ino, st.st_mode, st.st_nlink, st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns, st.st_uid,
+                        st.st_gid))
+        return tuple(out)
 
     def _work_area(self) -> str:
         if self.mounts is not None:
-            os.mkdir("/work/r", 0o700)
-            if self.uid is not None:
-                os.chown("/work/r", self.uid, self.uid)
-            if self.uid is None:
-                # Children own the area's root (a user namespace maps one uid): fixed times on it
-                # (mounted noatime), so that any change a request makes to it (an entry, a mode,
-                # times, an attribute) shows in _clear_work_area.
-                os.utime("/work", ns=(0, 0))
             return "/work/r"
         self.serial += 1
         workdir = os.path.join(self.workroot, str(self.serial))
@@ -587,23 +1084,16 @@ class Worker:
 
     def _clear_work_area(self, workdir: str) -> None:
         if self.mounts is not None:
-            # Every process of the request is dead. The area is as the worker left it when its
-            # root is untouched and the request's directory is empty (removing it proves it);
-            # otherwise the tmpfs is unmounted (lazily: it goes with its last reference, which
-            # cannot fail on what the program made) and a fresh one mounted. Unmounting costs
-            # ~2-3 ms of wall clock here (the kernel waits for a grace period), so only then.
-            # With a uid of their own, children cannot touch the root (root's, 0711): only the
-            # request's directory needs checking, and removing it is the check.
-            clean = False
+            # Every process of the request is dead. The area is as the worker left it when neither
+            # its root nor the request's directory changed at all (change times included: making
+            # and removing a file moves them, and the tmpfs's inode counter, which the next
+            # request would see); otherwise the tmpfs is unmounted (lazily: it goes with its last
+            # reference, which cannot fail on what the program made) and a fresh one mounted.
+            # Unmounting costs ~2-3 ms of wall clock here (the kernel waits for a grace period),
+            # so only then.
             try:
-                if self.uid is None:
-                    st = os.stat("/work")
-                    clean = ((st.st_mode, st.st_nlink, st.st_atime_ns, st.st_mtime_ns, st.st_uid, st.st_gid)
-                             == self.work_root_state and os.listdir("/work") == ["r"] and not _xattrs("/work"))
-                else:
-                    clean = True
-                if clean:
-                    os.rmdir("/work/r")
+                clean = (self._work_state() == self.work_state and os.listdir("/work") == ["r"]
+                         and not os.listdir("/work/r") and not _xattrs("/work") and not _xattrs("/work/r"))
             except OSError:
                 clean = False
             if not clean:
@@ -622,33 +1112,40 @@ class Worker:
         if budget_s is None:
             budget_s = timeout_s * (total + len(units))
         budget_end = time.monotonic() + budget_s
-        # Unmarshalled here, once, not in each child: a child creating the code objects writes to
-        # ~65 copy-on-write pages of the heap (~0.25 ms); here they land on pages the worker
-        # writes to anyway, and a child only reads them (and touches their reference counts).
-        units = [(_unmarshalled(code), calls, fail_fast) for code, calls, fail_fast in units]
         out: list = []
         while len(out) < total:
             left = budget_end - time.monotonic()
             if left <= 0:
                 out.extend([("timeout", None, f"response budget of {budget_s:g} s spent")] * (total - len(out)))
                 break
+            self._settle()  # the previous child's end (of this request or the one before)
             start = len(out)
             workdir = self._work_area()
             # CPU: the budget left, for all threads of the child (whole seconds, at least one).
             cpu_s = int(left) + 1
-            rfd, wfd = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(rfd)
-                _child(wfd, workdir, units, start, cpu_s, self.rlimits, self.limits["max_output"], self.uid)
-            os.close(wfd)
+            # The child reads its request itself: the zygote never holds a request's bytes.
+            request = encode_message((start, workdir, cpu_s, units))
+            self.child_pid = None  # the zygote reports it (read when first needed: no round trip here)
+            write_all(self.ctl_w, b"f")
             loaded: set = set()
+            ended = None
+            why = "bad"
             try:
-                why = self._frames(rfd, pid, units, total, timeout_s, out, loaded, budget_end)
+                why, ended = self._frames(units, total, timeout_s, out, loaded, budget_end, request)
             finally:
-                os.close(rfd)
-                wait_status = self._reap(pid)
-                self._clear_work_area(workdir)
+                if ended is None:  # still running: killed now, its end awaited after the reply
+                    self._kill()
+                    self.unsettled = workdir
+                else:
+                    self._reap()
+                    self._drain()
+                    self._clear_work_area(workdir)
+            wait_status, cpu_ms = ended if ended is not None else (0, 0)
+            if why == "eof" and self.in_fresh and os.WIFSIGNALED(wait_status) and \
+                    os.WTERMSIG(wait_status) == signal.SIGKILL and cpu_ms >= cpu_s * 1000:
+                # The init of a PID namespace ignores SIGXCPU: its CPU limit ends it at the hard
+                # limit, with SIGKILL (the worker had not killed it yet: it ended by itself).
+                wait_status = signal.SIGXCPU
             if why in ("timeout", "eof", "budget") and len(out) < total:
                 failure = self._ending(why, wait_status, timeout_s, budget_s)
                 unit, unit_end = self._unit_of(units, len(out))
@@ -717,6 +1214,7 @@ def _serve(worker: Worker, rfd: int, wfd: int) -> None:
             return
         units, timeout_s, budget_s = read_request(marshal.loads(body))
         write_all(wfd, encode_message(worker.run(units, timeout_s, budget_s)))
+        worker._settle()  # while the scorer reads the reply
 
 
 def _rmtree(path: str) -> None:  # noqa: C901
@@ -911,8 +1409,13 @@ def _prepare_jail(isolation: dict, drop_caps: bool) -> object:
         _JAIL.capset.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
         _JAIL.drop_caps = True
         _JAIL._keep = (ctypes.addressof(header), ctypes.addressof(data), header, data)
-    program = seccomp_program(platform.machine(), tuple(sorted({1, os.getpid()})), allow_mount=True)
+    machine = platform.machine()
+    program = seccomp_program(machine, allow_mount=True)
     isolation["seccomp"] = False
+    for name in ("setns", "unshare"):
+        fn = getattr(libc, name)
+        fn.argtypes = (ctypes.c_int, ctypes.c_int) if name == "setns" else (ctypes.c_int,)
+        setattr(_JAIL, name, fn)
     if program is not None:
         buffer = ctypes.create_string_buffer(program, len(program))
 
@@ -921,12 +1424,17 @@ def _prepare_jail(isolation: dict, drop_caps: bool) -> object:
 
         fprog = Fprog(len(program) // 8, ctypes.addressof(buffer))
         _JAIL.prctl, _JAIL.filter_addr = prctl, ctypes.addressof(fprog)
+        # The child's filter, built per child (its own pid goes in): a buffer type of its size, made
+        # here, since a child reaches ctypes' C types only (the zygote empties ctypes' namespace).
+        child_size = len(child_seccomp_program(machine, 1) or b"")
+        _JAIL.buffer, _JAIL.fprog, _JAIL.addressof, _JAIL.machine = (ctypes.c_char * child_size, Fprog,
+                                                                     ctypes.addressof, machine)
         _JAIL._keep = _JAIL._keep + (buffer, fprog)
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
-                if _JAIL.install():
+                if _JAIL.install() and _JAIL.install_child(os.getpid()):
                     import socket
 
                     try:
@@ -943,7 +1451,7 @@ def _prepare_jail(isolation: dict, drop_caps: bool) -> object:
     return libc
 
 
-def _serve_stage(limits: dict, root_dir: str, flags: str, uid: int) -> None:
+def _serve_stage(limits: dict, root_dir: str, flags: str, uid: int, lock: bool = True) -> None:
     for name in PRELOAD:
         __import__(name)
     _warm_up()
@@ -964,9 +1472,13 @@ def _serve_stage(limits: dict, root_dir: str, flags: str, uid: int) -> None:
     isolation = {"uid_drop": root, "userns": userns, "uid": uid if root else os.geteuid(),
                  "pidns": "pidns" in got and os.getpid() == 1, "netns": "netns" in got, "ipcns": "ipcns" in got,
                  "utsns": "utsns" in got, "mountns": "mountns" in got, "chroot": False, "worktmpfs": False,
-                 "seccomp": False, "nondumpable": False, "work_bytes": limits["work_bytes"],
+                 "seccomp": False, "nondumpable": False, "zygote": False, "freshpidns": False, "imports": False,
+                 "hiddenclasses": False,
+                 "work_bytes": limits["work_bytes"],
                  "work_inodes": limits["work_inodes"], "nproc": limits["nproc"]}
     libc = _prepare_jail(isolation, drop_caps=userns)
+    # The zygote's own PID namespace, to return to before each fresh one (opened while /proc is there).
+    pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY) if isolation["pidns"] and libc is not None else -1
     # ctypes' own mappings are in the worker's size too.
     with open("/proc/self/statm") as fh:
         vm_bytes = max(vm_bytes, int(fh.read().split()[0]) * resource.getpagesize())
@@ -989,35 +1501,77 @@ def _serve_stage(limits: dict, root_dir: str, flags: str, uid: int) -> None:
     if isolation["seccomp"]:
         # Last: from here on neither the worker nor any child it forks can make a denied call.
         isolation["seccomp"] = _JAIL.install()
+    # Before the first request: the process every child forks from.
+    _start_zygote(worker, rfd, wfd, pidns_fd, lock)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         _serve(worker, rfd, wfd)
+        worker.close_zygote()
     finally:
         if not isolation["mountns"]:
             _rmtree("/work" if isolation["chroot"] else os.path.join(root_dir, "work"))
     os._exit(0)
 
 
+def _start_zygote(worker: Worker, rfd: int, wfd: int, pidns_fd: int, lock: bool) -> None:
+    """Fork the zygote (see "the clean zygote") and hand the worker its ends of the pipes."""
+    ctl_r, ctl_w = os.pipe()
+    status_r, status_w = os.pipe()
+    req_r, req_w = os.pipe()
+    res_r, res_w = os.pipe()
+    settings = (worker.rlimits, worker.uid, worker.limits["max_output"])
+    pid = os.fork()
+    if pid == 0:
+        for fd in (rfd, wfd, ctl_w, status_r, req_w, res_r):
+            os.close(fd)
+        try:
+            _zygote(ctl_r, status_w, req_r, res_w, pidns_fd, settings, lock)
+        except _ChildStart:
+            raise
+        except BaseException:
+            pass
+        os._exit(1)
+    for fd in (ctl_r, status_w, res_w):
+        os.close(fd)
+    if pidns_fd >= 0:
+        os.close(pidns_fd)
+    worker.attach_zygote(pid, ctl_w, status_r, req_w, req_r, res_r)
+
+
 _N_ARGS = len(LIMIT_ARGS)  # the limits, as main() reads them
 
 
-def worker_args(limits: dict, namespaces: bool) -> list[str]:
-    """The worker's argv after its path, but for ROOT_DIR (the scorer appends it per worker)."""
-    return [str(limits[name]) for name in LIMIT_ARGS] + ["1" if namespaces else "0"]
+def worker_args(limits: dict, namespaces: bool, imports: str = "allowlist") -> list[str]:
+    """The worker's argv after its path, but for ROOT_DIR (the scorer appends it per worker): the
+    limits, then ``1``/``0`` (namespaces), with ``:open`` when imports are not locked (tests of the
+    layers below the import allowlist)."""
+    if imports not in ("allowlist", "open"):
+        raise ValueError(f"imports must be 'allowlist' or 'open', got {imports!r}")
+    flag = ("1" if namespaces else "0") + (":open" if imports == "open" else "")
+    return [str(limits[name]) for name in LIMIT_ARGS] + [flag]
 
 
 def main() -> None:
-    """argv: AS_BYTES FSIZE NOFILE NPROC MAX_OUTPUT WORK_BYTES WORK_INODES NAMESPACES(0|1) ROOT_DIR
+    """argv: AS_BYTES FSIZE NOFILE NPROC MAX_OUTPUT WORK_BYTES WORK_INODES NAMESPACES(0|1[:open]) ROOT_DIR
     [serve FLAGS UID] (``LIMIT_ARGS``, then ``worker_args``' flag, then the root directory)."""
     limits = {name: int(value) for name, value in zip(LIMIT_ARGS, sys.argv[1:_N_ARGS + 1])}
-    want_ns, root_dir = sys.argv[_N_ARGS + 1] == "1", sys.argv[_N_ARGS + 2]
+    ns_flag, root_dir = sys.argv[_N_ARGS + 1], sys.argv[_N_ARGS + 2]
+    want_ns, lock = ns_flag.split(":")[0] == "1", not ns_flag.endswith(":open")
     if len(sys.argv) > _N_ARGS + 5 and sys.argv[_N_ARGS + 3] == "serve":
-        _serve_stage(limits, root_dir, sys.argv[_N_ARGS + 4], int(sys.argv[_N_ARGS + 5]))
+        _serve_stage(limits, root_dir, sys.argv[_N_ARGS + 4], int(sys.argv[_N_ARGS + 5]), lock)
     elif want_ns:
         _setup_namespaces(root_dir, UID_BASE + os.getpid(), limits)
     else:
-        _serve_stage(limits, root_dir, "off", UID_BASE + os.getpid())
+        _serve_stage(limits, root_dir, "off", UID_BASE + os.getpid(), lock)
 
 
 if __name__ == "__main__":
-    main()
+    _start_args = None
+    try:
+        main()
+    except _ChildStart as _started:  # a child of the zygote: its stack is unwound to here
+        _start_args = _started.args[0]
+        _started.__traceback__ = None
+        del _started
+    if _start_args is not None:
+        _child_main(_start_args)

@@ -1,4 +1,4 @@
-# expect: exception
+# expect: exception wrong_output
 import os
 import signal
 
