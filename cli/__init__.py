@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("fit_cmd", "fit"),
     "leakage": ("leakage_cmd", "leakage"),
     "verify": ("verify_cmd", "verify"),
+    "serve": ("serve_cmd", "serve"),
 }
 
 

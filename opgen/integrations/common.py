@@ -79,8 +79,26 @@ def grade_batch(ground_truths: Sequence[str | dict], texts: Sequence[str], extra
     if unknown:
         raise TypeError(f"unknown scorer settings: {', '.join(unknown)} (known: {', '.join(SETTINGS)})")
     sources = list(data_sources) if data_sources is not None else [""] * len(texts)
-    return compute_score_batch(sources, list(texts), list(ground_truths), [dict(e or {}) for e in extra_infos],
-                               keys="minimal", **settings)
+    for i, gt in enumerate(ground_truths):
+        check_ground_truth(gt, f"ground_truth[{i}]")
+    try:
+        return compute_score_batch(sources, list(texts), list(ground_truths), [dict(e or {}) for e in extra_infos],
+                                   keys="minimal", **settings)
+    except ValueError as exc:  # a malformed ground truth the shape check let through, a bad setting
+        raise AdapterError(str(exc)) from None
+
+
+def check_ground_truth(gt: object, where: str) -> None:
+    """The contract's outer shape (docs/contracts.md): a JSON object with ``tasks`` or the native
+    ``ref_output``; the scorer checks the rest."""
+    obj = gt
+    if isinstance(gt, str):
+        try:
+            obj = json.loads(gt)
+        except ValueError:
+            raise AdapterError(f"{where}: not JSON") from None
+    if not isinstance(obj, dict) or not (isinstance(obj.get("tasks"), list) or "ref_output" in obj):
+        raise AdapterError(f"{where}: not an opgen ground truth (a JSON object with 'tasks' or 'ref_output')")
 
 
 def rows_list(rows: Any) -> list[dict]:
