@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from opgen.integrations import openrlhf  # noqa: E402
-from tests.integration_fixtures import RECIPE, build, opgen_score, responses_for, rows_of  # noqa: E402
+from opgen.integrations import openrlhf
+from tests.integration_fixtures import RECIPE, build, opgen_score, responses_for, rows_of
 
 
 def _free_port() -> int:
@@ -61,7 +61,8 @@ def server():
         except OSError:
             if proc.poll() is not None or time.time() > deadline:
                 proc.kill()
-                raise RuntimeError("opgen serve did not start: " + (proc.stdout.read() if proc.stdout else ""))
+                raise RuntimeError("opgen serve did not start: " + (proc.stdout.read() if proc.stdout else "")) \
+                    from None
             time.sleep(0.3)
     yield url
     proc.terminate()

@@ -78,6 +78,7 @@ def test_one_grpo_step_and_one_sft_step_on_the_tiny_model(setup):
                      args=SFTConfig(output_dir=str(tmp / "sft"), per_device_train_batch_size=2, max_steps=1,
                                     report_to=[], use_cpu=True, save_strategy="no", max_length=512, bf16=False))
     assert sft.train().global_step == 1
-    # completion-only loss: the prompt's tokens are masked out of the labels
-    batch = sft.train_dataset[0]
-    assert "completion_mask" in batch and 0 < sum(batch["completion_mask"]) < len(batch["input_ids"])
+    # completion-only loss: the prompt's tokens are masked out of the labels, the answer's are not
+    labels = sft.train_dataset[0].get("labels") or []
+    mask = sft.train_dataset[0].get("completion_mask") or [int(t != -100) for t in labels]
+    assert 0 < sum(mask) < len(sft.train_dataset[0]["input_ids"])
