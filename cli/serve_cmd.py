@@ -19,11 +19,17 @@ from opgen.cli import options
               help="Characters per graded response, at most (a longer one is refused with 413).")
 @click.option("--max-tasks", type=click.IntRange(1, 100_000), default=512, show_default=True,
               help="Rows per /tasks request, at most.")
+@click.option("--curriculum", "curriculum_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A curriculum YAML (opgen/curriculum.py: settings, buckets with recipe, split, ladder): serves "
+                   "/curriculum/tasks and /curriculum/report; its state is logged as JSON lines to "
+                   "--curriculum-log.")
+@click.option("--curriculum-log", type=click.Path(dir_okay=False), default=None,
+              help="Append the curriculum's state after every report here (JSON lines).")
 @options.allow_weak_sandbox()
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               default="warning", show_default=True)
 def serve(host: str, port: int, max_batch: int, max_body_mb: int, max_response_chars: int, max_tasks: int,
-          allow_weak_sandbox: bool, log_level: str) -> None:
+          curriculum_file: str | None, curriculum_log: str | None, allow_weak_sandbox: bool, log_level: str) -> None:
     """Serve POST /tasks, /score, /reward (OpenRLHF's --remote_rm_url) and GET /health, /metrics.
 
     Needs the serve extra: pip install 'opgen[serve]'."""
@@ -38,7 +44,34 @@ def serve(host: str, port: int, max_batch: int, max_body_mb: int, max_response_c
 
     limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_response_chars=max_response_chars,
                     max_tasks=max_tasks)
+    curriculum = None
+    if curriculum_file is not None:
+        curriculum = _curriculum(curriculum_file, curriculum_log)
     try:
-        run(host, port, limits, allow_weak_sandbox=True if allow_weak_sandbox else None, log_level=log_level)
+        run(host, port, limits, allow_weak_sandbox=True if allow_weak_sandbox else None, log_level=log_level,
+            curriculum=curriculum)
     except SandboxError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _curriculum(path: str, log_path: str | None):
+    import json
+
+    import yaml
+
+    from opgen.curriculum import from_config
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = yaml.safe_load(f)
+        log = None
+        if log_path is not None:
+            out = open(log_path, "a", encoding="utf-8")  # open for the server's life
+
+            def log(state: dict) -> None:
+                out.write(json.dumps(state, sort_keys=True) + "\n")
+                out.flush()
+
+        return from_config(config, log=log)
+    except (OSError, yaml.YAMLError, ValueError, TypeError) as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--curriculum") from None

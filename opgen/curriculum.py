@@ -213,6 +213,43 @@ def _build_rows(bucket: Bucket, level: int, seed: int, size: int) -> list[dict]:
     return api.create_dataset(raw, bucket.split, seed=level_seed, size=size or None).to_pylist()
 
 
+def from_config(config: Mapping[str, Any], log: Callable[[dict], None] | None = None) -> Curriculum:
+    """A curriculum from its YAML/JSON form::
+
+        settings: {band: [0.3, 0.7], window: 32, drop_at: 0.95, drop_after: 4, seed: 0}
+        buckets:
+          trees: {recipe: eval-suite, split: trainop_trees_d1-8,
+                  ladder: [{depths: [1, 2]}, {depths: [3, 4]}, {depths: [5, 6]}]}
+    """
+    if not isinstance(config, Mapping):
+        raise ValueError("a curriculum config is a mapping with 'buckets' (and 'settings')")
+    unknown = sorted(set(config) - {"settings", "buckets"})
+    if unknown:
+        raise ValueError(f"curriculum config: unknown keys {', '.join(unknown)}")
+    raw = dict(config.get("settings") or {})
+    known = {"band", "window", "drop_at", "drop_after", "seed", "start_level"}
+    if set(raw) - known:
+        raise ValueError(f"curriculum settings: unknown keys {', '.join(sorted(set(raw) - known))}")
+    if "band" in raw:
+        band = raw["band"]
+        if not isinstance(band, (list, tuple)) or len(band) != 2:
+            raise ValueError("curriculum settings.band: [low, high]")
+        raw["band"] = (float(band[0]), float(band[1]))
+    settings = Settings(**raw)
+    buckets = []
+    specs = config.get("buckets")
+    if not isinstance(specs, Mapping) or not specs:
+        raise ValueError("curriculum config: buckets must be a non-empty mapping of name -> {recipe, split, ladder}")
+    for name, b in specs.items():
+        if not isinstance(b, Mapping) or not {"recipe", "split", "ladder"} <= set(b):
+            raise ValueError(f"curriculum buckets.{name}: needs recipe, split and ladder")
+        ladder = b["ladder"]
+        if not isinstance(ladder, list) or not all(isinstance(x, Mapping) for x in ladder):
+            raise ValueError(f"curriculum buckets.{name}.ladder: a list of option mappings, easiest first")
+        buckets.append(Bucket(str(name), b["recipe"], str(b["split"]), tuple(dict(x) for x in ladder)))
+    return Curriculum(buckets, settings, log=log)
+
+
 class CurriculumDataset:
     """An endless iterable of rows drawn from a curriculum's state (``torch.utils.data.IterableDataset``
     duck type: wrap it with ``datasets.IterableDataset.from_generator(lambda: iter(ds))`` for TRL, or

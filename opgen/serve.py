@@ -3,6 +3,7 @@
     POST /tasks    {"recipe", "split", "n", "seed", "offset", "options"} -> {"rows": [...], "next_offset"}
     POST /score    {"items": [{"ground_truth", "response", "extra_info"}], policy, group, mode} -> grades
     POST /reward   OpenRLHF's --remote_rm_url: {"query", "prompts", "labels"} -> {"rewards", ...}
+    POST /curriculum/tasks, /curriculum/report   rows from a curriculum's state; rewards in (opgen.curriculum)
     GET  /health   {"status": "ok", "version", "isolation"}
     GET  /metrics  Prometheus text: requests by route and status, graded responses, seconds
 
@@ -188,6 +189,46 @@ class Service:
                 self._cache.popitem(last=False)
         return rows
 
+    # ---------------------------------------------------------------- curriculum
+
+    def _curriculum(self):
+        if self.curriculum is None:
+            raise HTTPError(404, "this server runs no curriculum (start it with opgen serve --curriculum FILE)")
+        return self.curriculum
+
+    def curriculum_tasks(self, body: Mapping) -> dict:
+        cur = self._curriculum()
+        n = body.get("n", 16)
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= self.limits.max_tasks:
+            raise HTTPError(422, f"n: between 1 and {self.limits.max_tasks}, not {n!r}")
+        with self._lock:  # one reward stream, one order
+            try:
+                rows = cur.next_rows(n)
+            except RuntimeError as exc:
+                raise HTTPError(409, str(exc)) from None
+            return {"rows": rows, "state": cur.state()}
+
+    def curriculum_report(self, body: Mapping) -> dict:
+        cur = self._curriculum()
+        reports = body.get("reports")
+        if not isinstance(reports, list):
+            raise HTTPError(422, "reports: a list of {bucket, reward, row_id} objects is required")
+        self._check_batch(len(reports), "reports")
+        for i, r in enumerate(reports):
+            if not isinstance(r, dict) or not isinstance(r.get("bucket"), str) or \
+                    not isinstance(r.get("reward"), (int, float)) or isinstance(r.get("reward"), bool):
+                raise HTTPError(422, f"reports[{i}]: an object with bucket (a string) and reward (a number)")
+            if r["bucket"] not in cur.buckets:
+                raise HTTPError(422, f"reports[{i}].bucket: unknown bucket {r['bucket']!r}")
+            if not 0.0 <= float(r["reward"]) <= 1.0:
+                raise HTTPError(422, f"reports[{i}].reward: in [0, 1], not {r['reward']!r}")
+        with self._lock:
+            state = cur.state()
+            for r in reports:
+                rid = r.get("row_id")
+                state = cur.report(r["bucket"], float(r["reward"]), None if rid is None else str(rid))
+            return {"state": state}
+
     # ---------------------------------------------------------------- health, metrics
 
     def health(self) -> dict:
@@ -279,6 +320,8 @@ def create_app(service: Service | None = None):
         Route("/tasks", endpoint("/tasks", svc.tasks), methods=["POST"]),
         Route("/score", endpoint("/score", svc.score, grading=True), methods=["POST"]),
         Route("/reward", endpoint("/reward", svc.reward, grading=True), methods=["POST"]),
+        Route("/curriculum/tasks", endpoint("/curriculum/tasks", svc.curriculum_tasks), methods=["POST"]),
+        Route("/curriculum/report", endpoint("/curriculum/report", svc.curriculum_report), methods=["POST"]),
         Route("/health", endpoint("/health", svc.health, body=False), methods=["GET"]),
         Route("/metrics", endpoint("/metrics", svc.metrics, body=False, text=True), methods=["GET"]),
     ]
@@ -288,7 +331,7 @@ def create_app(service: Service | None = None):
 
 
 def run(host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None,
-        allow_weak_sandbox: bool | None = None, log_level: str = "warning") -> None:
+        allow_weak_sandbox: bool | None = None, log_level: str = "warning", curriculum: Any = None) -> None:
     """Serve until interrupted (uvicorn, one process; the sandbox pool grades concurrently)."""
     import uvicorn
 
@@ -296,5 +339,7 @@ def run(host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None,
 
     box = shared(allow_weak_sandbox=allow_weak_sandbox)  # start the sandbox, and fail now if it cannot
     print(f"opgen serve: http://{host}:{port} (isolation {box.level})", flush=True)
-    uvicorn.run(create_app(Service(limits, allow_weak_sandbox)), host=host, port=port, log_level=log_level,
+    service = Service(limits, allow_weak_sandbox)
+    service.curriculum = curriculum
+    uvicorn.run(create_app(service), host=host, port=port, log_level=log_level,
                 limit_concurrency=256, timeout_keep_alive=5)

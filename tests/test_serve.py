@@ -47,10 +47,23 @@ def get(url: str):
 
 
 @pytest.fixture(scope="module")
-def server():
+def curriculum_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("cur") / "state.jsonl"
+
+
+@pytest.fixture(scope="module")
+def server(curriculum_log):
+    import yaml
+
     port = _free_port()
+    config = curriculum_log.parent / "curriculum.yaml"
+    config.write_text(yaml.safe_dump({
+        "settings": {"window": 2, "band": [0.3, 0.7]},
+        "buckets": {"trees": {"recipe": RECIPE, "split": "train",
+                              "ladder": [{"depths": [1], "per_depth": 6}, {"depths": [3], "per_depth": 6}]}}}))
     proc = subprocess.Popen([sys.executable, "-m", "opgen", "serve", "--port", str(port), "--max-batch", "64",
-                             "--max-body-mb", "1", "--max-response-chars", "20000", "--max-tasks", "32"],
+                             "--max-body-mb", "1", "--max-response-chars", "20000", "--max-tasks", "32",
+                             "--curriculum", str(config), "--curriculum-log", str(curriculum_log)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
@@ -191,3 +204,24 @@ def test_metrics_count_requests_by_route_and_status(server):
     status, text = get(server + "/metrics")
     assert status == 200
     assert 'opgen_requests_total{route="/score",status="200"}' in text and "opgen_graded_total" in text
+
+
+def test_curriculum_over_http_moves_with_reported_rewards_and_logs_every_step(server, curriculum_log):
+    status, body = post(server + "/curriculum/tasks", {"n": 2})
+    assert status == 200, body
+    rows = body["rows"]
+    assert [r["extra_info"]["depth"] for r in rows] == [1, 1] and body["state"]["buckets"]["trees"]["level"] == 0
+    reports = [{"bucket": r["extra_info"]["curriculum_bucket"], "reward": 1.0, "row_id": r["extra_info"]["row_id"]}
+               for r in rows]
+    status, body = post(server + "/curriculum/report", {"reports": reports})
+    assert status == 200 and body["state"]["buckets"]["trees"]["level"] == 1
+    harder = post(server + "/curriculum/tasks", {"n": 2})[1]["rows"]
+    assert [r["extra_info"]["depth"] for r in harder] == [3, 3]
+    states = [json.loads(x) for x in curriculum_log.read_text().splitlines()]
+    assert [s["step"] for s in states] == [1, 2]
+    for bad, message in (({"reports": [{"bucket": "nope", "reward": 1}]}, "unknown bucket"),
+                         ({"reports": [{"bucket": "trees", "reward": 3}]}, "in [0, 1]"),
+                         ({"reports": "x"}, "reports")):
+        got, reply = post(server + "/curriculum/report", bad)
+        assert got == 422 and message in reply["error"], reply
+    assert 'opgen_curriculum_level{bucket="trees"} 1' in get(server + "/metrics")[1]
