@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "leakage": ("leakage_cmd", "leakage"),
     "verify": ("verify_cmd", "verify"),
     "serve": ("serve_cmd", "serve"),
+    "export": ("export_cmd", "export"),
 }
 
 
