@@ -47,8 +47,10 @@ def _post(url: str, body: dict) -> tuple[int, float]:
             status = r.status
     except urllib.error.HTTPError as e:
         status = e.code
-    except OSError:
+        print(f"  {url}: HTTP {e.code}: {e.read()[:300]!r}", file=sys.stderr)
+    except OSError as e:
         status = 0
+        print(f"  {url}: {type(e).__name__}: {e}", file=sys.stderr)
     return status, time.perf_counter() - t0
 
 

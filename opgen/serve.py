@@ -63,6 +63,7 @@ class Service:
         self.seconds: Counter[str] = Counter()
         self.started = time.time()
         self._lock = threading.Lock()
+        self._build_lock = threading.Lock()  # opgen.build keeps process-wide state: one build at a time
         self._cache: OrderedDict[str, list[dict]] = OrderedDict()
         self._grading = asyncio.Semaphore(self.limits.concurrent_grading)
         self.curriculum: Any = None  # an opgen.curriculum.Curriculum, when served with one
@@ -138,6 +139,12 @@ class Service:
             raise HTTPError(422, "recipe: a bundled recipe's name or a recipe object is required")
         if isinstance(recipe, str) and ("/" in recipe or recipe.endswith((".yaml", ".yml"))):
             raise HTTPError(422, f"recipe: {recipe!r}: a bundled recipe's name (files are not served)")
+        if isinstance(recipe, dict):
+            for name, spec in (recipe.get("splits") or {}).items():
+                if isinstance(spec, dict) and ":" in str(spec.get("generator", "")):
+                    # an import path would make the server import whatever module a client names
+                    raise HTTPError(422, f"recipe.splits.{name}.generator: a registered generator's name "
+                                         "(import paths are not served)")
         n, seed, offset = body.get("n", 16), body.get("seed", 0), body.get("offset", 0)
         for name, v in (("n", n), ("seed", seed), ("offset", offset)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -172,16 +179,17 @@ class Service:
             raw["splits"][split]["options"] = {**(raw["splits"][split].get("options") or {}), **options}
         raw["seed"] = seed
         key = json.dumps([raw, split], sort_keys=True)
-        with self._lock:
-            for k, cached in self._cache.items():
-                if k == key and len(cached) >= size:
-                    self._cache.move_to_end(k)
+        with self._build_lock:
+            with self._lock:
+                cached = self._cache.get(key)
+                if cached is not None and len(cached) >= size:
+                    self._cache.move_to_end(key)
                     return cached
-        try:
-            ds = api.create_dataset(raw if options else loaded, split, size=size, seed=seed)
-        except (RecipeError, ValueError, KeyError) as exc:
-            raise HTTPError(422, f"recipe {loaded.name!r}, split {split!r}: {exc}") from None
-        rows = ds.to_pylist()
+            try:
+                ds = api.create_dataset(raw if options else loaded, split, size=size, seed=seed)
+            except (RecipeError, ValueError, KeyError) as exc:
+                raise HTTPError(422, f"recipe {loaded.name!r}, split {split!r}: {exc}") from None
+            rows = ds.to_pylist()
         with self._lock:
             self._cache[key] = rows
             self._cache.move_to_end(key)
@@ -309,6 +317,10 @@ def create_app(service: Service | None = None):
             except (AdapterError, TypeError) as exc:
                 status = 422
                 response = JSONResponse({"error": str(exc)}, status_code=status)
+            except Exception as exc:  # a fault of the server's, not the request's: say so, keep serving
+                status = 500
+                response = JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"},
+                                        status_code=status)
             with svc._lock:
                 svc.requests[(route, status)] += 1
                 svc.seconds[route] += time.perf_counter() - t0

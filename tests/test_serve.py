@@ -162,6 +162,8 @@ def test_tasks_are_the_built_rows_in_disjoint_pages(server, graded, tmp_path):
     ("/tasks", {"recipe": "no-such-recipe", "split": "x"}, "application/json", 422, "recipe"),
     ("/tasks", {"recipe": "/etc/passwd", "split": "x"}, "application/json", 422, "files are not served"),
     ("/tasks", {"recipe": RECIPE, "split": "nope"}, "application/json", 422, "has splits train, test"),
+    ("/tasks", {"recipe": {**RECIPE, "splits": {"x": {**RECIPE["splits"]["test"], "generator": "os:system"}}},
+                "split": "x"}, "application/json", 422, "import paths are not served"),
     ("/tasks", {"recipe": RECIPE, "split": "test", "n": 33}, "application/json", 413, "between 1 and 32"),
     ("/tasks", {"recipe": RECIPE, "split": "test", "n": -1}, "application/json", 422, "non-negative"),
     ("/tasks", {"recipe": RECIPE, "split": "test", "offset": 70000}, "application/json", 413, "offset + n"),
@@ -225,3 +227,18 @@ def test_curriculum_over_http_moves_with_reported_rewards_and_logs_every_step(se
         got, reply = post(server + "/curriculum/report", bad)
         assert got == 422 and message in reply["error"], reply
     assert 'opgen_curriculum_level{bucket="trees"} 1' in get(server + "/metrics")[1]
+
+
+def test_concurrent_task_requests_all_succeed_with_the_same_rows(server):
+    # opgen.build keeps process-wide state: concurrent builds once failed with HTTP 500
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(offset: int):
+        return post(server + "/tasks", {"recipe": RECIPE, "split": "train", "n": 3, "seed": 11, "offset": offset})
+
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(ask, [0, 3, 0, 3, 6, 0]))
+    assert [s for s, _ in got] == [200] * 6, got
+    assert got[0][1]["rows"] == got[2][1]["rows"] == got[5][1]["rows"]
+    pages = [r["extra_info"]["row_id"] for s, b in (got[0], got[1], got[4]) for r in b["rows"]]
+    assert len(set(pages)) == 9
