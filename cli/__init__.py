@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "leakage": ("leakage_cmd", "leakage"),
     "verify": ("verify_cmd", "verify"),
     "split-stats": ("split_cmd", "split_stats"),
+    "serve": ("serve_cmd", "serve"),
+    "export": ("export_cmd", "export"),
 }
 
 

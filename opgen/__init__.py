@@ -9,7 +9,9 @@ from opgen._version import __version__
 
 _API = ("Dataset", "Generator", "Scores", "build_splits", "create_dataset", "load_recipe", "register_generator",
         "score_answers")
-__all__ = ["__version__", *_API]
+# The training-side additions (opgen/notebook.py: it imports opgen.api, so api cannot re-export it).
+_NOTEBOOK = ("gold_answer", "list_recipes", "mix_datasets", "score_answer")
+__all__ = ["__version__", *_API, *_NOTEBOOK]
 
 
 def __getattr__(name: str):
@@ -17,8 +19,12 @@ def __getattr__(name: str):
         from opgen import api
 
         return getattr(api, name)
+    if name in _NOTEBOOK:
+        from opgen import notebook
+
+        return getattr(notebook, name)
     raise AttributeError(f"module 'opgen' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_API])
+    return sorted([*globals(), *_API, *_NOTEBOOK])

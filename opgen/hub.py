@@ -129,12 +129,30 @@ def _entry(build_dir: Path, mpath: Path, build_name: str, info: object) -> tuple
     return build_name, name, family, info, files
 
 
-def _check_unique(mpath: Path, splits: list[Split]) -> None:
-    """No two families in one config, no two splits under one Hub name, no file listed twice."""
+def _benchmarks(manifest: dict, infos: dict[str, dict]) -> dict[str, str]:
+    """Build split name -> the Hub config of its benchmark: the splits of a recipe that has both a
+    train and an eval split, all of one row kind, under the recipe's name (made Hub-safe)."""
+    out: dict[str, str] = {}
+    for rec in manifest.get("recipes") or []:
+        if not isinstance(rec, dict):
+            continue
+        names = [n for n in ((rec.get("resolved") or {}).get("splits") or {}) if n in infos]
+        roles = {str(infos[n].get("role", "")) for n in names}
+        kinds = {str(infos[n]["kind"]) for n in names}
+        config = hub_name(str(rec.get("name") or ""))
+        if {"train", "eval"} <= roles and len(kinds) == 1 and config and config != "all":
+            out.update({n: config for n in names if n not in out})
+    return out
+
+
+def _check_unique(mpath: Path, splits: list[Split], benchmark: dict[str, str] | None = None) -> None:
+    """No two families in one config (a benchmark's config holds its recipe's), no two splits under
+    one Hub name, no file listed twice."""
     families: dict[str, str] = {}
     for s in splits:
-        other = families.setdefault(s.config, s.family)
-        if other != s.family:
+        group = f"recipe {s.config}" if benchmark and s.build_name in benchmark else s.family
+        other = families.setdefault(s.config, group)
+        if other != group:
             raise HubError(f"{mpath}: families {other!r} and {s.family!r} both become the Hub config "
                            f"{s.config!r}; rename one")
     seen: dict[tuple[str, str], str] = {}
@@ -159,12 +177,16 @@ def plan(build_dir: Path) -> Plan:
     entries = [_entry(build_dir, mpath, b, manifest["splits"][b]) for b in sorted(manifest["splits"])]
 
     # One config per family; a family mixing row kinds (rl and sft rows have different columns)
-    # is split by kind, because every split of a config must share one schema.
+    # is split by kind, because every split of a config must share one schema. A benchmark (a
+    # recipe with train and eval splits of one kind) is one config named after the recipe, so
+    # load_dataset(repo) gives its train and test together.
     kinds: dict[str, set[str]] = {}
     for _, _, family, info, _ in entries:
         kinds.setdefault(family, set()).add(str(info["kind"]))
-    config_of = {build_name: hub_name(family) if len(kinds[family]) == 1 else hub_name(f"{family}_{info['kind']}")
-                 for build_name, _, family, info, _ in entries}
+    benchmark = _benchmarks(manifest, {b: info for b, _, _, info, _ in entries})
+    config_of = {build_name: benchmark.get(build_name) or (
+        hub_name(family) if len(kinds[family]) == 1 else hub_name(f"{family}_{info['kind']}"))
+        for build_name, _, family, info, _ in entries}
     names = _role_names([(config_of[b], b, name, info.get("role")) for b, name, _, info, _ in entries])
     splits = []
     for build_name, name, family, info, files in entries:
@@ -172,7 +194,7 @@ def plan(build_dir: Path) -> Plan:
                             str(info["mode"]), str(info["prompt_format"]), str(info["answer_format"]),
                             int(info["rows"]), files, info, name))
     splits.sort(key=lambda s: (s.config, s.name))
-    _check_unique(mpath, splits)
+    _check_unique(mpath, splits, benchmark)
     first = next(iter(manifest["splits"]))  # manifest order is build order
     return Plan(build_dir, manifest, hashlib.sha256(raw).hexdigest(), tuple(splits), config_of[first])
 

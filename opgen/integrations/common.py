@@ -1,0 +1,114 @@
+"""What every adapter shares: a row's ground truth, a completion's text, and one batch of grades.
+
+Grades come from :func:`opgen.reward.compute_score_batch` (the scorer's public batch entry point:
+the same :func:`opgen.score.grade.grade` that ``opgen score`` runs, in the same sandbox), so an
+adapter's reward for a row and a response is ``opgen score``'s score for them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# What an adapter forwards to the scorer, and nothing else: a trainer's own keyword arguments
+# (TRL passes trainer_state, completion_ids ...) never reach it.
+SETTINGS = ("policy", "group", "mode", "namespace", "static", "allow_weak_sandbox")
+
+
+class AdapterError(ValueError):
+    """A row or completion an adapter cannot grade; the message names the row and field."""
+
+
+def ground_truth_of(row: Mapping, where: str = "row") -> str | dict:
+    """A row's ground truth: ``reward_model.ground_truth`` (opgen's parquet rows) or a flat
+    ``ground_truth`` field (the adapters' dataset views)."""
+    rm = row.get("reward_model")
+    gt = rm.get("ground_truth") if isinstance(rm, Mapping) else None
+    if gt is None:
+        gt = row.get("ground_truth")
+    if not isinstance(gt, (str, dict)):
+        raise AdapterError(f"{where}: no ground truth (reward_model.ground_truth or ground_truth)")
+    return gt
+
+
+def extra_info_of(row: Mapping) -> dict:
+    extra = row.get("extra_info")
+    if isinstance(extra, str):  # a view that stores it as JSON text (verifiers' ``info``)
+        extra = json.loads(extra) if extra else {}
+    return dict(extra or {})
+
+
+def completion_text(completion: Any, where: str = "completion") -> str:
+    """A completion's text: a string as it is; a conversational completion (a list of messages)
+    as the content of its assistant messages, joined (TRL and verifiers hand over a list holding
+    one assistant message)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Mapping):
+        completion = [completion]
+    if isinstance(completion, Sequence):
+        parts = []
+        for k, m in enumerate(completion):
+            if not isinstance(m, Mapping):
+                raise AdapterError(f"{where}[{k}]: a message is a dict with role and content, not "
+                                   f"{type(m).__name__}")
+            if m.get("role", "assistant") != "assistant":
+                continue
+            content = m.get("content")
+            if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
+                content = "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+            if content is not None and not isinstance(content, str):
+                raise AdapterError(f"{where}[{k}].content: a string, not {type(content).__name__}")
+            parts.append(content or "")
+        return "\n".join(parts)
+    raise AdapterError(f"{where}: a string or a list of messages, not {type(completion).__name__}")
+
+
+def settings_of(kwargs: Mapping) -> dict:
+    return {k: kwargs[k] for k in SETTINGS if k in kwargs}
+
+
+def grade_batch(ground_truths: Sequence[str | dict], texts: Sequence[str], extra_infos: Sequence[Mapping | None],
+                data_sources: Sequence[str] | None = None, **settings: Any) -> list[dict]:
+    """One grade dict (``score``, ``acc``) per sample, in order, as :func:`opgen.reward.compute_score`
+    gives it (``settings``: policy, group, mode, namespace, static, allow_weak_sandbox)."""
+    from opgen.reward import compute_score_batch
+
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise TypeError(f"unknown scorer settings: {', '.join(unknown)} (known: {', '.join(SETTINGS)})")
+    sources = list(data_sources) if data_sources is not None else [""] * len(texts)
+    for i, gt in enumerate(ground_truths):
+        check_ground_truth(gt, f"ground_truth[{i}]")
+    try:
+        return compute_score_batch(sources, list(texts), list(ground_truths), [dict(e or {}) for e in extra_infos],
+                                   keys="minimal", **settings)
+    except ValueError as exc:  # a malformed ground truth the shape check let through, a bad setting
+        raise AdapterError(str(exc)) from None
+
+
+def check_ground_truth(gt: object, where: str) -> None:
+    """The contract's outer shape (docs/contracts.md): a JSON object with ``tasks`` or the native
+    ``ref_output``; the scorer checks the rest."""
+    obj = gt
+    if isinstance(gt, str):
+        try:
+            obj = json.loads(gt)
+        except ValueError:
+            raise AdapterError(f"{where}: not JSON") from None
+    if not isinstance(obj, dict) or not (isinstance(obj.get("tasks"), list) or "ref_output" in obj):
+        raise AdapterError(f"{where}: not an opgen ground truth (a JSON object with 'tasks' or 'ref_output')")
+
+
+def rows_list(rows: Any) -> list[dict]:
+    """A Dataset, a pyarrow.Table, a datasets.Dataset or a list of row dicts -> a list of dicts."""
+    if hasattr(rows, "to_pylist"):  # opgen.Dataset, pyarrow.Table
+        return list(rows.to_pylist())
+    if hasattr(rows, "to_list") and hasattr(rows, "features"):  # datasets.Dataset
+        return list(rows.to_list())
+    out = list(rows)
+    for i, r in enumerate(out):
+        if not isinstance(r, Mapping):
+            raise AdapterError(f"row {i}: a row is a dict (a parquet row), not {type(r).__name__}")
+    return [dict(r) for r in out]

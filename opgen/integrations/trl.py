@@ -1,0 +1,154 @@
+"""TRL without glue: a reward function for ``GRPOTrainer`` and dataset views for GRPO and SFT.
+
+    from trl import GRPOConfig, GRPOTrainer, SFTTrainer
+    from opgen.integrations import trl as otrl
+
+    rows = opgen.create_dataset("rl-r1", "train", size=512)
+    GRPOTrainer(model, reward_funcs=otrl.reward, train_dataset=otrl.grpo_dataset(rows), args=GRPOConfig(...))
+    SFTTrainer(model, train_dataset=otrl.sft_dataset(opgen.create_dataset("sft-eco", "train")), ...)
+
+TRL calls a reward function as ``f(prompts=..., completions=..., completion_ids=..., **columns)``,
+where ``columns`` are the dataset's other columns as lists (one entry per completion) plus its own
+``trainer_state``/``log_extra``/... . :func:`reward` reads each completion's ground truth from the
+``ground_truth`` column (the views' flat column) or ``reward_model`` (opgen's parquet rows as they
+are), and the row's ``extra_info`` (answer format, teacher-forced prefix); plain and conversational
+completions both work. Its numbers are ``opgen score``'s scores for the same rows and responses.
+TRL is imported by none of this: the views are ``datasets.Dataset`` objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from opgen.integrations.common import (
+    AdapterError,
+    completion_text,
+    extra_info_of,
+    grade_batch,
+    ground_truth_of,
+    rows_list,
+)
+
+__all__ = ["grpo_dataset", "make_reward", "reward", "sft_dataset"]
+
+
+def make_reward(**settings: Any):
+    """A TRL reward function with scorer settings fixed (``policy``, ``group``, ``mode``,
+    ``namespace``, ``static``, ``allow_weak_sandbox``); its ``__name__`` is what TRL logs it as."""
+    from opgen.integrations.common import SETTINGS
+
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise TypeError(f"make_reward: unknown settings {', '.join(unknown)} (known: {', '.join(SETTINGS)})")
+
+    def opgen_reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
+                     **kwargs: Any) -> list[float]:
+        if completions is None:
+            raise AdapterError("opgen reward: no completions")
+        n = len(completions)
+        truths, extras = _column_truths(kwargs, n)
+        texts = [completion_text(c, f"completions[{i}]") for i, c in enumerate(completions)]
+        sources = kwargs.get("data_source")
+        grades = grade_batch(truths, texts, extras, list(sources) if sources is not None else None,
+                             **settings)
+        return [float(g["score"]) for g in grades]
+
+    opgen_reward.__name__ = "opgen_reward"
+    opgen_reward.__qualname__ = "opgen_reward"
+    return opgen_reward
+
+
+def _column_truths(kwargs: dict, n: int) -> tuple[list, list[dict]]:
+    """Per-completion ground truths and extra_info from TRL's column keywords."""
+    if "ground_truth" in kwargs:
+        truths = list(kwargs["ground_truth"])
+    elif "reward_model" in kwargs:
+        truths = [ground_truth_of({"reward_model": rm}, f"reward_model[{i}]")
+                  for i, rm in enumerate(kwargs["reward_model"])]
+    else:
+        raise AdapterError("opgen reward: the dataset has neither a 'ground_truth' nor a 'reward_model' column "
+                           "(build it with opgen.integrations.trl.grpo_dataset, or keep opgen's columns)")
+    extras_col = kwargs.get("extra_info")
+    extras = [extra_info_of({"extra_info": e}) for e in extras_col] if extras_col is not None else [{}] * n
+    if len(truths) != n or len(extras) != n:
+        raise AdapterError(f"opgen reward: {n} completions but {len(truths)} ground truths and {len(extras)} "
+                           "extra_info entries")
+    for i, t in enumerate(truths):
+        if not isinstance(t, (str, dict)):
+            raise AdapterError(f"opgen reward: ground_truth[{i}] is {type(t).__name__}, not a JSON string")
+    return truths, extras
+
+
+#: The reward function with the scorer's defaults (output policy, fraction groups).
+reward = make_reward()
+
+
+def _view_extra(row: dict) -> dict:
+    return extra_info_of(row)
+
+
+def grpo_dataset(rows: Any):
+    """A ``datasets.Dataset`` for ``GRPOTrainer``: ``prompt`` (the row's conversational prompt),
+    ``ground_truth`` (the JSON text the reward reads), ``data_source``, ``extra_info`` (the row's,
+    unchanged), ``gold_answer`` (every program and forward row's gold answer: :func:`opgen.gold_answer`)."""
+    from opgen.notebook import gold_answer
+
+    datasets = _datasets()
+
+    out = []
+    for i, row in enumerate(rows_list(rows)):
+        gt = ground_truth_of(row, f"row {i}")
+        prompt = row.get("prompt")
+        if not isinstance(prompt, list) or not prompt:
+            raise AdapterError(f"row {i}: prompt must be a non-empty list of messages")
+        try:
+            gold = gold_answer(row)
+        except (ValueError, KeyError):
+            gold = ""  # a native row: its ground truth holds no program of opgen's
+        out.append({"prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt],
+                    "ground_truth": gt if isinstance(gt, str) else _json(gt),
+                    "data_source": str(row.get("data_source") or ""), "extra_info": _view_extra(row),
+                    "gold_answer": gold})
+    return datasets.Dataset.from_list(out)
+
+
+def sft_dataset(rows: Any):
+    """A ``datasets.Dataset`` in TRL's conversational prompt-completion form for ``SFTTrainer``:
+    ``prompt`` (the user turn) and ``completion`` (one assistant turn: the gold answer), so the loss
+    covers the answer only. SFT rows give their own gold turn; RL and eval rows their rendered gold
+    answer (:func:`opgen.gold_answer`); a row with none raises, naming it."""
+    from opgen.notebook import gold_answer
+
+    datasets = _datasets()
+
+    out = []
+    for i, row in enumerate(rows_list(rows)):
+        messages = row.get("messages")
+        if isinstance(messages, list) and messages and messages[-1].get("role") == "assistant":
+            prompt = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages[:-1]]
+            answer = str(messages[-1]["content"])
+        else:
+            prompt = [{"role": str(m["role"]), "content": str(m["content"])} for m in (row.get("prompt") or [])]
+            try:
+                answer = gold_answer(row)
+            except (ValueError, KeyError) as exc:
+                raise AdapterError(f"row {i}: no gold answer for an SFT completion ({exc})") from None
+        if not prompt:
+            raise AdapterError(f"row {i}: no prompt messages")
+        out.append({"prompt": prompt, "completion": [{"role": "assistant", "content": answer}]})
+    return datasets.Dataset.from_list(out)
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _datasets() -> Any:
+    # imported by name: the repository's own datasets/ folder (the bundled recipes) would shadow it
+    # for a type checker run from the checkout
+    import importlib
+
+    return importlib.import_module("datasets")
