@@ -141,6 +141,19 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     )
     if backend == "replay":
         _check_replay(models, data_files, limit, decomposed)
+    from opgen import outdir
+
+    try:
+        with outdir.claim(out_dir, ev.out_entry(outdir.absolute(out_dir)), "opgen eval"):
+            _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, replicas, replica_gpus,
+                      replica_cpus, ray_num_cpus, chunk_rows, no_score)
+    except outdir.OutputError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, replicas, replica_gpus,
+              replica_cpus, ray_num_cpus, chunk_rows, no_score) -> None:
+    """Under the lock on --out: every model, then the sweep."""
     if executor == "ray":
         from opgen.infer.ray_executor import RayOptions
 

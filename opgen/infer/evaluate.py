@@ -48,6 +48,28 @@ class EvalConfig:
     static: bool = True  # grade programs of library code only without running them (docs/scoring.md)
 
 
+def out_entry(out: Path):
+    """``name -> bool``: whether an entry of an eval's --out is one `opgen eval` writes (a model's
+    folder, the sweep's files, the Ray report and chunk store); anything else makes eval refuse
+    the folder (opgen.outdir.claim)."""
+    from opgen import sweep
+    from opgen.infer.chunks import CHUNKS_DIR
+
+    top = {"sweep.csv", "sweep.json", "ray_report.json", CHUNKS_DIR, *sweep.PLOTS}
+
+    def own(name: str) -> bool:
+        if name in top:
+            return True
+        path = out / name
+        if not path.is_dir() or path.is_symlink():
+            return False
+        inner = [p.name for p in path.iterdir()]
+        return not inner or any(n == "metrics.json" or n.endswith(("_generations.jsonl", "_generations.settings.json"))
+                                for n in inner)
+
+    return own
+
+
 def data_name(path: Path) -> str:
     return Path(path).name.removesuffix(".parquet")
 
