@@ -143,12 +143,18 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         _check_replay(models, data_files, limit, decomposed)
     from opgen import outdir
 
+    outdir.install_sigterm()
     try:
         with outdir.claim(out_dir, ev.out_entry(outdir.absolute(out_dir)), "opgen eval"):
             _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, replicas, replica_gpus,
                       replica_cpus, ray_num_cpus, chunk_rows, no_score)
     except outdir.OutputError as exc:
         raise click.ClickException(str(exc)) from None
+    except (KeyboardInterrupt, outdir.Terminated) as exc:
+        term = isinstance(exc, outdir.Terminated)
+        click.echo(f"{'terminated' if term else 'interrupted'}; the rows answered so far are in {out_dir} "
+                   f"(rerun with --resume to go on)", err=True)
+        click.get_current_context().exit(outdir.exit_code(exc))
 
 
 def _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, replicas, replica_gpus,

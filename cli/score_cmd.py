@@ -42,11 +42,17 @@ from . import options
               help="Grading processes for the static path's share of the responses (default: "
                    "OPGEN_GRADE_PROCESSES, else one per CPU up to 8; 0: grade in this process). Grades are the same.")
 @options.allow_weak_sandbox()
-def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
+@click.pass_context
+def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
           timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, executor: str,
           ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None,
           no_static: bool, grade_processes: int | None, allow_weak_sandbox: bool) -> None:
-    """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
+    """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary.
+
+    The report is staged beside --out and swapped in whole (a rescore replaces it at once or not
+    at all); --out is locked while it is written. SIGINT exits 130, SIGTERM 143, the folder as it was.
+    """
+    from opgen import outdir
     from opgen.score.report import ScoreInputError, score_files
     from opgen.score.sandbox import Sandbox, SandboxError, allow_weak_for_this_process
 
@@ -58,6 +64,7 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
         if not path.is_file():
             raise click.BadParameter(f"{path} does not exist or is not a file", param_hint=opt)
     box: Sandbox | None = None
+    outdir.install_sigterm()
     try:
         if executor == "ray":
             from opgen.infer.ray_executor import RayError, RayOptions, RaySandbox
@@ -73,6 +80,12 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
         summary = score_files(data, responses, out, mode=mode, workers=workers, policy=policy, group=group,
                               timeout_s=timeout_s, plots=not no_plots, namespace=namespace,
                               distance_edges=edges, sandbox=box, static=not no_static, processes=grade_processes)
+    except (KeyboardInterrupt, outdir.Terminated) as exc:
+        term = isinstance(exc, outdir.Terminated)
+        kept = "holds the new report (the signal came during its final swap)" \
+            if isinstance(exc, outdir.SignalAfterCommit) else "is as it was before this score"
+        click.echo(f"{'terminated' if term else 'interrupted'}; {out} {kept}", err=True)
+        ctx.exit(outdir.exit_code(exc))
     except ScoreInputError as exc:
         raise click.ClickException(str(exc)) from None
     except SandboxError as exc:

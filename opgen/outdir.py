@@ -20,7 +20,8 @@
   refused before any work (it cannot be swapped).
 - **Faults** (test-only): ``OPGEN_FAULT=<point>:<KILL|TERM|INT>`` sends that signal at a named
   point (``produced``: to the build's main process after a worker finished a shard;
-  ``before-swap``, ``between-renames``, ``after-swap``: to itself); ``OPGEN_SWAP=rename`` forces the
+  ``staged``: a report staged, before its swap; ``batch-written``: eval's generations of one
+  batch on disk; ``before-swap``, ``between-renames``, ``after-swap``: to itself); ``OPGEN_SWAP=rename`` forces the
   two-rename swap. Neither is meant for anything but tests.
 """
 
@@ -50,6 +51,19 @@ class OutputError(RuntimeError):
 
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread so that clean-up runs as for Ctrl-C."""
+
+
+class SignalAfterCommit:
+    """Mixin: the signal came during :func:`committed`'s swap, which was completed first (DIR holds
+    the new output)."""
+
+
+class InterruptedAfterCommit(SignalAfterCommit, KeyboardInterrupt):
+    pass
+
+
+class TerminatedAfterCommit(SignalAfterCommit, Terminated):
+    pass
 
 
 # ---------------------------------------------------------------- faults (test-only)
@@ -121,6 +135,11 @@ def signals_held() -> Iterator[None]:
             signal.raise_signal(got[0])
 
 
+def exit_code(exc: BaseException) -> int:
+    """The one convention of every command: 143 after SIGTERM, 130 after SIGINT (128 + signal)."""
+    return 143 if isinstance(exc, Terminated) else 130
+
+
 def install_sigterm() -> None:
     """SIGTERM (timeout, Slurm, Docker) raises ``Terminated`` in the main thread, like SIGINT does."""
     signal.signal(signal.SIGTERM, _raise_terminated)
@@ -155,8 +174,12 @@ class Lock:
             raise OutputError(f"{self.path.with_name(self.path.name.removesuffix(LOCK_SUFFIX))}: another "
                               f"{self.what} (pid {holder}) is writing this directory (lock {self.path}); "
                               f"wait for it or write elsewhere") from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # a full disk: the lock is held, only the holder's pid is not recorded
+            if exc.errno != errno.ENOSPC:
+                raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -270,7 +293,13 @@ def check_writable(out: Path) -> None:
     except OSError as exc:
         raise OutputError(f"{parent}: cannot create the output's parent directory ({exc.strerror})") from None
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{parent}: not writable; a build stages its output beside {out.name} and swaps it in")
+        try:
+            ro = bool(os.statvfs(parent).f_flag & os.ST_RDONLY)
+        except OSError:
+            ro = False
+        why = "Read-only file system" if ro else "not writable"
+        raise OutputError(f"{parent}: {why}; opgen stages its output beside {out.name} and swaps it in; "
+                          f"nothing was written")
 
 
 def free_bytes(out: Path) -> int:
@@ -381,8 +410,25 @@ def committed(out: Path, own: Callable[[str], bool], what: str, last_file: str) 
             if not (stage / last_file).is_file():
                 raise OutputError(f"{stage}: {last_file} was not written; nothing committed")
             fsync_tree(stage)
+            fault("staged")
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        swapped = False
+        try:
             with signals_held():
                 swap(stage, out)
+                swapped = True
+        except KeyboardInterrupt:
+            if not swapped:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+            raise InterruptedAfterCommit() from None
+        except Terminated:
+            if not swapped:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+            raise TerminatedAfterCommit() from None
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)
             raise

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opgen import outdir
 from opgen.infer.base import (
     LENGTH,
     Backend,
@@ -286,6 +287,7 @@ def run(backend: Backend, rows: Sequence[Row], out: Path, plan: Plan, *, resume:
                 fh.write("".join(lines))
                 fh.flush()
                 os.fsync(fh.fileno())
+                outdir.fault("batch-written")
                 failed.update(lost)
                 stats.generated += len(batch) - len(lost)
                 stats.requests += sent
