@@ -535,8 +535,13 @@ class _Sweep:
                 self.alive.remove(rid)
             self.queue.appendleft(unit)
             if not self.alive:
-                raise AllReplicasLost(
-                    "every replica was lost; the finished chunks are stored: rerun with --resume") from None
+                if self.written:
+                    why = (f"every replica was lost; the {self.written} chunks finished in this run are stored: "
+                           f"rerun with --resume to keep them")
+                else:
+                    why = ("every replica was lost before any chunk of this run was finished, so nothing of it "
+                           "is stored; rerun (with --resume, what earlier runs stored is kept)")
+                raise AllReplicasLost(why) from None
             return
         p = unit.pass_
         lines: list[str] = []
@@ -583,8 +588,13 @@ class _Sweep:
 
     def run(self) -> None:
         """Until nothing is queued, in flight or being scored."""
+        first = True
         while self.queue or self.inflight or self.scoring:
             self.submit()
+            if first and self.fault is not None and self.fault == ("kill-replica-after", 0):
+                for rid in list(self.alive):  # test-only: every replica lost before its first chunk
+                    self.pool.kill(rid)
+            first = False
             if not self.queue and not self.inflight and self.t_gen_end is None:
                 self.t_gen_end = time.perf_counter()
                 self.pool.release()  # generation is over: free the engines (and their GPUs) now
