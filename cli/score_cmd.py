@@ -63,6 +63,7 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
     for path, opt in ((data, "--data"), (responses, "--responses")):
         if not path.is_file():
             raise click.BadParameter(f"{path} does not exist or is not a file", param_hint=opt)
+    _check_not_empty(responses)
     box: Sandbox | None = None
     outdir.install_sigterm()
     try:
@@ -98,6 +99,20 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
         if box is not None:
             box.close()
     _report(summary, out)
+
+
+def _check_not_empty(responses: Path) -> None:
+    """A responses file with no line is an error, not "accuracy 0.0" (a generation that wrote nothing)."""
+    try:
+        with open(responses, "rb") as fh:
+            empty = not any(line.strip() for line in fh)
+    except OSError as exc:
+        from opgen.files import describe_os_error
+
+        raise click.ClickException(describe_os_error(exc, str(responses))) from None
+    if empty:
+        raise click.ClickException(f"{responses}: no responses (the file is empty); nothing to score, no report "
+                                   f"written")
 
 
 def _distance_edges(text: str) -> tuple[int, ...]:

@@ -102,10 +102,11 @@ def build_splits(recipe: Any, splits: Sequence[str] | None = None, *, size: int 
         raise ValueError(f"size must be a positive integer, got {size!r}")
     loaded = load_recipe(recipe, seed)
     with tempfile.TemporaryDirectory(prefix="opgen-api-") as tmp:
-        man = B.build([loaded], Path(tmp), workers=workers, only=tuple(splits or ()), limit=size, seed=seed)
+        root = Path(tmp) / "build"  # its lock file, beside it, goes with the temporary directory
+        man = B.build([loaded], root, workers=workers, only=tuple(splits or ()), limit=size, seed=seed)
         out = {}
         for name, section in man["splits"].items():
-            tables = [pq.read_table(Path(tmp) / f["path"]) for f in section["files"]]
+            tables = [pq.read_table(root / f["path"]) for f in section["files"]]
             table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
             out[name] = Dataset(name, table.combine_chunks(), section)
     return out

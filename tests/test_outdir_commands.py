@@ -158,3 +158,49 @@ def test_eval_exits_130_on_sigint_and_143_on_sigterm_keeping_the_written_batch(t
         r = _run([*args, "--base-url", srv.url, "--resume"])
         assert r.returncode == 0, r.stderr
     assert len((out / "m" / "d_generations.jsonl").read_text().splitlines()) == 6
+
+
+def _tidy_table(path: Path) -> Path:
+    lines = ["run,compute,split,n_correct,n_total,tokens,loss"]
+    for i, run in enumerate("abcd"):
+        for j, c in enumerate((1e18, 2e18, 4e18, 8e18, 1.6e19)):
+            lines.append(f"{run},{c},all,{20 + 10 * j + 3 * i},200,{10 ** (9 + i)},{4 - 0.2 * i}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_fit_commits_its_report_whole_and_refuses_a_foreign_folder(runner, cli, tmp_path):
+    table = _tidy_table(tmp_path / "t.csv")
+    args = ["fit", "--tidy", str(table), "--resamples", "20", "--no-plots", "--out"]
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.md").write_text("mine")
+    r = runner.invoke(cli, [*args, str(project)])
+    assert r.exit_code == 1 and "opgen fit does not write" in r.output and "notes.md" in r.output, r.output
+    assert [p.name for p in project.iterdir()] == ["notes.md"]
+    out = tmp_path / "o"
+    for _ in range(2):  # its own folder: replaced whole, nothing staged left
+        r = runner.invoke(cli, [*args, str(out)])
+        assert r.exit_code == 0, r.output
+        assert str(out / "fit.json") in r.output
+    assert {p.name for p in out.iterdir()} >= {"fit.json", "fit_runs.csv", "fit_windows.csv"}
+    assert _leftovers(tmp_path, "o") == []
+
+
+def test_the_api_leaves_no_lock_file_in_the_temporary_directory(tmp_path, monkeypatch):
+    import tempfile
+
+    import opgen
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    opgen.create_dataset("native-stage1", "stage1_l1_test", size=5)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_responses_file_is_an_error_not_accuracy_zero(runner, cli, tmp_path):
+    data = tm.write_trees(tmp_path / "trees.parquet")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    r = runner.invoke(cli, ["score", "--data", str(data), "--responses", str(empty), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 1 and "no responses" in r.output and "accuracy" not in r.output, r.output
+    assert not (tmp_path / "o").exists()
