@@ -97,12 +97,13 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @options.progress()
 @click.option("--quiet", is_flag=True, help="No progress bars (same as --no-progress).")
 @options.no_static(prefix="Scorer")
+@options.no_plots()
 @options.allow_weak_sandbox()
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
           tensor_parallel_size, engine_args, template_kwargs, hf_batch_size, base_urls, api_key_env, concurrency,
           request_timeout, retries, executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus,
-          chunk_rows, namespace, progress, quiet, no_static, allow_weak_sandbox) -> None:
+          chunk_rows, namespace, progress, quiet, no_static, no_plots, allow_weak_sandbox) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -133,6 +134,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     cfg = ev.EvalConfig(
         backend=backend, sampling=sampling, limit=limit, resume=resume, decomposed=decomposed, score=not no_score,
         batch_size=batch_size, workers=workers, progress=bars, namespace=namespace, static=not no_static,
+        plots=not no_plots,
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                              enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
                              batch_size=hf_batch_size, engine_args=_engine_args(engine_args, backend),

@@ -204,3 +204,17 @@ def test_an_empty_responses_file_is_an_error_not_accuracy_zero(runner, cli, tmp_
     r = runner.invoke(cli, ["score", "--data", str(data), "--responses", str(empty), "--out", str(tmp_path / "o")])
     assert r.exit_code == 1 and "no responses" in r.output and "accuracy" not in r.output, r.output
     assert not (tmp_path / "o").exists()
+
+
+def test_eval_no_plots_draws_none(runner, cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    data = tm.write_trees(tmp_path / "trees.parquet")
+    answers = _responses(tmp_path / "answers.jsonl", wrong=False)
+    args = ["eval", "--backend", "replay", "--model", str(answers), "--data", str(data), "--quiet", "--workers", "1",
+            "--allow-weak-sandbox", "--out"]
+    r = runner.invoke(cli, [*args, str(tmp_path / "plain")])
+    assert r.exit_code == 0, r.output
+    assert list((tmp_path / "plain").rglob("*.png"))
+    r = runner.invoke(cli, [*args, str(tmp_path / "none"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    assert not list((tmp_path / "none").rglob("*.png")) and list((tmp_path / "none").rglob("summary.json"))

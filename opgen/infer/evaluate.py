@@ -46,6 +46,7 @@ class EvalConfig:
     namespace: str = "strict"  # the scorer's namespace (opgen score --namespace)
     openai: OpenAIOptions | None = None  # for --backend openai
     static: bool = True  # grade programs of library code only without running them (docs/scoring.md)
+    plots: bool = True  # the scorer's plots (--no-plots: none)
 
 
 def out_entry(out: Path):
@@ -102,10 +103,11 @@ def _check_settings(path: Path, settings: dict, resume: bool) -> None:
 
 
 def score(data: Path, responses: Path, out: Path, workers: int, namespace: str = "strict",
-          static: bool = True, only: set[int] | None = None) -> dict:
+          static: bool = True, only: set[int] | None = None, plots: bool = True) -> dict:
     from opgen.score import score_files
 
-    return score_files(data, responses, out, workers=workers, namespace=namespace, static=static, only=only)
+    return score_files(data, responses, out, workers=workers, namespace=namespace, static=static, only=only,
+                       plots=plots)
 
 
 def pass_paths(model_dir: Path, data: Path, suffix: str) -> tuple[str, Path]:
@@ -145,15 +147,15 @@ def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, 
     if cfg.score:
         result["scores"] = name
         result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, only, cfg.namespace,
-                                        cfg.static)
+                                        cfg.static, cfg.plots)
     return result
 
 
 def _score_rows(data: Path, gen_path: Path, out: Path, workers: int, only: set[int] | None,
-                namespace: str = "strict", static: bool = True) -> dict:
+                namespace: str = "strict", static: bool = True, plots: bool = True) -> dict:
     """Score the generations, or only rows ``only``: a file resumed under a smaller --limit holds
     more rows than were asked for this time."""
-    summary = score(data, gen_path, out, workers, namespace, static, only)
+    summary = score(data, gen_path, out, workers, namespace, static, only, plots)
     return note_subset(summary, gen_path, only)
 
 
