@@ -86,14 +86,14 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
         raise click.BadParameter(str(exc), param_hint="--only") from None
     except B.BuildError as exc:
         raise click.ClickException(str(exc)) from None
+    except R.RecipeError as exc:
+        raise click.BadParameter(str(exc), param_hint="RECIPE") from None
     except Exception as exc:  # a Ray task lost past its retries (imported only with --executor ray)
         from opgen.infer.ray_executor import RayError
 
         if not isinstance(exc, RayError):
             raise
         raise click.ClickException(str(exc)) from None
-    except R.RecipeError as exc:
-        raise click.BadParameter(str(exc), param_hint="RECIPE") from None
     finally:
         if mapper is not None:
             mapper.close()
