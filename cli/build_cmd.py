@@ -36,8 +36,9 @@ def _workers_default() -> int:
 @options.ray_address()
 @options.ray_num_cpus()
 @click.option("--force", is_flag=True,
-              help="Replace --out even if it holds something other than an opgen build (or, with --only, "
-                   "a build of other recipes).")
+              help="Replace --out even if the opgen build there holds files its manifest does not list "
+                   "(they are deleted with it) or, with --only, is a build of other recipes. Never replaces a "
+                   "folder opgen did not write.")
 @click.pass_context
 def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | None,
           only: tuple[str, ...], limit: int | None, progress: bool | None, tokenizer: Path | None,
@@ -80,13 +81,19 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
         kept = "holds this build (the signal came during its final swap)" if isinstance(exc, B.SignalAfterSwap) \
             else "is as it was before this build"
         click.echo(f"{what}; {out} {kept}", err=True)
-        ctx.exit(143 if isinstance(exc, outdir.Terminated) else 130)
+        ctx.exit(outdir.exit_code(exc))
     except B.OnlyError as exc:
         raise click.BadParameter(str(exc), param_hint="--only") from None
     except B.BuildError as exc:
         raise click.ClickException(str(exc)) from None
     except R.RecipeError as exc:
         raise click.BadParameter(str(exc), param_hint="RECIPE") from None
+    except Exception as exc:  # a Ray task lost past its retries (imported only with --executor ray)
+        from opgen.infer.ray_executor import RayError
+
+        if not isinstance(exc, RayError):
+            raise
+        raise click.ClickException(str(exc)) from None
     finally:
         if mapper is not None:
             mapper.close()

@@ -98,12 +98,14 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--quiet", is_flag=True, help="No progress bars (same as --no-progress).")
 @options.no_static(prefix="Scorer")
 @options.metric_defs()
+@options.no_plots()
 @options.allow_weak_sandbox()
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
           tensor_parallel_size, engine_args, template_kwargs, hf_batch_size, base_urls, api_key_env, concurrency,
           request_timeout, retries, executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus,
-          chunk_rows, namespace, progress, quiet, no_static, drift_call, pass_k, allow_weak_sandbox) -> None:
+          chunk_rows, namespace, progress, quiet, no_static, drift_call, pass_k, no_plots,
+          allow_weak_sandbox) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -138,6 +140,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         backend=backend, sampling=sampling, limit=limit, resume=resume, decomposed=decomposed, score=not no_score,
         batch_size=batch_size, workers=workers, progress=bars, namespace=namespace, static=not no_static,
         metric_defs=MetricDefs(drift_call=drift_call, pass_k=pass_k),
+        plots=not no_plots,
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                              enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
                              batch_size=hf_batch_size, engine_args=_engine_args(engine_args, backend),
@@ -146,6 +149,25 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     )
     if backend == "replay":
         _check_replay(models, data_files, limit, decomposed)
+    from opgen import outdir
+
+    outdir.install_sigterm()
+    try:
+        with outdir.claim(out_dir, ev.out_entry(outdir.absolute(out_dir)), "opgen eval"):
+            _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, replicas, replica_gpus,
+                      replica_cpus, ray_num_cpus, chunk_rows, no_score)
+    except outdir.OutputError as exc:
+        raise click.ClickException(str(exc)) from None
+    except (KeyboardInterrupt, outdir.Terminated) as exc:
+        term = isinstance(exc, outdir.Terminated)
+        click.echo(f"{'terminated' if term else 'interrupted'}; the rows answered so far are in {out_dir} "
+                   f"(rerun with --resume to go on)", err=True)
+        click.get_current_context().exit(outdir.exit_code(exc))
+
+
+def _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, replicas, replica_gpus,
+              replica_cpus, ray_num_cpus, chunk_rows, no_score) -> None:
+    """Under the lock on --out: every model, then the sweep."""
     if executor == "ray":
         from opgen.infer.ray_executor import RayOptions
 
@@ -158,7 +180,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         from opgen import sweep
         try:
             notes: list[str] = []
-            written = sweep.write_sweep(out_dir, results, notes)
+            written = sweep.write_sweep(out_dir, results, notes, plots=cfg.plots)
             for note in notes:
                 click.echo(f"warning: {note}", err=True)
         except OSError as exc:

@@ -159,9 +159,25 @@ def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, comp
     except FitInputError as exc:
         raise BadInput(str(exc)) from None
     say("writing fit.json, the CSVs" + ("" if no_plots else " and the plots"))
-    written = Rp.write(out_dir, result, plots=not no_plots)
+    written = _write(out_dir, result, not no_plots)
     for line in Rp.summary_lines(result):
         click.echo(line)
     for w in result["warnings"]:
         click.echo(f"warning: {w}", err=True)
     click.echo(f"wrote {', '.join(str(p) for p in written)}")
+
+
+def _write(out_dir: Path, result, plots: bool) -> list[Path]:
+    """The report staged and swapped in whole, --out locked (opgen.outdir, as every command that writes)."""
+    from opgen import outdir
+    from opgen.fit import report as Rp
+
+    def own(name: str) -> bool:
+        return name.startswith("fit") and name.endswith((".json", ".csv", ".png"))
+
+    try:
+        with outdir.committed(out_dir, own, "opgen fit", "fit.json") as stage:
+            written = Rp.write(stage, result, plots=plots)
+    except outdir.OutputError as exc:
+        raise click.ClickException(str(exc)) from None
+    return [outdir.absolute(out_dir) / p.relative_to(stage) for p in written]

@@ -43,12 +43,18 @@ from . import options
               help="Grading processes, where every response is parsed and graded (default: "
                    "OPGEN_GRADE_PROCESSES, else one per CPU up to 8). Grades are the same.")
 @options.allow_weak_sandbox()
-def score(data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str, group: str,
-          timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, drift_call: str, pass_k: str,
-          executor: str,
+@click.pass_context
+def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str,
+          group: str, timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, drift_call: str,
+          pass_k: str, executor: str,
           ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None,
           no_static: bool, grade_processes: int | None, allow_weak_sandbox: bool) -> None:
-    """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary."""
+    """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary.
+
+    The report is staged beside --out and swapped in whole (a rescore replaces it at once or not
+    at all); --out is locked while it is written. SIGINT exits 130, SIGTERM 143, the folder as it was.
+    """
+    from opgen import outdir
     from opgen.score.metrics import MetricDefs
     from opgen.score.report import ScoreInputError, score_files
     from opgen.score.sandbox import Sandbox, SandboxError, allow_weak_for_this_process
@@ -60,7 +66,9 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
     for path, opt in ((data, "--data"), (responses, "--responses")):
         if not path.is_file():
             raise click.BadParameter(f"{path} does not exist or is not a file", param_hint=opt)
+    _check_not_empty(responses)
     box: Sandbox | None = None
+    outdir.install_sigterm()
     try:
         if executor == "ray":
             from opgen.infer.ray_executor import RayError, RayOptions, RaySandbox
@@ -77,6 +85,12 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
                               timeout_s=timeout_s, plots=not no_plots, namespace=namespace,
                               distance_edges=edges, sandbox=box, static=not no_static, processes=grade_processes,
                               metric_defs=MetricDefs(drift_call=drift_call, pass_k=pass_k))
+    except (KeyboardInterrupt, outdir.Terminated) as exc:
+        term = isinstance(exc, outdir.Terminated)
+        kept = "holds the new report (the signal came during its final swap)" \
+            if isinstance(exc, outdir.SignalAfterCommit) else "is as it was before this score"
+        click.echo(f"{'terminated' if term else 'interrupted'}; {out} {kept}", err=True)
+        ctx.exit(outdir.exit_code(exc))
     except ScoreInputError as exc:
         raise click.ClickException(str(exc)) from None
     except SandboxError as exc:
@@ -89,6 +103,20 @@ def score(data: Path, responses: Path, out: Path, mode: str, workers: int, polic
         if box is not None:
             box.close()
     _report(summary, out)
+
+
+def _check_not_empty(responses: Path) -> None:
+    """A responses file with no line is an error, not "accuracy 0.0" (a generation that wrote nothing)."""
+    try:
+        with open(responses, "rb") as fh:
+            empty = not any(line.strip() for line in fh)
+    except OSError as exc:
+        from opgen.files import describe_os_error
+
+        raise click.ClickException(describe_os_error(exc, str(responses))) from None
+    if empty:
+        raise click.ClickException(f"{responses}: no responses (the file is empty); nothing to score, no report "
+                                   f"written")
 
 
 def _distance_edges(text: str) -> tuple[int, ...]:

@@ -10,10 +10,18 @@
   ``recover``) finishes it: a staging directory with a manifest is complete and moves in, else the
   old build moves back.
 - **Ownership.** DIR is replaced only when it is missing, empty, or an opgen build (a readable
-  opgen ``manifest.json`` and no file it does not list); anything else needs ``force``.
+  opgen ``manifest.json`` and no file it does not list); ``force`` lets a build replace an opgen
+  build that holds unlisted files too, and never anything else: a folder without an opgen
+  manifest (a project folder, ``--out .``) is refused with or without it.
+- **Every command that writes** (``score``'s report, ``eval``'s folder, ``fit``, ...) uses the
+  same pieces: :func:`committed` (lock, recovery, ownership by the command's own file names,
+  staging, one swap: a report is replaced whole or not at all) or, for an append-only folder
+  that is resumed in place (``eval``), :func:`claim` (lock and ownership only). A mount point is
+  refused before any work (it cannot be swapped).
 - **Faults** (test-only): ``OPGEN_FAULT=<point>:<KILL|TERM|INT>`` sends that signal at a named
   point (``produced``: to the build's main process after a worker finished a shard;
-  ``before-swap``, ``between-renames``, ``after-swap``: to itself); ``OPGEN_SWAP=rename`` forces the
+  ``staged``: a report staged, before its swap; ``batch-written``: eval's generations of one
+  batch on disk; ``before-swap``, ``between-renames``, ``after-swap``: to itself); ``OPGEN_SWAP=rename`` forces the
   two-rename swap. Neither is meant for anything but tests.
 """
 
@@ -28,7 +36,7 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +51,19 @@ class OutputError(RuntimeError):
 
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread so that clean-up runs as for Ctrl-C."""
+
+
+class SignalAfterCommit:
+    """Mixin: the signal came during :func:`committed`'s swap, which was completed first (DIR holds
+    the new output)."""
+
+
+class InterruptedAfterCommit(SignalAfterCommit, KeyboardInterrupt):
+    pass
+
+
+class TerminatedAfterCommit(SignalAfterCommit, Terminated):
+    pass
 
 
 # ---------------------------------------------------------------- faults (test-only)
@@ -114,6 +135,11 @@ def signals_held() -> Iterator[None]:
             signal.raise_signal(got[0])
 
 
+def exit_code(exc: BaseException) -> int:
+    """The one convention of every command: 143 after SIGTERM, 130 after SIGINT (128 + signal)."""
+    return 143 if isinstance(exc, Terminated) else 130
+
+
 def install_sigterm() -> None:
     """SIGTERM (timeout, Slurm, Docker) raises ``Terminated`` in the main thread, like SIGINT does."""
     signal.signal(signal.SIGTERM, _raise_terminated)
@@ -127,8 +153,9 @@ def lock_path(out: Path) -> Path:
 
 
 class Lock:
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, what: str = "build"):
         self.path = lock_path(out)
+        self.what = what  # the command, for the refusal: "build", "opgen eval", ...
         self.fd = -1
 
     def __enter__(self) -> Lock:
@@ -144,11 +171,15 @@ class Lock:
             holder = os.pread(self.fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
             os.close(self.fd)
             self.fd = -1
-            raise OutputError(f"{self.path.with_name(self.path.name.removesuffix(LOCK_SUFFIX))}: another build "
-                              f"(pid {holder}) is writing this directory (lock {self.path}); wait for it "
-                              f"or build elsewhere") from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+            raise OutputError(f"{self.path.with_name(self.path.name.removesuffix(LOCK_SUFFIX))}: another "
+                              f"{self.what} (pid {holder}) is writing this directory (lock {self.path}); "
+                              f"wait for it or write elsewhere") from None
+        try:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # a full disk: the lock is held, only the holder's pid is not recorded
+            if exc.errno != errno.ENOSPC:
+                raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -169,12 +200,13 @@ def siblings(out: Path, infix: str) -> list[Path]:
     return sorted(p for p in parent.iterdir() if p.name.startswith(prefix) and p.is_dir() and not p.is_symlink())
 
 
-def recover(out: Path) -> list[str]:
-    """Under the lock: finish or undo an interrupted swap, remove stale staging directories."""
+def recover(out: Path, last_file: str = "manifest.json") -> list[str]:
+    """Under the lock: finish or undo an interrupted swap, remove stale staging directories.
+    ``last_file`` is the one a complete staging directory holds (written last)."""
     done = []
     new, old = siblings(out, NEW_INFIX), siblings(out, OLD_INFIX)
     if not out.exists():
-        complete = [p for p in new if (p / "manifest.json").is_file()]
+        complete = [p for p in new if (p / last_file).is_file()]
         if complete:
             os.rename(complete[-1], out)
             done.append(f"moved the interrupted build's complete {complete[-1].name} into place")
@@ -215,28 +247,59 @@ def check_owner(out: Path, force: bool) -> dict | None:
     if not names:
         return None
     man = read_manifest(out)
+    if man is None:  # never replaced, not even with --force: it may be a project folder
+        raise OutputError(f"{out}: holds {len(names)} entries ({_some(names)}) but no opgen manifest.json; a "
+                          f"build replaces its whole output directory and never one opgen did not write; "
+                          f"choose a new or empty folder (e.g. {out / 'opgen-out'})")
     if force:
         return man
-    if man is None:
-        raise OutputError(f"{out}: holds {len(names)} entries ({', '.join(names[:3])}{', …' if len(names) > 3 else ''})"
-                          f" but no opgen manifest.json; a build replaces its whole output directory, so it "
-                          f"refuses one it did not write (pass --force to replace it)")
     extra = sorted(set(names) - listed_files(man))
     if extra:
-        raise OutputError(f"{out}: holds files its manifest does not list ({', '.join(extra[:3])}"
-                          f"{', …' if len(extra) > 3 else ''}); a build replaces its whole output directory "
-                          f"(pass --force to replace it anyway)")
+        raise OutputError(f"{out}: an opgen build, but it also holds files its manifest does not list "
+                          f"({_some(extra)}); a build replaces its whole output directory, so those would be "
+                          f"deleted (move them away, or pass --force to delete them with the old build)")
     return man
 
 
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+
+
+def check_foreign(out: Path, own: Callable[[str], bool], what: str) -> None:
+    """DIR (if it exists) holds only entries ``what`` writes (``own(name)``); refuses it otherwise."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise OutputError(f"{out}: not a directory")
+    if not out.exists():
+        return
+    try:
+        names = sorted(p.name for p in out.iterdir())
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot read the output directory ({exc.strerror})") from None
+    foreign = [n for n in names if not own(n)]
+    if foreign:
+        raise OutputError(f"{out}: holds {len(foreign)} entries {what} does not write ({_some(foreign)}); "
+                          f"{what} writes only into a new or empty folder or one it wrote itself, and never "
+                          f"replaces another's files; choose another --out")
+
+
 def check_writable(out: Path) -> None:
+    """Before any work: DIR's parent can take the staging directory, and DIR can be swapped."""
+    if os.path.ismount(out):
+        raise OutputError(f"{out}: a mount point; opgen stages its output beside the folder and swaps it in, "
+                          f"which a mount point cannot be; write into a folder inside it (e.g. {out / 'opgen-out'})")
     parent = out.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"{parent}: cannot create the output's parent directory ({exc.strerror})") from None
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{parent}: not writable; a build stages its output beside {out.name} and swaps it in")
+        try:
+            ro = bool(os.statvfs(parent).f_flag & os.ST_RDONLY)
+        except OSError:
+            ro = False
+        why = "Read-only file system" if ro else "not writable"
+        raise OutputError(f"{parent}: {why}; opgen stages its output beside {out.name} and swaps it in; "
+                          f"nothing was written")
 
 
 def free_bytes(out: Path) -> int:
@@ -303,3 +366,85 @@ def swap(stage: Path, out: Path) -> None:
     os.rename(stage, out)
     fault("after-swap")
     shutil.rmtree(old, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- every command that writes
+
+
+def absolute(out: Path) -> Path:
+    out = Path(os.path.abspath(out))
+    return out.resolve() if out.is_symlink() else out
+
+
+@contextlib.contextmanager
+def claim(out: Path, own: Callable[[str], bool], what: str) -> Iterator[Path]:
+    """An append-only folder resumed in place (``opgen eval``): locked for the whole run, refused
+    if it holds what ``what`` does not write. Yields the absolute DIR (created)."""
+    out = absolute(out)
+    check_writable(out)
+    with Lock(out, what):
+        check_foreign(out, own, what)
+        try:
+            out.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"{out}: cannot create the output directory ({exc.strerror})") from None
+        yield out
+
+
+@contextlib.contextmanager
+def committed(out: Path, own: Callable[[str], bool], what: str, last_file: str) -> Iterator[Path]:
+    """A report written whole or not at all: yields an empty staging directory; when the block
+    ends, the staging directory (which must hold ``last_file``) replaces DIR in one swap. Locked,
+    recovered from an interrupted swap, refused if DIR holds what ``what`` does not write; a
+    failure or a signal removes the staging directory and leaves DIR as it was."""
+    out = absolute(out)
+    check_writable(out)
+    with Lock(out, what):
+        recover(out, last_file)
+        check_foreign(out, own, what)
+        stage = stage_path(out)
+        shutil.rmtree(stage, ignore_errors=True)
+        try:
+            stage.mkdir()
+            yield stage
+            if not (stage / last_file).is_file():
+                raise OutputError(f"{stage}: {last_file} was not written; nothing committed")
+            fsync_tree(stage)
+            fault("staged")
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        swapped = False
+        try:
+            with signals_held():
+                swap(stage, out)
+                swapped = True
+        except KeyboardInterrupt:
+            if not swapped:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+            raise InterruptedAfterCommit() from None
+        except Terminated:
+            if not swapped:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+            raise TerminatedAfterCommit() from None
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+
+
+def fsync_tree(path: Path) -> None:
+    """Every file of a staged directory on disk before the swap makes it the real one."""
+    for p in sorted(path.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -233,3 +233,47 @@ def test_the_static_path_applies_with_sandbox_actors():
         assert S.applies(box)
     finally:
         box.close()
+
+
+# ---------------------------------------------------------------- lost workers (issue #24, item 5)
+
+
+def test_a_ray_build_survives_a_killed_shard_worker(tmp_path, monkeypatch):
+    """kill -9 of one shard's worker: Ray retries the shard (idempotent) and the build is the local one."""
+    tm.require("ray")
+    from click.testing import CliRunner
+    from opgen.cli import cli
+
+    runner = CliRunner()
+    args = ["build", "native-stage1", "--limit", "300", "--no-progress"]
+    local = runner.invoke(cli, [*args, "--out", str(tmp_path / "local"), "--workers", "1"], catch_exceptions=False)
+    assert local.exit_code == 0, local.output
+    monkeypatch.setenv("OPGEN_FAULT", "shard-worker:KILL")
+    ray = runner.invoke(cli, [*args, "--out", str(tmp_path / "ray"), "--executor", "ray", "--ray-num-cpus", "2"],
+                        catch_exceptions=False)
+    assert ray.exit_code == 0, ray.output
+    for f in sorted((tmp_path / "local").iterdir()):
+        assert (tmp_path / "ray" / f.name).read_bytes() == f.read_bytes(), f.name
+
+
+def test_a_shard_whose_worker_always_dies_is_a_named_error(tmp_path, monkeypatch):
+    tm.require("ray")
+    from click.testing import CliRunner
+    from opgen.cli import cli
+
+    monkeypatch.setenv("OPGEN_FAULT", "shard-worker-always:KILL")
+    out = tmp_path / "ray"
+    r = CliRunner().invoke(cli, ["build", "native-stage1", "--limit", "50", "--no-progress", "--out", str(out),
+                                 "--executor", "ray", "--ray-num-cpus", "2"], catch_exceptions=False)
+    assert r.exit_code == 1 and "its Ray worker died 4 times" in r.output and "retries" in r.output, r.output
+    assert "Traceback" not in r.output and not out.exists()
+    assert not [p for p in tmp_path.iterdir() if ".opgen-new-" in p.name]
+
+
+def test_losing_the_only_replica_before_any_chunk_says_nothing_is_stored(setup, monkeypatch):
+    from opgen.infer.distributed import FAULT_ENV
+
+    monkeypatch.setenv(FAULT_ENV, "kill-replica-after:0")
+    res = _ray(setup, setup["work"] / "none", "--no-score", replicas=1)
+    assert res.exit_code == 1 and "every replica was lost" in res.output, res.output
+    assert "nothing of it is stored" in res.output and "finished chunks are stored" not in res.output

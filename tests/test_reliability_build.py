@@ -158,13 +158,23 @@ def test_a_reused_directory_holds_only_the_new_build(runner, cli, tmp_path):
     assert sorted(p.name for p in out.glob("*.parquet")) == ["stage1_l1_test.parquet", "stage1_l1_train.parquet"]
 
 
-def test_a_foreign_directory_is_refused_unless_forced(runner, cli, tmp_path):
+def test_a_foreign_directory_is_refused_even_when_forced(runner, cli, tmp_path):
     out = tmp_path / "o"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
+    for extra in ([], ["--force"]):  # --force replaces only opgen's own outputs (issue #24)
+        r = runner.invoke(cli, ["build", "native-stage1", "--out", str(out), "--limit", "5", *extra])
+        assert r.exit_code == 1 and "notes.txt" in r.output and "pass --force" not in r.output, r.output
+        assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_a_build_holding_unlisted_files_is_replaced_only_when_forced(runner, cli, tmp_path):
+    out = tmp_path / "o"
+    assert runner.invoke(cli, ["build", "native-stage1", "--out", str(out), "--limit", "5"]).exit_code == 0
+    (out / "notes.txt").write_text("mine")
     r = runner.invoke(cli, ["build", "native-stage1", "--out", str(out), "--limit", "5"])
-    assert r.exit_code == 1 and "--force" in r.output and "notes.txt" in r.output
-    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    assert r.exit_code == 1 and "notes.txt" in r.output and "--force" in r.output
+    assert (out / "notes.txt").exists()
     r = runner.invoke(cli, ["build", "native-stage1", "--out", str(out), "--limit", "5", "--force"])
     assert r.exit_code == 0, r.output
     _state(out)

@@ -19,6 +19,17 @@ class BackendError(RuntimeError):
     """A backend could not be started or could not answer (missing package, bad model dir, ...)."""
 
 
+class PartialGeneration(BackendError):
+    """Some requests of one ``generate`` call failed; the others were answered. ``results`` holds a
+    Generation per request (None where it failed), ``errors`` the reason per failed request's
+    position. The loop writes the answered rows and records the failed ones for ``--resume``."""
+
+    def __init__(self, message: str, results: Sequence[Generation | None], errors: dict[int, str]):
+        super().__init__(message)
+        self.results = list(results)
+        self.errors = dict(errors)
+
+
 def check_model_dir(model: Path) -> None:
     """A model backend's folder must be a Hugging Face model directory (it has a config.json)."""
     if not (Path(model) / "config.json").is_file():

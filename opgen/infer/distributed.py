@@ -129,11 +129,11 @@ class Grader:
     The pools run its calls one at a time, in the order they were submitted: a pass's `finish`,
     submitted after its last chunk's `grade`, comes after every grade of that pass."""
 
-    def __init__(self, workers: int, namespace: str = "strict", static: bool = True):
+    def __init__(self, workers: int, namespace: str = "strict", static: bool = True, plots: bool = True):
         from opgen.score.report import TIMEOUT_S
         from opgen.score.sandbox import Sandbox
 
-        self.namespace, self.static = namespace, static
+        self.namespace, self.static, self.plots = namespace, static, plots
         self.box = Sandbox(workers=workers, timeout_s=TIMEOUT_S)
         self._records: dict[str, list[list[dict]]] = {}
         self._answered: dict[str, int] = {}
@@ -175,7 +175,7 @@ class Grader:
         records = sorted((r for part in parts for r in part), key=lambda r: (r["index"], r["sample"]))
         summary = report.write_records_report(Path(out), records, n_rows=n_rows, answered=answered,
                                               data=Path(data), responses=Path(responses), isolation=self.box.level,
-                                              namespace=self.namespace, static=self.static)
+                                              namespace=self.namespace, static=self.static, plots=self.plots)
         return summary, time.perf_counter() - t0
 
     def close(self) -> None:
@@ -483,7 +483,7 @@ class _Sweep:
         """The grader (rows earlier runs left are graded first), passes with nothing to generate,
         models with no pass."""
         if self.cfg.score:
-            self.pool.start_grader(self.cfg.workers, self.cfg.namespace, self.cfg.static)
+            self.pool.start_grader(self.cfg.workers, self.cfg.namespace, self.cfg.static, self.cfg.plots)
             for mine in self.model_passes:
                 for p in mine:
                     self.grade_kept(p)
@@ -535,8 +535,13 @@ class _Sweep:
                 self.alive.remove(rid)
             self.queue.appendleft(unit)
             if not self.alive:
-                raise AllReplicasLost(
-                    "every replica was lost; the finished chunks are stored: rerun with --resume") from None
+                if self.written:
+                    why = (f"every replica was lost; the {self.written} chunks finished in this run are stored: "
+                           f"rerun with --resume to keep them")
+                else:
+                    why = ("every replica was lost before any chunk of this run was finished, so nothing of it "
+                           "is stored; rerun (with --resume, what earlier runs stored is kept)")
+                raise AllReplicasLost(why) from None
             return
         p = unit.pass_
         lines: list[str] = []
@@ -583,8 +588,13 @@ class _Sweep:
 
     def run(self) -> None:
         """Until nothing is queued, in flight or being scored."""
+        first = True
         while self.queue or self.inflight or self.scoring:
             self.submit()
+            if first and self.fault is not None and self.fault == ("kill-replica-after", 0):
+                for rid in list(self.alive):  # test-only: every replica lost before its first chunk
+                    self.pool.kill(rid)
+            first = False
             if not self.queue and not self.inflight and self.t_gen_end is None:
                 self.t_gen_end = time.perf_counter()
                 self.pool.release()  # generation is over: free the engines (and their GPUs) now

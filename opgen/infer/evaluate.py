@@ -48,6 +48,29 @@ class EvalConfig:
     openai: OpenAIOptions | None = None  # for --backend openai
     static: bool = True  # grade programs of library code only without running them (docs/scoring.md)
     metric_defs: MetricDefs | None = None  # --drift-call / --pass-k (docs/scoring.md, Metric definitions)
+    plots: bool = True  # the scorer's plots (--no-plots: none)
+
+
+def out_entry(out: Path):
+    """``name -> bool``: whether an entry of an eval's --out is one `opgen eval` writes (a model's
+    folder, the sweep's files, the Ray report and chunk store); anything else makes eval refuse
+    the folder (opgen.outdir.claim)."""
+    from opgen import sweep
+    from opgen.infer.chunks import CHUNKS_DIR
+
+    top = {"sweep.csv", "sweep.json", "ray_report.json", CHUNKS_DIR, *sweep.PLOTS}
+
+    def own(name: str) -> bool:
+        if name in top:
+            return True
+        path = out / name
+        if not path.is_dir() or path.is_symlink():
+            return False
+        inner = [p.name for p in path.iterdir()]
+        return not inner or any(n == "metrics.json" or n.endswith(("_generations.jsonl", "_generations.settings.json"))
+                                for n in inner)
+
+    return own
 
 
 def data_name(path: Path) -> str:
@@ -82,12 +105,13 @@ def _check_settings(path: Path, settings: dict, resume: bool) -> None:
 
 
 def score(data: Path, responses: Path, out: Path, workers: int, namespace: str = "strict",
-          static: bool = True, only: set[int] | None = None, metric_defs: MetricDefs | None = None) -> dict:
+          static: bool = True, only: set[int] | None = None, metric_defs: MetricDefs | None = None,
+          plots: bool = True) -> dict:
     from opgen.score import score_files
     from opgen.score.metrics import DEFAULT_DEFS
 
     return score_files(data, responses, out, workers=workers, namespace=namespace, static=static, only=only,
-                       metric_defs=metric_defs or DEFAULT_DEFS)
+                       metric_defs=metric_defs or DEFAULT_DEFS, plots=plots)
 
 
 def pass_paths(model_dir: Path, data: Path, suffix: str) -> tuple[str, Path]:
@@ -127,15 +151,16 @@ def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, 
     if cfg.score:
         result["scores"] = name
         result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, only, cfg.namespace,
-                                        cfg.static, cfg.metric_defs)
+                                        cfg.static, cfg.metric_defs, cfg.plots)
     return result
 
 
 def _score_rows(data: Path, gen_path: Path, out: Path, workers: int, only: set[int] | None,
-                namespace: str = "strict", static: bool = True, metric_defs: MetricDefs | None = None) -> dict:
+                namespace: str = "strict", static: bool = True, metric_defs: MetricDefs | None = None,
+                plots: bool = True) -> dict:
     """Score the generations, or only rows ``only``: a file resumed under a smaller --limit holds
     more rows than were asked for this time."""
-    summary = score(data, gen_path, out, workers, namespace, static, only, metric_defs)
+    summary = score(data, gen_path, out, workers, namespace, static, only, metric_defs, plots)
     return note_subset(summary, gen_path, only)
 
 

@@ -4,7 +4,13 @@ Pure standard library (``http.client``): one keep-alive connection per worker th
 ``concurrency`` requests in flight per base URL, requests pulled from one queue by the threads
 of every URL (several servers are load-balanced by whoever is free), results returned in request
 order. 429, 5xx, timeouts and connection errors are retried with exponential backoff (a server's
-``Retry-After`` is honoured); any other 4xx fails at once and names the row.
+``Retry-After`` is honoured); any other 4xx fails at once and names the row. A row that fails
+fails alone: the others of its call are answered and returned (``PartialGeneration``), so the
+loop keeps them; a server that stops accepting connections stops the call (the rows not yet
+sent are failed too, without waiting out each one's retries).
+
+Before the first request every base URL is checked once (``GET /models``, no retries): an
+unreachable server or refused credentials fail at once, not after a batch's worth of backoff.
 
 The request semantics are the vLLM backend's: chat messages, sampling parameters always sent
 (``temperature``, ``top_p``, ``max_tokens``, ``n``, ``seed``, ``stop``), and a row with an
@@ -27,8 +33,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from opgen.infer.base import STOP, Backend, BackendError, Generation, Request, Sampling
+from opgen.infer.base import STOP, Backend, BackendError, Generation, PartialGeneration, Request, Sampling
 
+_sleep = time.sleep  # the backoff's (tests replace it, here or per backend)
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
@@ -92,9 +99,14 @@ def request_body(model: str, req: Request, sampling: Sampling,
 
 
 class _Retry(Exception):
-    def __init__(self, why: str, wait: float | None = None):
+    def __init__(self, why: str, wait: float | None = None, connection: bool = False):
         super().__init__(why)
         self.wait = wait
+        self.connection = connection  # refused, reset, unreachable: no server answered at all
+
+
+class _ServerGone(BackendError):
+    """A request's retries ran out on connection errors: the server is not there any more."""
 
 
 class _Fatal(Exception):
@@ -140,7 +152,9 @@ class _Client:
                 self.close()
         except (OSError, http.client.HTTPException) as exc:  # refused, reset, timed out, bad status line
             self.close()
-            raise _Retry(f"{type(exc).__name__}: {exc}") from None
+            gone = isinstance(exc, (ConnectionError, http.client.RemoteDisconnected)) or (
+                isinstance(exc, OSError) and not isinstance(exc, TimeoutError) and exc.errno is not None)
+            raise _Retry(f"{type(exc).__name__}: {exc}", connection=gone) from None
         if status in RETRY_STATUS:
             wait = None
             if retry_after is not None:
@@ -158,6 +172,26 @@ class _Client:
         if not isinstance(obj, dict):
             raise _Fatal(f"{self.url}: the answer is not a JSON object")
         return obj
+
+    def check(self, timeout: float) -> None:
+        """One ``GET /models``: the server is there and takes the credentials (BackendError if not)."""
+        parts = urllib.parse.urlsplit(self.url)
+        path = parts.path.rstrip("/") + "/models"
+        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+        conn = cls(self.host, self.port, timeout=timeout)
+        try:
+            conn.request("GET", path, headers={k: v for k, v in self.headers.items() if k != "Content-Type"})
+            resp = conn.getresponse()
+            payload = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise BackendError(f"openai: cannot reach {self.url} ({type(exc).__name__}: {exc}); is the server "
+                               f"running at that address? (checked before the first request)") from None
+        finally:
+            conn.close()
+        if resp.status in (401, 403):
+            raise BackendError(f"openai: {self.url} refuses the credentials (HTTP {resp.status}: "
+                               f"{payload[:200].decode('utf-8', 'replace')}); set the API key's variable "
+                               f"(--api-key-env, default {DEFAULT_API_KEY_ENV})")
 
 
 def parse_completion(obj: dict, req: Request, n: int) -> Generation:
@@ -198,9 +232,11 @@ class OpenAIBackend(Backend):
         self.options = options
         self.chat_template_kwargs = tuple(chat_template_kwargs)
         self.key = api_key(options.api_key_env)
-        self.sleep = time.sleep  # tests may replace it
+        self.sleep = _sleep  # tests may replace it
         self.stats = {"requests": 0, "retries": 0}
         self._lock = threading.Lock()
+        for url in options.base_urls:  # before any work: reachable, credentials taken
+            _Client(url, self.key, options.timeout_s).check(min(options.timeout_s, 10.0))
 
     def _ask(self, client: _Client, req: Request, sampling: Sampling) -> Generation:
         body = json.dumps(request_body(self.model, req, sampling, self.chat_template_kwargs),
@@ -212,8 +248,9 @@ class OpenAIBackend(Backend):
                 return parse_completion(obj, req, sampling.n)
             except _Retry as exc:
                 if attempt == opts.retries:
-                    raise BackendError(f"openai: row {req.key}: {client.url} failed {attempt + 1} times, "
-                                       f"last: {exc}") from None
+                    cls = _ServerGone if exc.connection else BackendError
+                    raise cls(f"openai: row {req.key}: {client.url} failed {attempt + 1} times, "
+                              f"last: {exc}") from None
                 with self._lock:
                     self.stats["retries"] += 1
                 wait = exc.wait if exc.wait is not None else opts.backoff_s * (2 ** attempt)
@@ -229,23 +266,31 @@ class OpenAIBackend(Backend):
         for i, req in enumerate(requests):
             todo.put((i, req))
         results: list[Generation | None] = [None] * len(requests)
-        errors: list[BaseException] = []
+        errors: dict[int, str] = {}
+        gone: list[BackendError] = []
         stop = threading.Event()
 
         def worker(url: str) -> None:
             client = _Client(url, self.key, self.options.timeout_s)
             try:
-                while not stop.is_set():
+                while True:
                     try:
                         i, req = todo.get_nowait()
                     except queue.Empty:
                         return
+                    if stop.is_set():
+                        errors[i] = f"openai: row {req.key}: not sent, the server stopped answering ({gone[0]})"
+                        continue
                     try:
                         results[i] = self._ask(client, req, sampling)
-                    except BaseException as exc:  # the first error stops every thread
-                        errors.append(exc)
+                    except _ServerGone as exc:  # no server: the rest would each wait out their retries
+                        errors[i] = str(exc)
+                        gone.append(exc)
                         stop.set()
-                        return
+                    except BackendError as exc:  # this row alone: its neighbours go on
+                        errors[i] = str(exc)
+                    except Exception as exc:
+                        errors[i] = f"openai: row {req.key}: {type(exc).__name__}: {exc}"
             finally:
                 client.close()
 
@@ -259,8 +304,7 @@ class OpenAIBackend(Backend):
         with self._lock:
             self.stats["requests"] += sum(r is not None for r in results)
         if errors:
-            first = errors[0]
-            if isinstance(first, BackendError):
-                raise first
-            raise BackendError(f"openai: {type(first).__name__}: {first}") from first
+            first = min(errors)
+            raise PartialGeneration(f"{errors[first]} ({len(errors)} of {len(requests)} requests failed)",
+                                    results, errors)
         return [r for r in results if r is not None]

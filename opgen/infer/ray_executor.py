@@ -206,11 +206,37 @@ class RayPool:
 _ADOPTED: object = None  # (build token) this worker process has set up
 
 
+# A shard task rewrites its own staged file from the start, so a retry after its worker died is
+# safe; Ray retries it this many times (on a worker crash, not on an error of opgen's).
+SHARD_RETRIES = 3
+
+
+class TaskLost(RayError):
+    """A task's worker died more often than its retries allow."""
+
+
+def _shard_fault(tmp_dir) -> None:
+    """Test-only (``OPGEN_FAULT=shard-worker:KILL``: the first shard task's worker is killed once;
+    ``shard-worker-always:KILL``: every attempt of every shard task)."""
+    import signal
+
+    spec = os.environ.get("OPGEN_FAULT", "")
+    if spec.startswith("shard-worker-always:"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if spec.startswith("shard-worker:"):
+        try:
+            os.close(os.open(os.path.join(tmp_dir, ".shard-fault"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _shard(state: tuple, fn, arg):
     global _ADOPTED
     from opgen import build as B
 
     token, recipes, only, limit, tmp_dir, seed = state
+    _shard_fault(tmp_dir)
     if _ADOPTED != token:
         B.adopt(recipes, only, limit, tmp_dir, seed)
         _ADOPTED = token
@@ -229,7 +255,8 @@ class BuildMapper:
         self.started = init(ray, opts)
         self.token, self.recipes, self.only, self.limit = uuid.uuid4().hex, list(recipes), tuple(only), limit
         self.state = None
-        self.task = ray.remote(num_cpus=1, max_retries=0)(_shard)
+        # a shard is idempotent: a worker that dies (OOM killer, kill -9, a lost node) is retried
+        self.task = ray.remote(num_cpus=1, max_retries=SHARD_RETRIES, retry_exceptions=False)(_shard)
 
     def stage(self, tmp_dir, seed: int | None) -> None:
         """Called by ``build.build`` once it knows where this build stages its shards."""
@@ -253,6 +280,10 @@ class BuildMapper:
                     if isinstance(cause, BaseException):
                         raise cause from None
                     raise
+                except self.ray.exceptions.RayError as exc:  # WorkerCrashedError, NodeDiedError, ...
+                    raise TaskLost(f"shard task {i + 1} of {len(refs)}: its Ray worker died {SHARD_RETRIES + 1} "
+                                   f"times ({type(exc).__name__}), more than the {SHARD_RETRIES} retries a shard "
+                                   f"gets; the build was stopped and its output directory left as it was") from None
                 if bar is not None and isinstance(args[i], int):
                     unit = B.current().units[args[i]]
                     bar.update(unit.stop - unit.start)

@@ -1,9 +1,14 @@
 """The generation loop: data rows -> requests -> backend -> an append-only JSONL, resumable.
 
-Each batch's lines are written and flushed (and fsynced) before the next batch starts, so an
-interrupted evaluation loses at most one batch; ``resume`` reads what is there, drops a truncated
-last line, checks that recorded rows still match the data (prompt hash) and generates the rest.
-Lines are always written in row order, so a resumed file equals an uninterrupted one.
+Each batch's lines are written and flushed (and fsynced) before the next batch is sent, so an
+interrupted evaluation loses at most the batch in flight; ``resume`` reads what is there, drops a
+truncated last line, checks that recorded rows still match the data (prompt hash) and generates
+the rest. A row the backend failed to answer (retries run out, a refused request) never costs its
+batch's other rows: they are written, and the failed row gets a line ``{"index", "prompt_sha256",
+"failed": reason}``; the run goes on with the next batch (unless a whole batch failed: then the
+server is down and it stops), ends with :class:`RowsFailed` (exit 1), and ``--resume`` asks for
+the failed rows again. Once no failed row is left, a file that held failed lines is rewritten in
+row order without them, so a resumed file equals an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -17,7 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opgen.infer.base import LENGTH, Backend, Generation, Request, Sampling, prompt_sha256
+from opgen import outdir
+from opgen.infer.base import (
+    LENGTH,
+    Backend,
+    BackendError,
+    Generation,
+    PartialGeneration,
+    Request,
+    Sampling,
+    prompt_sha256,
+)
 
 
 class DataError(ValueError):
@@ -26,6 +41,17 @@ class DataError(ValueError):
 
 class LogError(ValueError):
     """A generations file that cannot be resumed (names the file and line)."""
+
+
+class RowsFailed(BackendError):
+    """Rows the backend did not answer; recorded as failed in the generations file, for ``--resume``."""
+
+    def __init__(self, message: str, failed: int):
+        super().__init__(message)
+        self.failed = failed
+
+
+FAILED = "failed"  # the key of a failed row's line
 
 
 @dataclass(frozen=True)
@@ -82,11 +108,13 @@ def _read_into(rows: list[Row], pf: Any, path: Path, cols: list[str], limit: int
             rows.append(Row(i, messages, prefix, gt, extra, prompt_sha256(messages, prefix)))
 
 
-def read_log(path: Path, repair: bool = False, keep: Sequence[str] | None = None) -> dict[int, dict]:
+def read_log(path: Path, repair: bool = False, keep: Sequence[str] | None = None,
+             failed: dict[int, str] | None = None) -> dict[int, dict]:
     """Lines of a generations file by index, read as a stream. A last line cut off mid-write is
     dropped (and with ``repair`` cut from the file); a bad line anywhere else is an error.
     ``keep`` names the fields to hold on to (a file of millions of long responses need not fit
-    in memory to be resumed); None keeps whole lines."""
+    in memory to be resumed); None keeps whole lines. Failed rows' lines are not returned: they
+    go into ``failed`` (index -> reason) until a later line answers the row."""
     if not path.exists():
         return {}
     done: dict[int, dict] = {}
@@ -106,8 +134,14 @@ def read_log(path: Path, repair: bool = False, keep: Sequence[str] | None = None
                 raise LogError(f"{path}:{lineno}: unreadable line ({exc}); only the last line may be cut off") from None
             if rec["index"] in done:
                 raise LogError(f"{path}:{lineno}: row {rec['index']} appears twice")
-            done[rec["index"]] = rec if keep is None else {k: rec[k] for k in keep if k in rec}
             good_end += len(raw)
+            if FAILED in rec:
+                if failed is not None:
+                    failed[rec["index"]] = str(rec[FAILED])
+                continue
+            if failed is not None:
+                failed.pop(rec["index"], None)
+            done[rec["index"]] = rec if keep is None else {k: rec[k] for k in keep if k in rec}
     if repair and good_end < size:
         with open(path, "r+b") as fh:
             fh.truncate(good_end)
@@ -200,41 +234,119 @@ def batch_lines(batch: Sequence[Row], reqs_per_row: Sequence[Sequence[Request]],
     return lines, truncated
 
 
+def failed_line(row: Row, reason: str) -> str:
+    return line_of({"index": row.index, "prompt_sha256": row.sha, FAILED: reason})
+
+
+def generate_batch(backend: Backend, batch: Sequence[Row],
+                   plan: Plan) -> tuple[list[str], int, dict[int, str], int]:
+    """One batch through the backend: its lines in row order (a failed row's is its failed line),
+    how many rows were truncated, the failed rows' reasons by index, and the requests sent."""
+    reqs_per_row = [plan.requests(r) for r in batch]
+    flat = [q for qs in reqs_per_row for q in qs]
+    try:
+        gens = backend.generate(flat, plan.sampling) if flat else []
+    except PartialGeneration as exc:
+        results, errors = exc.results, exc.errors
+    else:
+        results, errors = list(gens), {}
+    if len(results) != len(flat):
+        raise RuntimeError(f"backend {backend.name} returned {len(results)} generations for {len(flat)} requests")
+    lines, truncated, failed = [], 0, {}
+    pos = 0
+    for row, qs in zip(batch, reqs_per_row):
+        span = range(pos, pos + len(qs))
+        pos += len(qs)
+        why = [errors[i] for i in span if i in errors or results[i] is None]
+        if why or any(results[i] is None for i in span):
+            failed[row.index] = (why or ["no answer"])[0]
+            lines.append(failed_line(row, failed[row.index]))
+            continue
+        mine = [g for g in (results[i] for i in span) if g is not None]
+        truncated += any(r == LENGTH for g in mine for r in g.finish_reasons)
+        lines.append(line_of(plan.record(row, mine)))
+    return lines, truncated, failed, len(flat)
+
+
 def run(backend: Backend, rows: Sequence[Row], out: Path, plan: Plan, *, resume: bool,
         batch_size: int = 256, progress: str | None = None) -> RunStats:
-    """Generate every row of ``rows`` not yet in ``out``; append their lines in row order."""
+    """Generate every row of ``rows`` not yet answered in ``out``; append their lines in row order.
+    Raises :class:`RowsFailed` after the run if some rows failed (their lines say so)."""
     if out.exists() and not resume:
         out.unlink()
-    done = read_log(out, repair=True, keep=RESUME_FIELDS)
+    earlier: dict[int, str] = {}
+    done = read_log(out, repair=True, keep=RESUME_FIELDS, failed=earlier)
     check_done(out, done, rows)
     pending = [r for r in rows if r.index not in done]
     stats = RunStats(rows=len(rows), skipped=len(rows) - len(pending))
     if not pending:
+        if earlier:
+            compact(out)
         return stats
     bar = _progress(len(pending), progress)
     truncated = 0
+    failed: dict[int, str] = {}
     t0 = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "a", encoding="utf-8") as fh:
-        for start in range(0, len(pending), batch_size):
-            batch = pending[start:start + batch_size]
-            reqs_per_row = [plan.requests(r) for r in batch]
-            flat = [q for qs in reqs_per_row for q in qs]
-            gens = backend.generate(flat, plan.sampling) if flat else []
-            lines, cut = batch_lines(batch, reqs_per_row, gens, plan, backend.name)
-            truncated += cut
-            fh.write("".join(lines))
+    stopped = False
+    try:
+        with open(out, "a", encoding="utf-8") as fh:
+            for start in range(0, len(pending), batch_size):
+                batch = pending[start:start + batch_size]
+                lines, cut, lost, sent = generate_batch(backend, batch, plan)
+                truncated += cut
+                fh.write("".join(lines))
+                fh.flush()
+                os.fsync(fh.fileno())
+                outdir.fault("batch-written")
+                failed.update(lost)
+                stats.generated += len(batch) - len(lost)
+                stats.requests += sent
+                if bar is not None:
+                    bar.update(len(batch))
+                    bar.set_postfix(truncated=truncated, failed=len(failed), refresh=False)
+                if lost and len(lost) == len(batch):  # nothing answered: the server is down or refuses
+                    stopped = start + len(batch) < len(pending)
+                    break
+    finally:
+        stats.seconds = time.perf_counter() - t0
+        if bar is not None:
+            bar.close()
+    if failed:
+        first = min(failed)
+        left = len(pending) - stats.generated - len(failed)
+        raise RowsFailed(f"{out}: {len(failed)} of {len(pending)} rows failed (row {first}: {failed[first]})"
+                         + (f"; stopped there, {left} rows not asked" if stopped else "")
+                         + f"; the {stats.generated} answered rows are on disk; rerun with --resume to ask "
+                           f"for the failed rows again", len(failed))
+    if earlier:
+        compact(out)
+    return stats
+
+
+def compact(out: Path) -> None:
+    """The file in row order without failed lines (once every row is answered), replaced atomically."""
+    lines: dict[int, bytes] = {}
+    with open(out, "rb") as fh:
+        for raw in fh:
+            rec = json.loads(raw)
+            if FAILED not in rec:
+                lines[rec["index"]] = raw
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.writelines(lines[i] for i in sorted(lines))
             fh.flush()
             os.fsync(fh.fileno())
-            stats.generated += len(batch)
-            stats.requests += len(flat)
-            if bar is not None:
-                bar.update(len(batch))
-                bar.set_postfix(truncated=truncated, refresh=False)
-    stats.seconds = time.perf_counter() - t0
-    if bar is not None:
-        bar.close()
-    return stats
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fd = os.open(out.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _progress(total: int, desc: str | None):

@@ -236,28 +236,25 @@ class ScoreOutputError(ScoreInputError):
 
 
 def _write_report(out: Path, lines: str, summary: dict, plots: bool) -> None:
-    """``summary.json`` last, and only once the rest is written: present means complete. A rescore
-    replaces the whole report (old plots included); a failure leaves no report file at all."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").unlink(missing_ok=True)
-        for name in PLOTS:
-            (out / name).unlink(missing_ok=True)
-        _write_atomic(out / "scores.jsonl", encode_json_text(lines))
-        summary["plots"] = write_plots(summary, out) if plots else []
-        _write_atomic(out / "summary.csv", summary_csv(summary).encode("utf-8", "backslashreplace"))
-        _write_atomic(out / "summary.json",
-                      encode_json_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n"))
-    except OSError as exc:
-        for name in REPORT_FILES:
-            try:
-                (out / name).unlink(missing_ok=True)
-            except OSError:
-                pass
-        from opgen.files import describe_os_error
+    """The whole report staged beside ``out`` and swapped in at once (opgen.outdir.committed): a
+    rescore replaces the whole report (old plots included) or, killed or failing, leaves the old
+    one as it was; ``summary.json`` is written last. ``out`` is locked while it is written and
+    refused if it holds files a report does not."""
+    from opgen import outdir
+    from opgen.files import describe_os_error
 
+    try:
+        with outdir.committed(out, REPORT_FILES.__contains__, "opgen score", "summary.json") as stage:
+            _write_atomic(stage / "scores.jsonl", encode_json_text(lines))
+            summary["plots"] = write_plots(summary, stage) if plots else []
+            _write_atomic(stage / "summary.csv", summary_csv(summary).encode("utf-8", "backslashreplace"))
+            _write_atomic(stage / "summary.json",
+                          encode_json_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n"))
+    except outdir.OutputError as exc:
+        raise ScoreOutputError(f"cannot write the report: {exc}") from None
+    except OSError as exc:
         raise ScoreOutputError(f"cannot write the report into {out}: {describe_os_error(exc)}; "
-                               f"no report file was left there") from None
+                               f"the folder was left as it was") from None
 
 
 def summarize(records: list[dict], n_rows: int, answered: int,
