@@ -48,7 +48,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
 
     ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows): verl
     stacks every sample's keys as the first sample's, so no key may be absent (docs/verl.md)."""
-    from opgen.score.grade import grade, row_fields
+    from opgen.score.batch import grade
+    from opgen.score.grade import row_fields
     from opgen.score.sandbox import shared
 
     _check_static(static)

@@ -102,6 +102,8 @@ def _type(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> 
 
 def _enum(s: dict[str, Any], key: str, arg: Any, v: Any, t: type, root: Any) -> bool | None:
     options = arg if key == "enum" else [arg]
+    if t in (list, dict) and all(isinstance(o, _PLAIN) for o in options):
+        return False  # an array or object never equals a string or null
     same = [_same(v, o) for o in options]
     if True not in same:
         return None if None in same else False

@@ -15,7 +15,7 @@ from opgen import formats as F
 from opgen import validate
 from opgen.build import build
 from opgen.recipe import RecipeError, resolve
-from opgen.score.grade import grade
+from opgen.score import grade
 from opgen.score.sandbox import Sandbox
 
 

@@ -258,7 +258,7 @@ def test_api_calls_leave_nothing_in_the_temp_directory(tmp_path):
             "opgen.build_splits('eval-suite', ['heldout_chains_d1-20'], size=2)\n"
             "r = opgen.score_answers(ds, [t.gold_answer_of_row(x) for x in ds])\n"
             "assert r.scores == [1.0] * 3, r.scores\n")
-    env = {**os.environ, "TMPDIR": str(tmp), "OPGEN_GRADE_PROCESSES": "0"}
+    env = {**os.environ, "TMPDIR": str(tmp), "OPGEN_GRADE_PROCESSES": "1"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
     assert sorted(p.name for p in tmp.iterdir()) == []

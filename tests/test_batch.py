@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_score import mixed_rows, typical_rows
 
 from opgen.score import batch as B
-from opgen.score.grade import grade, grade_in_process
+from opgen.score import grade
+from opgen.score.grade import grade_in_process
 from opgen.score.sandbox import Sandbox
 
 

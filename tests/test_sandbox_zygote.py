@@ -93,6 +93,34 @@ def test_the_allowed_modules_import(box):
                      "def f(x):\n    sys.setrecursionlimit(3000)\n    return str(gcd(12, 18))\n") == ("ok", "6")
 
 
+def test_annotations_from_typing_still_run(box, weak_box):
+    # The real typing imports contextlib (and so os): the sandbox serves a stand-in, so an honest
+    # answer that annotates grades as before and reaches nothing it could not reach without it.
+    code = ("from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union, cast\n"
+            "import typing\n"
+            "T = TypeVar('T')\n"
+            "def f(x: str) -> Optional[str]:\n"
+            "    parts: List[str] = [x, x[::-1]]\n"
+            "    table: Dict[str, Tuple[int, ...]] = {x: (1,)}\n"
+            "    pick: Callable[[List[str]], str] = lambda p: p[1]\n"
+            "    hint: Union[int, str, None] = cast(Any, table)\n"
+            "    return pick(parts) + str(typing.TYPE_CHECKING) + str(len(hint or ()))\n")
+    for b in (box, weak_box):
+        assert run1(b, code, "abc") == ("ok", "cbaFalse1")
+    reach = ("import typing\n"
+             "def f(x):\n"
+             "    found = set()\n"
+             "    for v in vars(typing).values():\n"
+             "        for attr in ('__globals__', '__module__'):\n"
+             "            g = getattr(v, attr, None)\n"
+             "            if isinstance(g, dict):\n"
+             "                found.update(k for k in g if k != '__builtins__')\n"
+             "        for fn in vars(type(v)).values() if isinstance(v, type(typing.Any)) else ():\n"
+             "            found.update(k for k in getattr(fn, '__globals__', {}) if k != '__builtins__')\n"
+             "    return repr(sorted(found))\n")
+    assert run1(box, reach) == ("ok", "[]")
+
+
 # A walk from object over every subclass, and what their functions' globals and builtin methods'
 # modules reach: the classic escape (``().__class__.__base__.__subclasses__()`` to ``os._wrap_close``'s
 # globals, or to ctypes' classes, whose from_address reads any memory).

@@ -180,7 +180,7 @@ def test_bad_responses_are_clear_errors(built, cli, runner, tmp_path, lines, mes
 
 
 def test_missing_files_and_bad_parquet(cli, runner, tmp_path):
-    (tmp_path / "r.jsonl").write_text("")
+    (tmp_path / "r.jsonl").write_text(json.dumps({"index": 0, "response": "x"}) + "\n")
     res = runner.invoke(cli, ["score", "--data", str(tmp_path / "nope.parquet"), "--responses",
                               str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "nope.parquet" in res.output

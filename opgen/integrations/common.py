@@ -1,7 +1,7 @@
 """What every adapter shares: a row's ground truth, a completion's text, and one batch of grades.
 
 Grades come from :func:`opgen.reward.compute_score_batch` (the scorer's public batch entry point:
-the same :func:`opgen.score.grade.grade` that ``opgen score`` runs, in the same sandbox), so an
+the same :func:`opgen.score.grade` (opgen.score.batch) that ``opgen score`` runs, in the same sandbox), so an
 adapter's reward for a row and a response is ``opgen score``'s score for them.
 """
 

@@ -6,7 +6,7 @@ writes the report (see docs/scoring.md).
 
 from __future__ import annotations
 
-from opgen.score.grade import grade
+from opgen.score.batch import grade
 from opgen.score.report import score_files
 
 __all__ = ["grade", "score_files"]

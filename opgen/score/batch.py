@@ -615,5 +615,42 @@ def grade_many(items: Sequence[Item], *, sandbox: Sandbox | None, processes: int
     return batch.grade(n_proc)
 
 
+def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "output", group: str = "fraction",
+          mode: str = "auto", sandbox: Sandbox | None = None, diagnose: bool = True,
+          answer_format: str = "", assistant_prefix: str = "", namespace: str = "strict",
+          static: bool = True) -> dict:
+    """Grade one response. ``policy``: reward output match only, or output and structure;
+    ``group``: a group row's score as the fraction of tasks correct, or 1 only when all are;
+    ``mode``: ``auto`` follows the ground truth, ``forward``/``program`` force one (native rows are
+    always forward). ``sandbox`` defaults to the process-wide one. ``answer_format`` and
+    ``assistant_prefix`` are the row's ``extra_info`` fields of those names. ``namespace``:
+    ``strict`` runs programs on their own (as the prompts say); ``native`` binds first what the
+    native benchmark's module had imported (:func:`opgen.score.diagnose.native_imports`).
+    ``static=False`` runs every program in the sandbox (by default programs of library code only are
+    evaluated without running: opgen/score/static.py, the same grades).
+
+    Total: whatever the response's text, the result is a grade (``too_large`` over
+    :data:`opgen.score.grade.MAX_RESPONSE_CHARS`; ``timeout``/``killed`` when grading it overran its budget or crashed
+    a grading process). The text is parsed, compiled and statically evaluated only in a grading
+    process (below), never in this one. A bad setting or ground truth (the
+    caller's, not the model's) raises ValueError/:class:`GroundTruthError`."""
+    G = sys.modules["opgen.score.grade"]
+    G._check_options(policy, group, mode, namespace, static, diagnose)
+    truth = G.load_truth(ground_truth)
+    text = G.response_text(response)
+    big = G.too_large(truth, mode, text)
+    if big is not None:
+        return big
+    effective = truth.mode if mode == "auto" or truth.native else mode
+    box = sandbox
+    if box is None and effective == "program":
+        from opgen.score.sandbox import shared
+
+        box = shared()
+    item = Item(ground_truth, text, answer_format, assistant_prefix)
+    return grade_many([item], sandbox=box, static=static, policy=policy, group=group, mode=mode,
+                      diagnose=diagnose, namespace=namespace)[0]
+
+
 if __name__ == "__main__":
     _serve()

@@ -287,44 +287,6 @@ def too_large(truth: Truth, mode: str, response: str) -> dict | None:
     return failure(truth, mode, "too_large", f"response of {len(response)} characters exceeds {MAX_RESPONSE_CHARS}")
 
 
-def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "output", group: str = "fraction",
-          mode: str = "auto", sandbox: Sandbox | None = None, diagnose: bool = True,
-          answer_format: str = "", assistant_prefix: str = "", namespace: str = "strict",
-          static: bool = True) -> dict:
-    """Grade one response. ``policy``: reward output match only, or output and structure;
-    ``group``: a group row's score as the fraction of tasks correct, or 1 only when all are;
-    ``mode``: ``auto`` follows the ground truth, ``forward``/``program`` force one (native rows are
-    always forward). ``sandbox`` defaults to the process-wide one. ``answer_format`` and
-    ``assistant_prefix`` are the row's ``extra_info`` fields of those names. ``namespace``:
-    ``strict`` runs programs on their own (as the prompts say); ``native`` binds first what the
-    native benchmark's module had imported (:func:`opgen.score.diagnose.native_imports`).
-    ``static=False`` runs every program in the sandbox (by default programs of library code only are
-    evaluated without running: opgen/score/static.py, the same grades).
-
-    Total: whatever the response's text, the result is a grade (``too_large`` over
-    :data:`MAX_RESPONSE_CHARS`; ``timeout``/``killed`` when grading it overran its budget or crashed
-    a grading process). The text is parsed, compiled and statically evaluated only in a grading
-    process (:mod:`opgen.score.batch`), never in this one. A bad setting or ground truth (the
-    caller's, not the model's) raises ValueError/:class:`GroundTruthError`."""
-    from opgen.score.batch import Item, grade_many
-
-    _check_options(policy, group, mode, namespace, static, diagnose)
-    truth = load_truth(ground_truth)
-    text = response_text(response)
-    big = too_large(truth, mode, text)
-    if big is not None:
-        return big
-    effective = truth.mode if mode == "auto" or truth.native else mode
-    box = sandbox
-    if box is None and effective == "program":
-        from opgen.score.sandbox import shared
-
-        box = shared()
-    item = Item(ground_truth, text, answer_format, assistant_prefix)
-    return grade_many([item], sandbox=box, static=static, policy=policy, group=group, mode=mode,
-                      diagnose=diagnose, namespace=namespace)[0]
-
-
 def grade_in_process(ground_truth: dict | str, response: str | bytes, *, policy: str = "output",
                      group: str = "fraction", mode: str = "auto", sandbox: Sandbox | None = None,
                      diagnose: bool = True, answer_format: str = "", assistant_prefix: str = "",

@@ -612,6 +612,63 @@ def _hide_classes(ctypes: Any) -> bool:
         return False
 
 
+def _typing_stand_in() -> Any:
+    """The module ``import typing`` gets in the sandbox: annotations only. The real ``typing`` imports
+    ``contextlib``, which holds ``os``; answers that annotate (``from typing import List, Optional``)
+    must still run, so this stand-in maps the common names onto builtins, ``collections`` and
+    ``collections.abc`` (subscriptable since 3.9) and the rest onto one inert form that takes any
+    subscript, call or ``|``. Its functions run with a globals dict of their own (builtins only): nothing of
+    this worker is reachable through them."""
+    import collections
+    import collections.abc as abc
+
+    space: dict = {"__builtins__": builtins}  # reachable from model code anyway
+
+    def fresh(fn: Any) -> Any:
+        return type(fn)(fn.__code__, space, fn.__name__, fn.__defaults__)
+
+    def _init(self: Any, name: Any = "form", *args: Any, **kwargs: Any) -> None:
+        self.name = name
+
+    def _same(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self
+
+    def _repr(self: Any) -> str:
+        return "typing." + str(self.name)
+
+    def _cast(tp: Any, value: Any) -> Any:
+        return value
+
+    def _new_type(name: Any, tp: Any) -> Any:
+        return tp
+
+    def _identity(fn: Any) -> Any:
+        return fn
+
+    form = type("_Form", (), {"__module__": "typing", "__slots__": ("name",), "__init__": fresh(_init),
+                              "__getitem__": fresh(_same), "__call__": fresh(_same), "__or__": fresh(_same),
+                              "__ror__": fresh(_same), "__repr__": fresh(_repr)})
+    module = type(sys)("typing")
+    names: dict[str, Any] = {
+        "List": list, "Dict": dict, "Set": set, "FrozenSet": frozenset, "Tuple": tuple, "Type": type,
+        "Text": str, "DefaultDict": collections.defaultdict, "Deque": collections.deque,
+        "Counter": collections.Counter, "OrderedDict": collections.OrderedDict, "ChainMap": collections.ChainMap,
+        "Pattern": re.Pattern, "Match": re.Match, "TYPE_CHECKING": False, "TypeVar": form,
+        "cast": fresh(_cast), "NewType": fresh(_new_type), "overload": fresh(_identity),
+        "no_type_check": fresh(_identity), "final": fresh(_identity),
+    }
+    names["AbstractSet"] = abc.Set
+    for name in ("Iterable", "Iterator", "Sequence", "MutableSequence", "Mapping", "MutableMapping", "MutableSet",
+                 "Collection", "Container", "Callable", "Generator", "Hashable",
+                 "Sized", "Reversible", "KeysView", "ValuesView", "ItemsView"):
+        names[name] = getattr(abc, name)
+    for name in ("Any", "Union", "Optional", "Literal", "Final", "ClassVar", "NoReturn", "Never", "Annotated",
+                 "TypeAlias", "AnyStr", "SupportsInt", "SupportsFloat", "SupportsIndex"):
+        names[name] = form(name)
+    vars(module).update(names)
+    return module
+
+
 def _guarded_import(name: str, globals: object = None, locals: object = None, fromlist: object = (),
                     level: int = 0) -> object:
     # Runs with a globals dict of its own (_lock_imports): _MODULES, the allowed modules only.
@@ -637,8 +694,9 @@ def _lock_imports() -> int:
     3.10/3.11 only: later versions keep built-in types' registries elsewhere)."""
     import ctypes
 
-    hidden = _hide_classes(ctypes)
     modules = {name: sys.modules[name] for name in ALLOWED_IMPORTS if name in sys.modules}
+    modules["typing"] = _typing_stand_in()
+    hidden = _hide_classes(ctypes)
     for module in list(sys.modules.values()) + [builtins, sys]:
         for attr in ("__loader__", "__spec__"):
             try:
