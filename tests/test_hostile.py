@@ -272,7 +272,10 @@ def test_the_hostile_corpus_as_an_unprivileged_scorer():
         pytest.skip("this system does not allow unshare(2)")
     import json
 
-    corpus = {kind: (CORPUS / f"{kind}.py").read_text() for kind in KINDS}
+    # The generated kinds (a "# generate:" header) stall the grading processes, not the jail: they
+    # are graded in test_the_hostile_corpus; here the file's text would be a response of its own.
+    texts = {kind: (CORPUS / f"{kind}.py").read_text() for kind in KINDS}
+    corpus = {kind: text for kind, text in texts.items() if not text.splitlines()[1].startswith("# generate:")}
     proc = _as_nobody(
         "import json, tempfile\n"
         "from pathlib import Path\n"
@@ -301,7 +304,7 @@ def test_the_hostile_corpus_as_an_unprivileged_scorer():
     bad = {k: v for k, v in out.items()
            if not (v[0] == 0.0 and v[1] in expected_at_full(corpus[k], set(v[2])) and v[3] == 1.0)}
     assert not bad, bad
-    assert len(out) == len(KINDS)
+    assert len(out) == len(corpus) and len(corpus) >= 40
 
 
 _READ_SCORER = """

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from integration_fixtures import RECIPE, build, rows_of
 
 from opgen import hub
-from tests.integration_fixtures import RECIPE, build, rows_of
 
 
 def _two_families() -> dict:

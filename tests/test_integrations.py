@@ -10,11 +10,11 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from integration_fixtures import build, opgen_score, responses_for, rows_of
 
 import opgen
 from opgen.integrations import common
 from opgen.integrations import trl as otrl
-from tests.integration_fixtures import build, opgen_score, responses_for, rows_of
 
 
 @pytest.fixture(scope="module")

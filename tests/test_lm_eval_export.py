@@ -16,8 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
-from tests.integration_fixtures import build, opgen_score, responses_for, rows_of
+from integration_fixtures import build, opgen_score, responses_for, rows_of
 
 
 class _Loader(yaml.SafeLoader):

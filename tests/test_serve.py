@@ -21,8 +21,9 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
+from integration_fixtures import RECIPE, build, opgen_score, responses_for, rows_of
+
 from opgen.integrations import openrlhf
-from tests.integration_fixtures import RECIPE, build, opgen_score, responses_for, rows_of
 
 
 def _free_port() -> int:

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import tiny_model as tm
+from integration_fixtures import build, opgen_score, responses_for, rows_of
 
 from opgen.integrations import trl as otrl
-from tests.integration_fixtures import build, opgen_score, responses_for, rows_of
 
 pytestmark = pytest.mark.trl
 
