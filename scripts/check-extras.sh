@@ -61,8 +61,8 @@ with open(sys.argv[1], "w", newline="") as fh:
         for j, c in enumerate((1e18, 2e18, 4e18, 8e18, 1.6e19)):
             w.writerow([run, c, "all", 20 + 10 * j + 3 * i, 200, 10 ** (9 + i), 4 - 0.2 * i])
 EOF
-      "$env/bin/opgen" fit --tidy "$work/tidy.csv" --out "$work/fit" --resamples 50 --no-plots >/dev/null
-      [ -s "$work/fit/fit.json" ] || { echo "fit: no fit.json"; exit 1; }
+      "$env/bin/opgen" fit --tidy "$work/tidy.csv" --out "$work/fit-out" --resamples 50 --no-plots >/dev/null
+      [ -s "$work/fit-out/fit.json" ] || { echo "fit: no fit.json"; exit 1; }
       ;;
     hub)
       "$env/bin/opgen" push "$work/build" --repo-id org/check-extras --dry-run "$work/tree" >/dev/null
