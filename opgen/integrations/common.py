@@ -88,15 +88,21 @@ def grade_batch(ground_truths: Sequence[str | dict], texts: Sequence[str], extra
         raise AdapterError(str(exc)) from None
 
 
+def json_value(value: object, where: str) -> object:
+    """``value`` parsed when it is a JSON string (AdapterError naming ``where`` when it is not JSON),
+    else ``value`` itself."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise AdapterError(f"{where}: not JSON") from None
+
+
 def check_ground_truth(gt: object, where: str) -> None:
     """The contract's outer shape (docs/contracts.md): a JSON object with ``tasks`` or the native
     ``ref_output``; the scorer checks the rest."""
-    obj = gt
-    if isinstance(gt, str):
-        try:
-            obj = json.loads(gt)
-        except ValueError:
-            raise AdapterError(f"{where}: not JSON") from None
+    obj = json_value(gt, where)
     if not isinstance(obj, dict) or not (isinstance(obj.get("tasks"), list) or "ref_output" in obj):
         raise AdapterError(f"{where}: not an opgen ground truth (a JSON object with 'tasks' or 'ref_output')")
 

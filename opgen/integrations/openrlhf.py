@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opgen.integrations.common import AdapterError, extra_info_of, grade_batch, ground_truth_of
+from opgen.integrations.common import AdapterError, extra_info_of, grade_batch, ground_truth_of, json_value
 
 __all__ = ["label", "rewards"]
 
@@ -31,12 +31,7 @@ def label(row: Mapping) -> str:
 def _parse_label(value: Any, i: int) -> tuple[str | dict, dict]:
     if not isinstance(value, (str, dict)):
         raise AdapterError(f"labels[{i}]: a JSON string, not {type(value).__name__}")
-    obj = value
-    if isinstance(value, str):
-        try:
-            obj = json.loads(value)
-        except ValueError:
-            raise AdapterError(f"labels[{i}]: not JSON") from None
+    obj = json_value(value, f"labels[{i}]")
     if isinstance(obj, dict) and "ground_truth" in obj:
         extra = obj.get("extra_info") or {}
         if not isinstance(extra, dict):
