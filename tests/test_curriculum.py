@@ -97,7 +97,7 @@ def test_bad_settings_and_reports_are_refused():
 
 
 def test_real_rows_follow_the_level_and_the_dataset_iterates():
-    from tests.integration_fixtures import RECIPE
+    from integration_fixtures import RECIPE
 
     ladder = ({"depths": [1], "per_depth": 6}, {"depths": [3], "per_depth": 6})
     cur = Curriculum([Bucket("trees", RECIPE, "train", ladder)], Settings(window=2))

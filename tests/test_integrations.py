@@ -84,7 +84,7 @@ def test_score_answer_is_the_grade_opgen_score_writes(graded):
 
 
 def test_gold_answer_of_rl_rows_equals_the_sft_rows_of_the_same_tasks(tmp_path):
-    from tests.integration_fixtures import RECIPE
+    from integration_fixtures import RECIPE
 
     sft = {**RECIPE, "splits": {k: {**v, "kind": "sft"} for k, v in RECIPE["splits"].items()}}
     out_rl, out_sft = build(tmp_path / "rl"), build(tmp_path / "sft", sft)
