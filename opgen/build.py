@@ -46,6 +46,7 @@ from opgen import manifest as M
 from opgen.generate import Generator, GeneratorError
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
 from opgen.rows import Facts, RowBuffer, RowSpec
+from opgen.splits import compounds as C
 
 
 class BuildError(RuntimeError):
@@ -92,6 +93,10 @@ class Plan:
     rows: int
     units: tuple[int, ...]
     names: tuple[str, ...]
+    # The spec of the atom/compound histograms the shards count as they generate (the manifest's
+    # splits.<name>.compounds); None: they are read back from the written rows after the build (a
+    # split recipe, whose certificate checks the rows themselves, or a spec with discounts).
+    tally: C.CompoundSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,7 @@ class ShardFacts:
     attempt: np.ndarray  # int32: the candidate j each row took
     rejections: Counter[str]  # candidates phase 1 rejected, by reason
     content: str | None  # the content digest of the rows, when phase 1 wrote the final parquet
+    tally: C.Tally | None = None  # the rows' atoms and compounds (Plan.tally), as phase 1 drew them
 
 
 class FinishTask(NamedTuple):
@@ -187,6 +193,7 @@ class FinishTask(NamedTuple):
 
     uid: int
     patches: list[tuple[int, int]]
+    was: Sequence[int] = ()  # the candidate each redrawn row had in phase 1 (its counts are swapped out)
 
 
 class Finished(NamedTuple):
@@ -197,6 +204,7 @@ class Finished(NamedTuple):
     sha256: str
     bytes: int
     content: str | None
+    tally: C.Tally | None = None  # phase 3's change to the shard's tally: redrawn rows out, their redraws in
 
 
 class Resolved(NamedTuple):
@@ -208,7 +216,7 @@ class Resolved(NamedTuple):
 
 
 def _shard_facts(facts: list[Facts], attempts: list[int], rejections: Counter[str],
-                 digest: str | None) -> ShardFacts:
+                 digest: str | None, tally: C.Tally | None = None) -> ShardFacts:
     if facts:
         (ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition, unchanged, identity,
          target_chars) = zip(*facts)
@@ -239,6 +247,7 @@ def _shard_facts(facts: list[Facts], attempts: list[int], rejections: Counter[st
         attempt=np.array(attempts, dtype=np.int32),
         rejections=rejections,
         content=digest,
+        tally=tally,
     )
 
 
@@ -278,6 +287,7 @@ def _produce_rows(uid: int) -> ShardFacts:
     pool = pa.default_memory_pool()
     digest = None
     final = _final_in_produce(shards, uid)
+    tally = C.Tally(plan.tally) if plan.tally is not None else None
     put: Callable[[pa.Table], None]
     if final:
         writer = write.open_writer(unit.tmp, buf.schema)
@@ -308,6 +318,8 @@ def _produce_rows(uid: int) -> ShardFacts:
                         f = buf.add(i, item, seen)
                     attempts.append(j)
                     facts.append(f)
+                    if tally is not None:
+                        tally.add([t.program for t in item.tasks], [t.input for t in item.tasks])
                 table = buf.table()
                 buf.clear()  # the rows' texts, now copied into the table
                 put(table)
@@ -319,7 +331,7 @@ def _produce_rows(uid: int) -> ShardFacts:
         if not final:
             sink.close()
     outdir.fault("produced", shards.main_pid)
-    return _shard_facts(facts, attempts, gen.rejections, digest.hexdigest() if digest is not None else None)
+    return _shard_facts(facts, attempts, gen.rejections, digest.hexdigest() if digest is not None else None, tally)
 
 
 def _final_in_produce(shards: Shards, uid: int) -> bool:
@@ -330,19 +342,38 @@ def _staged(unit: Unit) -> str:
     return str(unit.tmp) + ".arrow"
 
 
+def finish_tasks(produced: Sequence[ShardFacts], resolved: Resolved) -> list[FinishTask]:
+    """Phase 3's work, one task per shard: its redrawn rows and the candidates they had in phase 1."""
+    tasks = []
+    for uid in range(len(produced)):
+        patches = resolved.patches.get(uid, [])
+        tasks.append(FinishTask(uid, patches, [int(produced[uid].attempt[local]) for local, _ in patches]))
+    return tasks
+
+
 def _finish(task: FinishTask) -> Finished:
     shards = current()
-    uid, patches = task
+    uid, patches, was = task
     unit = shards.units[uid]
+    plan = shards.plans[unit.plan]
     digest = None
     if not _final_in_produce(shards, uid):
-        digest = _encode(unit, shards.plans[unit.plan], patches)
+        digest = _encode(unit, plan, patches)
     else:
         assert not patches, "the build's first shard and shards without duplicate checks are never redrawn"
+    delta = None
+    if patches and plan.tally is not None:
+        delta = C.Tally(plan.tally)
+        with E.recursion_headroom():
+            for (local, j), old in zip(patches, was, strict=True):
+                for attempt, sign in ((old, -1), (j, 1)):
+                    got, item = plan.gen.first_valid(unit.start + local, attempt)
+                    assert got == attempt, "a phase-1 candidate must be reproducible"
+                    delta.add([t.program for t in item.tasks], [t.input for t in item.tasks], sign)
     # Arrow's allocator keeps freed buffers for reuse; handing them back after each shard keeps a
     # build's peak memory that of one shard, not a slowly rising one.
     pa.default_memory_pool().release_unused()
-    return Finished(uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size, digest)
+    return Finished(uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size, digest, delta)
 
 
 def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> str:
@@ -444,8 +475,10 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
                            prompt_template=cfg.prompt_template)
             # Shards are fixed by shard_rows, never by who builds them.
             n_shards = max(1, -(-rows // cfg.shard_rows))
+            # a split recipe's rows are read back for its certificate, which checks the rows themselves
+            tally = None if recipe.split is not None else C.DEFAULT
             plans.append(Plan(cfg, recipe, gen, spec, rows, tuple(range(n_units, n_units + n_shards)),
-                              tuple(write.shard_names(cfg.name, n_shards))))
+                              tuple(write.shard_names(cfg.name, n_shards)), tally))
             n_units += n_shards
     if only:
         missing = sorted(set(only) - set(names))
@@ -660,8 +693,17 @@ def _build(recipes: list[Recipe], shards: Shards, out: Path, tmp_dir: Path, work
     # atoms and compounds of every row, and each split recipe's certificate, read from the written rows
     from opgen.splits import certificate as SC
 
+    tallies: dict[str, C.Tally] = {}
+    for plan in plans:
+        if plan.tally is not None:
+            total = tallies[plan.cfg.name] = C.Tally(plan.tally)
+            for uid in plan.units:
+                for part in (results[uid].tally, finished[uid].tally):
+                    if part is not None:
+                        total.merge(part)
     try:
-        SC.annotate(man, recipes, {plan.cfg.name: [units[uid].tmp for uid in plan.units] for plan in plans})
+        SC.annotate(man, recipes, {plan.cfg.name: [units[uid].tmp for uid in plan.units] for plan in plans},
+                    tallies)
     except (SC.SplitError, SC.R.SplitRowsError) as exc:
         raise BuildError(str(exc)) from None
     for cls in sorted({type(plan.gen) for plan in plans}, key=lambda c: c.__name__):
@@ -711,8 +753,7 @@ def _phases(shards: Shards, workers: int, progress: bool, mapper: Any) -> tuple[
                     if bar is not None:
                         bar.close()
                 resolved = _resolve(shards.plans, units, produced)
-                finished: list[Finished] = _run(pool, _finish, [FinishTask(uid, resolved.patches.get(uid, []))
-                                                                for uid in range(len(units))], None, mapper)
+                finished: list[Finished] = _run(pool, _finish, finish_tasks(produced, resolved), None, mapper)
     finally:
         if pool is not None:
             pool.terminate()

@@ -85,7 +85,8 @@ def test_phases_exchange_records_and_phase_2_copies_read_only_facts(tmp_path: Pa
         assert not np.array_equal(resolved.shards[uid].ukey[rows], before[uid][rows])
     keys = np.concatenate([s.ukey for s in resolved.shards])
     assert len(np.unique(keys)) == keys.size == 1200  # no duplicate left across the build
-    finished = [B._finish(B.FinishTask(uid, resolved.patches.get(uid, []))) for uid in range(4)]
+    finished = [B._finish(task) for task in B.finish_tasks(produced, resolved)]
+    assert [t.uid for t in B.finish_tasks(produced, resolved)] == [0, 1, 2, 3]
     assert all(type(f) is B.Finished and f.uid == uid and len(f.sha256) == 64 for uid, f in enumerate(finished))
     assert all(B._content(p, f) for p, f in zip(resolved.shards, finished))
 

@@ -1,8 +1,10 @@
 """What a build proves about its split, measured from the files it wrote (docs/splits.md).
 
-After a build's rows are written and before its manifest is, :func:`annotate` reads every split's
-rows back (opgen.splits.rows: ground truth → typed trees), stores per split the weighted atom and
-compound histograms (``splits.<name>.compounds``), and for each recipe that names a ``split``
+After a build's rows are written and before its manifest is, :func:`annotate` stores per split the
+weighted atom and compound histograms (``splits.<name>.compounds``): counted by the builder as it
+generated the rows (a :class:`~opgen.splits.compounds.Tally`), or, for the splits of a recipe that
+names a ``split``, read back from the written rows (opgen.splits.rows: ground truth → typed
+trees). For each recipe that names a ``split`` it
 stores its certificate under ``split_certificates.<recipe>``: D_A, D_C, the held-out compounds,
 their share of eval rows, and the check that no training row holds one. The check reads the
 rows, not the generator's filter: it matches compound *texts* of the parsed rows against the
@@ -65,9 +67,20 @@ def certify(rule: Rule, train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits]
     return cert
 
 
-def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Sequence[Path]]) -> None:
+def tally_section(tally: C.Tally) -> dict[str, Any]:
+    """:func:`histogram_section` of the rows a :class:`~opgen.splits.compounds.Tally` counted."""
+    atoms, comps = tally.histograms()
+    return {"spec": tally.spec.as_dict(), "rows": tally.rows,
+            "atoms": {k: _num(v) for k, v in sorted(atoms.items())},
+            "compounds": {k: _num(v) for k, v in sorted(comps.items())}}
+
+
+def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Sequence[Path]],
+             tallies: Mapping[str, C.Tally] | None = None) -> None:
     """Add per-split histograms and each split recipe's certificate to ``man`` (raises SplitError
-    when a certificate's check fails). ``files``: each built split's parquet files."""
+    when a certificate's check fails). ``files``: each built split's parquet files; ``tallies``:
+    the histograms of splits the builder counted as it generated them (those are not read back;
+    a split recipe's splits always are, for its certificate)."""
     spec_of: dict[str, C.CompoundSpec] = {}
     for r in recipes:
         for s in r.splits:
@@ -76,6 +89,10 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
     depths: dict[str, list[int]] = {}
     for name, paths in files.items():
         spec = spec_of.get(name, C.DEFAULT)
+        counted = (tallies or {}).get(name)
+        if counted is not None and counted.spec == spec:
+            man["splits"][name]["compounds"] = tally_section(counted)
+            continue
         units[name] = R.units_of(list(paths), spec)
         man["splits"][name]["compounds"] = histogram_section(units[name], spec)
     certs: dict[str, Any] = {}

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opgen import expr as E
@@ -278,6 +278,42 @@ def compound_weights(row: RowUnits, cond: Conditional | None) -> dict[str, float
 def needs_discount(spec: CompoundSpec) -> bool:
     """Whether any compound can lie inside a bigger one (max_size above 2)."""
     return spec.max_size > 2
+
+
+@dataclass
+class Tally:
+    """:func:`histograms` kept row by row, for a spec whose weights are all 1 (no compound inside
+    another: :func:`needs_discount` false), where the histograms are sums over rows: the builder
+    counts each row as it generates it (from the generator's own trees) and swaps a redrawn row's
+    counts out, instead of parsing the written rows back (tests/test_split_tally.py ties the two)."""
+
+    spec: CompoundSpec
+    rows: int = 0
+    atoms: Counter[str] = field(default_factory=Counter)
+    comps: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        if needs_discount(self.spec):
+            raise CompoundError("compounds.max_size: a tally needs compounds of two nodes (no discount)")
+
+    def add(self, trees: Sequence[E.Expr], inputs: Sequence[str], sign: int = 1) -> None:
+        """Count (``sign`` 1) or uncount (-1) one row made of ``trees`` with those ``inputs``."""
+        units = row_units(trees, inputs, self.spec)
+        self.rows += sign
+        for a in units.atoms:
+            self.atoms[a] += sign
+        for c in units.compounds:
+            self.comps[c] += sign
+
+    def merge(self, other: Tally) -> None:
+        self.rows += other.rows
+        self.atoms.update(other.atoms)
+        self.comps.update(other.comps)
+
+    def histograms(self) -> tuple[Counter[str], dict[str, float]]:
+        """What :func:`histograms` returns for the rows counted."""
+        return (Counter({k: v for k, v in self.atoms.items() if v}),
+                {k: float(v) for k, v in sorted(self.comps.items()) if v})
 
 
 def histograms(rows: Sequence[RowUnits], spec: CompoundSpec = DEFAULT,
