@@ -82,3 +82,18 @@ def test_a_row_counted_and_uncounted_leaves_nothing():
 def test_a_spec_with_discounts_cannot_be_tallied():
     with pytest.raises(C.CompoundError, match="max_size"):
         C.Tally(C.CompoundSpec(max_size=3))
+
+
+@pytest.mark.parametrize("spec", [C.DEFAULT, C.CompoundSpec(leaves=True), C.CompoundSpec(inputs=True),
+                                  C.CompoundSpec(leaves=True, inputs=True)])
+def test_the_tally_equals_the_histograms_of_row_units_for_every_edge_spec(spec):
+    rows = [(["func_1(func_3(x), 2)", "func_3(x + x)"], ["ab", "c" * 40]), (["func_9((x + x))"], [""]),
+            (["func_7(func_3(x), func_1(x, 3))"], ["q" * 9]), (["x.upper().lower()", "func_3('lit')"], ["z"]),
+            (["func_1(func_3(x), 2)"], ["ab"])]
+    tally = C.Tally(spec)
+    units = []
+    for texts, inputs in rows:
+        trees = [E.parse(t) for t in texts]
+        tally.add(trees, inputs)
+        units.append(C.row_units(trees, inputs, spec))
+    assert tally.histograms() == C.histograms(units, spec)

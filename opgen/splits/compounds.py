@@ -160,6 +160,31 @@ def _edge_occurrences(trees: Sequence[E.Expr], leaves: bool) -> tuple[list[str],
     return atoms, found
 
 
+def _edge_texts(trees: Sequence[E.Expr], leaves: bool) -> tuple[set[str], set[str]]:
+    """A row's distinct atom labels and two-node compound texts: what :func:`row_units` gives for
+    a spec of edges, without the occurrences' node sets (the builder's tally reads only these)."""
+    atoms: set[str] = set()
+    comps: set[str] = set()
+    ops_types = (E.Call, E.Method, E.Concat)
+    for tree in trees:
+        for n in E.walk(tree):
+            if not (leaves or isinstance(n, ops_types)):
+                continue
+            own = label(n)
+            atoms.add(own)
+            kids = E.children(n)
+            if len(kids) == 1:
+                if leaves or isinstance(kids[0], ops_types):
+                    comps.add(f"{own}({label(kids[0])})")
+                continue
+            for pos, kid in enumerate(kids):
+                if leaves or isinstance(kid, ops_types):
+                    parts = ["_"] * len(kids)
+                    parts[pos] = label(kid)
+                    comps.add(f"{own}({','.join(parts)})")
+    return atoms, comps
+
+
 def _fragment_occurrences(trees: Sequence[E.Expr], spec: CompoundSpec) -> tuple[list[str], list[Occurrence]]:
     atoms: list[str] = []
     found: list[Occurrence] = []
@@ -298,11 +323,13 @@ class Tally:
 
     def add(self, trees: Sequence[E.Expr], inputs: Sequence[str], sign: int = 1) -> None:
         """Count (``sign`` 1) or uncount (-1) one row made of ``trees`` with those ``inputs``."""
-        units = row_units(trees, inputs, self.spec)
+        atoms, comps = _edge_texts(trees, self.spec.leaves)
+        if self.spec.inputs:
+            atoms.update(input_class(x) for x in inputs)
         self.rows += sign
-        for a in units.atoms:
+        for a in atoms:
             self.atoms[a] += sign
-        for c in units.compounds:
+        for c in comps:
             self.comps[c] += sign
 
     def merge(self, other: Tally) -> None:
