@@ -12,8 +12,10 @@ The laws (:data:`LAWS`):
   (and compiles alone in a fresh ``python -I`` process, checked with ``pure``).
 - ``total``: no exception, and a ``str`` back, on every drawn input.
 - ``deterministic``: the same result twice in a row.
-- ``pure``: the call changes no global of the operator's namespace, and a fresh ``python -I``
-  process that compiled the source alone returns the same results on the inputs drawn here.
+- ``pure``: the call changes no global of the operator's namespace, does no I/O (no audit event of
+  :data:`IO_EVENTS`: opening a file, the ``os``, ``socket``, ``subprocess`` ... families), and a
+  fresh ``python -I`` process that compiled the source alone returns the same results on the
+  inputs drawn here.
 - ``out_len``: the declared growth bound (``Operator.out_len``) is the exact output length.
 - ``recursion``: the operator's frames on the stack never exceed the static grader's limit
   (``opgen.score.static.MAX_RECURSION``; the sandbox's is higher).
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +48,28 @@ FRESH_INPUTS = 2_000  # inputs per operator replayed in the fresh process (the f
 CHECK_EXTRA = "check"  # the extra that installs hypothesis: pip install 'opgen[check]'
 
 HELD, BROKEN, NA = "held", "broken", "n/a"
+
+# Audit events (PEP 578) that are I/O or reach outside the process: "open", and every event of
+# these families (os.listdir, os.system, socket.connect, subprocess.Popen, ...).
+IO_EVENTS: tuple[str, ...] = ("open",)
+IO_FAMILIES: tuple[str, ...] = ("os", "socket", "subprocess", "shutil", "urllib", "http", "ftplib", "smtplib",
+                                "ctypes", "sqlite3", "webbrowser", "glob", "tempfile", "time.sleep")
+_WATCH = threading.local()  # .events: the I/O events of the call being watched on this thread, or None
+_HOOKED: list[bool] = []
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    events = getattr(_WATCH, "events", None)
+    if events is not None and (event in IO_EVENTS or event.split(".")[0] in IO_FAMILIES or event in IO_FAMILIES):
+        events.append(event)
+
+
+def _watch_io() -> None:
+    """Install the audit hook once per process (a hook cannot be removed; it records only while a
+    call is watched)."""
+    if not _HOOKED:
+        sys.addaudithook(_audit)
+        _HOOKED.append(True)
 
 
 class MissingHypothesis(ImportError):
@@ -186,7 +211,8 @@ class _Frames:
 
 
 def _measured(op: Operator, args: tuple[Any, ...]) -> tuple[tuple[str, str], _Frames]:
-    frames = _Frames(op.fn.__code__.co_filename)
+    code = getattr(op.fn, "__code__", None)  # a callable that is not a Python function: no frames of its own
+    frames = _Frames(code.co_filename if code is not None else "<no Python code>")
     previous = sys.getprofile()
     sys.setprofile(frames)
     try:
@@ -232,7 +258,7 @@ class _Laws:
 
         self.op = op
         self.recorded = recorded
-        self.namespace = op.fn.__globals__
+        self.namespace: dict[str, Any] = getattr(op.fn, "__globals__", {})
         self.max_frames = MAX_RECURSION
         self.alone, self.not_alone = _fresh_compile(op)
 
@@ -265,8 +291,14 @@ class _Laws:
 
     def pure(self, args: tuple[Any, ...]) -> None:
         before = _snapshot(self.namespace)
-        out = _outcome(self.op.fn, args)
+        _WATCH.events = []
+        try:
+            out = _outcome(self.op.fn, args)
+        finally:
+            io, _WATCH.events = _WATCH.events, None
         changed = _changed(before, _snapshot(self.namespace))
+        if io:
+            raise _Broken(f"the call did I/O (audit events {', '.join(sorted(set(io)))})", args)
         if changed:
             raise _Broken(f"the call changed global(s) {', '.join(changed)} of the operator's namespace", args)
         if len(self.recorded) < FRESH_INPUTS:
@@ -319,7 +351,12 @@ def _run(op: Operator, law: str, check: Callable[[tuple[Any, ...]], None], examp
         prop()
     except _Broken as exc:
         return LawResult(op.id, law, BROKEN, calls[0], exc.message, exc.call_args, render_call(op.id, exc.call_args))
-    except Exception as exc:  # a law's own arithmetic failing on the operator's bound (a lying cost, say)
+    except Exception as exc:
+        inner = [e for e in getattr(exc, "exceptions", ()) if isinstance(e, _Broken)]  # Hypothesis's Flaky
+        if inner:
+            return LawResult(op.id, law, BROKEN, calls[0], inner[0].message + " (it did not repeat when replayed)",
+                             inner[0].call_args, render_call(op.id, inner[0].call_args))
+        # a law's own arithmetic failing on the operator's bound (a cost that raises, say)
         return LawResult(op.id, law, BROKEN, calls[0], f"checking it raised {type(exc).__name__}: {exc}")
     return LawResult(op.id, law, HELD, calls[0])
 
@@ -383,6 +420,7 @@ def _same(fresh: tuple[str, str], here: tuple[str, str]) -> bool:
 
 
 def _check(library: OperatorLibrary, examples: int, seed: int) -> Report:
+    _watch_io()
     results: dict[tuple[str, str], LawResult] = {}
     fresh_items = []
     for op in library.operators:

@@ -81,6 +81,8 @@ BROKEN_MODULE = textwrap.dedent('''\
         {"id": "dbl", "gloss": "the string twice", "split": "heldout",
          "source": "def dbl(s):\\n    return s + s\\n"},
         {"id": "ok", "gloss": "the string", "split": "heldout", "source": "def ok(s):\\n    return s\\n"},
+        {"id": "peek", "gloss": "reads a file", "split": "heldout",
+         "source": "def peek(s):\\n    import os\\n    with open(os.devnull) as f:\\n        return s + f.read()\\n"},
     ])
     # dbl lies twice: its growth bound says it keeps the length, its cost bound that it never grows.
     _lies = {"dbl": dict(out_len=lambda n, p: n, cost=lambda n, p: (n, n + 1, 0)),
@@ -154,7 +156,7 @@ def test_a_yaml_library_loads_compiled_into_one_namespace(six):
 
 
 def test_an_import_spec_names_a_library_object(broken_module):
-    assert library.load(broken_module).ids == ("first", "flaky", "dbl", "ok")
+    assert library.load(broken_module).ids == ("first", "flaky", "dbl", "ok", "peek")
     assert library.load("study") is ops.STUDY
     with pytest.raises(library.LibraryError, match="NOT_A_LIBRARY is a int, not an opgen.ops.OperatorLibrary"):
         library.load("broken_ops_lib:NOT_A_LIBRARY")
@@ -218,6 +220,8 @@ def test_a_broken_library_fails_naming_operator_law_and_shrunk_counterexample(br
     assert "out_len says 1 characters, the output has 2" in broken["dbl", "out_len"].message
     assert broken["dbl", "cost"].call == "dbl('a')"
     assert not [key for key in broken if key[0] == "ok"]
+    assert [key for key in broken if key[0] == "peek"] == [("peek", "pure")]
+    assert "did I/O (audit events open)" in broken["peek", "pure"].message
     text = report.render()
     assert "BROKEN first total: raised IndexError" in text and "counterexample: first('')" in text
     assert "BROKEN dbl out_len" in text and text.endswith("FAILED")
@@ -289,3 +293,18 @@ def test_cli_end_to_end_yaml_and_module_libraries(six, tmp_path):
     missing = subprocess.run([sys.executable, "-m", "opgen", "ops", "check", str(tmp_path / "nope.yaml")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "nope.yaml" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_failure_that_does_not_repeat_and_a_bound_that_raises_are_reported_not_crashes():
+    wobble, plain = library.compile_operators([
+        {"id": "wobble", "gloss": "g", "split": "train",
+         "source": "N = [0]\n\n\ndef wobble(s):\n    N[0] += 1\n    if N[0] % 3 == 0:\n"
+                   "        raise ValueError('every third call')\n    return s\n"},
+        {"id": "plain", "gloss": "g", "split": "train", "source": "def plain(s):\n    return s\n"}])
+    plain = dataclasses.replace(plain, cost=lambda n, p: (n, 1, 1 // 0))
+    report = opscheck.check(ops.OperatorLibrary("odd", (wobble, plain)), examples=10, seed=0)
+    broken = {(r.op_id, r.law): r for r in report.broken}
+    assert "ValueError: every third call" in broken["wobble", "total"].message
+    assert broken["wobble", "total"].counterexample is not None
+    assert broken["plain", "cost"].message.startswith("checking it raised ZeroDivisionError")
+    assert [key for key in broken if key[0] == "plain"] == [("plain", "cost")]
