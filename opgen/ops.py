@@ -8,13 +8,17 @@ interpreter it defines a working function (imports live inside the body).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Union
 
 TRAIN = "train"
 HELDOUT = "heldout"
+SPLITS: tuple[str, ...] = (TRAIN, HELDOUT)
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,72 @@ class Operator:
         if not self.params:
             return "s"
         return "s,int" if self.params[0].kind == "int" else "s,str"
+
+
+@dataclass(frozen=True)
+class OperatorLibrary:
+    """A named, ordered set of operators: the unit a study is run on (issue 25).
+
+    The study's 25 are :data:`STUDY`; a user library is loaded by :mod:`opgen.library` (a
+    ``module:obj`` import spec or a YAML file). Everything about the split is derived from the
+    operators' own ``split`` field, never listed twice."""
+
+    name: str
+    operators: tuple[Operator, ...]
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("an operator library needs a name")
+        if not self.operators:
+            raise ValueError(f"operator library {self.name!r} has no operators")
+        seen: set[str] = set()
+        for op in self.operators:
+            if not isinstance(op, Operator):
+                raise TypeError(f"operator library {self.name!r}: {op!r} is not an opgen.ops.Operator")
+            if op.id in seen:
+                raise ValueError(f"operator library {self.name!r}: duplicate operator id {op.id!r}")
+            seen.add(op.id)
+            if op.split not in SPLITS:
+                raise ValueError(f"operator library {self.name!r}: operator {op.id!r} has split {op.split!r} "
+                                 f"(use {' or '.join(SPLITS)})")
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(op.id for op in self.operators)
+
+    @property
+    def train_ids(self) -> tuple[str, ...]:
+        return tuple(op.id for op in self.operators if op.split == TRAIN)
+
+    @property
+    def heldout_ids(self) -> tuple[str, ...]:
+        return tuple(op.id for op in self.operators if op.split == HELDOUT)
+
+    def __len__(self) -> int:
+        return len(self.operators)
+
+    def get(self, op_id: str) -> Operator:
+        for op in self.operators:
+            if op.id == op_id:
+                return op
+        raise UnknownOperator(op_id, self)
+
+    @cached_property
+    def digest(self) -> str:
+        """sha256 of the library's content: each operator's id, name, source, n_inputs, params,
+        split and gloss, in order, as canonical JSON (sorted keys, no whitespace). The library's
+        name and the growth/cost callables are not content: renaming a library keeps its digest."""
+        body = [{"id": op.id, "name": op.name, "source": op.source, "n_inputs": op.n_inputs,
+                 "params": [{"name": p.name, "kind": p.kind, "lo": p.lo, "hi": p.hi, "choices": list(p.choices)}
+                            for p in op.params],
+                 "split": op.split, "gloss": op.gloss} for op in self.operators]
+        text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def describe(self) -> dict[str, Any]:
+        """What a manifest records about the library: its name, digest, size and split."""
+        return {"name": self.name, "digest": self.digest, "n_operators": len(self.operators),
+                "train": list(self.train_ids), "heldout": list(self.heldout_ids)}
 
 
 def _src(text: str) -> str:
@@ -472,6 +542,9 @@ TRAIN_IDS: tuple[str, ...] = tuple(op.id for op in OPERATORS if op.split == TRAI
 HELDOUT_IDS: tuple[str, ...] = tuple(op.id for op in OPERATORS if op.split == HELDOUT)
 ALL_IDS: tuple[str, ...] = tuple(op.id for op in OPERATORS)
 _BY_KIND: dict[str, tuple[str, ...]] = {k: tuple(op.id for op in OPERATORS if op.kind == k) for k in KINDS}
+# The study's library as a value (opgen.library loads others): the same operator objects, in order.
+STUDY: OperatorLibrary = OperatorLibrary("study", OPERATORS)
+DEFAULT_LIBRARY: OperatorLibrary = STUDY
 
 # Builtin zero-argument string methods the expression grammar allows, written `(expr).name()`.
 # The native generator samples the first four; probes use the rest.
@@ -480,12 +553,17 @@ METHODS: tuple[str, ...] = NATIVE_METHODS + ("strip", "lstrip", "rstrip", "title
 
 
 class UnknownOperator(KeyError):
-    def __init__(self, op_id: str):
+    def __init__(self, op_id: str, library: OperatorLibrary | None = None):
         super().__init__(op_id)
         self.op_id = op_id
+        self.library = library
 
     def __str__(self) -> str:
-        return f"unknown operator {self.op_id!r} (known: func_0 .. func_{len(OPERATORS) - 1})"
+        if self.library is None:
+            return f"unknown operator {self.op_id!r} (known: func_0 .. func_{len(OPERATORS) - 1})"
+        known = self.library.ids
+        shown = ", ".join(known[:8]) + (f", ... ({len(known)} in all)" if len(known) > 8 else "")
+        return f"unknown operator {self.op_id!r} in library {self.library.name!r} (known: {shown})"
 
 
 def get(op_id: str) -> Operator:

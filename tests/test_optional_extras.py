@@ -112,3 +112,9 @@ def test_every_extra_installs_what_its_feature_imports():
     assert {"huggingface_hub", "datasets"} <= names("hub")
     assert names("vllm") == {"vllm"}  # vLLM pins its own torch; a second torch floor only makes pip backtrack
     assert "matplotlib" in names("plots") and "scipy" in names("fit") and "ray" in names("ray")
+    assert names("check") == {"hypothesis"}
+
+
+def test_ops_check_without_hypothesis_names_the_check_extra():
+    r = run_without(("hypothesis",), "ops", "check", "--examples", "1")
+    _one_clear_line(r, "check", 2)
