@@ -7,9 +7,29 @@ from pathlib import Path
 
 import click
 
-from opgen.infer.base import BACKENDS
+from opgen.infer import backends as registry
 
 from . import options
+
+
+class BackendName(click.ParamType):
+    """``--backend``: a name in the backends registry (opgen.infer.backends), read when the option
+    is parsed, so a backend registered before the command runs is a choice too."""
+
+    name = "backend"
+
+    def get_metavar(self, param, ctx=None) -> str:  # click 8.1 and 8.2 signatures
+        return "[" + "|".join(registry.BACKENDS) + "]"
+
+    def convert(self, value, param, ctx):
+        if value in registry.SPECS:
+            return value
+        self.fail(f"{value!r} is not one of {', '.join(map(repr, registry.BACKENDS))}.", param, ctx)
+
+
+def _phrase(names: tuple[str, ...]) -> str:
+    """``vllm only`` / ``vllm, hf and openai``."""
+    return f"{names[0]} only" if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
 
 
 def _model_names(models: tuple[Path, ...]) -> list[str]:
@@ -34,7 +54,8 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
               help="A parquet data file (rows per docs/contracts.md). Repeatable.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder: one subfolder per model, plus sweep.csv/json/png with several models.")
-@click.option("--backend", type=click.Choice(BACKENDS), default="vllm", show_default=True)
+@click.option("--backend", type=BackendName(), default="vllm", show_default=True,
+              help="An inference backend of the registry (opgen.infer.backends; docs/eval.md).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=3072, show_default=True)
 @click.option("--n", "n", type=click.IntRange(min=1), default=1, show_default=True, help="Samples per row.")
 @click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
@@ -120,7 +141,8 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     _check_ray_options(executor, ray_address, replicas, replica_gpus, ray_num_cpus)
     if executor == "ray" and (drift_call, pass_k) != ("farthest", "unbiased"):
         raise click.UsageError("--drift-call/--pass-k other than the defaults: not yet with --executor ray")
-    if backend != "openai":
+    spec = registry.backend_spec(backend)
+    if spec.model != "served":
         for m in models:
             if not m.exists():
                 raise click.BadParameter(f"{m} does not exist", param_hint="--model")
@@ -147,7 +169,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
                              chat_template_kwargs=_template_kwargs(template_kwargs, backend)),
         openai=openai,
     )
-    if backend == "replay":
+    if spec.model == "responses":
         _check_replay(models, data_files, limit, decomposed)
     from opgen import outdir
 
@@ -269,14 +291,15 @@ def _eval_ray(models, names, data_files, out_dir, cfg, opts) -> list[dict]:
 
 
 def _openai_options(backend, base_urls, api_key_env, concurrency, request_timeout, retries):
-    if backend != "openai":
+    if not registry.backend_spec(backend).servers:
         if base_urls:
-            raise click.UsageError("--base-url is for --backend openai")
+            servers = tuple(s.name for s in registry.SPECS.values() if s.servers)
+            raise click.UsageError(f"--base-url is for --backend {' or '.join(servers)}")
         return None
     from opgen.infer.openai_backend import OpenAIOptions
 
     if not base_urls:
-        raise click.UsageError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        raise click.UsageError(f"--backend {backend} needs --base-url (e.g. http://127.0.0.1:8000/v1)")
     try:
         return OpenAIOptions(base_urls=tuple(base_urls), api_key_env=api_key_env, concurrency=concurrency,
                              timeout_s=request_timeout, retries=retries)
@@ -332,8 +355,9 @@ def _engine_args(pairs: tuple[str, ...], backend: str) -> tuple[tuple[str, objec
     """``--engine-arg`` pairs, sorted by key."""
     from opgen.infer.vllm_backend import check_engine_args
 
-    if pairs and backend != "vllm":
-        raise click.BadParameter(f"applies to --backend vllm only (this run: {backend})", param_hint="--engine-arg")
+    if pairs and "--engine-arg" not in registry.backend_spec(backend).options:
+        raise click.BadParameter(f"applies to --backend {_phrase(registry.accepting('--engine-arg'))} (this run: "
+                                 f"{backend})", param_hint="--engine-arg")
     out = _key_values(pairs, "--engine-arg")
     try:
         check_engine_args(out)
@@ -346,9 +370,9 @@ def _template_kwargs(pairs: tuple[str, ...], backend: str) -> tuple[tuple[str, o
     """``--chat-template-kwarg`` pairs, sorted by key."""
     from opgen.infer.base import check_chat_template_kwargs
 
-    if pairs and backend not in ("vllm", "hf", "openai"):
-        raise click.BadParameter(f"applies to --backend vllm, hf and openai (this run: {backend})",
-                                 param_hint="--chat-template-kwarg")
+    if pairs and "--chat-template-kwarg" not in registry.backend_spec(backend).options:
+        raise click.BadParameter(f"applies to --backend {_phrase(registry.accepting('--chat-template-kwarg'))} "
+                                 f"(this run: {backend})", param_hint="--chat-template-kwarg")
     out = _key_values(pairs, "--chat-template-kwarg")
     try:
         check_chat_template_kwargs(out)

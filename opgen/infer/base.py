@@ -8,8 +8,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-BACKENDS = ("vllm", "hf", "replay", "openai")
-
 # finish reasons every backend reports, in vLLM's words
 STOP = "stop"
 LENGTH = "length"

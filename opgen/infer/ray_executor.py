@@ -19,6 +19,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from opgen.infer.backends import backend_spec
 from opgen.infer.base import BackendError, EngineOptions
 from opgen.infer.distributed import Grader, ReplicaLost, ReplicaWorker, Task
 
@@ -86,16 +87,16 @@ class RayPool:
         self.actors: list = []
         try:
             cluster_gpus = ray.cluster_resources().get("GPU", 0)
-            model_backend = backend in ("vllm", "hf")
+            spec = backend_spec(backend)
             gpus = opts.replica_gpus
             if gpus is None:
-                gpus = float(engine.tensor_parallel_size) if (cluster_gpus and model_backend) else 0.0
+                gpus = float(engine.tensor_parallel_size) if (cluster_gpus and spec.gpu) else 0.0
             urls: Sequence[str | None] = [None]
-            if backend == "openai" and openai is not None:
+            if spec.servers and openai is not None:
                 urls = openai.base_urls
             n = opts.replicas
             if n is None:
-                if backend == "openai":
+                if spec.servers:
                     n = len(urls)
                 elif gpus:
                     n = max(1, int(cluster_gpus // gpus))
@@ -110,7 +111,7 @@ class RayPool:
             actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(ReplicaWorker)
             for i in range(n):
                 replica_openai = openai
-                if backend == "openai" and openai is not None:
+                if spec.servers and openai is not None:
                     # one server per replica: the pull queue balances the servers
                     replica_openai = type(openai)(**{**openai.__dict__, "base_urls": (urls[i % len(urls)],)})
                 strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i)
