@@ -178,8 +178,6 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         with outdir.claim(out_dir, ev.out_entry(outdir.absolute(out_dir)), "opgen eval"):
             _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, replicas, replica_gpus,
                       replica_cpus, ray_num_cpus, chunk_rows, no_score)
-    except outdir.OutputError as exc:
-        raise click.ClickException(str(exc)) from None
     except (KeyboardInterrupt, outdir.Terminated) as exc:
         term = isinstance(exc, outdir.Terminated)
         click.echo(f"{'terminated' if term else 'interrupted'}; the rows answered so far are in {out_dir} "
@@ -260,9 +258,8 @@ def _eval_local(model, name, data_files, out_dir, cfg) -> dict:
 def _eval_ray(models, names, data_files, out_dir, cfg, opts) -> list[dict]:
     from opgen.infer import distributed
     from opgen.infer import evaluate as ev
-    from opgen.infer.base import BackendError
-    from opgen.infer.ray_executor import RayError, RayPool
-    from opgen.infer.run import DataError, LogError
+    from opgen.infer.ray_executor import RayPool
+    from opgen.infer.run import DataError
     from opgen.score.report import ScoreInputError
 
     pool = None
@@ -272,9 +269,8 @@ def _eval_ray(models, names, data_files, out_dir, cfg, opts) -> list[dict]:
                                                      chunk_rows=opts.chunk_rows, depth=opts.depth)
     except DataError as exc:
         raise click.BadParameter(str(exc), param_hint="--data") from None
-    except (BackendError, LogError, ev.ConfigMismatch, RayError, distributed.AllReplicasLost,
-            distributed.InjectedFault) as exc:
-        raise click.ClickException(str(exc)) from None
+    # BackendError, LogError, ConfigMismatch, RayError, AllReplicasLost, InjectedFault: exit 1 with
+    # their message (cli/__init__.py)
     except ScoreInputError as exc:
         raise click.ClickException(f"scoring failed: {exc}") from None
     finally:
@@ -314,7 +310,6 @@ def _check_replay(models, data_files, limit, decomposed) -> None:
     from opgen.infer import decomposed as decomp
     from opgen.infer import evaluate as ev
     from opgen.infer import replay
-    from opgen.infer.base import BackendError
     from opgen.infer.run import DataError, read_rows
 
     data = []
@@ -326,10 +321,7 @@ def _check_replay(models, data_files, limit, decomposed) -> None:
         except DataError as exc:
             raise click.BadParameter(str(exc), param_hint="--data") from None
     for model in models:
-        try:
-            replay.check_source(model, data)
-        except BackendError as exc:  # exit 1, as when the same problem surfaces mid-run
-            raise click.ClickException(str(exc)) from None
+        replay.check_source(model, data)  # a BackendError: exit 1, as when the same problem surfaces mid-run
 
 
 def _key_values(pairs: tuple[str, ...], option: str) -> dict[str, object]:

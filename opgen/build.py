@@ -43,18 +43,23 @@ import pyarrow as pa
 from opgen import content, formats, leakage, ops, outdir, write
 from opgen import expr as E
 from opgen import manifest as M
+from opgen.errors import USAGE, OpgenError
 from opgen.generate import Generator, GeneratorError
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
 from opgen.rows import Facts, RowBuffer, RowSpec
 
 
-class BuildError(RuntimeError):
+class BuildError(RuntimeError, OpgenError):
     """A build that cannot finish (constraints that cannot be met, leakage); nothing final is written."""
 
+    exit_code = 1
 
-class OnlyError(BuildError):
+
+class OnlyError(BuildError, OpgenError):
     """``only`` (``--only``) cannot be honoured: it names no split of the recipes, or the output holds
     a build of other recipes, seed or limit that it would update in place."""
+
+    exit_code = USAGE
 
 
 class SignalAfterSwap:

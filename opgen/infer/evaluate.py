@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from opgen._version import __version__
+from opgen.errors import OpgenError
 from opgen.infer import decomposed as decomp
 from opgen.infer.backends import backend_spec, make_backend
 from opgen.infer.base import Backend, EngineOptions, Sampling
@@ -28,8 +29,10 @@ if TYPE_CHECKING:
     from opgen.score.metrics import MetricDefs
 
 
-class ConfigMismatch(ValueError):
+class ConfigMismatch(ValueError, OpgenError):
     """--resume with settings that differ from the ones the existing generations were made with."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from opgen.errors import OpgenError
 from opgen.infer.backends import backend_spec
 from opgen.infer.base import BackendError, EngineOptions
 from opgen.infer.distributed import Grader, ReplicaLost, ReplicaWorker, Task
@@ -26,8 +27,10 @@ from opgen.infer.distributed import Grader, ReplicaLost, ReplicaWorker, Task
 PLACEMENT_TIMEOUT_S = 120
 
 
-class RayError(RuntimeError):
+class RayError(RuntimeError, OpgenError):
     """Ray is missing, the cluster cannot be reached, or it cannot hold the replicas asked for."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from pathlib import Path
 from types import CodeType
 from typing import Any, Generic, TypeVar
 
+from opgen.errors import OpgenError
 from opgen.score import worker as wire
 from opgen.score.cache import BoundedCache
 
@@ -85,8 +86,10 @@ class Result:
         return self.status == "ok"
 
 
-class SandboxError(RuntimeError):
+class SandboxError(RuntimeError, OpgenError):
     """The sandbox itself failed (a worker could not start); never a verdict on model code."""
+
+    exit_code = 1
 
 
 # Model code has always been compiled with postponed annotations (the worker's own future flag);
