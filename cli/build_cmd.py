@@ -68,7 +68,7 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
     mapper = None
     try:
         if executor == "ray":
-            from opgen.infer.ray_executor import BuildMapper, RayOptions
+            from opgen.distributed.ray_executor import BuildMapper, RayOptions
 
             mapper = BuildMapper(loaded, only, limit, out, RayOptions(address=ray_address, num_cpus=ray_num_cpus))
         man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress,

@@ -189,7 +189,7 @@ def _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, re
               replica_cpus, ray_num_cpus, chunk_rows, no_score) -> None:
     """Under the lock on --out: every model, then the sweep."""
     if executor == "ray":
-        from opgen.infer.ray_executor import RayOptions
+        from opgen.distributed.ray_executor import RayOptions
 
         results = _eval_ray(models, names, data_files, out_dir, cfg,
                             RayOptions(address=ray_address, replicas=replicas, replica_gpus=replica_gpus,
@@ -256,16 +256,16 @@ def _eval_local(model, name, data_files, out_dir, cfg) -> dict:
 
 
 def _eval_ray(models, names, data_files, out_dir, cfg, opts) -> list[dict]:
-    from opgen.infer import distributed
+    from opgen.distributed import driver
+    from opgen.distributed.ray_executor import RayPool
     from opgen.infer import evaluate as ev
-    from opgen.infer.ray_executor import RayPool
     from opgen.infer.run import DataError
     from opgen.score.report import ScoreInputError
 
     pool = None
     try:
         pool = RayPool(cfg.backend, cfg.engine, opts, openai=cfg.openai)
-        results, report = distributed.evaluate_sweep(models, names, data_files, out_dir, cfg, pool,
+        results, report = driver.evaluate_sweep(models, names, data_files, out_dir, cfg, pool,
                                                      chunk_rows=opts.chunk_rows, depth=opts.depth)
     except DataError as exc:
         raise click.BadParameter(str(exc), param_hint="--data") from None

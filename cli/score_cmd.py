@@ -71,7 +71,7 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
     outdir.install_sigterm()
     try:
         if executor == "ray":
-            from opgen.infer.ray_executor import RayOptions, RaySandbox
+            from opgen.distributed.ray_executor import RayOptions, RaySandbox
 
             # RaySandbox serves the part of Sandbox's interface that score_files uses (workers, level,
             # run_units, close); score_files is typed with the local Sandbox. A RayError: exit 1 (cli/__init__.py).

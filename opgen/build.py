@@ -404,7 +404,7 @@ def _run(pool: Any, fn: Callable[[Any], Any], args: Sequence[Any], bar: Any, map
     With ``sizes``, the pool is handed the largest first (the longest-processing-time rule: the
     eval suite's two chain splits are half its work; in build order one worker ended last with
     a chain split alone). The results come back in ``args``' order either way."""
-    if mapper is not None:  # another executor runs the shards (opgen.infer.ray_executor.BuildMapper)
+    if mapper is not None:  # another executor runs the shards (opgen.distributed.ray_executor.BuildMapper)
         return list(mapper(fn, list(args), bar))
     if pool is None:
         return [fn(a) for a in args]

@@ -77,10 +77,10 @@ def test_replay_through_the_package(tmp_path):
 
 
 def test_importing_infer_loads_no_engine():
-    code = ("import sys, opgen.infer, opgen.infer.backends, cli.eval_cmd; "
+    code = ("import sys, opgen.infer, opgen.infer.backends, opgen.cli.eval_cmd, opgen.distributed.driver, "
+            "opgen.distributed.ray_executor; "
             "print(sorted(m for m in ('torch', 'vllm', 'transformers', 'ray') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parents[1]).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 

@@ -1,10 +1,10 @@
 """Ray as the executor of `opgen eval` (and of `opgen build` shards): replicas as Ray actors.
 
-Each replica is one actor holding one engine (`distributed.ReplicaWorker`), placed in its own
+Each replica is one actor holding one engine (`driver.ReplicaWorker`), placed in its own
 bundle of a placement group (``replica_gpus`` GPUs: one, or one tensor-parallel group, always on
 one node) so replicas never share a GPU unless told to (fractional ``replica_gpus``). Replicas
 are independent engines: there is no coupled data parallelism whose ranks hang when one
-finishes early. Scoring runs in one grader actor (`distributed.Grader`, its warm sandbox's
+finishes early. Scoring runs in one grader actor (`driver.Grader`, its warm sandbox's
 ``--workers`` processes) on the driver's node, where the generations files and reports are written
 (nothing needs a shared filesystem except the model weights on every node). It asks Ray for no CPU:
 its sandbox processes are outside Ray's count anyway, and a grader waiting for a CPU the replicas
@@ -19,10 +19,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from opgen.distributed.driver import Grader, ReplicaLost, ReplicaWorker, Task
 from opgen.errors import OpgenError
 from opgen.infer.backends import backend_spec
 from opgen.infer.base import BackendError, EngineOptions
-from opgen.infer.distributed import Grader, ReplicaLost, ReplicaWorker, Task
 
 PLACEMENT_TIMEOUT_S = 120
 
@@ -77,7 +77,7 @@ def init(ray, opts: RayOptions) -> bool:
 
 
 class RayPool:
-    """The `distributed` pool interface over Ray actors."""
+    """The `driver` pool interface over Ray actors."""
 
     def __init__(self, backend: str, engine: EngineOptions, opts: RayOptions, openai=None):
         ray = self.ray = import_ray()

@@ -18,7 +18,7 @@ scoring only for the last chunk's grades and the last report. metrics.json is wr
 a model's passes are scored, with the same content as `evaluate_model`'s.
 
 Pools: `InProcessPool` (replicas in threads of this process; tests, and the reference for
-ray_executor.RayPool, whose replicas are Ray actors).
+opgen.distributed.ray_executor.RayPool, whose replicas are Ray actors).
 """
 
 from __future__ import annotations
