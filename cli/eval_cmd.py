@@ -21,6 +21,11 @@ class BackendName(click.ParamType):
     def get_metavar(self, param, ctx=None) -> str:  # click 8.1 and 8.2 signatures
         return "[" + "|".join(registry.BACKENDS) + "]"
 
+    def shell_complete(self, ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(name) for name in registry.BACKENDS if name.startswith(incomplete)]
+
     def convert(self, value, param, ctx):
         if value in registry.SPECS:
             return value
