@@ -13,6 +13,17 @@ import click
 
 from opgen import __version__
 
+
+class CommandError(click.ClickException):
+    """An :class:`opgen.errors.OpgenError` as the command line reports it."""
+
+    def __init__(self, exc: Exception):
+        from opgen.errors import exit_code
+
+        super().__init__(str(exc))
+        self.exit_code = exit_code(exc)
+
+
 # command name -> (module under opgen.cli, attribute)
 COMMANDS: dict[str, tuple[str, str]] = {
     "ops": ("ops_cmd", "ops"),
@@ -32,6 +43,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class LazyGroup(click.Group):
+    def invoke(self, ctx: click.Context):
+        """Run the command; an opgen error that reaches here ends as ``Error: <message>`` and its
+        class's ``exit_code`` (opgen.errors: the one place errors meet exit statuses), never a
+        traceback. Commands still catch the errors whose message they add a parameter or context to."""
+        from opgen.errors import OpgenError
+
+        try:
+            return super().invoke(ctx)
+        except OpgenError as exc:
+            raise CommandError(exc) from None
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         present = [name for name, (mod, _) in COMMANDS.items()
                    if importlib.util.find_spec(f"{__name__}.{mod}") is not None]

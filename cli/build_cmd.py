@@ -68,12 +68,9 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
     mapper = None
     try:
         if executor == "ray":
-            from opgen.infer.ray_executor import BuildMapper, RayError, RayOptions
+            from opgen.distributed.ray_executor import BuildMapper, RayOptions
 
-            try:
-                mapper = BuildMapper(loaded, only, limit, out, RayOptions(address=ray_address, num_cpus=ray_num_cpus))
-            except RayError as exc:
-                raise click.ClickException(str(exc)) from None
+            mapper = BuildMapper(loaded, only, limit, out, RayOptions(address=ray_address, num_cpus=ray_num_cpus))
         man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress,
                       mapper=mapper, force=force)
     except (KeyboardInterrupt, outdir.Terminated) as exc:
@@ -84,16 +81,9 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
         ctx.exit(outdir.exit_code(exc))
     except B.OnlyError as exc:
         raise click.BadParameter(str(exc), param_hint="--only") from None
-    except B.BuildError as exc:
-        raise click.ClickException(str(exc)) from None
     except R.RecipeError as exc:
         raise click.BadParameter(str(exc), param_hint="RECIPE") from None
-    except Exception as exc:  # a Ray task lost past its retries (imported only with --executor ray)
-        from opgen.infer.ray_executor import RayError
-
-        if not isinstance(exc, RayError):
-            raise
-        raise click.ClickException(str(exc)) from None
+    # a BuildError or a Ray task lost past its retries (RayError): the CLI's one mapping (cli/__init__.py)
     finally:
         if mapper is not None:
             mapper.close()

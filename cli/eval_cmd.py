@@ -7,9 +7,34 @@ from pathlib import Path
 
 import click
 
-from opgen.infer.base import BACKENDS
+from opgen.infer import backends as registry
 
 from . import options
+
+
+class BackendName(click.ParamType):
+    """``--backend``: a name in the backends registry (opgen.infer.backends), read when the option
+    is parsed, so a backend registered before the command runs is a choice too."""
+
+    name = "backend"
+
+    def get_metavar(self, param, ctx=None) -> str:  # click 8.1 and 8.2 signatures
+        return "[" + "|".join(registry.BACKENDS) + "]"
+
+    def shell_complete(self, ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(name) for name in registry.BACKENDS if name.startswith(incomplete)]
+
+    def convert(self, value, param, ctx):
+        if value in registry.SPECS:
+            return value
+        self.fail(f"{value!r} is not one of {', '.join(map(repr, registry.BACKENDS))}.", param, ctx)
+
+
+def _phrase(names: tuple[str, ...]) -> str:
+    """``vllm only`` / ``vllm, hf and openai``."""
+    return f"{names[0]} only" if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
 
 
 def _model_names(models: tuple[Path, ...]) -> list[str]:
@@ -34,7 +59,8 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
               help="A parquet data file (rows per docs/contracts.md). Repeatable.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder: one subfolder per model, plus sweep.csv/json/png with several models.")
-@click.option("--backend", type=click.Choice(BACKENDS), default="vllm", show_default=True)
+@click.option("--backend", type=BackendName(), default="vllm", show_default=True,
+              help="An inference backend of the registry (opgen.infer.backends; docs/eval.md).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=3072, show_default=True)
 @click.option("--n", "n", type=click.IntRange(min=1), default=1, show_default=True, help="Samples per row.")
 @click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
@@ -120,7 +146,8 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     _check_ray_options(executor, ray_address, replicas, replica_gpus, ray_num_cpus)
     if executor == "ray" and (drift_call, pass_k) != ("farthest", "unbiased"):
         raise click.UsageError("--drift-call/--pass-k other than the defaults: not yet with --executor ray")
-    if backend != "openai":
+    spec = registry.backend_spec(backend)
+    if spec.model != "served":
         for m in models:
             if not m.exists():
                 raise click.BadParameter(f"{m} does not exist", param_hint="--model")
@@ -147,7 +174,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
                              chat_template_kwargs=_template_kwargs(template_kwargs, backend)),
         openai=openai,
     )
-    if backend == "replay":
+    if spec.model == "responses":
         _check_replay(models, data_files, limit, decomposed)
     from opgen import outdir
 
@@ -156,8 +183,6 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         with outdir.claim(out_dir, ev.out_entry(outdir.absolute(out_dir)), "opgen eval"):
             _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, replicas, replica_gpus,
                       replica_cpus, ray_num_cpus, chunk_rows, no_score)
-    except outdir.OutputError as exc:
-        raise click.ClickException(str(exc)) from None
     except (KeyboardInterrupt, outdir.Terminated) as exc:
         term = isinstance(exc, outdir.Terminated)
         click.echo(f"{'terminated' if term else 'interrupted'}; the rows answered so far are in {out_dir} "
@@ -169,7 +194,7 @@ def _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, re
               replica_cpus, ray_num_cpus, chunk_rows, no_score) -> None:
     """Under the lock on --out: every model, then the sweep."""
     if executor == "ray":
-        from opgen.infer.ray_executor import RayOptions
+        from opgen.distributed.ray_executor import RayOptions
 
         results = _eval_ray(models, names, data_files, out_dir, cfg,
                             RayOptions(address=ray_address, replicas=replicas, replica_gpus=replica_gpus,
@@ -236,23 +261,21 @@ def _eval_local(model, name, data_files, out_dir, cfg) -> dict:
 
 
 def _eval_ray(models, names, data_files, out_dir, cfg, opts) -> list[dict]:
-    from opgen.infer import distributed
+    from opgen.distributed import driver
+    from opgen.distributed.ray_executor import RayPool
     from opgen.infer import evaluate as ev
-    from opgen.infer.base import BackendError
-    from opgen.infer.ray_executor import RayError, RayPool
-    from opgen.infer.run import DataError, LogError
+    from opgen.infer.run import DataError
     from opgen.score.report import ScoreInputError
 
     pool = None
     try:
         pool = RayPool(cfg.backend, cfg.engine, opts, openai=cfg.openai)
-        results, report = distributed.evaluate_sweep(models, names, data_files, out_dir, cfg, pool,
+        results, report = driver.evaluate_sweep(models, names, data_files, out_dir, cfg, pool,
                                                      chunk_rows=opts.chunk_rows, depth=opts.depth)
     except DataError as exc:
         raise click.BadParameter(str(exc), param_hint="--data") from None
-    except (BackendError, LogError, ev.ConfigMismatch, RayError, distributed.AllReplicasLost,
-            distributed.InjectedFault) as exc:
-        raise click.ClickException(str(exc)) from None
+    # BackendError, LogError, ConfigMismatch, RayError, AllReplicasLost, InjectedFault: exit 1 with
+    # their message (cli/__init__.py)
     except ScoreInputError as exc:
         raise click.ClickException(f"scoring failed: {exc}") from None
     finally:
@@ -269,14 +292,15 @@ def _eval_ray(models, names, data_files, out_dir, cfg, opts) -> list[dict]:
 
 
 def _openai_options(backend, base_urls, api_key_env, concurrency, request_timeout, retries):
-    if backend != "openai":
+    if not registry.backend_spec(backend).servers:
         if base_urls:
-            raise click.UsageError("--base-url is for --backend openai")
+            servers = tuple(s.name for s in registry.SPECS.values() if s.servers)
+            raise click.UsageError(f"--base-url is for --backend {' or '.join(servers)}")
         return None
     from opgen.infer.openai_backend import OpenAIOptions
 
     if not base_urls:
-        raise click.UsageError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        raise click.UsageError(f"--backend {backend} needs --base-url (e.g. http://127.0.0.1:8000/v1)")
     try:
         return OpenAIOptions(base_urls=tuple(base_urls), api_key_env=api_key_env, concurrency=concurrency,
                              timeout_s=request_timeout, retries=retries)
@@ -291,7 +315,6 @@ def _check_replay(models, data_files, limit, decomposed) -> None:
     from opgen.infer import decomposed as decomp
     from opgen.infer import evaluate as ev
     from opgen.infer import replay
-    from opgen.infer.base import BackendError
     from opgen.infer.run import DataError, read_rows
 
     data = []
@@ -303,10 +326,7 @@ def _check_replay(models, data_files, limit, decomposed) -> None:
         except DataError as exc:
             raise click.BadParameter(str(exc), param_hint="--data") from None
     for model in models:
-        try:
-            replay.check_source(model, data)
-        except BackendError as exc:  # exit 1, as when the same problem surfaces mid-run
-            raise click.ClickException(str(exc)) from None
+        replay.check_source(model, data)  # a BackendError: exit 1, as when the same problem surfaces mid-run
 
 
 def _key_values(pairs: tuple[str, ...], option: str) -> dict[str, object]:
@@ -332,8 +352,9 @@ def _engine_args(pairs: tuple[str, ...], backend: str) -> tuple[tuple[str, objec
     """``--engine-arg`` pairs, sorted by key."""
     from opgen.infer.vllm_backend import check_engine_args
 
-    if pairs and backend != "vllm":
-        raise click.BadParameter(f"applies to --backend vllm only (this run: {backend})", param_hint="--engine-arg")
+    if pairs and "--engine-arg" not in registry.backend_spec(backend).options:
+        raise click.BadParameter(f"applies to --backend {_phrase(registry.accepting('--engine-arg'))} (this run: "
+                                 f"{backend})", param_hint="--engine-arg")
     out = _key_values(pairs, "--engine-arg")
     try:
         check_engine_args(out)
@@ -346,9 +367,9 @@ def _template_kwargs(pairs: tuple[str, ...], backend: str) -> tuple[tuple[str, o
     """``--chat-template-kwarg`` pairs, sorted by key."""
     from opgen.infer.base import check_chat_template_kwargs
 
-    if pairs and backend not in ("vllm", "hf", "openai"):
-        raise click.BadParameter(f"applies to --backend vllm, hf and openai (this run: {backend})",
-                                 param_hint="--chat-template-kwarg")
+    if pairs and "--chat-template-kwarg" not in registry.backend_spec(backend).options:
+        raise click.BadParameter(f"applies to --backend {_phrase(registry.accepting('--chat-template-kwarg'))} "
+                                 f"(this run: {backend})", param_hint="--chat-template-kwarg")
     out = _key_values(pairs, "--chat-template-kwarg")
     try:
         check_chat_template_kwargs(out)

@@ -175,9 +175,6 @@ def _write(out_dir: Path, result, plots: bool) -> list[Path]:
     def own(name: str) -> bool:
         return name.startswith("fit") and name.endswith((".json", ".csv", ".png"))
 
-    try:
-        with outdir.committed(out_dir, own, "opgen fit", "fit.json") as stage:
-            written = Rp.write(stage, result, plots=plots)
-    except outdir.OutputError as exc:
-        raise click.ClickException(str(exc)) from None
+    with outdir.committed(out_dir, own, "opgen fit", "fit.json") as stage:  # OutputError: exit 1 (cli/__init__.py)
+        written = Rp.write(stage, result, plots=plots)
     return [outdir.absolute(out_dir) / p.relative_to(stage) for p in written]

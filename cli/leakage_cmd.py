@@ -99,10 +99,7 @@ def leakage(paths: tuple[str, ...], heldout_ops: str, report_path: Path | None, 
             click.echo(f"leakage: read {done}/{total} files ({path}: {rows:,} rows, {elapsed:.1f} s)", err=True)
             sys.stderr.flush()
 
-    try:
-        report = L.check_files(train, against, held, progress=tell)
-    except L.LeakageInputError as exc:
-        raise click.ClickException(str(exc)) from None
+    report = L.check_files(train, against, held, progress=tell)  # LeakageInputError: exit 1 (cli/__init__.py)
     _print(report)
     if report_path is not None:
         try:

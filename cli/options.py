@@ -53,12 +53,12 @@ def executor(help: str) -> Callable[[F], F]:
 
 
 def ray_address() -> Callable[[F], F]:
-    """``--ray-address``: the cluster to join (opgen.infer.ray_executor.RayOptions.address)."""
+    """``--ray-address``: the cluster to join (opgen.distributed.ray_executor.RayOptions.address)."""
     return click.option("--ray-address", default=None, help=RAY_ADDRESS_HELP)
 
 
 def ray_num_cpus() -> Callable[[F], F]:
-    """``--ray-num-cpus``: CPUs of a local cluster (opgen.infer.ray_executor.RayOptions.num_cpus)."""
+    """``--ray-num-cpus``: CPUs of a local cluster (opgen.distributed.ray_executor.RayOptions.num_cpus)."""
     return click.option("--ray-num-cpus", type=click.IntRange(min=1), default=None, help=RAY_NUM_CPUS_HELP)
 
 

@@ -48,8 +48,6 @@ def push(build_dir: Path, repo_id: str, private: bool, revision: str | None, dry
             return
         result = hub.push(build_dir, repo_id, private=private, revision=revision,
                           license=license_, pretty_name=pretty_name)
-    except hub.HubError as exc:
-        raise click.ClickException(str(exc)) from None
     except OSError as exc:  # a full disk or read-only target for --dry-run; the tree is never half there
         from opgen.files import describe_os_error
 

@@ -56,7 +56,7 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
     """
     from opgen import outdir
     from opgen.score.metrics import MetricDefs
-    from opgen.score.report import ScoreInputError, score_files
+    from opgen.score.report import score_files
     from opgen.score.sandbox import Sandbox, SandboxError, allow_weak_for_this_process
 
     if allow_weak_sandbox:
@@ -71,16 +71,12 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
     outdir.install_sigterm()
     try:
         if executor == "ray":
-            from opgen.infer.ray_executor import RayError, RayOptions, RaySandbox
+            from opgen.distributed.ray_executor import RayOptions, RaySandbox
 
-            try:
-                # RaySandbox serves the part of Sandbox's interface that score_files uses (workers, level,
-                # run_units, close); score_files is typed with the local Sandbox.
-                box = cast(Sandbox, RaySandbox(workers, timeout_s, RayOptions(address=ray_address,
-                                                                               num_cpus=ray_num_cpus),
-                                               actors=sandbox_actors))
-            except RayError as exc:
-                raise click.ClickException(str(exc)) from None
+            # RaySandbox serves the part of Sandbox's interface that score_files uses (workers, level,
+            # run_units, close); score_files is typed with the local Sandbox. A RayError: exit 1 (cli/__init__.py).
+            box = cast(Sandbox, RaySandbox(workers, timeout_s, RayOptions(address=ray_address, num_cpus=ray_num_cpus),
+                                           actors=sandbox_actors))
         summary = score_files(data, responses, out, mode=mode, workers=workers, policy=policy, group=group,
                               timeout_s=timeout_s, plots=not no_plots, namespace=namespace,
                               distance_edges=edges, sandbox=box, static=not no_static, processes=grade_processes,
@@ -91,11 +87,9 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
             if isinstance(exc, outdir.SignalAfterCommit) else "is as it was before this score"
         click.echo(f"{'terminated' if term else 'interrupted'}; {out} {kept}", err=True)
         ctx.exit(outdir.exit_code(exc))
-    except ScoreInputError as exc:
-        raise click.ClickException(str(exc)) from None
     except SandboxError as exc:
         raise click.ClickException(f"sandbox failure: {exc}") from None
-    except OSError as exc:  # reading the inputs (writing is ScoreOutputError, above)
+    except OSError as exc:  # reading the inputs (writing is ScoreOutputError: exit 1, cli/__init__.py)
         from opgen.files import describe_os_error
 
         raise click.ClickException(describe_os_error(exc)) from None

@@ -39,7 +39,6 @@ def serve(host: str, port: int, max_batch: int, max_body_mb: int, max_response_c
     except ImportError as exc:
         raise click.ClickException(f"opgen serve needs the serve extra (pip install 'opgen[serve]'): {exc}") \
             from None
-    from opgen.score.sandbox import SandboxError
     from opgen.serve import Limits, run
 
     limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_response_chars=max_response_chars,
@@ -47,11 +46,8 @@ def serve(host: str, port: int, max_batch: int, max_body_mb: int, max_response_c
     curriculum = None
     if curriculum_file is not None:
         curriculum = _curriculum(curriculum_file, curriculum_log)
-    try:
-        run(host, port, limits, allow_weak_sandbox=True if allow_weak_sandbox else None, log_level=log_level,
-            curriculum=curriculum)
-    except SandboxError as exc:
-        raise click.ClickException(str(exc)) from None
+    run(host, port, limits, allow_weak_sandbox=True if allow_weak_sandbox else None, log_level=log_level,
+        curriculum=curriculum)  # a SandboxError: exit 1 with its message (cli/__init__.py)
 
 
 def _curriculum(path: str, log_path: str | None):

@@ -43,19 +43,24 @@ import pyarrow as pa
 from opgen import content, formats, leakage, ops, outdir, write
 from opgen import expr as E
 from opgen import manifest as M
+from opgen.errors import USAGE, OpgenError
 from opgen.generate import Generator, GeneratorError
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
 from opgen.rows import Facts, RowBuffer, RowSpec
 from opgen.splits import compounds as C
 
 
-class BuildError(RuntimeError):
+class BuildError(RuntimeError, OpgenError):
     """A build that cannot finish (constraints that cannot be met, leakage); nothing final is written."""
 
+    exit_code = 1
 
-class OnlyError(BuildError):
+
+class OnlyError(BuildError, OpgenError):
     """``only`` (``--only``) cannot be honoured: it names no split of the recipes, or the output holds
     a build of other recipes, seed or limit that it would update in place."""
+
+    exit_code = USAGE
 
 
 class SignalAfterSwap:
@@ -430,7 +435,7 @@ def _run(pool: Any, fn: Callable[[Any], Any], args: Sequence[Any], bar: Any, map
     With ``sizes``, the pool is handed the largest first (the longest-processing-time rule: the
     eval suite's two chain splits are half its work; in build order one worker ended last with
     a chain split alone). The results come back in ``args``' order either way."""
-    if mapper is not None:  # another executor runs the shards (opgen.infer.ray_executor.BuildMapper)
+    if mapper is not None:  # another executor runs the shards (opgen.distributed.ray_executor.BuildMapper)
         return list(mapper(fn, list(args), bar))
     if pool is None:
         return [fn(a) for a in args]

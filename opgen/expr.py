@@ -19,16 +19,22 @@ from dataclasses import dataclass
 from typing import Literal, Union, overload
 
 from opgen import ops
+from opgen.errors import USAGE, OpgenError
 
 ParamValue = ops.ParamValue
 
 
-class ExprError(ValueError):
+class ExprError(ValueError, OpgenError):
     """Source text that is not an expression of the grammar, or a tree that breaks it."""
 
+    exit_code = USAGE
 
-class OutputTooLong(ValueError):
+
+class OutputTooLong(ValueError, OpgenError):
     """An intermediate or final value exceeded the length limit given to ``evaluate``."""
+
+    exit_code = 1
+
 
     def __init__(self, length: int, limit: int):
         super().__init__(f"value of {length} characters exceeds the limit of {limit}")

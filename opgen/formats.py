@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, Union
 
 from opgen import expr as E
 from opgen import ops
+from opgen.errors import OpgenError
 from opgen.tasks import Item
 
 
@@ -57,8 +58,8 @@ if _jstr is None:  # pragma: no cover
     from json.encoder import py_encode_basestring as _jstr
 
 
-class FormatError(ValueError):
-    pass
+class FormatError(ValueError, OpgenError):
+    exit_code = 1
 
 
 def prompt_spec(prompt_format: str) -> PromptFormat:

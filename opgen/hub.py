@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from opgen import card
+from opgen.errors import OpgenError
 from opgen.hubplan import BuildFile, Plan, Split
 
 MANIFEST = "manifest.json"
@@ -37,9 +38,11 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 _CHUNK = 1 << 20
 
 
-class HubError(Exception):
+class HubError(OpgenError):
     """A build that cannot be published as it is, or a push that failed; the message names the file
     or field at fault."""
+
+    exit_code = 1
 
 
 class MissingToken(HubError):

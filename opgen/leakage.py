@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from opgen import ops
+from opgen.errors import OpgenError
 
 KINDS = ("program", "prompt", "heldout_composed")
 _EXAMPLES = 5
@@ -131,8 +132,10 @@ def describe(report: dict) -> list[str]:
 # meet the rule by construction (opgen.rng.input_side); this check is the independent confirmation.
 
 
-class LeakageInputError(ValueError):
+class LeakageInputError(ValueError, OpgenError):
     """A path that is not a readable build folder or parquet file of rows; the message names it."""
+
+    exit_code = 1
 
 
 @dataclass

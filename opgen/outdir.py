@@ -40,13 +40,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from opgen.errors import OpgenError
+
 LOCK_SUFFIX = ".opgen-lock"
 NEW_INFIX = ".opgen-new-"
 OLD_INFIX = ".opgen-old-"
 
 
-class OutputError(RuntimeError):
+class OutputError(RuntimeError, OpgenError):
     """The output directory cannot be used (locked, foreign, not writable, too little space)."""
+
+    exit_code = 1
 
 
 class Terminated(BaseException):

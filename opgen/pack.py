@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from opgen.errors import OpgenError
 from opgen.rng import Rng
 from opgen.tasks import Task
 
@@ -28,8 +29,10 @@ from opgen.tasks import Task
 _ATTEMPTS = 64
 
 
-class PackError(ValueError):
+class PackError(ValueError, OpgenError):
     """A packing that cannot be done: widths that cannot sum to the count, too few distinct operators."""
+
+    exit_code = 1
 
 
 class WidthError(PackError):

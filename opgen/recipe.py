@@ -17,6 +17,7 @@ import yaml
 
 from opgen import formats, ops, schemacheck
 from opgen import generate as G
+from opgen.errors import USAGE, OpgenError
 from opgen.resources import recipe_path, resource_dir, schema_path
 
 SPLIT_DEFAULTS: dict[str, Any] = {
@@ -45,8 +46,10 @@ def check_data_source(template: str) -> str | None:
     return None
 
 
-class RecipeError(ValueError):
+class RecipeError(ValueError, OpgenError):
     """A recipe that cannot be built; the message starts with ``<file>: <path>:``."""
+
+    exit_code = USAGE
 
 
 @dataclass(frozen=True)

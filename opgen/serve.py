@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from opgen.errors import OpgenError
 from opgen.integrations.common import AdapterError
 
 SETTINGS = ("policy", "group", "mode", "namespace")
@@ -45,7 +46,9 @@ class Limits:
     task_cache: int = 32  # built /tasks prefixes kept (recipe, split, seed, options)
 
 
-class HTTPError(Exception):
+class HTTPError(OpgenError):
+    exit_code = 1
+
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from opgen import ops
+from opgen.errors import OpgenError
 from opgen.manifest import length_stats
 
 
@@ -39,8 +40,10 @@ def _split(paths: list[Path]) -> dict | None:
         return None
 
 
-class StatsError(ValueError):
+class StatsError(ValueError, OpgenError):
     """A file stats cannot read (not parquet, not verl rows); the message names it."""
+
+    exit_code = 1
 
 
 def _collect_file(path: Path, counts: dict, lengths: list, n: int) -> int:

@@ -60,7 +60,8 @@ def model_records(model_dir: Path, metrics: Mapping, decomposed: bool = False) -
     return records
 
 
-def _correct(rec: Mapping) -> bool:
+def correct(rec: Mapping) -> bool:
+    """Whether a scores record is a correct answer (accuracy 1); the sweep and the fit count these."""
     return float(rec.get("acc", 0.0)) >= 1.0
 
 
@@ -69,20 +70,20 @@ def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
     intervals), the arity-error and chimera rates over recall blocks, truncations, decomposed accuracy."""
     recs = model_records(model_dir, metrics)
     row: dict = {"model": name, "step": checkpoint_step(name),
-                 "overall": _proportion(sum(map(_correct, recs)), len(recs)), "by_split": {}, "by_depth": {}}
+                 "overall": _proportion(sum(map(correct, recs)), len(recs)), "by_split": {}, "by_depth": {}}
     for key, field in (("by_split", "split"), ("by_depth", "depth")):
         groups: dict = {}
         for r in recs:
             if field == "depth" and not (isinstance(r.get("depth"), int) and r["depth"] >= 0):
                 continue
-            groups.setdefault(r[field], []).append(_correct(r))
+            groups.setdefault(r[field], []).append(correct(r))
         row[key] = {str(k): _proportion(sum(v), len(v)) for k, v in sorted(groups.items())}
     # Depth columns per data file: depth 4 of held-out trees and depth 4 of train-operator chains
     # are different quantities, so pooled depth columns exist only when one data file was scored.
     per_data: dict = {}
     for r in recs:
         if isinstance(r.get("depth"), int) and r["depth"] >= 0:
-            per_data.setdefault(r["data"], {}).setdefault(r["depth"], []).append(_correct(r))
+            per_data.setdefault(r["data"], {}).setdefault(r["depth"], []).append(correct(r))
     row["by_data_depth"] = {dn: {str(d): _proportion(sum(v), len(v)) for d, v in sorted(g.items())}
                             for dn, g in sorted(per_data.items())}
     if len({r["data"] for r in recs}) > 1:
@@ -97,11 +98,11 @@ def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
     for r in evals:
         scope = r.get("scope") or scope_of(r.get("ops"))
         for k in ((scope, "total") if scope in ("id", "ood") else ("total",)):
-            scoped[k].append(_correct(r))
+            scoped[k].append(correct(r))
             scope_files[k][r["data"]] = scope_files[k].get(r["data"], 0) + 1
     row["scope"] = {k: {**_proportion(sum(v), len(v)), "files": dict(sorted(scope_files[k].items()))}
                     for k, v in scoped.items()}
-    plain = [_correct(r) for r in evals if r.get("degenerate") is False]
+    plain = [correct(r) for r in evals if r.get("degenerate") is False]
     row["non_degenerate"] = _proportion(sum(plain), len(plain))
     from opgen.score.metrics import arity_by_distance
 
@@ -114,7 +115,7 @@ def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
         prs = [r for r in recs if r["data"] == dn]
         conds: dict = {}
         for r in prs:
-            conds.setdefault(str(r.get("condition") or ""), []).append(_correct(r))
+            conds.setdefault(str(r.get("condition") or ""), []).append(correct(r))
         row["probes"][dn] = {"rows": len(prs),
                              "by_condition": {c: _proportion(sum(v), len(v)) for c, v in sorted(conds.items())},
                              "arity_by_distance": arity_by_distance(prs, drift_call=drift), **arity_rates(prs)}
@@ -130,7 +131,7 @@ def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
     cut = sum(e["generation"]["truncated_samples"] for e in metrics["data"].values())
     row["truncated_rate"] = cut / samples if samples else None
     dec = model_records(model_dir, metrics, decomposed=True)
-    row["decomposed"] = _proportion(sum(map(_correct, dec)), len(dec)) if dec else None
+    row["decomposed"] = _proportion(sum(map(correct, dec)), len(dec)) if dec else None
     return row
 
 
@@ -315,10 +316,11 @@ def _finish(fig, ax, ylabel: str, title: str, path: Path) -> Path:
     ax.legend(fontsize=8)
     ax.set_title(title)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
-def _save(fig, path: Path) -> Path:
+def save_png(fig, path: Path) -> Path:
+    """Write a matplotlib figure as a PNG, atomically and byte-stable (no version stamp); closes it."""
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()

@@ -34,14 +34,17 @@ from typing import Any
 
 from opgen import content
 from opgen import manifest as M
+from opgen.errors import USAGE, OpgenError
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-class VerifyError(ValueError):
+class VerifyError(ValueError, OpgenError):
     """DIR is not a build verify can rebuild (no manifest, a malformed field, no resolved recipe);
     the message names the file and the field."""
+
+    exit_code = USAGE
 
 
 @dataclass(frozen=True)

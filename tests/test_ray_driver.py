@@ -11,7 +11,7 @@ import pytest
 import tiny_model as tm
 
 from opgen import expr
-from opgen.infer import distributed as dist
+from opgen.distributed import driver as dist
 from opgen.infer.base import EngineOptions, Sampling
 from opgen.infer.chunks import CHUNKS_DIR, ChunkStore, make_chunks, row_cost
 from opgen.infer.evaluate import EvalConfig, evaluate_model

@@ -108,7 +108,7 @@ def test_two_replicas_equal_the_local_run(setup):
 
 
 def test_a_replica_killed_after_its_first_chunk_changes_nothing(setup, monkeypatch):
-    from opgen.infer.distributed import FAULT_ENV
+    from opgen.distributed.driver import FAULT_ENV
 
     monkeypatch.setenv(FAULT_ENV, "kill-replica-after:1")
     out = setup["work"] / "killed"
@@ -120,8 +120,8 @@ def test_a_replica_killed_after_its_first_chunk_changes_nothing(setup, monkeypat
 
 
 def test_a_stopped_sweep_resumed_on_one_replica_gives_the_same_files(setup, monkeypatch):
+    from opgen.distributed.driver import FAULT_ENV
     from opgen.infer.chunks import CHUNKS_DIR
-    from opgen.infer.distributed import FAULT_ENV
 
     out = setup["work"] / "resumed"
     monkeypatch.setenv(FAULT_ENV, "abort-after:3")
@@ -218,7 +218,7 @@ def test_the_static_path_applies_with_sandbox_actors():
     """RaySandbox carries its actors' limits, so programs of library code are graded statically
     under --executor ray as they are locally (without them static.applies was always false)."""
     tm.require("ray")
-    from opgen.infer.ray_executor import RayOptions, RaySandbox
+    from opgen.distributed.ray_executor import RayOptions, RaySandbox
     from opgen.score import static as S
     from opgen.score.sandbox import Sandbox
 
@@ -271,7 +271,7 @@ def test_a_shard_whose_worker_always_dies_is_a_named_error(tmp_path, monkeypatch
 
 
 def test_losing_the_only_replica_before_any_chunk_says_nothing_is_stored(setup, monkeypatch):
-    from opgen.infer.distributed import FAULT_ENV
+    from opgen.distributed.driver import FAULT_ENV
 
     monkeypatch.setenv(FAULT_ENV, "kill-replica-after:0")
     res = _ray(setup, setup["work"] / "none", "--no-score", replicas=1)

@@ -9,6 +9,11 @@ plots), ``pipeline`` (the whole job). scipy is imported only inside this package
 
 from __future__ import annotations
 
+from opgen.errors import USAGE, OpgenError
 
-class FitInputError(ValueError):
+
+class FitInputError(ValueError, OpgenError):
     """Input a fit cannot use: the message names the file, field or row."""
+
+    exit_code = USAGE
+

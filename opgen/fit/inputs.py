@@ -272,7 +272,7 @@ def _token_sums(data: dict) -> dict[str, list]:
 
 def _read_checkpoint(model_dir: Path, run: str, seed: int, step: int, cluster_by: str, obs: Observations,
                      ops_cache: dict) -> dict:
-    from opgen.sweep import _correct, model_records
+    from opgen.sweep import correct, model_records
 
     mpath, metrics, data = _read_metrics(model_dir, obs)
     try:
@@ -287,7 +287,7 @@ def _read_checkpoint(model_dir: Path, run: str, seed: int, step: int, cluster_by
         if not isinstance(rec.get("index"), int) or not isinstance(rec.get("acc"), (int, float)):
             raise FitInputError(f"{where(rec)}: a scores.jsonl line needs an integer 'index' and a numeric 'acc'")
         cluster = _cluster_of(rec, cluster_by, mpath, data, where, obs, ops_cache)
-        obs.add((str(rec["split"]), run, seed, step, None, cluster), int(_correct(rec)), 1)
+        obs.add((str(rec["split"]), run, seed, step, None, cluster), int(correct(rec)), 1)
     return _token_sums(data)
 
 

@@ -102,7 +102,7 @@ def write(out: Path, result: Mapping, plots: bool = True) -> list[Path]:
     fit.json again with the plots listed. A plot that cannot be drawn (no matplotlib, a curve with a
     parameter that is not a finite number, any plotting error) costs one line in ``warnings``, never
     the results. Returns the paths written; ``result["warnings"]`` gains the plot notes."""
-    from opgen.sweep import _write_atomic
+    from opgen.files import atomic_write_bytes as _write_atomic
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -176,7 +176,7 @@ def plot_all(result: Mapping, out: Path, notes: list[str] | None = None) -> list
 def _plot_curves(result: Mapping, split: str, sp: Mapping, path: Path, notes: list[str]) -> Path:
     import matplotlib.pyplot as plt
 
-    from opgen.sweep import _save
+    from opgen.sweep import save_png as _save
 
     forms = list(result["forms"])
     ref = result["compute"]["log10_c_ref"]
@@ -242,7 +242,7 @@ def _errbar(p: Mapping) -> tuple[float, float]:
 def _plot_levels(split: str, sp: Mapping, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    from opgen.sweep import _save
+    from opgen.sweep import save_png as _save
 
     across = sp["across"]
     keys = [k for k in across if k.endswith("_vs_loss") and "exp_fit" in across[k]]
@@ -282,7 +282,7 @@ def _plot_levels(split: str, sp: Mapping, path: Path) -> Path:
 def _plot_slopes(split: str, sp: Mapping, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    from opgen.sweep import _save
+    from opgen.sweep import save_png as _save
 
     a = sp["across"]["B_vs_log10_tokens"]
     runs = {r["run"]: r for r in sp["runs"]}

@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opgen import ops, schemacheck
+from opgen.errors import OpgenError
 from opgen.rng import LOWERCASE, Rng, input_side, side_of
 from opgen.tasks import Item
 
 
-class GeneratorError(ValueError):
+class GeneratorError(ValueError, OpgenError):
     """A split whose options are wrong or whose constraints cannot be met; the message names where."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,17 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-BACKENDS = ("vllm", "hf", "replay", "openai")
+from opgen.errors import OpgenError
 
 # finish reasons every backend reports, in vLLM's words
 STOP = "stop"
 LENGTH = "length"
 
 
-class BackendError(RuntimeError):
+class BackendError(RuntimeError, OpgenError):
     """A backend could not be started or could not answer (missing package, bad model dir, ...)."""
+
+    exit_code = 1
 
 
 class PartialGeneration(BackendError):

@@ -15,6 +15,7 @@ import re
 
 from opgen import expr
 from opgen import formats as F
+from opgen.errors import OpgenError
 from opgen.infer.base import LENGTH, STOP, Generation, Request, Sampling
 from opgen.infer.run import Plan, Row
 
@@ -25,8 +26,8 @@ RECALL_STOP = ("\n" + _RECALL_HEADER.split("{", 1)[0], "\n" + _ASSEMBLE_HEADER)
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
-class NotAProgramRow(ValueError):
-    pass
+class NotAProgramRow(ValueError, OpgenError):
+    exit_code = 1
 
 
 def tasks_of(ground_truth: str) -> list[dict]:

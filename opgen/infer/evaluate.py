@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from opgen._version import __version__
+from opgen.errors import OpgenError
 from opgen.infer import decomposed as decomp
-from opgen.infer.backends import make_backend
+from opgen.infer.backends import backend_spec, make_backend
 from opgen.infer.base import Backend, EngineOptions, Sampling
 from opgen.infer.run import SUMMARY_FIELDS, Plan, plain_plan, read_log, read_rows, run, summarize_log
 
@@ -28,8 +29,10 @@ if TYPE_CHECKING:
     from opgen.score.metrics import MetricDefs
 
 
-class ConfigMismatch(ValueError):
+class ConfigMismatch(ValueError, OpgenError):
     """--resume with settings that differ from the ones the existing generations were made with."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -127,9 +130,10 @@ def begin_pass(model_dir: Path, model: Path, data: Path, suffix: str, cfg: EvalC
 
 
 def loop_batch_size(cfg: EvalConfig) -> int:
-    """Rows per backend call. transformers works through its sub-batches one by one anyway:
-    flushing after each costs nothing and keeps resume and progress fine-grained."""
-    return min(cfg.batch_size, cfg.engine.batch_size) if cfg.backend == "hf" else cfg.batch_size
+    """Rows per backend call. A backend with an engine batch (transformers) works through its
+    sub-batches one by one anyway: flushing after each costs nothing and keeps resume and progress
+    fine-grained."""
+    return min(cfg.batch_size, cfg.engine.batch_size) if backend_spec(cfg.backend).engine_batch else cfg.batch_size
 
 
 def pass_result(gen_path: Path, rows, stats) -> tuple[dict, set[int] | None]:

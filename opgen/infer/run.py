@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from opgen import outdir
+from opgen.errors import USAGE, OpgenError
 from opgen.infer.base import (
     LENGTH,
     Backend,
@@ -35,12 +36,16 @@ from opgen.infer.base import (
 )
 
 
-class DataError(ValueError):
+class DataError(ValueError, OpgenError):
     """A data file that is not in the rows contract (names the file and row)."""
 
+    exit_code = USAGE
 
-class LogError(ValueError):
+
+class LogError(ValueError, OpgenError):
     """A generations file that cannot be resumed (names the file and line)."""
+
+    exit_code = 1
 
 
 class RowsFailed(BackendError):

@@ -11,13 +11,17 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opgen.errors import OpgenError
+
 # What an adapter forwards to the scorer, and nothing else: a trainer's own keyword arguments
 # (TRL passes trainer_state, completion_ids ...) never reach it.
 SETTINGS = ("policy", "group", "mode", "namespace", "static", "allow_weak_sandbox")
 
 
-class AdapterError(ValueError):
+class AdapterError(ValueError, OpgenError):
     """A row or completion an adapter cannot grade; the message names the row and field."""
+
+    exit_code = 1
 
 
 def ground_truth_of(row: Mapping, where: str = "row") -> str | dict:

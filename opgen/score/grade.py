@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from opgen import formats as F
+from opgen.errors import OpgenError
 from opgen.score import diagnose as D
 from opgen.score import parse as P
 from opgen.score import static as S
@@ -31,8 +32,10 @@ ERRORS = ("", "no_answer", "wrong_output", "syntax", "missing_name", "missing_im
 NAMESPACES = D.NAMESPACES
 
 
-class GroundTruthError(ValueError):
+class GroundTruthError(ValueError, OpgenError):
     """A ground truth that is not the contract's JSON (names the missing or malformed field)."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)

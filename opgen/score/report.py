@@ -17,14 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from opgen.errors import OpgenError
 from opgen.score import metrics as M
 from opgen.score.batch import Item, grade_many
 from opgen.score.grade import ERRORS, GroundTruthError, load_truth
 from opgen.score.sandbox import Sandbox
 
 
-class ScoreInputError(ValueError):
+class ScoreInputError(ValueError, OpgenError):
     """An input file the scorer cannot use; the message names the file and the line, row or field."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from pathlib import Path
 from types import CodeType
 from typing import Any, Generic, TypeVar
 
+from opgen.errors import OpgenError
 from opgen.score import worker as wire
 from opgen.score.cache import BoundedCache
 
@@ -85,8 +86,10 @@ class Result:
         return self.status == "ok"
 
 
-class SandboxError(RuntimeError):
+class SandboxError(RuntimeError, OpgenError):
     """The sandbox itself failed (a worker could not start); never a verdict on model code."""
+
+    exit_code = 1
 
 
 # Model code has always been compiled with postponed annotations (the worker's own future flag);
@@ -280,36 +283,103 @@ def _shared_const(value: Any, canon: dict) -> object:
     return canon.setdefault(key, value)
 
 
-# Every mechanism a worker can report is in MECHANISMS (worker.py); the strongest isolation needs
-# all of these (``userns`` stands for ``uid_drop`` where the scorer is not root: see worker.py).
-_FULL = ("pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp", "zygote", "freshpidns",
-         "imports")
+# ------------------------------------------------------------------ isolation mechanisms (their one home)
+#
+# One frozen description per mechanism a worker can report (worker.MECHANISMS, the wire's list): what
+# ``full`` isolation needs of it and what is unprotected without it. The level, the refusal, the
+# warning and docs/scoring.md read these; tests/test_isolation_registry.py ties the registry to the
+# wire (every mechanism the worker reports is described, in the hello's order).
 
-# What is unprotected without each mechanism (the refusal, the warning and docs/scoring.md say it).
-RISKS = {
-    "uid": "model code runs as the scorer's own uid: it can read, write and delete every file the account "
-           "can reach and signal the account's processes (the scorer is made non-dumpable, so /proc/<pid>/mem "
-           "and ptrace of it stay closed)",
-    "pidns": "processes a program forks or detaches can outlive its request (and, under a shared uid, kill "
-             "later responses' children)",
-    "netns": "model code has the machine's network",
-    "ipcns": "SysV IPC and POSIX message queues are the machine's: data parked there can outlive the scorer",
-    "utsns": "model code shares the machine's host name",
-    "mountns": "model code sees the machine's files: data and answer files, /proc of other processes, and "
-               "opgen's own operators, which it can import to pass without defining any",
-    "chroot": "model code sees the machine's files: data and answer files, /proc of other processes, and "
-              "opgen's own operators, which it can import to pass without defining any",
-    "worktmpfs": "the work directory is on the machine's disk, executable, with no inode cap; what a response "
-                 "leaves is removed by a walk, not by unmounting",
-    "seccomp": "execve, sockets, SysV IPC, ptrace, process_vm_readv/writev and namespace or mount calls are "
-               "not refused (a binary written by the program can run; shared memory can pass answers between "
-               "responses where no IPC namespace is in force)",
-    "zygote": "children fork from the worker, whose memory holds earlier responses' code and results",
-    "freshpidns": "consecutive responses share one PID namespace: pid numbers carry bits from one to the next, "
-                  "and what a program forks is removed by signalling, not with its namespace",
-    "imports": "model code can import every module the sandbox loaded (ctypes, gc, marshal, os, signal...), "
-               "not only the documented allowlist",
-}
+
+@dataclass(frozen=True)
+class Mechanism:
+    """One isolation mechanism. ``need``: the requirement of ``full`` it meets (its own name, or a
+    name shared by alternatives: ``uid`` is met by ``uid_drop`` or ``userns``); ``None`` when
+    ``full`` does not need it. ``risk``: what is unprotected when no mechanism meeting ``need`` is in
+    force (required with ``need``; alternatives state the same text). ``in_level``: named in
+    ``partial(...)`` (``nondumpable`` hardens the worker, not the child, and is not)."""
+
+    name: str
+    need: str | None
+    risk: str = ""
+    in_level: bool = True
+
+
+ISOLATION: dict[str, Mechanism] = {}
+FULL_NEEDS: tuple[str, ...] = ()  # what ``full`` needs, in registry order (``uid`` first)
+RISKS: dict[str, str] = {}  # need -> what is unprotected without it (a view of ISOLATION)
+
+
+def _sync_isolation() -> None:
+    global FULL_NEEDS
+    needs: dict[str, str] = {}
+    for m in ISOLATION.values():
+        if m.need is not None:
+            needs.setdefault(m.need, m.risk)
+    FULL_NEEDS = tuple(needs)
+    RISKS.clear()
+    RISKS.update(needs)
+
+
+def register_mechanism(spec: Mechanism) -> Mechanism:
+    """Describe an isolation mechanism (a name taken raises): the level, the refusal and the
+    warning then read it."""
+    if spec.name in ISOLATION:
+        raise ValueError(f"isolation mechanism {spec.name!r} is already registered")
+    if spec.need is not None:
+        if not spec.risk:
+            raise ValueError(f"isolation mechanism {spec.name!r}: a mechanism 'full' needs states its risk")
+        other = RISKS.get(spec.need)
+        if other is not None and other != spec.risk:
+            raise ValueError(f"isolation mechanism {spec.name!r}: need {spec.need!r} already has another risk text")
+    ISOLATION[spec.name] = spec
+    _sync_isolation()
+    return spec
+
+
+def unregister_mechanism(name: str) -> None:
+    if name not in ISOLATION:
+        raise ValueError(f"unknown isolation mechanism {name!r}")
+    del ISOLATION[name]
+    _sync_isolation()
+
+
+_FILES = ("model code sees the machine's files: data and answer files, /proc of other processes, and "
+          "opgen's own operators, which it can import to pass without defining any")
+_UID = ("model code runs as the scorer's own uid: it can read, write and delete every file the account "
+        "can reach and signal the account's processes (the scorer is made non-dumpable, so /proc/<pid>/mem "
+        "and ptrace of it stay closed)")
+for _m in (
+    # ``userns`` stands for ``uid_drop`` where the scorer is not root (see worker.py).
+    Mechanism("uid_drop", "uid", _UID),
+    Mechanism("userns", "uid", _UID),
+    Mechanism("pidns", "pidns", "processes a program forks or detaches can outlive its request (and, under a "
+              "shared uid, kill later responses' children)"),
+    Mechanism("netns", "netns", "model code has the machine's network"),
+    Mechanism("ipcns", "ipcns", "SysV IPC and POSIX message queues are the machine's: data parked there can "
+              "outlive the scorer"),
+    Mechanism("utsns", "utsns", "model code shares the machine's host name"),
+    Mechanism("mountns", "mountns", _FILES),
+    Mechanism("chroot", "chroot", _FILES),
+    Mechanism("worktmpfs", "worktmpfs", "the work directory is on the machine's disk, executable, with no inode "
+              "cap; what a response leaves is removed by a walk, not by unmounting"),
+    Mechanism("seccomp", "seccomp", "execve, sockets, SysV IPC, ptrace, process_vm_readv/writev and namespace or "
+              "mount calls are not refused (a binary written by the program can run; shared memory can pass "
+              "answers between responses where no IPC namespace is in force)"),
+    Mechanism("nondumpable", None, in_level=False),
+    Mechanism("zygote", "zygote", "children fork from the worker, whose memory holds earlier responses' code and "
+              "results"),
+    Mechanism("freshpidns", "freshpidns", "consecutive responses share one PID namespace: pid numbers carry bits "
+              "from one to the next, and what a program forks is removed by signalling, not with its namespace"),
+    Mechanism("imports", "imports", "model code can import every module the sandbox loaded (ctypes, gc, marshal, "
+              "os, signal...), not only the documented allowlist"),
+    # CPython 3.12+ keeps built-in types' subclass registries out of reach: not needed for full
+    # (docs/scoring.md, "imports").
+    Mechanism("hiddenclasses", None),
+):
+    register_mechanism(_m)
+if tuple(ISOLATION) != MECHANISMS:  # the wire's list and the descriptions are one list
+    raise ImportError(f"isolation mechanisms described {tuple(ISOLATION)} differ from the worker's {MECHANISMS}")
 ALLOW_WEAK_ENV = "OPGEN_ALLOW_WEAK_SANDBOX"
 
 
@@ -318,14 +388,15 @@ class WeakSandboxWarning(RuntimeWarning):
 
 
 def mechanisms(isolation: dict) -> tuple[str, ...]:
-    """The mechanisms in force, in :data:`MECHANISMS` order."""
-    return tuple(k for k in MECHANISMS if isolation.get(k))
+    """The mechanisms in force, in registry order (the worker's :data:`MECHANISMS` first)."""
+    return tuple(k for k in ISOLATION if isolation.get(k))
 
 
 def missing(isolation: dict) -> tuple[str, ...]:
-    """What ``full`` needs and ``isolation`` lacks (``uid``: neither a uid drop nor a user namespace)."""
-    lack = () if isolation.get("uid_drop") or isolation.get("userns") else ("uid",)
-    return lack + tuple(k for k in _FULL if not isolation.get(k))
+    """What ``full`` needs and ``isolation`` lacks, in :data:`FULL_NEEDS` order (``uid``: neither a
+    uid drop nor a user namespace)."""
+    met = {m.need for m in ISOLATION.values() if m.need is not None and isolation.get(m.name)}
+    return tuple(n for n in FULL_NEEDS if n not in met)
 
 
 def isolation_level(isolation: dict) -> str:
@@ -333,7 +404,7 @@ def isolation_level(isolation: dict) -> str:
     ``rlimits`` alone."""
     if not missing(isolation):
         return "full"
-    present = [k for k in mechanisms(isolation) if k != "nondumpable"]
+    present = [k for k in mechanisms(isolation) if ISOLATION[k].in_level]
     return f"partial({'+'.join(present)})" if present else "rlimits"
 
 

@@ -92,7 +92,8 @@ _loads = marshal.loads  # likewise: a program may replace the module's attribute
 MESSAGE_HEADER = struct.Struct(">I")
 HELLO = "hello"  # the tag of the worker's first message, ``(HELLO, isolation)``
 # The hello's mechanisms, in the order the scorer lists them (the isolation dict holds these, plus
-# ``uid``, ``work_bytes``, ``work_inodes`` and ``nproc``).
+# ``uid``, ``work_bytes``, ``work_inodes`` and ``nproc``). What each means to the scorer (what ``full``
+# needs, the risk without it) is its description in opgen/score/sandbox.py ``ISOLATION``.
 MECHANISMS = ("uid_drop", "userns", "pidns", "netns", "ipcns", "utsns", "mountns", "chroot", "worktmpfs", "seccomp",
               "nondumpable", "zygote", "freshpidns", "imports", "hiddenclasses")
 # The worker's argv after the script's path: these limits, in this order, then NAMESPACES (0|1) and

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opgen import expr as E
+from opgen.errors import OpgenError
 
 # Literals at least this long are "long" (probe 1g's long literal first arguments start at 8).
 LONG_LITERAL = 8
@@ -39,8 +40,10 @@ INPUT_CLASSES = ((3, "0-3"), (10, "4-10"), (50, "11-50"), (None, "51+"))
 MAX_SIZE_LIMIT = 4
 
 
-class CompoundError(ValueError):
+class CompoundError(ValueError, OpgenError):
     """A compound spec that cannot be used; the message names the field."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)

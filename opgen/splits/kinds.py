@@ -16,13 +16,16 @@ from typing import Any
 
 from opgen import expr as E
 from opgen import ops, schemacheck
+from opgen.errors import OpgenError
 from opgen.rng import Rng
 from opgen.splits import compounds as C
 from opgen.tasks import Item
 
 
-class SplitError(ValueError):
+class SplitError(ValueError, OpgenError):
     """A ``split`` that cannot be used; the message starts with ``<file>: split.<field>:``."""
+
+    exit_code = 1
 
 
 OP_SET: dict[str, Any] = {"oneOf": [{"enum": ["train", "heldout", "all"]},

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from opgen.errors import OpgenError
 from opgen.rng import Rng
 from opgen.splits import compounds as C
 from opgen.splits import divergence as D
@@ -31,8 +32,10 @@ DEFAULT_CANDIDATES = 48
 DEFAULT_ROUNDS = 200
 
 
-class McdError(ValueError):
+class McdError(ValueError, OpgenError):
     """A pool from which no split meets the bound (or the sizes); the message says which."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)

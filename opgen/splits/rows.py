@@ -14,11 +14,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from opgen import expr as E
+from opgen.errors import OpgenError
 from opgen.splits import compounds as C
 
 
-class SplitRowsError(ValueError):
+class SplitRowsError(ValueError, OpgenError):
     """A file whose rows cannot be measured; the message names the file and row."""
+
+    exit_code = 1
 
 
 def parquet_files(paths: Sequence[Path]) -> list[Path]:

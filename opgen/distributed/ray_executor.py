@@ -1,10 +1,10 @@
 """Ray as the executor of `opgen eval` (and of `opgen build` shards): replicas as Ray actors.
 
-Each replica is one actor holding one engine (`distributed.ReplicaWorker`), placed in its own
+Each replica is one actor holding one engine (`driver.ReplicaWorker`), placed in its own
 bundle of a placement group (``replica_gpus`` GPUs: one, or one tensor-parallel group, always on
 one node) so replicas never share a GPU unless told to (fractional ``replica_gpus``). Replicas
 are independent engines: there is no coupled data parallelism whose ranks hang when one
-finishes early. Scoring runs in one grader actor (`distributed.Grader`, its warm sandbox's
+finishes early. Scoring runs in one grader actor (`driver.Grader`, its warm sandbox's
 ``--workers`` processes) on the driver's node, where the generations files and reports are written
 (nothing needs a shared filesystem except the model weights on every node). It asks Ray for no CPU:
 its sandbox processes are outside Ray's count anyway, and a grader waiting for a CPU the replicas
@@ -19,14 +19,18 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from opgen.distributed.driver import Grader, ReplicaLost, ReplicaWorker, Task
+from opgen.errors import OpgenError
+from opgen.infer.backends import backend_spec
 from opgen.infer.base import BackendError, EngineOptions
-from opgen.infer.distributed import Grader, ReplicaLost, ReplicaWorker, Task
 
 PLACEMENT_TIMEOUT_S = 120
 
 
-class RayError(RuntimeError):
+class RayError(RuntimeError, OpgenError):
     """Ray is missing, the cluster cannot be reached, or it cannot hold the replicas asked for."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ def init(ray, opts: RayOptions) -> bool:
 
 
 class RayPool:
-    """The `distributed` pool interface over Ray actors."""
+    """The `driver` pool interface over Ray actors."""
 
     def __init__(self, backend: str, engine: EngineOptions, opts: RayOptions, openai=None):
         ray = self.ray = import_ray()
@@ -86,16 +90,16 @@ class RayPool:
         self.actors: list = []
         try:
             cluster_gpus = ray.cluster_resources().get("GPU", 0)
-            model_backend = backend in ("vllm", "hf")
+            spec = backend_spec(backend)
             gpus = opts.replica_gpus
             if gpus is None:
-                gpus = float(engine.tensor_parallel_size) if (cluster_gpus and model_backend) else 0.0
+                gpus = float(engine.tensor_parallel_size) if (cluster_gpus and spec.gpu) else 0.0
             urls: Sequence[str | None] = [None]
-            if backend == "openai" and openai is not None:
+            if spec.servers and openai is not None:
                 urls = openai.base_urls
             n = opts.replicas
             if n is None:
-                if backend == "openai":
+                if spec.servers:
                     n = len(urls)
                 elif gpus:
                     n = max(1, int(cluster_gpus // gpus))
@@ -110,7 +114,7 @@ class RayPool:
             actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(ReplicaWorker)
             for i in range(n):
                 replica_openai = openai
-                if backend == "openai" and openai is not None:
+                if spec.servers and openai is not None:
                     # one server per replica: the pull queue balances the servers
                     replica_openai = type(openai)(**{**openai.__dict__, "base_urls": (urls[i % len(urls)],)})
                 strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i)

@@ -18,7 +18,7 @@ scoring only for the last chunk's grades and the last report. metrics.json is wr
 a model's passes are scored, with the same content as `evaluate_model`'s.
 
 Pools: `InProcessPool` (replicas in threads of this process; tests, and the reference for
-ray_executor.RayPool, whose replicas are Ray actors).
+opgen.distributed.ray_executor.RayPool, whose replicas are Ray actors).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opgen.errors import OpgenError
 from opgen.infer.backends import make_backend
 from opgen.infer.base import Backend, EngineOptions, Generation, Request, Sampling
 from opgen.infer.chunks import ChunkStore, chunk_name, indexed_lines, make_chunks
@@ -57,16 +58,18 @@ from opgen.infer.run import RESUME_FIELDS, Plan, Row, RunStats, batch_lines, che
 FAULT_ENV = "OPGEN_TEST_FAULT"
 
 
-class ReplicaLost(RuntimeError):
+class ReplicaLost(RuntimeError, OpgenError):
     """A replica died (its process, actor or node); its chunks in flight are lost, not failed."""
 
-
-class AllReplicasLost(RuntimeError):
-    pass
+    exit_code = 1
 
 
-class InjectedFault(RuntimeError):
-    pass
+class AllReplicasLost(RuntimeError, OpgenError):
+    exit_code = 1
+
+
+class InjectedFault(RuntimeError, OpgenError):
+    exit_code = 1
 
 
 # ---------------------------------------------------------------- what a replica runs
