@@ -156,3 +156,14 @@ def test_the_adapters_and_verl_read_the_records_options():
 
     assert SETTINGS == (*reward_options(), "allow_weak_sandbox", "settings")
     assert set(reward_options()) == set(GradeSettings.names()) - {"diagnose"}
+
+
+def test_a_wrong_setting_is_the_callers_error_at_every_reward_entry_point(captured):
+    from opgen import reward
+
+    for call in (lambda **kw: reward.compute_score_float("d", "x", json.dumps(GT), **kw),
+                 lambda **kw: reward.compute_score_batch(["d"], ["x"], [json.dumps(GT)], **kw)):
+        with pytest.raises(SettingsError, match="^namespace must be"):
+            call(namespace="loose")
+        with pytest.raises(SettingsError, match="not both"):
+            call(settings=WANT, group="all")
