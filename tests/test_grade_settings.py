@@ -156,6 +156,9 @@ def test_the_adapters_and_verl_read_the_records_options():
 
     assert SETTINGS == (*reward_options(), "allow_weak_sandbox", "settings")
     assert set(reward_options()) == set(GradeSettings.names()) - {"diagnose"}
+    from opgen import serve
+
+    assert serve.SETTINGS == tuple(CHOICES)  # the HTTP service's settings: the record's text options
 
 
 def test_a_wrong_setting_is_the_callers_error_at_every_reward_entry_point(captured):
