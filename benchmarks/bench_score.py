@@ -41,6 +41,7 @@ from opgen import ops
 from opgen.score import batch as B
 from opgen.score import grade
 from opgen.score.sandbox import Sandbox
+from opgen.score.settings import GradeSettings
 
 
 def _param(p: ops.Param, rng: random.Random) -> object:
@@ -159,7 +160,8 @@ def bench_sandbox(rows: list[tuple[dict, str]], workers: int, diagnose: bool, st
         c0, s0, t0 = _cpu(), _cpu("scorer"), time.perf_counter()
         if processes:
             scores = [g["score"] for g in B.grade_many([B.Item(gt, a) for gt, a in rows], sandbox=box,
-                                                       processes=processes, diagnose=diagnose, static=static)]
+                                                       processes=processes,
+                                                       settings=GradeSettings(diagnose=diagnose, static=static))]
         else:
             with ThreadPoolExecutor(workers * 2) as pool:
                 scores = list(pool.map(lambda r: grade(r[0], r[1], sandbox=box, diagnose=diagnose,

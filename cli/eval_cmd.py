@@ -142,6 +142,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     from opgen.infer import evaluate as ev
     from opgen.infer.base import EngineOptions, Sampling
     from opgen.score.metrics import MetricDefs
+    from opgen.score.settings import GradeSettings
 
     _check_ray_options(executor, ray_address, replicas, replica_gpus, ray_num_cpus)
     if executor == "ray" and (drift_call, pass_k) != ("farthest", "unbiased"):
@@ -165,7 +166,8 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
                         max_model_len=max_model_len)
     cfg = ev.EvalConfig(
         backend=backend, sampling=sampling, limit=limit, resume=resume, decomposed=decomposed, score=not no_score,
-        batch_size=batch_size, workers=workers, progress=bars, namespace=namespace, static=not no_static,
+        batch_size=batch_size, workers=workers, progress=bars,
+        grading=GradeSettings(namespace=namespace, static=not no_static),
         metric_defs=MetricDefs(drift_call=drift_call, pass_k=pass_k),
         plots=not no_plots,
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,

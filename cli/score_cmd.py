@@ -62,6 +62,7 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
     if allow_weak_sandbox:
         allow_weak_for_this_process()
 
+    grading = settings_of(mode, policy, group, namespace, no_static)
     edges = _distance_edges(distance_edges)
     for path, opt in ((data, "--data"), (responses, "--responses")):
         if not path.is_file():
@@ -77,9 +78,8 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
             # run_units, close); score_files is typed with the local Sandbox. A RayError: exit 1 (cli/__init__.py).
             box = cast(Sandbox, RaySandbox(workers, timeout_s, RayOptions(address=ray_address, num_cpus=ray_num_cpus),
                                            actors=sandbox_actors))
-        summary = score_files(data, responses, out, mode=mode, workers=workers, policy=policy, group=group,
-                              timeout_s=timeout_s, plots=not no_plots, namespace=namespace,
-                              distance_edges=edges, sandbox=box, static=not no_static, processes=grade_processes,
+        summary = score_files(data, responses, out, workers=workers, settings=grading, timeout_s=timeout_s,
+                              plots=not no_plots, distance_edges=edges, sandbox=box, processes=grade_processes,
                               metric_defs=MetricDefs(drift_call=drift_call, pass_k=pass_k))
     except (KeyboardInterrupt, outdir.Terminated) as exc:
         term = isinstance(exc, outdir.Terminated)
@@ -97,6 +97,13 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
         if box is not None:
             box.close()
     _report(summary, out)
+
+
+def settings_of(mode: str, policy: str, group: str, namespace: str, no_static: bool):
+    """The grading record of `opgen score`'s options (built once; every grade of the run reads it)."""
+    from opgen.score.settings import GradeSettings
+
+    return GradeSettings(mode=mode, policy=policy, group=group, namespace=namespace, static=not no_static)
 
 
 def _check_not_empty(responses: Path) -> None:

@@ -20,9 +20,12 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opgen.generate import Generator, register_generator
+
+if TYPE_CHECKING:
+    from opgen.score.settings import GradeSettings
 
 # Generator is re-exported for user generators: subclass it, register it, name it in a recipe.
 __all__ = ["Dataset", "Generator", "Scores", "build_splits", "create_dataset", "load_recipe", "register_generator",
@@ -225,17 +228,10 @@ def _samples(i: int, got: Any) -> list[str] | None:
                     f"got {type(got).__name__} {got!r:.80}")
 
 
-def _check_score_args(mode: str, policy: str, group: str, workers: int, timeout_s: float, namespace: str,
-                      static: bool) -> None:
+def _check_score_args(workers: int, timeout_s: float) -> None:
     import math
     import numbers
 
-    from opgen.score.grade import GROUP_POLICIES, MODES, NAMESPACES, POLICIES
-
-    for name, value, allowed in (("mode", mode, MODES), ("policy", policy, POLICIES), ("group", group, GROUP_POLICIES),
-                                 ("namespace", namespace, NAMESPACES)):
-        if value not in allowed:
-            raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
     _count("workers", workers, 1, "opgen score --workers")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real):
         raise TypeError(f"timeout_s must be a number of seconds >= {MIN_TIMEOUT_S} (as opgen score --timeout), "
@@ -243,8 +239,6 @@ def _check_score_args(mode: str, policy: str, group: str, workers: int, timeout_
     if not math.isfinite(timeout_s) or timeout_s < MIN_TIMEOUT_S:
         raise ValueError(f"timeout_s must be a number of seconds >= {MIN_TIMEOUT_S} (as opgen score --timeout), "
                          f"got {timeout_s!r}")
-    if not isinstance(static, bool):
-        raise TypeError(f"static must be True or False, got {static!r}")
 
 
 MIN_TIMEOUT_S = 0.05  # opgen score --timeout's floor: below it no program, gold ones included, finishes
@@ -252,17 +246,23 @@ MIN_TIMEOUT_S = 0.05  # opgen score --timeout's floor: below it no program, gold
 
 def score_answers(rows: Any, responses: Sequence[Any], *, mode: str = "auto",
                   policy: str = "output", group: str = "fraction", workers: int = 2,
-                  timeout_s: float = 2.0, namespace: str = "strict", static: bool = True) -> Scores:
+                  timeout_s: float = 2.0, namespace: str = "strict", static: bool = True,
+                  settings: GradeSettings | None = None) -> Scores:
     """Grade ``responses[i]`` against row ``i`` of ``rows`` (a :class:`Dataset`, a pyarrow.Table or a
     list of row dicts), in opgen's sandbox, exactly as ``opgen score`` grades a file (same grades,
     same summary). ``responses[i]`` is a string, a list of samples, a record as a line of the
     responses file (``{"response": ...}`` or ``{"responses": [...]}``), or None for no response;
-    anything else, and any option ``opgen score`` would refuse, raises naming it."""
+    anything else, and any option ``opgen score`` would refuse, raises naming it. ``settings``: the
+    grading options (mode, policy, group, namespace, static) as one
+    :class:`opgen.score.settings.GradeSettings` instead of the loose keywords."""
     from opgen.score.grade import GroundTruthError, load_truth
-    from opgen.score.report import grade_records, summarize
+    from opgen.score.report import grade_records, settings_fields, summarize
     from opgen.score.sandbox import Sandbox
+    from opgen.score.settings import GradeSettings
 
-    _check_score_args(mode, policy, group, workers, timeout_s, namespace, static)
+    record = GradeSettings.resolve(settings, mode=mode, policy=policy, group=group, namespace=namespace,
+                                   static=static)
+    _check_score_args(workers, timeout_s)
     if isinstance(responses, (str, bytes, Mapping)) or not isinstance(responses, Sequence):
         raise TypeError(f"responses must be a list with one entry per row, got {type(responses).__name__}")
     data = _rows_of(rows)
@@ -279,12 +279,10 @@ def score_answers(rows: Any, responses: Sequence[Any], *, mode: str = "auto",
             raise ValueError(f"row {i}: {exc}") from None
         answers[i] = samples
     with Sandbox(workers=int(workers), timeout_s=float(timeout_s)) as box:
-        records = grade_records(data, answers, box, mode=mode, policy=policy, group=group, namespace=namespace,
-                                static=static)
+        records = grade_records(data, answers, box, settings=record)
         level = box.level
     summary = summarize(records, n_rows=len(data), answered=len(answers))
-    summary.update({"mode": mode, "policy": policy, "group": group, "namespace": namespace, "isolation": level,
-                    "static": static})
+    summary.update(settings_fields(record, level))
     grades: list[list[dict]] = [[] for _ in data]
     for rec in records:
         grades[rec["index"]].append(rec)

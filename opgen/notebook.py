@@ -10,25 +10,33 @@ bundled recipes, and weighted task mixing. Re-exported by :mod:`opgen.api` and :
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opgen.score.settings import GradeSettings
 
 __all__ = ["gold_answer", "list_recipes", "mix_datasets", "score_answer"]
 
 
 def score_answer(row: Mapping, response: str, *, mode: str = "auto", policy: str = "output",
-                 group: str = "fraction", namespace: str = "strict", static: bool = True) -> dict:
+                 group: str = "fraction", namespace: str = "strict", static: bool = True,
+                 settings: GradeSettings | None = None) -> dict:
     """Grade one ``response`` against one row (a parquet row dict, or any dict with
     ``reward_model.ground_truth``): the grade record ``opgen score`` writes for it (``score``,
     ``acc``, ``error``, ``format_ok``, recall diagnostics ...). Runs :func:`opgen.score_answers` on
-    the one row, so it is that function's grade, exactly."""
+    the one row, so it is that function's grade, exactly. ``settings``: the grading options as one
+    :class:`opgen.score.settings.GradeSettings` instead of the loose keywords."""
     from opgen.api import score_answers
 
     if not isinstance(row, Mapping):
         raise TypeError(f"row: a row is a dict (a parquet row), not {type(row).__name__}")
     if not isinstance(response, str):
         raise TypeError(f"response: a string, not {type(response).__name__}")
-    result = score_answers([row], [response], mode=mode, policy=policy, group=group, namespace=namespace,
-                           static=static, workers=1)
+    from opgen.score.settings import GradeSettings
+
+    record = GradeSettings.resolve(settings, mode=mode, policy=policy, group=group, namespace=namespace,
+                                   static=static)
+    result = score_answers([row], [response], settings=record, workers=1)
     return result.grades[0][0]
 
 

@@ -20,7 +20,10 @@ One entry point per way verl calls a reward function (docs/verl.md, "Reward mana
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opgen.score.settings import GradeSettings
 
 # The keys of every returned dict, in order: verl stacks them across samples, so a sample that
 # failed early must still carry all of them (numbers, except ``error``).
@@ -36,7 +39,7 @@ KEY_POLICIES = {"full": KEYS, "minimal": MINIMAL_KEYS}
 def compute_score(data_source: str, solution_str: str, ground_truth: str | dict, extra_info: dict | None = None,
                   policy: str = "output", group: str = "fraction", mode: str = "auto", namespace: str = "strict",
                   keys: str = "full", static: bool = True, allow_weak_sandbox: bool | None = None,
-                  **kwargs: Any) -> dict:
+                  settings: GradeSettings | None = None, **kwargs: Any) -> dict:
     """Score one sample. ``policy``: "output" (default) or "output_structure"; ``group``: "fraction"
     (default) or "all"; ``mode``: "auto" (default), "forward" or "program"; ``namespace``: "strict"
     (default: programs run on their own) or "native" (with the native module's imports, ``gcd``);
@@ -44,29 +47,27 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
     n > 1 samples); ``static``: False runs every program in the sandbox (by default programs of
     library code only are evaluated without running them, with the same grades);
     ``allow_weak_sandbox``: grade even below ``full`` isolation (default: ``OPGEN_ALLOW_WEAK_SANDBOX=1``
-    in the environment; otherwise a weak sandbox raises ``SandboxError`` naming what is unprotected).
+    in the environment; otherwise a weak sandbox raises ``SandboxError`` naming what is unprotected);
+    ``settings``: policy, group, mode, namespace and static as one
+    :class:`opgen.score.settings.GradeSettings` instead (then leave those keywords alone).
 
     ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows): verl
     stacks every sample's keys as the first sample's, so no key may be absent (docs/verl.md)."""
     from opgen.score.batch import grade
     from opgen.score.grade import row_fields
     from opgen.score.sandbox import shared
+    from opgen.score.settings import GradeSettings
 
-    _check_static(static)
+    record = GradeSettings.resolve(settings, policy=policy, group=group, mode=mode, namespace=namespace,
+                                   static=static)
     _check_weak(allow_weak_sandbox)
     wanted = _key_set(keys)
     answer_format, assistant_prefix = row_fields(extra_info)
-    g = grade(ground_truth, solution_str or "", policy=policy, group=group, mode=mode, namespace=namespace,
-              static=static,
+    g = grade(ground_truth, solution_str or "", settings=record,
               # None: grade() starts the shared sandbox only for rows that run code.
               sandbox=None if allow_weak_sandbox is None else shared(allow_weak_sandbox=allow_weak_sandbox),
               answer_format=answer_format, assistant_prefix=assistant_prefix)
     return _reward(g, wanted)
-
-
-def _check_static(static: object) -> None:
-    if not isinstance(static, bool):  # a reward_kwargs string "false" must not read as true
-        raise ValueError(f"static must be true or false, got {static!r}")
 
 
 def _check_weak(flag: object) -> None:
@@ -104,16 +105,22 @@ def _key_set(keys: str) -> tuple[str, ...]:
         raise ValueError(f"keys must be one of {', '.join(KEY_POLICIES)}, got {keys!r}") from None
 
 
-def _check_settings(kwargs: dict) -> None:
-    from opgen.score.grade import GROUP_POLICIES, MODES, POLICIES
+def reward_options() -> tuple[str, ...]:
+    """The grading options a reward entry point reads from its keywords (verl's ``reward_kwargs``):
+    all of GradeSettings's but ``diagnose`` (a reward always carries the recall diagnostics)."""
+    from opgen.score.settings import GradeSettings
+
+    return tuple(n for n in GradeSettings.names() if n != "diagnose")
+
+
+def _check_settings(kwargs: dict) -> GradeSettings:
+    """The grading record of an entry point's keywords (a wrong one raises ValueError naming it)."""
+    from opgen.score.settings import GradeSettings
 
     _key_set(kwargs.get("keys", "full"))
-    _check_static(kwargs.get("static", True))
+    record = GradeSettings.resolve(kwargs.get("settings"), **{k: kwargs[k] for k in reward_options() if k in kwargs})
     _check_weak(kwargs.get("allow_weak_sandbox"))
-    for name, allowed, default in (("policy", POLICIES, "output"), ("group", GROUP_POLICIES, "fraction"),
-                                   ("mode", MODES, "auto")):
-        if kwargs.get(name, default) not in allowed:
-            raise ValueError(f"{name} must be one of {allowed}, got {kwargs[name]!r}")
+    return record
 
 
 def _select(wanted: tuple[str, ...], full: dict) -> dict:
@@ -144,20 +151,18 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
     if not len(sources) == len(texts) == len(truths) == len(extras):
         raise ValueError(f"compute_score_batch: {len(sources)} data_sources, {len(texts)} solution_strs, "
                          f"{len(truths)} ground_truths and {len(extras)} extra_infos (must be equal)")
-    _check_settings(kwargs)  # a wrong setting fails once, before any grading
+    record = _check_settings(kwargs)  # a wrong setting fails once, before any grading
     if not sources:
         return []
 
     allow = kwargs.get("allow_weak_sandbox")
-    static = kwargs.get("static", True)
-    options: dict[str, Any] = {k: kwargs[k] for k in ("policy", "group", "mode", "namespace") if k in kwargs}
     items = [Item.of_row(truths[i], texts[i] or "", extras[i]) for i in range(len(sources))]
     wanted = _key_set(str(kwargs.get("keys", "full")))
     # The sandbox only when a row may run a program (forward rows never do).
-    mode = options.get("mode", "auto")
+    mode = record.mode
     needs_box = mode == "program" or any(not _is_forward(t, mode) for t in truths)
     box = shared(allow_weak_sandbox=allow) if needs_box else None
-    return grade_many(items, sandbox=box, static=static, answered=lambda i, g: _reward(g, wanted), **options)
+    return grade_many(items, sandbox=box, settings=record, answered=lambda i, g: _reward(g, wanted))
 
 
 def _is_forward(ground_truth: object, mode: str) -> bool:

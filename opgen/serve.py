@@ -30,6 +30,8 @@ from typing import Any
 from opgen.errors import OpgenError
 from opgen.integrations.common import AdapterError
 
+# The grading options a request may set (strings): opgen.score.settings.CHOICES's, which
+# tests/test_grade_settings.py ties this to; grade_batch builds the GradeSettings record from them.
 SETTINGS = ("policy", "group", "mode", "namespace")
 
 

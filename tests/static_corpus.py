@@ -397,6 +397,7 @@ def differential(items: list[tuple[str, dict, str]], box: object, threads: int =
 
     from opgen.score import diagnose as D
     from opgen.score import static as S
+    from opgen.score.settings import GradeSettings
 
     G = importlib.import_module("opgen.score.grade")
     caches: dict[str, dict] = {"sandbox": {}, "static": {}}
@@ -414,7 +415,7 @@ def differential(items: list[tuple[str, dict, str]], box: object, threads: int =
         if not swap and hasattr(getattr(D, "_VERDICTS", None), "clear"):
             D._VERDICTS.clear()  # a cache of another shape: emptied before every grade instead
         local.hit = False
-        return G.grade_in_process(gt, response, sandbox=box, static=static), local.hit
+        return G.grade_in_process(gt, response, sandbox=box, settings=GradeSettings(static=static)), local.hit
 
     disagreements: list[tuple[str, dict, str, dict, dict, bool]] = []
     by_kind: dict[str, list[int]] = {}

@@ -17,6 +17,7 @@ from opgen.score import batch as B
 from opgen.score import grade
 from opgen.score.grade import grade_in_process
 from opgen.score.sandbox import Sandbox
+from opgen.score.settings import GradeSettings
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,8 @@ def _items(n: int, seed: int = 3) -> list[B.Item]:
 
 
 def _want(items, box, **options):
-    return [grade_in_process(i.ground_truth, i.response, sandbox=box, **options) for i in items]
+    return [grade_in_process(i.ground_truth, i.response, sandbox=box, settings=GradeSettings(**options))
+            for i in items]
 
 
 def test_the_pool_grades_as_grade_does(box):
@@ -49,14 +51,16 @@ def test_the_pool_grades_as_grade_does(box):
     assert [grade(i.ground_truth, i.response, sandbox=box) for i in items[:40]] == want[:40]
     # and with other options, passed through to the processes
     want = _want(items, box, policy="output_structure", group="all")
-    assert B.grade_many(items, sandbox=box, processes=2, policy="output_structure", group="all") == want
+    assert B.grade_many(items, sandbox=box, processes=2,
+                        settings=GradeSettings(policy="output_structure", group="all")) == want
 
 
 def test_static_off_and_one_process_grade_the_same(box):
     items = _items(100)
     want = _want(items, box)
     assert B.grade_many(items, sandbox=box, processes=1) == want
-    assert B.grade_many(items, sandbox=box, processes=2, static=False) == _want(items, box, static=False)
+    off = GradeSettings(static=False)
+    assert B.grade_many(items, sandbox=box, processes=2, settings=off) == _want(items, box, static=False)
 
 
 def test_no_grading_in_this_process(box, monkeypatch):

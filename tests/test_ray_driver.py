@@ -16,6 +16,7 @@ from opgen.infer.base import EngineOptions, Sampling
 from opgen.infer.chunks import CHUNKS_DIR, ChunkStore, make_chunks, row_cost
 from opgen.infer.evaluate import EvalConfig, evaluate_model
 from opgen.infer.run import read_log, read_rows
+from opgen.score.settings import GradeSettings
 
 DATA = ("trees", "more")
 
@@ -262,8 +263,8 @@ def test_a_resume_under_a_smaller_limit_grades_the_limited_rows_as_the_local_loo
     local, out = tmp_path / "local", tmp_path / "dist"
     for where in (local, out):
         _local(sweep, where, _cfg())
-    _local(sweep, local, _cfg(score=True, resume=True, limit=5, static=False))
-    _run(sweep, out, _cfg(score=True, resume=True, limit=5, static=False))
+    _local(sweep, local, _cfg(score=True, resume=True, limit=5, grading=GradeSettings(static=False)))
+    _run(sweep, out, _cfg(score=True, resume=True, limit=5, grading=GradeSettings(static=False)))
     assert _reports(out) == _reports(local)
     for name in sweep["names"]:
         assert _metrics(out, name) == _metrics(local, name)

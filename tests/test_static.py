@@ -18,6 +18,7 @@ from opgen import ops
 from opgen.score import diagnose as D
 from opgen.score import static as S
 from opgen.score.sandbox import Sandbox, Unit
+from opgen.score.settings import GradeSettings
 
 G = importlib.import_module("opgen.score.grade")
 
@@ -75,7 +76,7 @@ def three_ways(box, gt: dict, response: str) -> dict:
     D._VERDICTS.clear()
     with_box = G.grade_in_process(gt, response, sandbox=box)
     D._VERDICTS.clear()
-    ran = G.grade_in_process(gt, response, sandbox=box, static=False)
+    ran = G.grade_in_process(gt, response, sandbox=box, settings=GradeSettings(static=False))
     assert alone == with_box == ran
     return alone
 
@@ -87,7 +88,7 @@ def goes_to_sandbox(box, gt: dict, response: str) -> dict:
     D._VERDICTS.clear()
     a = G.grade_in_process(gt, response, sandbox=box)
     D._VERDICTS.clear()
-    assert a == G.grade_in_process(gt, response, sandbox=box, static=False)
+    assert a == G.grade_in_process(gt, response, sandbox=box, settings=GradeSettings(static=False))
     return a
 
 
@@ -280,7 +281,7 @@ def test_static_false_and_the_entry_points_reach_the_sandbox(box, tmp_path):
     gt = gt_of("func_3(x)", "ba")
     sb = NoRun()
     with pytest.raises(AssertionError):
-        G.grade_in_process(gt, ra(gt), sandbox=sb, static=False)
+        G.grade_in_process(gt, ra(gt), sandbox=sb, settings=GradeSettings(static=False))
     assert sb.asked == 1
     assert compute_score("opgen/x", ra(gt), json.dumps(gt))["score"] == 1.0
     assert compute_score("opgen/x", ra(gt), json.dumps(gt), static=False)["score"] == 1.0

@@ -52,6 +52,7 @@ from opgen.infer.evaluate import (
     write_json_atomic,
 )
 from opgen.infer.run import RESUME_FIELDS, Plan, Row, RunStats, batch_lines, check_done, read_log
+from opgen.score.settings import GradeSettings
 
 # test-only fault injection: "kill-replica-after:N" kills the replica that produced the N-th
 # chunk written, right after it is written; "abort-after:N" stops the driver there (a lost node)
@@ -132,11 +133,11 @@ class Grader:
     The pools run its calls one at a time, in the order they were submitted: a pass's `finish`,
     submitted after its last chunk's `grade`, comes after every grade of that pass."""
 
-    def __init__(self, workers: int, namespace: str = "strict", static: bool = True, plots: bool = True):
+    def __init__(self, workers: int, settings: GradeSettings, plots: bool = True):
         from opgen.score.report import TIMEOUT_S
         from opgen.score.sandbox import Sandbox
 
-        self.namespace, self.static, self.plots = namespace, static, plots
+        self.settings, self.plots = settings, plots
         self.box = Sandbox(workers=workers, timeout_s=TIMEOUT_S)
         self._records: dict[str, list[list[dict]]] = {}
         self._answered: dict[str, int] = {}
@@ -159,8 +160,7 @@ class Grader:
             raise RuntimeError(f"{source}: rows {sorted(set(answers) - set(rows))[:5]} were not sent with the chunk")
         report.check_truths(Path(data), rows, answers)
         # As many grading processes as sandbox workers: the CPUs this grader was given.
-        records = report.grade_records(rows, answers, self.box, namespace=self.namespace, static=self.static,
-                                       processes=self.box.workers)
+        records = report.grade_records(rows, answers, self.box, settings=self.settings, processes=self.box.workers)
         self._records.setdefault(key, []).append(records)
         self._answered[key] = self._answered.get(key, 0) + len(answers)
         return time.perf_counter() - t0
@@ -178,7 +178,7 @@ class Grader:
         records = sorted((r for part in parts for r in part), key=lambda r: (r["index"], r["sample"]))
         summary = report.write_records_report(Path(out), records, n_rows=n_rows, answered=answered,
                                               data=Path(data), responses=Path(responses), isolation=self.box.level,
-                                              namespace=self.namespace, static=self.static, plots=self.plots)
+                                              settings=self.settings, plots=self.plots)
         return summary, time.perf_counter() - t0
 
     def close(self) -> None:
@@ -486,7 +486,7 @@ class _Sweep:
         """The grader (rows earlier runs left are graded first), passes with nothing to generate,
         models with no pass."""
         if self.cfg.score:
-            self.pool.start_grader(self.cfg.workers, self.cfg.namespace, self.cfg.static, self.cfg.plots)
+            self.pool.start_grader(self.cfg.workers, self.cfg.grading, self.cfg.plots)
             for mine in self.model_passes:
                 for p in mine:
                     self.grade_kept(p)

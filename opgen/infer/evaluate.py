@@ -23,6 +23,8 @@ from opgen.infer import decomposed as decomp
 from opgen.infer.backends import backend_spec, make_backend
 from opgen.infer.base import Backend, EngineOptions, Sampling
 from opgen.infer.run import SUMMARY_FIELDS, Plan, plain_plan, read_log, read_rows, run, summarize_log
+from opgen.score.settings import DEFAULT as DEFAULT_GRADING
+from opgen.score.settings import GradeSettings
 
 if TYPE_CHECKING:
     from opgen.infer.openai_backend import OpenAIOptions
@@ -47,9 +49,9 @@ class EvalConfig:
     batch_size: int = 256
     workers: int = 2
     progress: bool = True
-    namespace: str = "strict"  # the scorer's namespace (opgen score --namespace)
     openai: OpenAIOptions | None = None  # for --backend openai
-    static: bool = True  # grade programs of library code only without running them (docs/scoring.md)
+    # how the scorer grades (opgen eval --namespace, --no-static; docs/scoring.md)
+    grading: GradeSettings = DEFAULT_GRADING
     metric_defs: MetricDefs | None = None  # --drift-call / --pass-k (docs/scoring.md, Metric definitions)
     plots: bool = True  # the scorer's plots (--no-plots: none)
 
@@ -107,13 +109,12 @@ def _check_settings(path: Path, settings: dict, resume: bool) -> None:
     write_json_atomic(path, settings)
 
 
-def score(data: Path, responses: Path, out: Path, workers: int, namespace: str = "strict",
-          static: bool = True, only: set[int] | None = None, metric_defs: MetricDefs | None = None,
-          plots: bool = True) -> dict:
+def score(data: Path, responses: Path, out: Path, workers: int, settings: GradeSettings = DEFAULT_GRADING,
+          only: set[int] | None = None, metric_defs: MetricDefs | None = None, plots: bool = True) -> dict:
     from opgen.score import score_files
     from opgen.score.metrics import DEFAULT_DEFS
 
-    return score_files(data, responses, out, workers=workers, namespace=namespace, static=static, only=only,
+    return score_files(data, responses, out, workers=workers, settings=settings, only=only,
                        metric_defs=metric_defs or DEFAULT_DEFS, plots=plots)
 
 
@@ -154,17 +155,17 @@ def _one_pass(backend: Backend, model_dir: Path, model: Path, data: Path, rows, 
     result, only = pass_result(gen_path, rows, stats)
     if cfg.score:
         result["scores"] = name
-        result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, only, cfg.namespace,
-                                        cfg.static, cfg.metric_defs, cfg.plots)
+        result["summary"] = _score_rows(data, gen_path, model_dir / name, cfg.workers, only, cfg.grading,
+                                        cfg.metric_defs, cfg.plots)
     return result
 
 
 def _score_rows(data: Path, gen_path: Path, out: Path, workers: int, only: set[int] | None,
-                namespace: str = "strict", static: bool = True, metric_defs: MetricDefs | None = None,
+                settings: GradeSettings = DEFAULT_GRADING, metric_defs: MetricDefs | None = None,
                 plots: bool = True) -> dict:
     """Score the generations, or only rows ``only``: a file resumed under a smaller --limit holds
     more rows than were asked for this time."""
-    summary = score(data, gen_path, out, workers, namespace, static, only, metric_defs, plots)
+    summary = score(data, gen_path, out, workers, settings, only, metric_defs, plots)
     return note_subset(summary, gen_path, only)
 
 

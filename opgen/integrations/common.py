@@ -14,8 +14,10 @@ from typing import Any
 from opgen.errors import OpgenError
 
 # What an adapter forwards to the scorer, and nothing else: a trainer's own keyword arguments
-# (TRL passes trainer_state, completion_ids ...) never reach it.
-SETTINGS = ("policy", "group", "mode", "namespace", "static", "allow_weak_sandbox")
+# (TRL passes trainer_state, completion_ids ...) never reach it. The grading options are
+# opgen.reward.reward_options() (tests/test_grade_settings.py ties them); ``settings`` is those as one
+# opgen.score.settings.GradeSettings.
+SETTINGS = ("policy", "group", "mode", "namespace", "static", "allow_weak_sandbox", "settings")
 
 
 class AdapterError(ValueError, OpgenError):
@@ -76,8 +78,10 @@ def settings_of(kwargs: Mapping) -> dict:
 def grade_batch(ground_truths: Sequence[str | dict], texts: Sequence[str], extra_infos: Sequence[Mapping | None],
                 data_sources: Sequence[str] | None = None, **settings: Any) -> list[dict]:
     """One grade dict (``score``, ``acc``) per sample, in order, as :func:`opgen.reward.compute_score`
-    gives it (``settings``: policy, group, mode, namespace, static, allow_weak_sandbox)."""
+    gives it (``settings``: policy, group, mode, namespace, static, allow_weak_sandbox, or ``settings=``
+    a GradeSettings for the first five), built into one GradeSettings here, before any grading."""
     from opgen.reward import compute_score_batch
+    from opgen.score.settings import GradeSettings
 
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
@@ -85,9 +89,12 @@ def grade_batch(ground_truths: Sequence[str | dict], texts: Sequence[str], extra
     sources = list(data_sources) if data_sources is not None else [""] * len(texts)
     for i, gt in enumerate(ground_truths):
         check_ground_truth(gt, f"ground_truth[{i}]")
+    grading = {k: v for k, v in settings.items() if k not in ("allow_weak_sandbox", "settings")}
     try:
+        record = GradeSettings.resolve(settings.get("settings"), **grading)
+        weak = {k: settings[k] for k in ("allow_weak_sandbox",) if k in settings}
         return compute_score_batch(sources, list(texts), list(ground_truths), [dict(e or {}) for e in extra_infos],
-                                   keys="minimal", **settings)
+                                   keys="minimal", settings=record, **weak)
     except ValueError as exc:  # a malformed ground truth the shape check let through, a bad setting
         raise AdapterError(str(exc)) from None
 

@@ -35,7 +35,8 @@ __all__ = ["grpo_dataset", "make_reward", "reward", "sft_dataset"]
 
 def make_reward(**settings: Any):
     """A TRL reward function with scorer settings fixed (``policy``, ``group``, ``mode``,
-    ``namespace``, ``static``, ``allow_weak_sandbox``); its ``__name__`` is what TRL logs it as."""
+    ``namespace``, ``static``, ``allow_weak_sandbox``, or ``settings=`` a GradeSettings); its
+    ``__name__`` is what TRL logs it as."""
     from opgen.integrations.common import SETTINGS
 
     unknown = sorted(set(settings) - set(SETTINGS))

@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 
 import opgen.score.grade  # noqa: F401 - read through sys.modules in grade_many
 from opgen.score.sandbox import FairPool, Result, Sandbox, SandboxError, Unit, assemble, compile_units
+from opgen.score.settings import DEFAULT, GradeSettings
 
 T = TypeVar("T")
 
@@ -168,17 +169,19 @@ def _warm() -> None:
             grade_in_process(gt, answer, sandbox=limits)  # type: ignore[arg-type]
 
 
-def _grade_task(task: tuple, limits: tuple, options: dict) -> tuple:
+def _grade_task(task: tuple, limits: tuple, wire: dict) -> tuple:
     """One response's outcome in a grading process: ``("grade", dict)``, ``("run", sent, keys)`` when
-    its program must run, or ``("failed", text)`` when grading it raised (a scorer fault)."""
+    its program must run, or ``("failed", text)`` when grading it raised (a scorer fault). ``wire``:
+    the grading settings as :meth:`GradeSettings.to_wire` sent them."""
     from opgen.score.grade import grade_in_process
 
     try:
         ground_truth, response, answer_format, assistant_prefix, structured, ran = task
         box = _Limits(limits[0], limits[1], limits[2], ran=ran)
-        return ("grade", grade_in_process(ground_truth, response, sandbox=box,  # type: ignore[arg-type]
+        return ("grade", grade_in_process(ground_truth, response, settings=GradeSettings.from_wire(wire),
+                                          sandbox=box,  # type: ignore[arg-type]
                                           answer_format=answer_format, assistant_prefix=assistant_prefix,
-                                          format_structured=structured, **options))
+                                          format_structured=structured))
     except _NeedsSandbox as need:
         return ("run", need.sent, need.keys)
     except BaseException as exc:  # the response gets a grade, the process goes on
@@ -211,9 +214,9 @@ def _serve_loop(out_fd: int) -> None:
         body = _read_exact(stdin, struct.unpack("<Q", head)[0])
         if body is None:
             return
-        tasks, limits, options = marshal.loads(body)
+        tasks, limits, wire = marshal.loads(body)
         for task in tasks:  # one reply per response, as soon as it is graded
-            _write(out_fd, _grade_task(task, limits, options))
+            _write(out_fd, _grade_task(task, limits, wire))
 
 
 def _serve() -> None:
@@ -310,12 +313,12 @@ class _Grader:
                     raise _Overrun("killed", f"grading this response killed its grading process ({how})")
                 self.buf += part
 
-    def serve(self, tasks: list, limits: tuple, options: dict) -> tuple[list[tuple], _Overrun | None]:
+    def serve(self, tasks: list, limits: tuple, wire: dict) -> tuple[list[tuple], _Overrun | None]:
         """The replies to ``tasks`` in order, up to the first response that overran (its failure
         is returned beside them; this process is then dead and must be replaced)."""
         assert self.proc.stdin is not None
         try:
-            data = marshal.dumps((tasks, limits, options))
+            data = marshal.dumps((tasks, limits, wire))
             self.proc.stdin.write(struct.pack("<Q", len(data)) + data)
             self.proc.stdin.flush()
         except (OSError, ValueError) as exc:
@@ -379,14 +382,14 @@ class _Pool:
             return g
         return self.free.get()
 
-    def serve(self, tasks: list, limits: tuple, options: dict) -> list[tuple]:
+    def serve(self, tasks: list, limits: tuple, wire: dict) -> list[tuple]:
         """One outcome per task, in order: a grading process's reply, or ``("over", error, detail)``
         for a response that overran its budget or killed its process (which is then replaced, and
         the chunk's later responses go to the replacement)."""
         out: list[tuple] = []
         while len(out) < len(tasks):
             grader = self._get()
-            replies, over = grader.serve(tasks[len(out):], limits, options)
+            replies, over = grader.serve(tasks[len(out):], limits, wire)
             out.extend(replies)
             if over is not None:
                 grader.kill()
@@ -469,11 +472,12 @@ def _plain_truth(ground_truth: object) -> str:
 class _Batch:
     """One :func:`grade_many` call: the items, their grades so far, and the way to each grade."""
 
-    def __init__(self, items: Sequence[Item], sandbox: Sandbox | None, pool: _Pool, options: dict,
+    def __init__(self, items: Sequence[Item], sandbox: Sandbox | None, pool: _Pool, settings: GradeSettings,
                  answered: Callable[[int, dict], object] | None):
         G = sys.modules["opgen.score.grade"]  # (``opgen.score.grade`` the attribute is the function)
-        self.G, self.items, self.sandbox, self.pool, self.options = G, items, sandbox, pool, options
-        self.answered, self.mode = answered, str(options.get("mode", "auto"))
+        self.G, self.items, self.sandbox, self.pool = G, items, sandbox, pool
+        self.wire = settings.to_wire()  # what each message to a grading process carries
+        self.answered, self.mode = answered, settings.mode
         self.limits = _DEFAULT_LIMITS if sandbox is None else (sandbox.timeout_s, sandbox.memory_mb,
                                                                sandbox.max_output)
         self.texts = [G.response_text(item.response) for item in items]
@@ -528,7 +532,7 @@ class _Batch:
             return None
 
     def serve(self, indices: list[int]) -> list[tuple]:
-        return self.pool.serve([self.task(i) for i in indices], self.limits, self.options)
+        return self.pool.serve([self.task(i) for i in indices], self.limits, self.wire)
 
     def settle(self, i: int, outcome: tuple) -> Future | None:
         """Record a grading process's outcome for item ``i``; a program to run is started (its
@@ -557,7 +561,7 @@ class _Batch:
             for (_, calls, _), key in zip(sent, keys):
                 ran[key] = raw[position:position + len(calls)]
                 position += len(calls)
-            (outcome,) = self.pool.serve([self.task(i, ran)], self.limits, self.options)
+            (outcome,) = self.pool.serve([self.task(i, ran)], self.limits, self.wire)
             if outcome[0] != "run":
                 self.settle(i, outcome)
                 return
@@ -593,32 +597,29 @@ class _Batch:
         return [f for i, o in zip(span, outcomes) if (f := self.settle(i, o)) is not None]
 
 
-def grade_many(items: Sequence[Item], *, sandbox: Sandbox | None, processes: int | None = None,
-               static: bool = True, answered: Callable[[int, dict], T] | None = None,
-               **options: object) -> list[T]:
-    """:func:`grade` of every item, in order, with ``sandbox`` and ``options`` (policy, group, mode,
-    diagnose, namespace): graded on ``processes`` grading processes (default
+def grade_many(items: Sequence[Item], *, sandbox: Sandbox | None, settings: GradeSettings = DEFAULT,
+               processes: int | None = None, answered: Callable[[int, dict], T] | None = None) -> list[T]:
+    """:func:`grade` of every item, in order, with ``sandbox`` and ``settings``: graded on
+    ``processes`` grading processes (default
     :func:`default_processes`), the programs that must run sent from here to ``sandbox`` (two
     requests per sandbox worker at a time), each as soon as its grading process asks.
     ``answered(i, grade)`` turns a grade into the value returned (the verl entry point returns its
     own dicts). ``sandbox`` may be None only when no program runs (forward rows)."""
-    G = sys.modules["opgen.score.grade"]
+    if not isinstance(settings, GradeSettings):
+        raise TypeError(f"settings must be a GradeSettings, got {type(settings).__name__}")
     n_proc = default_processes() if processes is None else int(processes)
     if n_proc < 1:
         raise ValueError(f"processes must be >= 1 (responses are graded only in grading processes), got {n_proc}")
-    G._check_options(str(options.get("policy", "output")), str(options.get("group", "fraction")),
-                     str(options.get("mode", "auto")), str(options.get("namespace", "strict")), static,
-                     options.get("diagnose", True))
     if not items:
         return []
-    batch = _Batch(items, sandbox, _grading_pool(n_proc), dict(options, static=static), answered)
+    batch = _Batch(items, sandbox, _grading_pool(n_proc), settings, answered)
     return batch.grade(n_proc)
 
 
 def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "output", group: str = "fraction",
           mode: str = "auto", sandbox: Sandbox | None = None, diagnose: bool = True,
           answer_format: str = "", assistant_prefix: str = "", namespace: str = "strict",
-          static: bool = True) -> dict:
+          static: bool = True, settings: GradeSettings | None = None) -> dict:
     """Grade one response. ``policy``: reward output match only, or output and structure;
     ``group``: a group row's score as the fraction of tasks correct, or 1 only when all are;
     ``mode``: ``auto`` follows the ground truth, ``forward``/``program`` force one (native rows are
@@ -627,7 +628,8 @@ def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "out
     ``strict`` runs programs on their own (as the prompts say); ``native`` binds first what the
     native benchmark's module had imported (:func:`opgen.score.diagnose.native_imports`).
     ``static=False`` runs every program in the sandbox (by default programs of library code only are
-    evaluated without running: opgen/score/static.py, the same grades).
+    evaluated without running: opgen/score/static.py, the same grades). ``settings``: these options
+    as one :class:`opgen.score.settings.GradeSettings` instead (then leave the loose ones alone).
 
     Total: whatever the response's text, the result is a grade (``too_large`` over
     :data:`opgen.score.grade.MAX_RESPONSE_CHARS`; ``timeout``/``killed`` when grading it overran its budget or crashed
@@ -635,7 +637,9 @@ def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "out
     process (below), never in this one. A bad setting or ground truth (the
     caller's, not the model's) raises ValueError/:class:`GroundTruthError`."""
     G = sys.modules["opgen.score.grade"]
-    G._check_options(policy, group, mode, namespace, static, diagnose)
+    record = GradeSettings.resolve(settings, policy=policy, group=group, mode=mode, namespace=namespace,
+                                   static=static, diagnose=diagnose)
+    mode = record.mode
     truth = G.load_truth(ground_truth)
     text = G.response_text(response)
     big = G.too_large(truth, mode, text)
@@ -648,8 +652,7 @@ def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "out
 
         box = shared()
     item = Item(ground_truth, text, answer_format, assistant_prefix)
-    return grade_many([item], sandbox=box, static=static, policy=policy, group=group, mode=mode,
-                      diagnose=diagnose, namespace=namespace)[0]
+    return grade_many([item], sandbox=box, settings=record)[0]
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from opgen import ops
 from opgen.score.cache import BoundedCache
 from opgen.score.parse import Recall
 from opgen.score.sandbox import Result, Unit
+from opgen.score.settings import NAMESPACES  # noqa: F401 - re-exported (one home: opgen.score.settings)
 
 PROBE_INPUTS = ("", "a", "Hello World", "racecar", "abcab", "AEIOU xyz", "a1b2!c", "zzyyx q", "The quick brown fox")
 PROBE_INTS = (1, 2, 3)
@@ -34,7 +35,6 @@ PROBE_STRS = ("-", "ab", "xyz")
 PROBE_PAIRS = (("abc", "xy"), ("", "hello"), ("Hi there", "QR"), ("aeiou", "12345"))
 
 RECALL_CLASSES = ("correct", "chimera", "arity", "wrong_body", "no_definition", "syntax", "missing_import")
-NAMESPACES = ("strict", "native")
 
 
 @cache
@@ -184,7 +184,7 @@ def _remember(check: RecallCheck, cache: bool = True) -> RecallCheck:
     return check
 
 
-def plan(recall: Recall, namespace: str = "strict") -> RecallCheck:
+def plan(recall: Recall, namespace: str) -> RecallCheck:
     """Static checks of one recall block, and the probe runs it needs when they pass (none when the
     same text was judged before)."""
     check = RecallCheck(recall.op, recall.code, namespace=namespace)
@@ -282,7 +282,7 @@ class RecallReport:
                 "duplicated": len(self.duplicated), "extra": len(self.extra)}
 
 
-def recall_plan(recalls: Sequence[Recall], expected: Sequence[str], namespace: str = "strict") -> RecallReport:
+def recall_plan(recalls: Sequence[Recall], expected: Sequence[str], namespace: str) -> RecallReport:
     """One check per first block of each expected operator; the rest are counted as duplicates/extras."""
     report = RecallReport(expected=tuple(expected))
     seen: dict[str, int] = {}

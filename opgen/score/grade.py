@@ -18,18 +18,16 @@ from opgen.score import diagnose as D
 from opgen.score import parse as P
 from opgen.score import static as S
 from opgen.score.sandbox import Result, Sandbox, Unit
+from opgen.score.settings import DEFAULT, GROUP_POLICIES, MODES, NAMESPACES, POLICIES, GradeSettings
 
-POLICIES = ("output", "output_structure")
+__all__ = ["GROUP_POLICIES", "MODES", "NAMESPACES", "POLICIES", "GradeSettings"]  # re-exported (opgen.score.settings)
 # Far beyond any generation budget (3,072 tokens is about 12,000 characters); longer text is not
 # parsed at all: it is graded ``too_large`` (docs/scoring.md).
 MAX_RESPONSE_CHARS = 1_000_000
-GROUP_POLICIES = ("fraction", "all")
-MODES = ("auto", "forward", "program")
 
 # Error classes a graded response can end with ("" when it is correct).
 ERRORS = ("", "no_answer", "wrong_output", "syntax", "missing_name", "missing_import", "arity", "exception",
           "timeout", "memory", "output_too_large", "killed", "not_a_string", "nesting", "too_large")
-NAMESPACES = D.NAMESPACES
 
 
 class GroundTruthError(ValueError, OpgenError):
@@ -175,9 +173,8 @@ def _native_status(r: Result, names: frozenset[str]) -> Result:
     return r
 
 
-def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, group: str,
-                   diagnose: bool, answer_format: str, assistant_prefix: str, namespace: str = "strict",
-                   static: bool = True, structured: bool | None = None) -> dict:
+def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: GradeSettings, answer_format: str,
+                   assistant_prefix: str, structured: bool | None = None) -> dict:
     result = _empty(truth, "program")
     entries = tuple(t.entry for t in truth.tasks)
     # Generated text never holds a teacher-forced prefix (probe 1b); the answer is prefix + text.
@@ -190,7 +187,8 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
     answer = P.parse_program_answer(response, entries)
     own_recalls = answer.recalls[len(given):]
     expected = tuple(op for op in truth.recall_order if op not in given)
-    report = D.recall_plan(own_recalls, expected, namespace) if diagnose else D.RecallReport()
+    namespace = settings.namespace
+    report = D.recall_plan(own_recalls, expected, namespace) if settings.diagnose else D.RecallReport()
     checks = [c for c in report.checks if c.kinds]
     imports = D.native_imports() if namespace == "native" else ()
     # Recall probes run first, the program last: only the first check's probes ran in a child that
@@ -200,7 +198,7 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
         units.append(Unit(answer.code, tuple((t.entry, (t.input,)) for t in truth.tasks), imports=imports))
     # Programs of library code only get the sandbox's results without running (opgen/score/static.py),
     # and the program's tree from the same recognition.
-    proved = S.evaluate(units, sandbox) if static and units else None
+    proved = S.evaluate(units, sandbox) if settings.static and units else None
     if proved is not None:
         results = proved.results
         tree = proved.trees[-1] if answer.code is not None else None
@@ -246,21 +244,7 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, policy: str, g
     if answer.code is None:
         result["detail"] = "no code block defines " + ", ".join(entries)
         return result
-    return _finish(result, correct, structure, group, policy)
-
-
-def _check_options(policy: str, group: str, mode: str, namespace: str, static: object, diagnose: object) -> None:
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
-    if group not in GROUP_POLICIES:
-        raise ValueError(f"group must be one of {GROUP_POLICIES}, got {group!r}")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if namespace not in NAMESPACES:
-        raise ValueError(f"namespace must be one of {NAMESPACES}, got {namespace!r}")
-    for name, flag in (("static", static), ("diagnose", diagnose)):
-        if not isinstance(flag, bool):  # a string "false" must not read as true
-            raise ValueError(f"{name} must be true or false, got {flag!r}")
+    return _finish(result, correct, structure, settings.group, settings.policy)
 
 
 def response_text(response: object) -> str:
@@ -290,16 +274,17 @@ def too_large(truth: Truth, mode: str, response: str) -> dict | None:
     return failure(truth, mode, "too_large", f"response of {len(response)} characters exceeds {MAX_RESPONSE_CHARS}")
 
 
-def grade_in_process(ground_truth: dict | str, response: str | bytes, *, policy: str = "output",
-                     group: str = "fraction", mode: str = "auto", sandbox: Sandbox | None = None,
-                     diagnose: bool = True, answer_format: str = "", assistant_prefix: str = "",
-                     namespace: str = "strict", static: bool = True, format_structured: bool | None = None) -> dict:
-    """:func:`grade` computed in this process, with the same arguments: what a grading process runs
+def grade_in_process(ground_truth: dict | str, response: str | bytes, *, settings: GradeSettings = DEFAULT,
+                     sandbox: Sandbox | None = None, answer_format: str = "", assistant_prefix: str = "",
+                     format_structured: bool | None = None) -> dict:
+    """:func:`grade` computed in this process, with the same ``settings``: what a grading process runs
     (opgen/score/batch.py), and the tests' reference. It parses, compiles and statically evaluates
     the response here, with no budget: never call it on model text in a process that must survive.
     ``format_structured``: the answer format's ``structured`` fact as the caller resolved it (a
     grading process does not know formats registered in the caller's process); None: looked up."""
-    _check_options(policy, group, mode, namespace, static, diagnose)
+    if not isinstance(settings, GradeSettings):
+        raise TypeError(f"settings must be a GradeSettings, got {type(settings).__name__}")
+    mode = settings.mode
     truth = load_truth(ground_truth)
     response = response_text(response)
     effective = truth.mode if mode == "auto" or truth.native else mode
@@ -307,10 +292,9 @@ def grade_in_process(ground_truth: dict | str, response: str | bytes, *, policy:
     if big is not None:
         return big
     if effective == "forward":
-        return _grade_forward(truth, response, group)
+        return _grade_forward(truth, response, settings.group)
     if sandbox is None:
         from opgen.score.sandbox import shared
 
         sandbox = shared()
-    return _grade_program(truth, response, sandbox, policy, group, diagnose, answer_format, assistant_prefix,
-                          namespace, static, format_structured)
+    return _grade_program(truth, response, sandbox, settings, answer_format, assistant_prefix, format_structured)

@@ -22,6 +22,7 @@ from opgen.score import metrics as M
 from opgen.score.batch import Item, grade_many
 from opgen.score.grade import ERRORS, GroundTruthError, load_truth
 from opgen.score.sandbox import Sandbox
+from opgen.score.settings import DEFAULT, GradeSettings
 
 
 class ScoreInputError(ValueError, OpgenError):
@@ -144,16 +145,14 @@ def _jobs(rows: Sequence[Row] | Mapping[int, Row], responses: dict[int, list[str
 
 
 def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]], box: Sandbox, *,
-                  mode: str = "auto", policy: str = "output", group: str = "fraction", namespace: str = "strict",
-                  static: bool = True, processes: int | None = None) -> list[dict]:
-    """One record per response (row order, then sample order), graded concurrently in ``box``
+                  settings: GradeSettings = DEFAULT, processes: int | None = None) -> list[dict]:
+    """One record per response (row order, then sample order), graded with ``settings`` concurrently in ``box``
     (the static path's share on ``processes`` grading processes: :func:`opgen.score.batch.grade_many`):
     the lines of ``scores.jsonl``, and what :func:`summarize` reads. ``rows`` is indexed by row
     index: all of a file's rows, or (a mapping) those of ``answers`` only."""
     jobs = list(_jobs(rows, answers))
     items = [Item.of_row(row.ground_truth, text, row.extra) for row, _, text in jobs]
-    grades: list[dict] = grade_many(items, sandbox=box, policy=policy, group=group, mode=mode, namespace=namespace,
-                        static=static, processes=processes)
+    grades: list[dict] = grade_many(items, sandbox=box, settings=settings, processes=processes)
     records = []
     parsed: dict[int, tuple[str, ...] | None] = {}
     for (row, sample, _), g in zip(jobs, grades):
@@ -184,11 +183,14 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                 timeout_s: float = TIMEOUT_S, plots: bool = True, namespace: str = "strict",
                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
                 only: Collection[int] | None = None, processes: int | None = None,
-                metric_defs: M.MetricDefs = M.DEFAULT_DEFS) -> dict:
+                metric_defs: M.MetricDefs = M.DEFAULT_DEFS, settings: GradeSettings | None = None) -> dict:
     """Grade every response (or those of rows ``only``), write the report into ``out``, return the
     summary. ``static=False`` runs every program in the sandbox (see grade()); ``processes``: grading
     processes for the static path's share (:func:`opgen.score.batch.grade_many`; default
-    ``OPGEN_GRADE_PROCESSES``, else one per CPU)."""
+    ``OPGEN_GRADE_PROCESSES``, else one per CPU). ``settings``: the grading options (mode, policy,
+    group, namespace, static) as one :class:`GradeSettings` instead of the loose keywords."""
+    record = GradeSettings.resolve(settings, mode=mode, policy=policy, group=group, namespace=namespace,
+                                   static=static)
     data, responses, out = Path(data), Path(responses), Path(out)
     rows = read_rows(data)
     answers = read_responses(responses, len(rows))
@@ -200,21 +202,18 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     own = sandbox is None
     box = sandbox or Sandbox(workers=workers, timeout_s=timeout_s)
     try:
-        records = grade_records(rows, answers, box, mode=mode, policy=policy, group=group, namespace=namespace,
-                                static=static, processes=processes)
+        records = grade_records(rows, answers, box, settings=record, processes=processes)
         level = box.level
     finally:
         if own:
             box.close()
     return write_records_report(out, records, n_rows=len(rows), answered=len(answers), data=data,
-                                responses=responses, isolation=level, mode=mode, policy=policy, group=group,
-                                namespace=namespace, static=static, plots=plots, distance_edges=distance_edges,
-                                metric_defs=metric_defs)
+                                responses=responses, isolation=level, settings=record, plots=plots,
+                                distance_edges=distance_edges, metric_defs=metric_defs)
 
 
 def write_records_report(out: Path, records: list[dict], *, n_rows: int, answered: int, data: Path,
-                         responses: Path, isolation: str, mode: str = "auto", policy: str = "output",
-                         group: str = "fraction", namespace: str = "strict", static: bool = True,
+                         responses: Path, isolation: str, settings: GradeSettings = DEFAULT,
                          plots: bool = True, distance_edges: tuple[int, ...] = M.DISTANCE_EDGES,
                          metric_defs: M.MetricDefs = M.DEFAULT_DEFS) -> dict:
     """The report of graded ``records`` (`grade_records`'s, in row then sample order) into ``out``:
@@ -222,12 +221,17 @@ def write_records_report(out: Path, records: list[dict], *, n_rows: int, answere
     `score_files` writes once it has graded; `opgen eval --executor ray` grades chunk by chunk
     and writes a pass's report with it once the pass's records are in."""
     summary = summarize(records, n_rows=n_rows, answered=answered, distance_edges=distance_edges, defs=metric_defs)
-    summary.update({"data_path": str(data), "responses_path": str(responses), "mode": mode, "policy": policy,
-                    "group": group, "namespace": namespace, "isolation": isolation, "static": static})
+    summary.update({"data_path": str(data), "responses_path": str(responses), **settings_fields(settings, isolation)})
     summary["role"] = M.file_role(data, records)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     _write_report(Path(out), lines, summary, plots)
     return summary
+
+
+def settings_fields(settings: GradeSettings, isolation: str) -> dict:
+    """The summary's fields that say how it was graded, in the summary's order."""
+    return {"mode": settings.mode, "policy": settings.policy, "group": settings.group,
+            "namespace": settings.namespace, "isolation": isolation, "static": settings.static}
 
 
 PLOTS = ("accuracy_vs_depth.png", "recall_heatmap.png")

@@ -1,0 +1,108 @@
+"""How a response is graded: one frozen record of the grading options, checked once.
+
+Every entry point that grades (``opgen.score.grade``, ``score_files``, verl's ``compute_score*``,
+``opgen.score_answers``/``score_answer``, the adapters, ``opgen score``/``opgen eval``) builds one
+:class:`GradeSettings` from its options at its edge and hands that record down; nothing below the
+edge takes the options one by one. A grading process (``python -m opgen.score.batch``) receives the
+record as the plain dict :meth:`GradeSettings.to_wire` (a ``marshal`` payload, no pickle) and reads
+it back with :meth:`GradeSettings.from_wire`, which checks it again.
+
+This module imports the standard library and opgen.errors only (a grading process loads it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from opgen.errors import OpgenError
+
+POLICIES = ("output", "output_structure")
+GROUP_POLICIES = ("fraction", "all")
+MODES = ("auto", "forward", "program")
+NAMESPACES = ("strict", "native")
+
+# The choices of each text option, by field name (the CLI's choices are these).
+CHOICES = {"policy": POLICIES, "group": GROUP_POLICIES, "mode": MODES, "namespace": NAMESPACES}
+FLAGS = ("static", "diagnose")
+
+
+class SettingsError(ValueError, OpgenError):
+    """A grading option that is not valid; the message names the option."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class GradeSettings:
+    """The grading options (docs/scoring.md).
+
+    ``policy``: reward output match only (``output``) or output and structure
+    (``output_structure``); ``group``: a group row's score as the fraction of its tasks correct
+    (``fraction``) or 1 only when all are (``all``); ``mode``: ``auto`` follows the ground truth,
+    ``forward``/``program`` force one (native rows are always forward); ``namespace``: ``strict``
+    runs programs on their own, ``native`` binds first what the native benchmark's module had
+    imported; ``static``: programs of library code only are evaluated without running them
+    (False: every program runs in the sandbox; the same grades); ``diagnose``: the recall
+    diagnostics (False: none are computed)."""
+
+    policy: str = "output"
+    group: str = "fraction"
+    mode: str = "auto"
+    namespace: str = "strict"
+    static: bool = True
+    diagnose: bool = True
+
+    def __post_init__(self) -> None:
+        for name, allowed in CHOICES.items():
+            value = getattr(self, name)
+            if not isinstance(value, str) or value not in allowed:
+                raise SettingsError(f"{name} must be one of {allowed}, got {value!r}")
+        for name in FLAGS:
+            flag = getattr(self, name)
+            if not isinstance(flag, bool):  # a string "false" must not read as true
+                raise SettingsError(f"{name} must be true or false, got {flag!r}")
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The options' names, in the record's order."""
+        return tuple(f.name for f in fields(cls))
+
+    def to_wire(self) -> dict:
+        """The record as a dict of plain values (str and bool), what a grading process receives."""
+        return {name: getattr(self, name) for name in self.names()}
+
+    @classmethod
+    def from_wire(cls, wire: object) -> GradeSettings:
+        """The record of :meth:`to_wire`'s dict; a dict with other keys, or values that are not
+        valid, raises :class:`SettingsError`."""
+        if not isinstance(wire, dict):
+            raise SettingsError(f"grading settings must be a dict, got {type(wire).__name__}")
+        unknown = sorted(map(str, set(wire) - set(cls.names())))
+        if unknown:
+            raise SettingsError(f"unknown grading settings: {', '.join(unknown)} (known: {', '.join(cls.names())})")
+        return cls(**wire)
+
+    @classmethod
+    def resolve(cls, settings: GradeSettings | None = None, **options: object) -> GradeSettings:
+        """The record a public entry point grades with: ``settings`` when given (then every loose
+        option must be left at its default: giving both is an error naming the options), else the
+        record of the loose ``options``."""
+        unknown = sorted(set(options) - set(cls.names()))
+        if unknown:
+            raise TypeError(f"unknown grading settings: {', '.join(unknown)} (known: {', '.join(cls.names())})")
+        if settings is None:
+            return cls(**options)  # type: ignore[arg-type]
+        if not isinstance(settings, GradeSettings):
+            raise SettingsError(f"settings must be a GradeSettings, got {type(settings).__name__}")
+        default = cls()
+        given = sorted(k for k, v in options.items() if not _same(v, getattr(default, k)))
+        if given:
+            raise SettingsError(f"give settings= or the options {', '.join(given)}, not both")
+        return settings
+
+
+def _same(a: object, b: object) -> bool:
+    return type(a) is type(b) and a == b
+
+
+DEFAULT = GradeSettings()
