@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from opgen import ops
+from opgen.errors import USAGE, OpgenError
 from opgen.ops import Operator, OperatorLibrary, Param
 
 PARAM_KINDS: tuple[str, ...] = ("int", "choice", "letters")
@@ -47,8 +48,10 @@ _PARAM_FIELDS = ("name", "kind", "lo", "hi", "choices")
 _STUDY_NAMES = ("study", "default")
 
 
-class LibraryError(ValueError):
+class LibraryError(ValueError, OpgenError):
     """A library that cannot be loaded; the message names the file (or spec), operator and field."""
+
+    exit_code = USAGE
 
 
 def load(spec: str) -> OperatorLibrary:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Union
 
+from opgen.errors import USAGE, OpgenError
+
 TRAIN = "train"
 HELDOUT = "heldout"
 SPLITS: tuple[str, ...] = (TRAIN, HELDOUT)
@@ -552,7 +554,9 @@ NATIVE_METHODS: tuple[str, ...] = ("upper", "lower", "capitalize", "swapcase")
 METHODS: tuple[str, ...] = NATIVE_METHODS + ("strip", "lstrip", "rstrip", "title", "casefold")
 
 
-class UnknownOperator(KeyError):
+class UnknownOperator(KeyError, OpgenError):
+    exit_code = USAGE
+
     def __init__(self, op_id: str, library: OperatorLibrary | None = None):
         super().__init__(op_id)
         self.op_id = op_id

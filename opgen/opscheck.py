@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opgen.errors import USAGE, OpgenError
 from opgen.ops import Operator, OperatorLibrary, Param
 from opgen.rng import LOWERCASE
 
@@ -72,8 +73,10 @@ def _watch_io() -> None:
         _HOOKED.append(True)
 
 
-class MissingHypothesis(ImportError):
+class MissingHypothesis(ImportError, OpgenError):
     """``opgen ops check`` needs hypothesis (the ``check`` extra)."""
+
+    exit_code = USAGE
 
 
 @dataclass(frozen=True)
