@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -133,7 +132,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         raise click.UsageError("--decomposed draws one sample per recall; use it with --n 1")
     if not no_score:
         _check_sandbox(allow_weak_sandbox)
-    bars = not quiet and (sys.stderr.isatty() if progress is None else progress)
+    bars = not quiet and options.show_progress(progress)
     sampling = Sampling(max_new_tokens=max_new_tokens, n=n, temperature=temperature, top_p=top_p, seed=seed,
                         max_model_len=max_model_len)
     cfg = ev.EvalConfig(

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import codecs
 import csv
+import functools
 import io
 import json
+import sys
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,15 +144,23 @@ def _jobs(rows: Sequence[Row] | Mapping[int, Row], responses: dict[int, list[str
 
 def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]], box: Sandbox, *,
                   mode: str = "auto", policy: str = "output", group: str = "fraction", namespace: str = "strict",
-                  static: bool = True, processes: int | None = None) -> list[dict]:
+                  static: bool = True, processes: int | None = None,
+                  graded: Callable[[], object] | None = None) -> list[dict]:
     """One record per response (row order, then sample order), graded concurrently in ``box``
     (the static path's share on ``processes`` grading processes: :func:`opgen.score.batch.grade_many`):
     the lines of ``scores.jsonl``, and what :func:`summarize` reads. ``rows`` is indexed by row
-    index: all of a file's rows, or (a mapping) those of ``answers`` only."""
+    index: all of a file's rows, or (a mapping) those of ``answers`` only. ``graded()`` is called
+    once per response as its grade comes in (from grading threads: a progress bar's update)."""
     jobs = list(_jobs(rows, answers))
     items = [Item.of_row(row.ground_truth, text, row.extra) for row, _, text in jobs]
+
+    def answered(i: int, g: dict) -> dict:
+        if graded is not None:
+            graded()
+        return g
+
     grades: list[dict] = grade_many(items, sandbox=box, policy=policy, group=group, mode=mode, namespace=namespace,
-                        static=static, processes=processes)
+                                    static=static, processes=processes, answered=answered)
     records = []
     parsed: dict[int, tuple[str, ...] | None] = {}
     for (row, sample, _), g in zip(jobs, grades):
@@ -181,11 +191,11 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                 timeout_s: float = TIMEOUT_S, plots: bool = True, namespace: str = "strict",
                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
                 only: Collection[int] | None = None, processes: int | None = None,
-                metric_defs: M.MetricDefs = M.DEFAULT_DEFS) -> dict:
+                metric_defs: M.MetricDefs = M.DEFAULT_DEFS, progress: bool = False) -> dict:
     """Grade every response (or those of rows ``only``), write the report into ``out``, return the
     summary. ``static=False`` runs every program in the sandbox (see grade()); ``processes``: grading
     processes for the static path's share (:func:`opgen.score.batch.grade_many`; default
-    ``OPGEN_GRADE_PROCESSES``, else one per CPU)."""
+    ``OPGEN_GRADE_PROCESSES``, else one per CPU); ``progress``: a bar of responses graded on stderr."""
     data, responses, out = Path(data), Path(responses), Path(out)
     rows = read_rows(data)
     answers = read_responses(responses, len(rows))
@@ -196,11 +206,20 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
         threading.Thread(target=_import_plotting, name="opgen-import-matplotlib", daemon=True).start()
     own = sandbox is None
     box = sandbox or Sandbox(workers=workers, timeout_s=timeout_s)
+    bar = None
+    if progress:  # tqdm only when asked for (its import costs start-up)
+        from tqdm import tqdm
+
+        bar = tqdm(total=sum(len(a) for a in answers.values()), desc="score", unit="response", file=sys.stderr,
+                   leave=False)
     try:
         records = grade_records(rows, answers, box, mode=mode, policy=policy, group=group, namespace=namespace,
-                                static=static, processes=processes)
+                                static=static, processes=processes,
+                                graded=None if bar is None else functools.partial(bar.update, 1))
         level = box.level
     finally:
+        if bar is not None:
+            bar.close()
         if own:
             box.close()
     return write_records_report(out, records, n_rows=len(rows), answered=len(answers), data=data,
