@@ -152,5 +152,7 @@ def _report(summary: dict, out: Path) -> None:
     warning = missing_import_warning(summary)
     if warning:
         click.echo(warning, err=True)
+    if summary.get("plots_skipped"):
+        click.echo(f"warning: {summary['plots_skipped']}", err=True)
     click.echo(f"wrote {out}/scores.jsonl, summary.json, summary.csv" +
                "".join(f", {p}" for p in summary["plots"]))

@@ -247,6 +247,15 @@ def write_records_report(out: Path, records: list[dict], *, n_rows: int, answere
 
 
 PLOTS = ("accuracy_vs_depth.png", "recall_heatmap.png")
+PLOTS_EXTRA = "plots"  # the pyproject extra that installs matplotlib
+
+
+def plots_missing(complete: str) -> str:
+    """The one line said when plots are skipped for want of matplotlib; ``complete``: what was written."""
+    return f"plots skipped: matplotlib is not installed (pip install 'opgen[{PLOTS_EXTRA}]'); {complete} are complete"
+
+
+PLOTS_MISSING = plots_missing("scores.jsonl, summary.json and summary.csv")
 REPORT_FILES = ("scores.jsonl", "summary.csv", "summary.json", *PLOTS)
 
 
@@ -266,6 +275,8 @@ def _write_report(out: Path, lines: str, summary: dict, plots: bool) -> None:
         with outdir.committed(out, REPORT_FILES.__contains__, "opgen score", "summary.json") as stage:
             _write_atomic(stage / "scores.jsonl", encode_json_text(lines))
             summary["plots"] = write_plots(summary, stage) if plots else []
+            if plots and not _matplotlib():
+                summary["plots_skipped"] = PLOTS_MISSING
             _write_atomic(stage / "summary.csv", summary_csv(summary).encode("utf-8", "backslashreplace"))
             _write_atomic(stage / "summary.json",
                           encode_json_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n"))
@@ -385,6 +396,14 @@ def _import_plotting() -> None:
         import matplotlib.pyplot
     except Exception:  # write_plots says what is missing, when it runs
         pass
+
+
+def _matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401 - only to learn whether the plots can be drawn
+    except ImportError:
+        return False
+    return True
 
 
 def write_plots(summary: dict, out: Path) -> list[str]:
