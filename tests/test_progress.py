@@ -1,7 +1,8 @@
-"""Progress on every command that can run long (issue 24, item 7): `validate`, `verify`, `score` show a
-bar on stderr when forced (--progress; stderr is no terminal under CliRunner) and on a terminal by
-default, and nothing with --no-progress. (`leakage`: tests/test_fidelity.py; `fit`: tests/test_fit_cli.py;
-`build`, `eval`: their own tests.) Nothing here is timed."""
+"""Progress on every command that can run long (issue 24, item 7): `score` shows a bar on stderr
+when forced (--progress; stderr is no terminal under CliRunner), on a terminal by default, and
+nothing with --no-progress. The others: `validate`, `verify` in tests/test_verify_checks.py,
+`leakage` in tests/test_fidelity.py, `fit` in tests/test_fit_cli.py, `eval` in
+tests/test_eval_replay.py. Nothing here is timed."""
 
 from __future__ import annotations
 
@@ -39,16 +40,6 @@ def test_show_progress_follows_the_flag_else_the_terminal(monkeypatch):
     assert options.show_progress(None)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
     assert not options.show_progress(None)
-
-
-def test_validate_shows_rows_checked(built, runner, cli):
-    assert "validate" in (err := _stderr(runner, cli, ["validate", str(built), "--progress"])) and "row" in err
-    assert "validate:" not in _stderr(runner, cli, ["validate", str(built), "--no-progress"])
-
-
-def test_verify_shows_files_checked(built, runner, cli):
-    assert "check files" in _stderr(runner, cli, ["verify", str(built), "--progress"])
-    assert "check files" not in _stderr(runner, cli, ["verify", str(built), "--no-progress"])
 
 
 def test_score_shows_responses_graded(built, runner, cli, tmp_path):
