@@ -132,6 +132,15 @@ def test_push_dry_run_into_a_full_or_read_only_place_writes_nothing(runner, cli,
         assert not (fs / "tree.opgen-lock").exists() or (fs / "tree.opgen-lock").read_bytes() == b""
 
 
+def test_leakage_report_into_a_read_only_place_is_refused_before_the_check(runner, cli, tmp_path, trees):
+    with _tmpfs(tmp_path / "fs", "1m", ro=True) as fs:
+        r = runner.invoke(cli, ["leakage", str(trees), "--against", str(trees), "--report", str(fs / "r.json"),
+                                "--progress"])
+        assert r.exit_code == 2 and "--report" in r.output and "Read-only" in r.output, r.output
+        assert "leakage: read" not in r.output  # refused before any file was read
+        _no_traceback(r)
+
+
 # ---------------------------------------------------------------- corrupt and foreign files
 
 
