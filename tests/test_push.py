@@ -360,6 +360,19 @@ def test_a_concurrent_dry_run_refuses_and_a_killed_one_leaves_no_half_tree(hand_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree", "tree.opgen-lock"]  # ... removed
 
 
+@pytest.mark.parametrize("sig, code", [("INT", 130), ("TERM", 143)])
+def test_a_dry_run_stopped_by_a_signal_exits_128_plus_it_and_leaves_the_old_tree(hand_build: Path, tmp_path: Path,
+                                                                                sig: str, code: int):
+    tree = tmp_path / "tree"
+    assert run(hand_build, "--repo-id", "org/x", "--dry-run", tree).exit_code == 0
+    before = {p: (tree / p).read_bytes() for p in hub.tree_files(tree)}
+    proc = _dry_run(hand_build, tree, "--force", env={"OPGEN_FAULT": f"staged:{sig}"})
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code and "Traceback" not in err and "is as it was" in err, err
+    assert {p: (tree / p).read_bytes() for p in hub.tree_files(tree)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree", "tree.opgen-lock"]
+
+
 def test_a_failing_dry_run_leaves_the_earlier_tree_as_it_was(hand_build: Path, tmp_path: Path):
     tree = tmp_path / "tree"
     assert run(hand_build, "--repo-id", "org/x", "--dry-run", tree).exit_code == 0
