@@ -62,8 +62,7 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
         raise click.BadParameter(str(exc), param_hint="RECIPE") from None
     out = out or Path("out") / loaded[0].name
     tok = _load_tokenizer(tokenizer) if tokenizer is not None else None  # fail before any work
-    if progress is None:
-        progress = sys.stderr.isatty()
+    progress = options.show_progress(progress)
     outdir.install_sigterm()
     mapper = None
     try:
@@ -163,7 +162,7 @@ def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int, allow
         allow_weak_for_this_process()
     runner = V.sandbox_runner(workers=sandbox_workers)
     bar = None
-    if sys.stderr.isatty() if progress is None else progress:
+    if options.show_progress(progress):
         from tqdm import tqdm
 
         bar = tqdm(total=V.count_rows(files), desc="validate", unit="row", file=sys.stderr, leave=False)

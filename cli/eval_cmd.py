@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -161,7 +160,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
         raise click.UsageError("--decomposed draws one sample per recall; use it with --n 1")
     if not no_score:
         _check_sandbox(allow_weak_sandbox)
-    bars = not quiet and (sys.stderr.isatty() if progress is None else progress)
+    bars = not quiet and options.show_progress(progress)
     sampling = Sampling(max_new_tokens=max_new_tokens, n=n, temperature=temperature, top_p=top_p, seed=seed,
                         max_model_len=max_model_len)
     cfg = ev.EvalConfig(
@@ -203,18 +202,34 @@ def _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, re
                                        replica_cpus=replica_cpus, num_cpus=ray_num_cpus, chunk_rows=chunk_rows))
     else:
         results = [_eval_local(model, name, data_files, out_dir, cfg) for model, name in zip(models, names)]
+    skipped = _plots_skipped(results)
     if len(results) > 1 and not no_score:
         from opgen import sweep
         try:
             notes: list[str] = []
             written = sweep.write_sweep(out_dir, results, notes, plots=cfg.plots)
             for note in notes:
-                click.echo(f"warning: {note}", err=True)
+                if note == sweep.PLOTS_MISSING:  # said once, below, for the models' plots too
+                    skipped = True
+                else:
+                    click.echo(f"warning: {note}", err=True)
         except OSError as exc:
             from opgen.files import describe_os_error
 
             raise click.ClickException(f"sweep: {describe_os_error(exc, str(out_dir))}") from None
         click.echo(f"sweep: {', '.join(str(p) for p in written)}")
+    if skipped:
+        from opgen.score.report import plots_missing
+
+        tables = "every model's scores and summaries" + (" and the sweep tables" if len(results) > 1 else "")
+        click.echo(f"warning: {plots_missing(tables)}", err=True)
+
+
+def _plots_skipped(results: list[dict]) -> bool:
+    """Whether a model's score report skipped its plots for want of matplotlib."""
+    return any((part.get("summary") or {}).get("plots_skipped")
+               for metrics in results for entry in metrics.get("data", {}).values()
+               for part in (entry, entry.get("decomposed") or {}))
 
 
 def _check_ray_options(executor, ray_address, replicas, replica_gpus, ray_num_cpus) -> None:

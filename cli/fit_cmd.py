@@ -132,10 +132,9 @@ def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, comp
     chosen_forms = _forms(forms)
     overrides = {"params": params, "prompts_per_step": prompts_per_step, "group": group_size,
                  "prompt_tokens": prompt_tokens, "response_tokens": response_tokens}
-    import sys
     import time
 
-    show = progress if progress is not None else sys.stderr.isatty()
+    show = options.show_progress(progress)
     t0 = time.perf_counter()
 
     def say(message: str) -> None:

@@ -9,6 +9,7 @@ part of a command an option belongs to (``opgen eval``'s scorer options read "Sc
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -63,9 +64,15 @@ def ray_num_cpus() -> Callable[[F], F]:
 
 
 def progress() -> Callable[[F], F]:
-    """``--progress/--no-progress``, None when neither is given (then: bars when stderr is a terminal)."""
+    """``--progress/--no-progress``, None when neither is given (then: bars when stderr is a terminal,
+    :func:`show_progress`)."""
     return click.option("--progress/--no-progress", default=None,
                         help="Progress bars on stderr (default: when a terminal).")
+
+
+def show_progress(progress: bool | None) -> bool:
+    """Whether a command shows its progress: as ``--progress/--no-progress`` says, else when stderr is a terminal."""
+    return sys.stderr.isatty() if progress is None else progress
 
 
 def no_plots() -> Callable[[F], F]:

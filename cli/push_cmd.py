@@ -23,23 +23,34 @@ def _repo_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--revision", metavar="BRANCH", help="Commit to this branch (created from main when missing).")
 @click.option("--dry-run", "dry_run", type=click.Path(file_okay=True, path_type=Path), metavar="OUT_DIR",
               help="Write the exact tree to OUT_DIR (a new or empty directory) and upload nothing.")
+@click.option("--force", is_flag=True,
+              help="With --dry-run: replace a tree an earlier dry run wrote in OUT_DIR. Never replaces a folder "
+                   "opgen did not write.")
 @click.option("--license", "license_", default="apache-2.0", show_default=True,
               help="License identifier for the card's front matter.")
 @click.option("--pretty-name", help="Title of the card (default: opgen + the recipe names).")
-def push(build_dir: Path, repo_id: str, private: bool, revision: str | None, dry_run: Path | None,
-         license_: str, pretty_name: str | None) -> None:
+@click.pass_context
+def push(ctx: click.Context, build_dir: Path, repo_id: str, private: bool, revision: str | None,
+         dry_run: Path | None, force: bool, license_: str, pretty_name: str | None) -> None:
     """Publish BUILD_DIR (written by `opgen build`) to the Hub in one commit.
 
     Each split family becomes a config with its files at data/<config>/<split>-0000k-of-0000n.parquet,
     next to a generated dataset card (README.md) and the build's manifest.json. Every file is checked
     against the sha256 in the manifest first: a build that changed since it was written is refused.
     The token comes from HF_TOKEN or the login cache (`hf auth login`).
-    """
-    from opgen import hub
 
+    --dry-run's OUT_DIR is locked while the tree is staged beside it and swapped in whole (as every
+    command that writes does); SIGINT exits 130, SIGTERM 143, OUT_DIR as it was.
+    """
+    from opgen import hub, outdir
+
+    if force and dry_run is None:
+        raise click.UsageError("--force: only with --dry-run (a push replaces nothing locally)")
+    outdir.install_sigterm()
     try:
         if dry_run is not None:
-            plan = hub.write_tree(build_dir, dry_run, repo_id, license=license_, pretty_name=pretty_name)
+            plan = hub.write_tree(build_dir, dry_run, repo_id, license=license_, pretty_name=pretty_name,
+                                  force=force)
             files = hub.tree_files(dry_run)
             click.echo(f"wrote {len(files)} files ({len(plan.configs)} configs, "
                        f"{sum(s.rows for s in plan.splits)} rows) to {dry_run}; nothing uploaded")
@@ -48,6 +59,13 @@ def push(build_dir: Path, repo_id: str, private: bool, revision: str | None, dry
             return
         result = hub.push(build_dir, repo_id, private=private, revision=revision,
                           license=license_, pretty_name=pretty_name)
+    except (KeyboardInterrupt, outdir.Terminated) as exc:
+        kept = "holds the new tree (the signal came during its final swap)" \
+            if isinstance(exc, outdir.SignalAfterCommit) else "is as it was"
+        where = f"; {dry_run} {kept}" if dry_run is not None else \
+            "; the push stopped before or after its one commit (all of the tree or none of it)"
+        click.echo(f"{'terminated' if isinstance(exc, outdir.Terminated) else 'interrupted'}{where}", err=True)
+        ctx.exit(outdir.exit_code(exc))
     except OSError as exc:  # a full disk or read-only target for --dry-run; the tree is never half there
         from opgen.files import describe_os_error
 

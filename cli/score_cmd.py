@@ -43,12 +43,13 @@ from . import options
               help="Grading processes, where every response is parsed and graded (default: "
                    "OPGEN_GRADE_PROCESSES, else one per CPU up to 8). Grades are the same.")
 @options.allow_weak_sandbox()
+@options.progress()
 @click.pass_context
 def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str,
           group: str, timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, drift_call: str,
           pass_k: str, executor: str,
           ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None,
-          no_static: bool, grade_processes: int | None, allow_weak_sandbox: bool) -> None:
+          no_static: bool, grade_processes: int | None, allow_weak_sandbox: bool, progress: bool | None) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary.
 
     The report is staged beside --out and swapped in whole (a rescore replaces it at once or not
@@ -80,7 +81,8 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
                                            actors=sandbox_actors))
         summary = score_files(data, responses, out, workers=workers, settings=grading, timeout_s=timeout_s,
                               plots=not no_plots, distance_edges=edges, sandbox=box, processes=grade_processes,
-                              metric_defs=MetricDefs(drift_call=drift_call, pass_k=pass_k))
+                              metric_defs=MetricDefs(drift_call=drift_call, pass_k=pass_k),
+                              progress=options.show_progress(progress))
     except (KeyboardInterrupt, outdir.Terminated) as exc:
         term = isinstance(exc, outdir.Terminated)
         kept = "holds the new report (the signal came during its final swap)" \
@@ -151,5 +153,7 @@ def _report(summary: dict, out: Path) -> None:
     warning = missing_import_warning(summary)
     if warning:
         click.echo(warning, err=True)
+    if summary.get("plots_skipped"):
+        click.echo(f"warning: {summary['plots_skipped']}", err=True)
     click.echo(f"wrote {out}/scores.jsonl, summary.json, summary.csv" +
                "".join(f", {p}" for p in summary["plots"]))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
@@ -34,7 +33,7 @@ def verify(build_dir: Path, workers: int, progress: bool | None, as_json: bool) 
 
     outdir.install_sigterm()
     try:
-        report = V.verify(build_dir, workers=workers, progress=sys.stderr.isatty() if progress is None else progress)
+        report = V.verify(build_dir, workers=workers, progress=options.show_progress(progress))
     except V.VerifyError as exc:
         raise click.BadParameter(str(exc), param_hint="BUILD_DIR") from None
     if as_json:

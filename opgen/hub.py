@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -264,39 +263,66 @@ def _check_parquet(plan_: Plan, staged: Path) -> None:
                                    "every split of a family must have one row kind")
 
 
-def write_tree(build_dir: Path, out_dir: Path, repo_id: str, *, license: str = "apache-2.0",
-               pretty_name: str | None = None) -> Plan:
-    """Write the exact Hub tree of a build to ``out_dir`` (which must not exist, or be empty).
+TREE_ENTRIES = frozenset({CARD, MANIFEST, "data"})  # what a tree holds at its top
+DRY_RUN = "opgen push --dry-run"
 
-    The tree is assembled in a temporary sibling directory and renamed into place, so ``out_dir``
-    either holds a complete, verified tree or is left as it was.
+
+def write_tree(build_dir: Path, out_dir: Path, repo_id: str, *, license: str = "apache-2.0",
+               pretty_name: str | None = None, force: bool = False) -> Plan:
+    """Write the exact Hub tree of a build to ``out_dir``: a new or empty directory, or (``force``)
+    a tree this function wrote before; never another folder, with or without ``force``.
+
+    Under the output-directory discipline of every command that writes (opgen.outdir.committed):
+    ``out_dir`` is locked, the tree is staged beside it (``README.md`` last) and swapped in whole, so
+    ``out_dir`` holds a complete, verified tree or is left as it was (a killed run's staging
+    directory is removed by the next one).
     """
+    from opgen import outdir
+
     out_dir = Path(out_dir)
     check_repo_id(repo_id)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise HubError(f"{out_dir}: already exists and is not an empty directory; choose a new path")
     plan_ = plan(build_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
-        for f, rel in plan_.placements():
-            dst = tmp / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            _copy_verified(plan_.build_dir / f.path, dst, f)
-        _check_parquet(plan_, tmp)
-        # Re-check the manifest we planned from is the one we ship (a rebuild may have replaced it).
-        raw = (plan_.build_dir / MANIFEST).read_bytes()
-        if hashlib.sha256(raw).hexdigest() != plan_.manifest_sha256:
-            raise HubError(f"{plan_.build_dir / MANIFEST}: changed while the tree was being written")
-        (tmp / MANIFEST).write_bytes(raw)
-        text = card.render(plan_, tmp, repo_id, license=license, pretty_name=pretty_name)
-        (tmp / CARD).write_text(text, encoding="utf-8")
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the tree is meant to be shared
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        # every entry is let through here and judged by _check_replace, under the lock
+        with outdir.committed(out_dir, lambda name: True, DRY_RUN, CARD) as tmp:
+            _check_replace(outdir.absolute(out_dir), force)
+            _fill_tree(plan_, tmp, repo_id, license, pretty_name)
+    except outdir.OutputError as exc:
+        raise HubError(str(exc)) from None
     return plan_
+
+
+def _check_replace(out_dir: Path, force: bool) -> None:
+    """Under the lock: ``out_dir`` is missing or empty, or an earlier tree and ``force`` given."""
+    from opgen import outdir
+
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    names = sorted(p.name for p in out_dir.iterdir())
+    if outdir.read_manifest(out_dir) is None or not (out_dir / CARD).is_file() or not set(names) <= TREE_ENTRIES:
+        raise HubError(f"{out_dir}: already exists and is not an empty directory, and not a tree {DRY_RUN} wrote "
+                       f"(it holds {', '.join(names[:3])}{', …' if len(names) > 3 else ''}); it is never "
+                       f"replaced, not even with --force; choose a new path")
+    if not force:
+        raise HubError(f"{out_dir}: already holds a tree {DRY_RUN} wrote; pass --force to replace it whole, "
+                       f"or choose a new path")
+
+
+def _fill_tree(plan_: Plan, tmp: Path, repo_id: str, license: str, pretty_name: str | None) -> None:
+    """The tree's files into the empty directory ``tmp``, the card last."""
+    for f, rel in plan_.placements():
+        dst = tmp / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        _copy_verified(plan_.build_dir / f.path, dst, f)
+    _check_parquet(plan_, tmp)
+    # Re-check the manifest we planned from is the one we ship (a rebuild may have replaced it).
+    raw = (plan_.build_dir / MANIFEST).read_bytes()
+    if hashlib.sha256(raw).hexdigest() != plan_.manifest_sha256:
+        raise HubError(f"{plan_.build_dir / MANIFEST}: changed while the tree was being written")
+    (tmp / MANIFEST).write_bytes(raw)
+    text = card.render(plan_, tmp, repo_id, license=license, pretty_name=pretty_name)
+    (tmp / CARD).write_text(text, encoding="utf-8")
+    os.chmod(tmp, 0o755)  # the tree is meant to be shared
 
 
 def tree_files(root: Path) -> list[str]:

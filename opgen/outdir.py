@@ -13,7 +13,8 @@
   opgen ``manifest.json`` and no file it does not list); ``force`` lets a build replace an opgen
   build that holds unlisted files too, and never anything else: a folder without an opgen
   manifest (a project folder, ``--out .``) is refused with or without it.
-- **Every command that writes** (``score``'s report, ``eval``'s folder, ``fit``, ...) uses the
+- **Every command that writes** (``score``'s report, ``eval``'s folder, ``fit``, ``push --dry-run``'s tree,
+  ...) uses the
   same pieces: :func:`committed` (lock, recovery, ownership by the command's own file names,
   staging, one swap: a report is replaced whole or not at all) or, for an append-only folder
   that is resumed in place (``eval``), :func:`claim` (lock and ownership only). A mount point is

@@ -5,7 +5,11 @@
 #   fit:    opgen fit --tidy fits a table (fit.json)
 #   hub:    opgen push --dry-run writes a tree that `datasets` loads back; push without a token says so
 #   tokens: opgen stats --tokenizer measures token lengths with a tokenizer trained on the spot
-# Usage: bash scripts/check-extras.sh [EXTRA ...]   (default: plots fit hub tokens)
+#   serve:  opgen serve answers GET /health and grades one POST /score
+# Usage: bash scripts/check-extras.sh [--floors] [EXTRA ...]   (default: plots fit hub tokens serve)
+#   --floors: each of the extra's requirements held at its declared floor (`name>=X` in pyproject.toml
+#   installed as `name==X.*`, read from pyproject.toml, no second copy), so the floors are versions the
+#   code really runs on (issue 24); the rest of the environment is whatever pip picks today.
 # The pip cache is shared between the environments (PIP_CACHE_DIR, default ~/.cache/pip).
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -13,12 +17,34 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 export PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 
+floors=""
+if [ "${1:-}" = "--floors" ]; then floors=1; shift; fi
 extras=("$@")
-[ ${#extras[@]} -gt 0 ] || extras=(plots fit hub tokens)
+[ ${#extras[@]} -gt 0 ] || extras=(plots fit hub tokens serve)
 
-fresh() {  # fresh NAME EXTRA: a venv with opgen[EXTRA] and nothing else
+floor_constraints() {  # floor_constraints EXTRA: name==X.* for each name>=X of the extra, from pyproject.toml
+  python3 - "$REPO/pyproject.toml" "$1" <<'EOF'
+import re, sys, tomllib
+extra = sys.argv[2]
+with open(sys.argv[1], "rb") as fh:
+    reqs = tomllib.load(fh)["project"]["optional-dependencies"][extra]
+for req in reqs:
+    m = re.match(r"\s*([A-Za-z0-9_.-]+)(\[[^\]]*\])?[^;]*?>=\s*([0-9][0-9A-Za-z.]*)", req)
+    if m is None:
+        sys.exit(f"pyproject.toml: extra {extra}: {req!r} has no >= floor")
+    print(f"{m.group(1)}=={m.group(3)}.*")
+EOF
+}
+
+fresh() {  # fresh NAME EXTRA: a venv with opgen[EXTRA] and nothing else (--floors: at the extra's floors)
   python3 -m venv "$work/$1"
-  "$work/$1/bin/pip" install -q -e "$REPO[$2]"
+  if [ -n "$floors" ]; then
+    floor_constraints "$2" > "$work/$1.floors.txt"
+    echo "   at the floors: $(tr '\n' ' ' < "$work/$1.floors.txt")"
+    "$work/$1/bin/pip" install -q -e "$REPO[$2]" -c "$work/$1.floors.txt"
+  else
+    "$work/$1/bin/pip" install -q -e "$REPO[$2]"
+  fi
 }
 
 # a small build and a responses file every check can use (made with the first environment)
@@ -97,6 +123,38 @@ fast.save_pretrained(sys.argv[1])
 EOF
       "$env/bin/opgen" stats "$work/build" --tokenizer "$work/tok" --json > "$work/stats.json"
       grep -q "prompt" "$work/stats.json" || { echo "tokens: no token lengths"; exit 1; }
+      ;;
+    serve)
+      "$env/bin/python" - "$env/bin/opgen" "$work/build/heldout_trees_d1-8.parquet" <<'EOF'
+import json, socket, subprocess, sys, time, urllib.request
+import pyarrow.parquet as pq
+from opgen.tokens import gold_answer_of_row
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+proc = subprocess.Popen([sys.argv[1], "serve", "--port", str(port), "--allow-weak-sandbox"])
+try:
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            health = json.load(urllib.request.urlopen(url + "/health", timeout=5))
+            break
+        except OSError:
+            if proc.poll() is not None:
+                sys.exit(f"serve: exited {proc.returncode} before answering /health")
+            time.sleep(0.1)
+    else:
+        sys.exit("serve: no answer on /health")
+    row = pq.read_table(sys.argv[2]).to_pylist()[0]
+    body = json.dumps({"items": [{"ground_truth": row["reward_model"]["ground_truth"],
+                                  "response": gold_answer_of_row(row), "extra_info": row["extra_info"]}]})
+    req = urllib.request.Request(url + "/score", body.encode(), {"Content-Type": "application/json"})
+    got = json.load(urllib.request.urlopen(req, timeout=120))
+    assert got["scores"] == [1.0], got  # the gold answer, graded correct
+finally:
+    proc.terminate()
+    proc.wait(30)
+EOF
       ;;
     *) echo "unknown extra $extra"; exit 2 ;;
   esac

@@ -21,7 +21,7 @@ SHARED = {
     "--executor": ["build", "score", "eval"],
     "--ray-address": ["build", "score", "eval"],
     "--ray-num-cpus": ["build", "score", "eval"],
-    "--progress": ["build", "eval", "validate", "verify"],
+    "--progress": ["build", "eval", "validate", "verify", "score", "fit", "leakage"],
     "--no-plots": ["score", "fit"],
     "--json": ["validate", "stats", "verify", "ops list", "ops eval"],
 }

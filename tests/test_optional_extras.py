@@ -88,15 +88,49 @@ def test_eval_backend_without_its_extra_names_it(build, tmp_path, backend, missi
     assert "Traceback" not in r.stderr and f"opgen[{extra}]" in r.stderr
 
 
-def test_score_without_matplotlib_writes_its_results(build, tmp_path):
+def test_score_without_matplotlib_says_so_once_and_writes_its_results(build, tmp_path):
     import json
 
     data = build / "stage1_l1_test.parquet"
     (tmp_path / "r.jsonl").write_text(json.dumps({"index": 0, "response": "x"}) + "\n")
     r = run_without(("matplotlib",), "score", "--data", str(data), "--responses", str(tmp_path / "r.jsonl"),
                     "--out", str(tmp_path / "s"))
-    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
-    assert (tmp_path / "s" / "summary.json").is_file() and (tmp_path / "s" / "scores.jsonl").is_file()
+    _one_clear_line(r, "plots", 0)
+    assert [ln for ln in r.stderr.splitlines() if "matplotlib" in ln] == [
+        "warning: plots skipped: matplotlib is not installed (pip install 'opgen[plots]'); "
+        "scores.jsonl, summary.json and summary.csv are complete"]
+    for name in ("summary.json", "scores.jsonl", "summary.csv"):
+        assert (tmp_path / "s" / name).is_file(), name
+    assert not list((tmp_path / "s").glob("*.png"))
+    # --no-plots asked for none: nothing to say
+    r = run_without(("matplotlib",), "score", "--data", str(data), "--responses", str(tmp_path / "r.jsonl"),
+                    "--out", str(tmp_path / "s2"), "--no-plots")
+    assert r.returncode == 0 and "matplotlib" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("models", [1, 2])
+def test_eval_without_matplotlib_says_so_once_and_writes_every_result(build, tmp_path, models):
+    import json
+
+    import pyarrow.parquet as pq
+
+    data = build / "stage1_l1_test.parquet"
+    args = []
+    for m in range(models):
+        src = tmp_path / f"m{m}.jsonl"
+        src.write_text("".join(json.dumps({"index": i, "response": "x"}) + "\n"
+                               for i in range(pq.read_metadata(data).num_rows)))
+        args += ["--model", str(src)]
+    r = run_without(("matplotlib",), "eval", "--backend", "replay", *args, "--data", str(data),
+                    "--out", str(tmp_path / "e"), "--no-progress")
+    _one_clear_line(r, "plots", 0)
+    line = [ln for ln in r.stderr.splitlines() if "matplotlib" in ln]
+    assert len(line) == 1 and line[0].startswith("warning: plots skipped: matplotlib is not installed"), r.stderr
+    for m in range(models):
+        assert (tmp_path / "e" / f"m{m}" / "metrics.json").is_file()
+        assert list((tmp_path / "e" / f"m{m}").rglob("summary.json"))
+    assert not list((tmp_path / "e").rglob("*.png"))
+    assert (tmp_path / "e" / "sweep.json").is_file() == (models > 1)
 
 
 def test_every_extra_installs_what_its_feature_imports():

@@ -298,6 +298,95 @@ def test_dry_run_into_existing_non_empty_dir_is_refused(hand_build: Path, tmp_pa
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
+def test_dry_run_replaces_its_own_tree_only_with_force_and_a_foreign_folder_never(hand_build: Path,
+                                                                                   tmp_path: Path):
+    tree = tmp_path / "tree"
+    assert run(hand_build, "--repo-id", "org/x", "--dry-run", tree).exit_code == 0
+    before = {p: (tree / p).read_bytes() for p in hub.tree_files(tree)}
+    result = run(hand_build, "--repo-id", "org/y", "--dry-run", tree)
+    assert result.exit_code == 1 and "pass --force" in result.output, result.output
+    assert {p: (tree / p).read_bytes() for p in hub.tree_files(tree)} == before
+    result = run(hand_build, "--repo-id", "org/y", "--dry-run", tree, "--force")
+    assert result.exit_code == 0, result.output
+    assert hub.tree_files(tree) == HAND_TREE and (tree / "README.md").read_bytes() != before["README.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree", "tree.opgen-lock"]  # no staging left
+    # a folder that looks like a tree but holds one more file, or has no opgen manifest: never replaced
+    (tree / "notes.md").write_text("mine")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README.md").write_text("mine")
+    for out in (tree, project):
+        result = run(hand_build, "--repo-id", "org/x", "--dry-run", out, "--force")
+        assert result.exit_code == 1 and "never replaced" in result.output, result.output
+    assert (tree / "notes.md").read_text() == "mine" and [p.name for p in project.iterdir()] == ["README.md"]
+    assert run(hand_build, "--repo-id", "org/x", "--force").exit_code == 2  # --force needs --dry-run
+
+
+def _dry_run(build: Path, tree: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "opgen", "push", str(build), "--repo-id", "org/y",
+                             "--dry-run", str(tree), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **(env or {})})
+
+
+def _wait_stopped(proc: subprocess.Popen) -> None:
+    """Until ``proc`` stopped itself (SIGSTOP, state T); polled, not timed."""
+    while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert proc.poll() is None, proc.communicate()
+        os.sched_yield()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads a process's state from /proc")
+def test_a_concurrent_dry_run_refuses_and_a_killed_one_leaves_no_half_tree(hand_build: Path, tmp_path: Path):
+    tree = tmp_path / "tree"
+    assert run(hand_build, "--repo-id", "org/x", "--dry-run", tree).exit_code == 0
+    before = {p: (tree / p).read_bytes() for p in hub.tree_files(tree)}
+    # stops itself holding the lock, its new tree staged beside the old one
+    first = _dry_run(hand_build, tree, "--force", env={"OPGEN_FAULT": "staged:STOP"})
+    try:
+        _wait_stopped(first)
+        second = _dry_run(hand_build, tree, "--force")
+        _, err = second.communicate(timeout=120)
+        assert second.returncode == 1 and "another opgen push --dry-run" in err and str(first.pid) in err, err
+    finally:
+        first.kill()
+        first.communicate(timeout=60)
+    assert first.returncode == -9
+    assert {p: (tree / p).read_bytes() for p in hub.tree_files(tree)} == before  # the old tree, whole
+    assert [p.name for p in tmp_path.glob("tree.opgen-new-*")]  # the killed run's staging directory ...
+    third = _dry_run(hand_build, tree, "--force")
+    _, err = third.communicate(timeout=120)
+    assert third.returncode == 0, err
+    assert hub.tree_files(tree) == HAND_TREE and (tree / "README.md").read_bytes() != before["README.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree", "tree.opgen-lock"]  # ... removed
+
+
+@pytest.mark.parametrize("sig, code", [("INT", 130), ("TERM", 143)])
+def test_a_dry_run_stopped_by_a_signal_exits_128_plus_it_and_leaves_the_old_tree(hand_build: Path, tmp_path: Path,
+                                                                                sig: str, code: int):
+    tree = tmp_path / "tree"
+    assert run(hand_build, "--repo-id", "org/x", "--dry-run", tree).exit_code == 0
+    before = {p: (tree / p).read_bytes() for p in hub.tree_files(tree)}
+    proc = _dry_run(hand_build, tree, "--force", env={"OPGEN_FAULT": f"staged:{sig}"})
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code and "Traceback" not in err and "is as it was" in err, err
+    assert {p: (tree / p).read_bytes() for p in hub.tree_files(tree)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree", "tree.opgen-lock"]
+
+
+def test_a_failing_dry_run_leaves_the_earlier_tree_as_it_was(hand_build: Path, tmp_path: Path):
+    tree = tmp_path / "tree"
+    assert run(hand_build, "--repo-id", "org/x", "--dry-run", tree).exit_code == 0
+    before = {p: (tree / p).read_bytes() for p in hub.tree_files(tree)}
+    victim = next(p for p in sorted(hand_build.rglob("*.parquet")))
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))  # its sha256 is no longer the manifest's: the copy fails midway
+    result = run(hand_build, "--repo-id", "org/y", "--dry-run", tree, "--force")
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert {p: (tree / p).read_bytes() for p in hub.tree_files(tree)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree", "tree.opgen-lock"]
+
+
 def test_dry_run_into_empty_dir_is_allowed(hand_build: Path, tmp_path: Path):
     out = tmp_path / "out"
     out.mkdir()

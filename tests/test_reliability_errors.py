@@ -126,7 +126,19 @@ def test_push_dry_run_into_a_full_or_read_only_place_writes_nothing(runner, cli,
         r = runner.invoke(cli, ["push", str(build), "--repo-id", "me/x", "--dry-run", str(fs / "tree")])
         assert r.exit_code == 1 and "nothing was written" in r.output, r.output
         _no_traceback(r)
-        assert not (fs / "tree").exists() and not [p for p in fs.iterdir() if p.name != ".filler"]
+        # the lock (opgen/outdir.py) stays, empty, as after every command that writes; nothing else does
+        assert not (fs / "tree").exists() and not [p for p in fs.iterdir() if p.name not in (".filler",
+                                                                                               "tree.opgen-lock")]
+        assert not (fs / "tree.opgen-lock").exists() or (fs / "tree.opgen-lock").read_bytes() == b""
+
+
+def test_leakage_report_into_a_read_only_place_is_refused_before_the_check(runner, cli, tmp_path, trees):
+    with _tmpfs(tmp_path / "fs", "1m", ro=True) as fs:
+        r = runner.invoke(cli, ["leakage", str(trees), "--against", str(trees), "--report", str(fs / "r.json"),
+                                "--progress"])
+        assert r.exit_code == 2 and "--report" in r.output and "Read-only" in r.output, r.output
+        assert "leakage: read" not in r.output  # refused before any file was read
+        _no_traceback(r)
 
 
 # ---------------------------------------------------------------- corrupt and foreign files

@@ -125,7 +125,7 @@ def test_sweep_without_matplotlib_is_one_line_and_the_tables_are_written(sweep_r
     res = go(tmp / "out")
     assert "Traceback" not in res.output
     assert [ln for ln in res.output.splitlines() if "matplotlib" in ln and ln.startswith("warning")] == [
-        "warning: sweep plots skipped: matplotlib is not installed (pip install 'opgen[plots]'); "
-        "sweep.csv and sweep.json are complete"]
+        "warning: plots skipped: matplotlib is not installed (pip install 'opgen[plots]'); "
+        "every model's scores and summaries and the sweep tables are complete"]
     assert (tmp / "out" / "sweep.csv").is_file() and (tmp / "out" / "sweep.json").is_file()
     assert not list((tmp / "out").glob("sweep_*.png"))

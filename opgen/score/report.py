@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import codecs
 import csv
+import functools
 import io
 import json
+import sys
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,14 +147,22 @@ def _jobs(rows: Sequence[Row] | Mapping[int, Row], responses: dict[int, list[str
 
 
 def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]], box: Sandbox, *,
-                  settings: GradeSettings = DEFAULT, processes: int | None = None) -> list[dict]:
+                  settings: GradeSettings = DEFAULT, processes: int | None = None,
+                  graded: Callable[[], object] | None = None) -> list[dict]:
     """One record per response (row order, then sample order), graded with ``settings`` concurrently in ``box``
     (the static path's share on ``processes`` grading processes: :func:`opgen.score.batch.grade_many`):
     the lines of ``scores.jsonl``, and what :func:`summarize` reads. ``rows`` is indexed by row
-    index: all of a file's rows, or (a mapping) those of ``answers`` only."""
+    index: all of a file's rows, or (a mapping) those of ``answers`` only. ``graded()`` is called
+    once per response as its grade comes in (from grading threads: a progress bar's update)."""
     jobs = list(_jobs(rows, answers))
     items = [Item.of_row(row.ground_truth, text, row.extra) for row, _, text in jobs]
-    grades: list[dict] = grade_many(items, sandbox=box, settings=settings, processes=processes)
+
+    def answered(i: int, g: dict) -> dict:
+        if graded is not None:
+            graded()
+        return g
+
+    grades: list[dict] = grade_many(items, sandbox=box, settings=settings, processes=processes, answered=answered)
     records = []
     parsed: dict[int, tuple[str, ...] | None] = {}
     for (row, sample, _), g in zip(jobs, grades):
@@ -183,12 +193,14 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                 timeout_s: float = TIMEOUT_S, plots: bool = True, namespace: str = "strict",
                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
                 only: Collection[int] | None = None, processes: int | None = None,
-                metric_defs: M.MetricDefs = M.DEFAULT_DEFS, settings: GradeSettings | None = None) -> dict:
+                metric_defs: M.MetricDefs = M.DEFAULT_DEFS, settings: GradeSettings | None = None,
+                progress: bool = False) -> dict:
     """Grade every response (or those of rows ``only``), write the report into ``out``, return the
     summary. ``static=False`` runs every program in the sandbox (see grade()); ``processes``: grading
     processes for the static path's share (:func:`opgen.score.batch.grade_many`; default
     ``OPGEN_GRADE_PROCESSES``, else one per CPU). ``settings``: the grading options (mode, policy,
-    group, namespace, static) as one :class:`GradeSettings` instead of the loose keywords."""
+    group, namespace, static) as one :class:`GradeSettings` instead of the loose keywords;
+    ``progress``: a bar of responses graded on stderr."""
     record = GradeSettings.resolve(settings, mode=mode, policy=policy, group=group, namespace=namespace,
                                    static=static)
     data, responses, out = Path(data), Path(responses), Path(out)
@@ -201,10 +213,19 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
         threading.Thread(target=_import_plotting, name="opgen-import-matplotlib", daemon=True).start()
     own = sandbox is None
     box = sandbox or Sandbox(workers=workers, timeout_s=timeout_s)
+    bar = None
+    if progress:  # tqdm only when asked for (its import costs start-up)
+        from tqdm import tqdm
+
+        bar = tqdm(total=sum(len(a) for a in answers.values()), desc="score", unit="response", file=sys.stderr,
+                   leave=False)
     try:
-        records = grade_records(rows, answers, box, settings=record, processes=processes)
+        records = grade_records(rows, answers, box, settings=record, processes=processes,
+                                graded=None if bar is None else functools.partial(bar.update, 1))
         level = box.level
     finally:
+        if bar is not None:
+            bar.close()
         if own:
             box.close()
     return write_records_report(out, records, n_rows=len(rows), answered=len(answers), data=data,
@@ -235,6 +256,15 @@ def settings_fields(settings: GradeSettings, isolation: str) -> dict:
 
 
 PLOTS = ("accuracy_vs_depth.png", "recall_heatmap.png")
+PLOTS_EXTRA = "plots"  # the pyproject extra that installs matplotlib
+
+
+def plots_missing(complete: str) -> str:
+    """The one line said when plots are skipped for want of matplotlib; ``complete``: what was written."""
+    return f"plots skipped: matplotlib is not installed (pip install 'opgen[{PLOTS_EXTRA}]'); {complete} are complete"
+
+
+PLOTS_MISSING = plots_missing("scores.jsonl, summary.json and summary.csv")
 REPORT_FILES = ("scores.jsonl", "summary.csv", "summary.json", *PLOTS)
 
 
@@ -254,6 +284,8 @@ def _write_report(out: Path, lines: str, summary: dict, plots: bool) -> None:
         with outdir.committed(out, REPORT_FILES.__contains__, "opgen score", "summary.json") as stage:
             _write_atomic(stage / "scores.jsonl", encode_json_text(lines))
             summary["plots"] = write_plots(summary, stage) if plots else []
+            if plots and not _matplotlib():
+                summary["plots_skipped"] = PLOTS_MISSING
             _write_atomic(stage / "summary.csv", summary_csv(summary).encode("utf-8", "backslashreplace"))
             _write_atomic(stage / "summary.json",
                           encode_json_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n"))
@@ -373,6 +405,14 @@ def _import_plotting() -> None:
         import matplotlib.pyplot
     except Exception:  # write_plots says what is missing, when it runs
         pass
+
+
+def _matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401 - only to learn whether the plots can be drawn
+    except ImportError:
+        return False
+    return True
 
 
 def write_plots(summary: dict, out: Path) -> list[str]:
