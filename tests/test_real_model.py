@@ -28,7 +28,7 @@ from test_openai_vllm_serve import _free_port, _serve, _stop, _wait_healthy
 pytestmark = pytest.mark.realmodel
 
 ROWS = 8
-MAX_NEW = 192
+MAX_NEW = 128
 MAX_LEN = 1024  # the rows' prompts are ~160 tokens with this model's template
 # vLLM on CPU sizes its KV cache as a share of the node's memory: 0.1 (opgen's CPU default) leaves
 # nothing for the cache beside this model's float32 weights and the profiling run
@@ -83,7 +83,7 @@ def runs(tmp_path_factory):
         seconds["vllm"] = time.monotonic() - t0
         t0 = time.monotonic()
         res["hf"] = _opgen("eval", "--backend", "hf", "--model", str(model), "--out", str(work / "hf"),
-                           "--dtype", "float32", "--hf-batch-size", "4", *common)
+                           "--dtype", "float32", "--hf-batch-size", str(ROWS), *common)
         seconds["hf"] = time.monotonic() - t0
         _wait_healthy(proc, port, log)
         t0 = time.monotonic()
