@@ -144,8 +144,6 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     from opgen.score.settings import GradeSettings
 
     _check_ray_options(executor, ray_address, replicas, replica_gpus, ray_num_cpus)
-    if executor == "ray" and (drift_call, pass_k) != ("farthest", "unbiased"):
-        raise click.UsageError("--drift-call/--pass-k other than the defaults: not yet with --executor ray")
     spec = registry.backend_spec(backend)
     if spec.model != "served":
         for m in models:

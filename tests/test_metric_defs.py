@@ -85,6 +85,3 @@ def test_opgen_eval_and_its_sweep_take_the_definitions(runner, cli, tmp_path):
     assert metrics["data"]["trees"]["summary"]["metric_definitions"]["pass_at_k"] == "earliest"
     rows = json.loads((tmp_path / "out" / "sweep.json").read_text())
     assert rows[0]["metric_definitions"] == {"drift_call": "every"}
-    res = runner.invoke(cli, ["eval", "--backend", "replay", "--quiet", "--data", str(data), *models, "--out",
-                              str(tmp_path / "o2"), "--pass-k", "earliest", "--executor", "ray"])
-    assert res.exit_code == 2 and "not yet with --executor ray" in res.output

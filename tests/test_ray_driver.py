@@ -290,3 +290,16 @@ def test_an_unreadable_ground_truth_stops_the_sweep_naming_the_row(tmp_path):
         pool.close()
     assert not (tmp_path / "out" / "answers" / "metrics.json").exists()
     assert not (tmp_path / "out" / "answers" / "broken" / "summary.json").exists()
+
+
+def test_metric_definitions_reach_the_sweeps_grader_as_the_local_loops(sweep, tmp_path):
+    from opgen.score.metrics import MetricDefs
+
+    defs = MetricDefs(drift_call="every", pass_k="earliest")
+    local = tmp_path / "local"
+    _local(sweep, local, _cfg(score=True, metric_defs=defs))
+    _run(sweep, tmp_path / "dist", _cfg(score=True, metric_defs=defs))
+    assert _reports(tmp_path / "dist") == _reports(local)
+    summary = json.loads((tmp_path / "dist" / sweep["names"][0] / "trees" / "summary.json").read_text())
+    assert summary["metric_definitions"]["drift_call"] == "every"
+    assert summary["metric_definitions"]["pass_at_k"] == "earliest"

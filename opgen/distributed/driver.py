@@ -33,6 +33,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from opgen.errors import OpgenError
 from opgen.infer.backends import make_backend
@@ -53,6 +54,9 @@ from opgen.infer.evaluate import (
 )
 from opgen.infer.run import RESUME_FIELDS, Plan, Row, RunStats, batch_lines, check_done, read_log
 from opgen.score.settings import GradeSettings
+
+if TYPE_CHECKING:
+    from opgen.score.metrics import MetricDefs
 
 # test-only fault injection: "kill-replica-after:N" kills the replica that produced the N-th
 # chunk written, right after it is written; "abort-after:N" stops the driver there (a lost node)
@@ -133,11 +137,14 @@ class Grader:
     The pools run its calls one at a time, in the order they were submitted: a pass's `finish`,
     submitted after its last chunk's `grade`, comes after every grade of that pass."""
 
-    def __init__(self, workers: int, settings: GradeSettings, plots: bool = True):
+    def __init__(self, workers: int, settings: GradeSettings, plots: bool = True,
+                 metric_defs: MetricDefs | None = None):
+        from opgen.score.metrics import DEFAULT_DEFS
         from opgen.score.report import TIMEOUT_S
         from opgen.score.sandbox import Sandbox
 
         self.settings, self.plots = settings, plots
+        self.metric_defs = metric_defs or DEFAULT_DEFS
         self.box = Sandbox(workers=workers, timeout_s=TIMEOUT_S)
         self._records: dict[str, list[list[dict]]] = {}
         self._answered: dict[str, int] = {}
@@ -178,7 +185,8 @@ class Grader:
         records = sorted((r for part in parts for r in part), key=lambda r: (r["index"], r["sample"]))
         summary = report.write_records_report(Path(out), records, n_rows=n_rows, answered=answered,
                                               data=Path(data), responses=Path(responses), isolation=self.box.level,
-                                              settings=self.settings, plots=self.plots)
+                                              settings=self.settings, plots=self.plots,
+                                              metric_defs=self.metric_defs)
         return summary, time.perf_counter() - t0
 
     def close(self) -> None:
@@ -486,7 +494,7 @@ class _Sweep:
         """The grader (rows earlier runs left are graded first), passes with nothing to generate,
         models with no pass."""
         if self.cfg.score:
-            self.pool.start_grader(self.cfg.workers, self.cfg.grading, self.cfg.plots)
+            self.pool.start_grader(self.cfg.workers, self.cfg.grading, self.cfg.plots, self.cfg.metric_defs)
             for mine in self.model_passes:
                 for p in mine:
                     self.grade_kept(p)
