@@ -11,7 +11,8 @@ or ``None`` — and then the response goes to the sandbox as before. It answers 
   name changed — under its own name, another ``func_N`` name (a chimera) or an entry's name — or,
   for an entry point, a one-argument function whose body is one ``return`` of opgen's expression
   grammar (``x``, string literals, ``+``, the grammar's methods, calls ``name(arg, ...)`` whose
-  arguments are expressions or int literals, any number of them);
+  arguments are expressions or int literals, any number of them); or a library definition up to
+  a provably consistent renaming of the names its body binds (see :func:`_alpha`);
 - nothing the evaluation does could reach a limit the sandbox enforces by time or memory, or a
   recursion depth where the two processes' stacks differ (see :func:`_guard`).
 
