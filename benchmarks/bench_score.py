@@ -13,13 +13,16 @@ measuring both side by side), whether the targets are met, and peak RSS.
 The static path (opgen/score/static.py: programs of library code only, graded without running)
 is measured in the same rounds: (a) the same canonical answers with it on, (b) a realistic mix —
 70% canonical, 10% chimeras (another operator's body under a name), 10% correct but with a
-renamed variable (the sandbox runs those), 10% broken (syntax errors, exceptions and, at
+renamed variable (graded statically since the alpha-renamed recalls), 10% broken (syntax errors, exceptions and, at
 ``--mix-timeouts`` of all responses, programs that loop until the wall clock stops them) — and
 (c) sandbox only (``static=False``: the canonical answers, as before the static path); (d) 100
 honest responses alone and with one of each stall shape of tests/hostile/ mixed in (the compiler's
 quadratic keyword arguments and f-string fields, a folded huge ``//``, a megabyte of statements):
 the wall clock against the 100 alone plus that response's own budget (target within 1.5x); and (e)
 the whole ``opgen score`` command on ``--cli-n`` canonical answers, start to exit (target >= 5,000/s).
+``--alpha`` measures only the mix before/after the static path's alpha-renamed recalls (the same
+rows, the same sandbox, alternating rounds in one run): the share that still needs a child and
+responses/s.
 """
 
 from __future__ import annotations
@@ -179,6 +182,51 @@ def bench_sandbox(rows: list[tuple[dict, str]], workers: int, diagnose: bool, st
     return len(rows) / dt, cpu / len(rows), level, sum(s == 1.0 for s in scores)
 
 
+class _Counting:
+    """A sandbox that counts the responses it is asked to run (those the static path declined)."""
+
+    def __init__(self, box: Sandbox):
+        import threading
+
+        self._box, self.asked, self._lock = box, 0, threading.Lock()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._box, name)
+
+    def run_units(self, units):
+        with self._lock:
+            self.asked += 1  # one call per response (grade's one run_units)
+        return self._box.run_units(units)
+
+
+def bench_alpha(mix: list[tuple[dict, str]], workers: int, repeat: int) -> dict[str, tuple[float, float]]:
+    """Before/after the alpha-renamed recalls (``static._alpha`` off, then on), alternating rounds
+    over the same rows and sandbox: side -> (median share of responses that needed a child, median
+    responses/s of ``grade_in_process`` from ``workers`` x 2 threads). In-process grading: the
+    benchmark's own generated text, the tests' reference path (grade_many's grading processes run
+    the installed code and cannot be switched)."""
+    from opgen.score import static as S
+    from opgen.score.grade import grade_in_process
+
+    on = S._alpha
+    out: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
+    with Sandbox(workers=workers, timeout_s=2.0) as box:
+        grade_in_process(mix[0][0], mix[0][1], sandbox=box)
+        for _ in range(repeat):
+            for side in ("before", "after"):
+                S._alpha = (lambda stmt, entries: None) if side == "before" else on  # type: ignore[assignment]
+                counting = _Counting(box)
+                t0 = time.perf_counter()
+                with ThreadPoolExecutor(workers * 2) as pool:
+                    list(pool.map(lambda r, c=counting: grade_in_process(r[0], r[1], sandbox=c), mix))
+                dt = time.perf_counter() - t0
+                out[side].append((counting.asked / len(mix), len(mix) / dt))
+                print(f"  (alpha {side}: {counting.asked}/{len(mix)} need a child, {len(mix) / dt:.0f} responses/s)",
+                      flush=True)
+        S._alpha = on
+    return {side: (_median([r[0] for r in rs]), _median([r[1] for r in rs])) for side, rs in out.items()}
+
+
 def bench_subprocess(rows: list[tuple[dict, str]], workers: int) -> tuple[float, float, int]:
     """The baseline: write the program with a call and a print, run a fresh interpreter, compare stdout."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -330,9 +378,22 @@ def main() -> None:
     ap.add_argument("--mix-timeouts", type=float, default=0.001,
                     help="share of (b)'s responses that loop until the wall clock (2 s) stops them")
     ap.add_argument("--cli-n", type=int, default=20_000, help="canonical answers for (e), opgen score end to end")
+    ap.add_argument("--alpha", action="store_true",
+                    help="only the mix before/after the alpha-renamed recalls (share needing a child, responses/s)")
     args = ap.parse_args()
     rows = typical_rows(args.n)
     mix = mixed_rows(rows, args.mix_timeouts)
+    if args.alpha:
+        load0 = os.getloadavg()
+        sides = bench_alpha(mix, args.workers, args.repeat)
+        import re
+
+        renamed = sum(bool(re.search(r"def func_[0-9]+\(text", a)) for _, a in mix)
+        print(f"mix of {len(mix)} ({renamed} with a renamed variable), medians of {args.repeat} alternating rounds")
+        for side, (share, rate) in sides.items():
+            print(f"alpha-renamed recalls {side:6s}: {share:6.1%} need a child, {rate:7.0f} responses/s")
+        print(f"load average before {load0}, after {os.getloadavg()}")
+        return
     runs: dict[str, list[tuple]] = {"full": [], "bare": [], "base": [], "a": [], "b": [], "a1": [], "b1": [],
                                     "b0": []}
     clean = mixed_rows(rows, 0.0)

@@ -188,7 +188,7 @@ def test_group_rows_and_the_last_definition_wins(box):
 
 
 @pytest.mark.parametrize("change", [
-    {"func_3": "def func_3(text):\n    return ''.join(sorted(text))\n"},  # renamed parameter
+    {"func_3": "def func_3(sorted):\n    return ''.join(sorted(sorted))\n"},  # a renaming that captures
     {"func_3": "def func_3(s):\n    return ''.join(sorted(s, reverse=True))\n"},  # another body
     {"func_3": "import os\ndef func_3(s):\n    return ''.join(sorted(s))\n"},  # top-level code
     {"func_3": "def _k(s):\n    return sorted(s)\ndef func_3(s):\n    return ''.join(_k(s))\n"},  # a helper

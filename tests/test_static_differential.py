@@ -35,10 +35,11 @@ def _check(result: dict) -> None:
     assert len(result["disagreements"]) <= result["by_kind"].get("limits", [0])[0]
     # The path is exercised: every canonical answer and most of the corpus are answered statically.
     assert result["static"] >= 0.5 * result["n"]
-    for kind in ("canonical", "chimera_recall", "doc", "missing_def", "plain_block", "group"):
+    # renamed: one bound name renamed consistently (static.py's alpha-renamed recalls)
+    for kind in ("canonical", "chimera_recall", "doc", "missing_def", "plain_block", "group", "renamed"):
         n, hits = result["by_kind"][kind]
         assert hits >= 0.9 * n, (kind, n, hits)
-    for kind in ("renamed", "helper", "toplevel", "syntax", "arity_def"):
+    for kind in ("helper", "toplevel", "syntax", "arity_def"):
         assert result["by_kind"][kind][1] == 0, kind
 
 

@@ -11,7 +11,8 @@ or ``None`` — and then the response goes to the sandbox as before. It answers 
   name changed — under its own name, another ``func_N`` name (a chimera) or an entry's name — or,
   for an entry point, a one-argument function whose body is one ``return`` of opgen's expression
   grammar (``x``, string literals, ``+``, the grammar's methods, calls ``name(arg, ...)`` whose
-  arguments are expressions or int literals, any number of them);
+  arguments are expressions or int literals, any number of them); or a library definition up to
+  a provably consistent renaming of the names its body binds (see :func:`_alpha`);
 - nothing the evaluation does could reach a limit the sandbox enforces by time or memory, or a
   recursion depth where the two processes' stacks differ (see :func:`_guard`).
 
@@ -138,11 +139,21 @@ def _signature(body: str) -> tuple[int, tuple[type, ...], frozenset[str]]:
 
 
 @lru_cache(maxsize=1024)  # names are the model's: bounded (a code object is a few KB)
-def _code(body: str, name: str) -> types.CodeType:
-    """The library's code for ``body`` defined as ``name``: compiled from the library's own source."""
+def _code(body: str, name: str, renaming: tuple[tuple[str, str], ...] = ()) -> types.CodeType:
+    """The library's code for ``body`` defined as ``name``: compiled from the library's own source,
+    its bound names renamed by ``renaming`` (an :class:`_Alpha`'s, proved consistent)."""
     module = ast.parse(ops.get(body).source)
     fn = module.body[0]
     assert isinstance(fn, ast.FunctionDef)
+    if renaming:
+        new = dict(renaming)
+        for node in ast.walk(fn):
+            if type(node) is ast.Name:
+                node.id = new.get(node.id, node.id)
+            elif type(node) is ast.arg:
+                node.arg = new.get(node.arg, node.arg)
+            elif type(node) is ast.FunctionDef and node is not fn:
+                node.name = new.get(node.name, node.name)
     fn.name = name
     code = compile(module, f"<opgen {body}>", "exec", dont_inherit=True)
     return next(c for c in code.co_consts if isinstance(c, types.CodeType))
@@ -168,10 +179,10 @@ def _grammar_def(fn: ast.FunctionDef) -> _Grammar | None:
 
 
 def _verbatim_prefix(code: str, verbatim: dict[int, tuple[str, str]] | None,
-                     ) -> tuple[dict[str, str | _Grammar], list[ast.stmt], int]:
+                     ) -> tuple[dict[str, str | _Grammar | _Alpha], list[ast.stmt], int]:
     """The leading exact library sources of ``code`` (blank lines between them): what they bind,
     their shared definitions, and where the rest begins."""
-    bound: dict[str, str | _Grammar] = {}
+    bound: dict[str, str | _Grammar | _Alpha] = {}
     stmts: list[ast.stmt] = []
     pos, n = 0, len(code)
     while pos < n:
@@ -198,7 +209,7 @@ def _verbatim_prefix(code: str, verbatim: dict[int, tuple[str, str]] | None,
 
 
 def _bindings(code: str, entries: frozenset[str], verbatim: dict[int, tuple[str, str]] | None = None,
-              ) -> tuple[dict[str, str | _Grammar], list[ast.stmt]]:
+              ) -> tuple[dict[str, str | _Grammar | _Alpha], list[ast.stmt]]:
     """What each name of the program is bound to after it runs — an operator id (the body it holds)
     or an entry's expression — and the program's top-level statements (its ``ast.parse``, line
     numbers aside). Raises _Decline for anything else. ``verbatim`` collects the library's own
@@ -235,9 +246,177 @@ def _bindings(code: str, entries: frozenset[str], verbatim: dict[int, tuple[str,
             except (ValueError, RecursionError, MemoryError):  # an int literal ast.dump refuses to print
                 raise _Decline from None
             if body is None:
-                raise _Decline
+                # A recall under renamed bound names (parameters, locals): the same function when
+                # the renaming is provably consistent (see _alpha); anything else declines.
+                alpha = _alpha(stmt, entries)
+                if alpha is None:
+                    raise _Decline
+                bound[name] = alpha
+                continue
             bound[name] = body
     return bound, stmts
+
+
+# ---------------------------------------------------------------- alpha-renamed recalls
+#
+# A definition that is a library operator's AST up to a consistent renaming of the names its body
+# binds (parameters, locals, loop and comprehension targets, nested functions and their
+# parameters) is that operator: Python's scoping depends only on where each name is bound, and an
+# injective renaming of bound names that leaves every other name alone, and moves no bound name
+# onto one of them, keeps every binding and every lookup where it was. The comparison is a typed
+# walk over the two trees, driven by the library's tree (so bounded by it); the function then
+# bound is compiled from the library's tree with the renaming applied (the model's names, so that
+# error messages naming a parameter or a nested function read as Python would write them).
+
+MAX_RENAMED_NAME = 64  # a longer name declines (names are part of _code's cache key)
+
+
+@dataclass(frozen=True)
+class _Alpha:
+    """A library body under renamed bound names: (library name, program's name) pairs, sorted."""
+
+    body: str
+    renaming: tuple[tuple[str, str], ...]
+
+
+_IDENT_FIELDS = {  # identifier fields compared exactly (never renamed)
+    ast.Attribute: ("attr",), ast.keyword: ("arg",), ast.alias: ("name", "asname"), ast.ImportFrom: ("module",),
+    ast.Global: ("names",), ast.Nonlocal: ("names",), ast.ExceptHandler: ("name",), ast.ClassDef: ("name",),
+    ast.MatchAs: ("name",), ast.MatchStar: ("name",), ast.MatchMapping: ("rest",),
+}
+
+
+@cache
+def _alpha_facts(op_id: str) -> tuple[ast.FunctionDef, frozenset[str], frozenset[str]]:
+    """(the operator's parse, the names its body binds that a renaming may change, the names it
+    must keep): a name is renameable only where every scope of the body that knows it holds it
+    as a parameter, a local or a closure cell — never a global, a builtin, an import or a
+    declared global/nonlocal — and no exactly compared field (an attribute, a keyword argument,
+    an import) spells it."""
+    import symtable
+
+    source = ops.get(op_id).source
+    (fn,) = ast.parse(source).body
+    assert isinstance(fn, ast.FunctionDef)
+    candidates: set[str] = set()
+    fixed: set[str] = set()
+    stack = list(symtable.symtable(source, "<opgen>", "exec").get_children())
+    while stack:
+        table = stack.pop()
+        stack.extend(table.get_children())
+        for sym in table.get_symbols():
+            name = sym.get_name()
+            if name.startswith("."):  # a comprehension's implicit argument
+                continue
+            if sym.is_global() or sym.is_declared_global() or sym.is_imported() or sym.is_nonlocal():
+                fixed.add(name)
+            else:
+                candidates.add(name)
+    for node in ast.walk(fn):
+        for field in _IDENT_FIELDS.get(type(node), ()):
+            value = getattr(node, field)
+            fixed.update(value if isinstance(value, list) else [value] if value else [])
+    fixed.add(fn.name)
+    return fn, frozenset(candidates - fixed), frozenset(fixed)
+
+
+def _stmts(items: list) -> list:
+    """A statement list without its constant expression statements (docstrings: they do nothing)."""
+    return [s for s in items if not (type(s) is ast.Expr and type(s.value) is ast.Constant)]
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _same_constant(a: object, b: object) -> bool:
+    if type(a) is not type(b):
+        return False
+    if type(a) in (float, complex):
+        return repr(a) == repr(b)
+    if type(a) in (tuple, frozenset):
+        return False  # never in a parsed tree (only the optimizer folds them)
+    return a == b
+
+
+class _AlphaWalk:
+    """One comparison of a library definition with a program's, collecting the renaming."""
+
+    def __init__(self, renameable: frozenset[str], top: ast.FunctionDef):
+        self.renameable = renameable
+        self.top = top  # the compared definition itself: its name binds in the module
+        self.forward: dict[str, str] = {}
+        self.backward: dict[str, str] = {}
+
+    def name(self, lib: str, got: object) -> None:
+        if type(got) is not str:
+            raise _Mismatch
+        if lib not in self.renameable:
+            if got != lib:
+                raise _Mismatch
+        if self.forward.setdefault(lib, got) != got or self.backward.setdefault(got, lib) != lib:
+            raise _Mismatch  # inconsistent, or two names onto one
+
+    def node(self, lib: ast.AST, got: object) -> None:
+        kind = type(lib)
+        if type(got) is not kind:
+            raise _Mismatch
+        for field in lib._fields:
+            a, b = getattr(lib, field, None), getattr(got, field, None)
+            if lib is self.top and field == "name":
+                continue
+            if (kind is ast.Name and field == "id") or (kind is ast.arg and field == "arg") or \
+                    (kind is ast.FunctionDef and field == "name"):
+                self.name(a, b)  # type: ignore[arg-type]
+            elif isinstance(a, ast.AST):
+                self.node(a, b)  # type: ignore[arg-type]
+            elif type(a) is list:
+                self.items(field, a, b)
+            elif kind is ast.Constant and field == "value":
+                if not _same_constant(a, b):
+                    raise _Mismatch
+            elif type(a) is not type(b) or a != b:  # operators' flags, Constant.kind, exact identifiers
+                raise _Mismatch
+
+    def items(self, field: str, a: list, b: object) -> None:
+        if type(b) is not list:
+            raise _Mismatch
+        if field in ("body", "orelse", "finalbody"):
+            a, b = _stmts(a), _stmts(b)
+        if len(a) != len(b):
+            raise _Mismatch
+        for x, y in zip(a, b):
+            if isinstance(x, ast.AST):
+                self.node(x, y)
+            elif type(x) is not type(y) or x != y:  # identifiers (Global.names ...): exact
+                raise _Mismatch
+
+
+def _allowed_target(new: str, fixed: frozenset[str], taken: frozenset[str]) -> bool:
+    """Whether a bound name may be renamed to ``new``: no capture of anything the body or the
+    program could mean by it (a builtin, a name the body keeps, a library or entry name, the
+    definition's own name, a dunder)."""
+    return (new.isascii() and new.isidentifier() and len(new) <= MAX_RENAMED_NAME and new not in fixed
+            and new not in taken and not hasattr(builtins, new) and not new.startswith("__")
+            and not _FUNC_NAME.match(new) and not new.startswith("main_solution") and new not in ops.BY_ID)
+
+
+def _alpha(stmt: ast.FunctionDef, entries: frozenset[str]) -> _Alpha | None:
+    """The library body ``stmt`` holds under a provably consistent renaming of its bound names,
+    or None. The defined name is not part of the renaming (it binds in the module)."""
+    taken = entries | {stmt.name}
+    for op in sorted(ops.OPERATORS, key=lambda o: o.id != stmt.name):
+        lib, renameable, fixed = _alpha_facts(op.id)
+        walk = _AlphaWalk(renameable, lib)
+        try:
+            walk.node(lib, stmt)
+        except _Mismatch:
+            continue
+        renaming = tuple(sorted((a, b) for a, b in walk.forward.items() if a != b))
+        if all(_allowed_target(b, fixed, frozenset(taken)) for _, b in renaming):
+            return _Alpha(op.id, renaming)
+        return None  # the first structural match decides: a capture declines
+    return None
 
 
 # ---------------------------------------------------------------- evaluating
@@ -250,7 +429,7 @@ class _Run:
         self.max_output = max_output
         self.work = 0
 
-    def namespace(self, bound: dict[str, str | _Grammar]) -> dict:
+    def namespace(self, bound: dict[str, str | _Grammar | _Alpha]) -> dict:
         ns: dict = {"__name__": "__main__", "__builtins__": builtins}
         self.bodies: dict[str, str] = {}
         self.grammar: dict[str, _Grammar] = {}
@@ -258,6 +437,9 @@ class _Run:
             if isinstance(what, _Grammar):
                 self.grammar[name] = what
                 ns[name] = what
+            elif isinstance(what, _Alpha):
+                self.bodies[name] = what.body
+                ns[name] = types.FunctionType(_code(what.body, name, what.renaming), ns, name)
             else:
                 self.bodies[name] = what
                 ns[name] = types.FunctionType(_code(what, name), ns, name)
