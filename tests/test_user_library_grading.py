@@ -135,7 +135,7 @@ def test_gold_and_wrong_answers_through_opgen_score_library(lib_files, cli, runn
     lib = L.load(spec)
     assert len(lib) == 6 and lib.heldout_ids == ("shift", "swapc")
     rows, answers = [], []
-    for i, (e, used) in enumerate(EXPRS):
+    for e, used in EXPRS:
         rows.append(_row(len(rows), _truth(lib, spec, e, used), used, "test"))
         answers.append(_answer(lib, e, used))
     e, used = EXPRS[0]
