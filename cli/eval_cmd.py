@@ -125,12 +125,15 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @options.metric_defs()
 @options.no_plots()
 @options.allow_weak_sandbox()
+@click.option("--library", "library_spec", metavar="SPEC", default=None,
+              help="Scorer: the operator library the rows were built from (a YAML file or module:obj; default: "
+                   "the study's).")
 def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
           limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
           tensor_parallel_size, engine_args, template_kwargs, hf_batch_size, base_urls, api_key_env, concurrency,
           request_timeout, retries, executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus,
           chunk_rows, namespace, progress, quiet, no_static, drift_call, pass_k, no_plots,
-          allow_weak_sandbox) -> None:
+          allow_weak_sandbox, library_spec) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -164,7 +167,7 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     cfg = ev.EvalConfig(
         backend=backend, sampling=sampling, limit=limit, resume=resume, decomposed=decomposed, score=not no_score,
         batch_size=batch_size, workers=workers, progress=bars,
-        grading=GradeSettings(namespace=namespace, static=not no_static),
+        grading=GradeSettings(namespace=namespace, static=not no_static, library=library_spec or None),
         metric_defs=MetricDefs(drift_call=drift_call, pass_k=pass_k),
         plots=not no_plots,
         engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,

@@ -44,12 +44,16 @@ from . import options
                    "OPGEN_GRADE_PROCESSES, else one per CPU up to 8). Grades are the same.")
 @options.allow_weak_sandbox()
 @options.progress()
+@click.option("--library", "library_spec", metavar="SPEC", default=None,
+              help="The operator library the rows were built from: a YAML file or module:obj (default: the "
+                   "study's). A row naming another library is refused before anything is graded.")
 @click.pass_context
 def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str,
           group: str, timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, drift_call: str,
           pass_k: str, executor: str,
           ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None,
-          no_static: bool, grade_processes: int | None, allow_weak_sandbox: bool, progress: bool | None) -> None:
+          no_static: bool, grade_processes: int | None, allow_weak_sandbox: bool, progress: bool | None,
+          library_spec: str | None) -> None:
     """Grade RESPONSES against DATA in an isolated sandbox; write per-response scores and a summary.
 
     The report is staged beside --out and swapped in whole (a rescore replaces it at once or not
@@ -63,7 +67,7 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
     if allow_weak_sandbox:
         allow_weak_for_this_process()
 
-    grading = settings_of(mode, policy, group, namespace, no_static)
+    grading = settings_of(mode, policy, group, namespace, no_static, library_spec)
     edges = _distance_edges(distance_edges)
     for path, opt in ((data, "--data"), (responses, "--responses")):
         if not path.is_file():
@@ -101,11 +105,13 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
     _report(summary, out)
 
 
-def settings_of(mode: str, policy: str, group: str, namespace: str, no_static: bool):
-    """The grading record of `opgen score`'s options (built once; every grade of the run reads it)."""
+def settings_of(mode: str, policy: str, group: str, namespace: str, no_static: bool, library_spec: str | None = None):
+    """The grading record of `opgen score`'s options (built once; every grade of the run reads it).
+    ``library_spec``: --library (loaded here: a LibraryError names the file, exit 2)."""
     from opgen.score.settings import GradeSettings
 
-    return GradeSettings(mode=mode, policy=policy, group=group, namespace=namespace, static=not no_static)
+    return GradeSettings(mode=mode, policy=policy, group=group, namespace=namespace, static=not no_static,
+                         library=library_spec or None)
 
 
 def _check_not_empty(responses: Path) -> None:

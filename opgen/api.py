@@ -247,21 +247,24 @@ MIN_TIMEOUT_S = 0.05  # opgen score --timeout's floor: below it no program, gold
 def score_answers(rows: Any, responses: Sequence[Any], *, mode: str = "auto",
                   policy: str = "output", group: str = "fraction", workers: int = 2,
                   timeout_s: float = 2.0, namespace: str = "strict", static: bool = True,
-                  settings: GradeSettings | None = None) -> Scores:
+                  settings: GradeSettings | None = None, library: Any = None) -> Scores:
     """Grade ``responses[i]`` against row ``i`` of ``rows`` (a :class:`Dataset`, a pyarrow.Table or a
     list of row dicts), in opgen's sandbox, exactly as ``opgen score`` grades a file (same grades,
     same summary). ``responses[i]`` is a string, a list of samples, a record as a line of the
     responses file (``{"response": ...}`` or ``{"responses": [...]}``), or None for no response;
     anything else, and any option ``opgen score`` would refuse, raises naming it. ``settings``: the
     grading options (mode, policy, group, namespace, static) as one
-    :class:`opgen.score.settings.GradeSettings` instead of the loose keywords."""
+    :class:`opgen.score.settings.GradeSettings` instead of the loose keywords. ``library``: the
+    operator library the rows were built from (an ``OperatorLibrary`` or a spec; None: the study's);
+    a row naming another one raises :class:`opgen.score.libs.LibraryMismatch` before any grading."""
+    from opgen.score import libs
     from opgen.score.grade import GroundTruthError, load_truth
     from opgen.score.report import grade_records, settings_fields, summarize
     from opgen.score.sandbox import Sandbox
     from opgen.score.settings import GradeSettings
 
     record = GradeSettings.resolve(settings, mode=mode, policy=policy, group=group, namespace=namespace,
-                                   static=static)
+                                   static=static, library=library)
     _check_score_args(workers, timeout_s)
     if isinstance(responses, (str, bytes, Mapping)) or not isinstance(responses, Sequence):
         raise TypeError(f"responses must be a list with one entry per row, got {type(responses).__name__}")
@@ -274,9 +277,12 @@ def score_answers(rows: Any, responses: Sequence[Any], *, mode: str = "auto",
         if samples is None:
             continue
         try:
-            load_truth(data[i].ground_truth)
+            truth = load_truth(data[i].ground_truth)
         except GroundTruthError as exc:
             raise ValueError(f"row {i}: {exc}") from None
+        wrong = libs.mismatch(truth.library_digest, record.library)  # type: ignore[arg-type]
+        if wrong:
+            raise libs.LibraryMismatch(f"row {i}: {wrong}")
         answers[i] = samples
     with Sandbox(workers=int(workers), timeout_s=float(timeout_s)) as box:
         records = grade_records(data, answers, box, settings=record)

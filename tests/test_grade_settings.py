@@ -50,7 +50,8 @@ def test_each_field_is_checked_with_an_error_naming_it(name, bad):
 
 
 def test_every_field_is_checked_and_defaults_are_the_documented_ones():
-    assert set(CHOICES) | set(FLAGS) == set(GradeSettings.names())
+    # library: checked (loaded) by opgen.score.libs.resolve; tests/test_user_library_grading.py
+    assert set(CHOICES) | set(FLAGS) | {"library"} == set(GradeSettings.names())
     assert GradeSettings().to_wire() == {"policy": "output", "group": "fraction", "mode": "auto",
                                          "namespace": "strict", "static": True, "diagnose": True}
     with pytest.raises(dataclasses.FrozenInstanceError):

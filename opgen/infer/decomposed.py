@@ -34,14 +34,19 @@ def tasks_of(ground_truth: str) -> list[dict]:
     gt = json.loads(ground_truth)
     if gt.get("mode", "program") != "program" or not gt.get("tasks"):
         raise NotAProgramRow("decomposed inference needs program rows with ground_truth.tasks")
+    if gt.get("library") is not None:  # a user library's row: its tasks' ``ops`` name the operators
+        return [{**t, "_library": True} for t in gt["tasks"]]
     return gt["tasks"]
 
 
 def needed_ops(tasks: list[dict]) -> list[str]:
-    """Operators in recall order: first appearance over the tasks' expressions, tasks in order."""
+    """Operators in recall order: first appearance over the tasks' expressions, tasks in order (a
+    user library's row: over its tasks' ground-truth ``ops``, which the expression parser, reading
+    the study's operators, cannot find)."""
     seen: dict[str, None] = {}
     for task in tasks:
-        for op in expr.ops_used(expr.parse(task["expr"])):
+        found = task.get("ops", ()) if task.get("_library") else expr.ops_used(expr.parse(task["expr"]))
+        for op in found:
             seen.setdefault(op, None)
     return list(seen)
 

@@ -17,7 +17,7 @@ from opgen.errors import OpgenError
 # (TRL passes trainer_state, completion_ids ...) never reach it. The grading options are
 # opgen.reward.reward_options() (tests/test_grade_settings.py ties them); ``settings`` is those as one
 # opgen.score.settings.GradeSettings.
-SETTINGS = ("policy", "group", "mode", "namespace", "static", "allow_weak_sandbox", "settings")
+SETTINGS = ("policy", "group", "mode", "namespace", "static", "library", "allow_weak_sandbox", "settings")
 
 
 class AdapterError(ValueError, OpgenError):

@@ -20,7 +20,7 @@ import ast
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 
 from opgen import expr as E
 from opgen import ops
@@ -37,29 +37,36 @@ PROBE_PAIRS = (("abc", "xy"), ("", "hello"), ("Hi there", "QR"), ("aeiou", "1234
 RECALL_CLASSES = ("correct", "chimera", "arity", "wrong_body", "no_definition", "syntax", "missing_import")
 
 
+def _lib(library: ops.OperatorLibrary | None) -> ops.OperatorLibrary:
+    """The library a grade reads (None: the study's)."""
+    return ops.STUDY if library is None else library
+
+
 @cache
-def native_imports() -> tuple[tuple[str, str], ...]:
+def native_imports(library: ops.OperatorLibrary | None = None) -> tuple[tuple[str, str], ...]:
     """``(module, name)`` of every name the native benchmark's module had in scope beyond the
     builtins: what the operators' shown sources import inside their bodies (the native module
     imported them once at its top, and its shown ``func_0`` calls ``gcd`` with no import).
-    Derived from the library's sources: today ``(("math", "gcd"),)``."""
+    Derived from the library's sources: the study's give ``(("math", "gcd"),)``."""
     found: set[tuple[str, str]] = set()
-    for op in ops.OPERATORS:
+    for op in _lib(library).operators:
         for node in ast.walk(ast.parse(op.source)):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 found.update((node.module, a.name) for a in node.names if a.asname is None)
     return tuple(sorted(found))
 
 
-def native_names() -> frozenset[str]:
-    return frozenset(name for _, name in native_imports())
+@cache
+def native_names(library: ops.OperatorLibrary | None = None) -> frozenset[str]:
+    return frozenset(name for _, name in native_imports(library))
 
 
-def needs_native_names(code: str | None, tree: ast.Module | None = None) -> bool:
+def needs_native_names(code: str | None, tree: ast.Module | None = None,
+                       library: ops.OperatorLibrary | None = None) -> bool:
     """Whether ``code`` reads a native-scope name (``gcd``) that nothing in it binds or imports."""
     if code is None:
         return False
-    names = native_names()
+    names = native_names(library)
     if not any(n in code for n in names):
         return False
     if tree is None:
@@ -100,10 +107,10 @@ KINDS_BY_ARITY = {a: tuple(k for k in ops.KINDS if k.count(",") + 1 == a) for a 
 
 
 @cache
-def true_outputs(op_id: str) -> tuple[str | None, ...]:
+def true_outputs(op_id: str, library: ops.OperatorLibrary | None = None) -> tuple[str | None, ...]:
     """The true operator's outputs on its kind's probes (None where it raises), computed in-process:
     this is the library's own code, not a model's."""
-    op = ops.get(op_id)
+    op = _lib(library).get(op_id)
     out: list[str | None] = []
     with E.recursion_headroom():
         for args in probe_args(op.kind):
@@ -129,11 +136,12 @@ class RecallCheck:
     # strict namespace, a block that reads ``gcd`` without importing it: its probes run a second
     # time with the native names provided, to tell ``missing_import`` from ``wrong_body``.
     with_native: bool = False
+    library: ops.OperatorLibrary | None = None  # the grade's library (None: the study's)
 
     def unit(self) -> Unit | None:
         if not self.kinds:
             return None
-        imports = native_imports() if self.namespace == "native" else ()
+        imports = native_imports(self.library) if self.namespace == "native" else ()
         return Unit(self.code or "", tuple((self.op, args) for k in self.kinds for args in probe_args(k)),
                     fail_fast=True, imports=imports)
 
@@ -144,7 +152,7 @@ class RecallCheck:
             return []
         if not self.with_native:
             return [first]
-        return [first, Unit(first.code, first.calls, fail_fast=True, imports=native_imports())]
+        return [first, Unit(first.code, first.calls, fail_fast=True, imports=native_imports(self.library))]
 
 
 def _signature(code: str, name: str) -> tuple[int, int] | None | str:
@@ -178,22 +186,28 @@ _VERDICTS: BoundedCache[tuple[str, str, str], tuple[str, str, str, tuple[int, in
 
 def _remember(check: RecallCheck, cache: bool = True) -> RecallCheck:
     if check.code is not None and cache:
-        _VERDICTS.put((check.op, check.code, check.namespace),
+        _VERDICTS.put(_verdict_key(check.op, check.code, check.namespace, check.library),
                       (check.verdict, check.chimera_of, check.detail, check.arity_range),
                       4 * (len(check.code) + len(check.detail) + len(check.op)) + 200)
     return check
 
 
-def plan(recall: Recall, namespace: str) -> RecallCheck:
+def _verdict_key(op: str, code: str, namespace: str, library: ops.OperatorLibrary | None) -> tuple[str, str, str]:
+    # A user library's verdicts are kept apart from the study's (the op id names another operator).
+    return (op if library is None else f"{library.digest}:{op}", code, namespace)
+
+
+def plan(recall: Recall, namespace: str, library: ops.OperatorLibrary | None = None) -> RecallCheck:
     """Static checks of one recall block, and the probe runs it needs when they pass (none when the
     same text was judged before)."""
-    check = RecallCheck(recall.op, recall.code, namespace=namespace)
-    known = _VERDICTS.get((recall.op, recall.code, namespace)) if recall.code is not None else None
+    check = RecallCheck(recall.op, recall.code, namespace=namespace, library=library)
+    known = _VERDICTS.get(_verdict_key(recall.op, recall.code, namespace, library)) \
+        if recall.code is not None else None
     if known is not None:
         check.verdict, check.chimera_of, check.detail, check.arity_range = known
         return check
     try:
-        op = ops.get(recall.op)
+        op = _lib(library).get(recall.op)
     except ops.UnknownOperator:
         check.verdict, check.detail = "no_definition", f"{recall.op} is not a library operator"
         return check
@@ -216,7 +230,7 @@ def plan(recall: Recall, namespace: str) -> RecallCheck:
     if not kinds:
         check.verdict, check.detail = "arity", f"takes {lo}..{hi} parameters, {op.id} takes {op.arity}"
         return _remember(check)
-    check.with_native = namespace == "strict" and needs_native_names(recall.code)
+    check.with_native = namespace == "strict" and needs_native_names(recall.code, library=library)
     return check
 
 
@@ -233,17 +247,19 @@ def conclude(check: RecallCheck, results: Sequence[Result], cache: bool = True) 
         n = len(probe_args(kind))
         got[kind] = tuple(r.value if r.ok else None for r in results[i:i + n])
         i += n
-    op = ops.get(check.op)
+    lib = _lib(check.library)
+    op = lib.get(check.op)
     own = op.kind
     lo, hi = check.arity_range or (0, 0)
     arity_ok = lo <= op.arity <= hi
-    if arity_ok and got.get(own) == true_outputs(op.id):
+    if arity_ok and got.get(own) == true_outputs(op.id, check.library):
         check.verdict = "correct"
         return _remember(check, cache)
     # The first operator (library order) whose every probe output the definition reproduces.
     for kind in check.kinds:
-        for other in ops.of_kind(kind):
-            if other != op.id and got[kind] == true_outputs(other):
+        for other in (ops.of_kind(kind) if check.library is None
+                      else tuple(o.id for o in lib.operators if o.kind == kind)):
+            if other != op.id and got[kind] == true_outputs(other, check.library):
                 check.chimera_of = other
                 break
         if check.chimera_of:
@@ -254,9 +270,10 @@ def conclude(check: RecallCheck, results: Sequence[Result], cache: bool = True) 
     elif check.chimera_of:
         check.verdict, check.detail = "chimera", f"behaves as {check.chimera_of}"
     elif native_results and own in check.kinds and tuple(
-            r.value if r.ok else None for r in native_results[:len(probe_args(own))]) == true_outputs(op.id):
+            r.value if r.ok else None for r in native_results[:len(probe_args(own))]
+    ) == true_outputs(op.id, check.library):
         # kinds[0] is the own kind when the arity fits: the first probes are the operator's own.
-        names = ", ".join(f"from {m} import {n}" for m, n in native_imports())
+        names = ", ".join(f"from {m} import {n}" for m, n in native_imports(check.library))
         check.verdict = "missing_import"
         check.detail = f"correct once the native module's imports are in scope ({names}); namespace strict"
     else:
@@ -282,14 +299,15 @@ class RecallReport:
                 "duplicated": len(self.duplicated), "extra": len(self.extra)}
 
 
-def recall_plan(recalls: Sequence[Recall], expected: Sequence[str], namespace: str) -> RecallReport:
+def recall_plan(recalls: Sequence[Recall], expected: Sequence[str], namespace: str,
+                library: ops.OperatorLibrary | None = None) -> RecallReport:
     """One check per first block of each expected operator; the rest are counted as duplicates/extras."""
     report = RecallReport(expected=tuple(expected))
     seen: dict[str, int] = {}
     for r in recalls:
         seen[r.op] = seen.get(r.op, 0) + 1
         if r.op in expected and seen[r.op] == 1:
-            report.checks.append(plan(r, namespace))
+            report.checks.append(plan(r, namespace, library))
     report.missing = tuple(op for op in expected if op not in seen)
     report.duplicated = tuple(op for op, n in seen.items() if n > 1)
     report.extra = tuple(op for op in seen if op not in expected)
@@ -449,8 +467,35 @@ def _reference(expression: str) -> E.Expr | None:
     return hit[0]
 
 
+def _same_expression(fn: ast.FunctionDef, expression: str) -> bool:
+    """A user library's structure check: ``fn`` is ``def f(v): return <expr>`` and ``<expr>`` is
+    the reference expression's tree (its input ``x`` written as ``v``), compared as ASTs (the
+    grammar parser, opgen.expr, reads the study's operators only). The reference is the ground
+    truth's; the function's tree was parsed in this grading process."""
+    a = fn.args
+    if fn.decorator_list or len(a.args) != 1 or a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
+        return False
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return False
+    reference = _user_reference(expression, a.args[0].arg)
+    return reference is not None and ast.dump(body[0].value) == reference
+
+
+@lru_cache(maxsize=4096)  # reference expressions and parameter names: a few per dataset
+def _user_reference(expression: str, var: str) -> str | None:
+    try:
+        node = ast.parse(expression.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and sub.id == "x":
+            sub.id = var
+    return ast.dump(node)
+
+
 def structure_matches(code: str | None, entry: str, expression: str, tree: ast.Module | None = None,
-                      vouched: Collection[int] = ()) -> bool:
+                      vouched: Collection[int] = (), library: ops.OperatorLibrary | None = None) -> bool:
     """Whether the ``entry`` that a call reaches returns the reference expression, as parsed trees.
 
     ``tree`` is the program's parse (parsed here when not given): the whole program is parsed, so
@@ -466,6 +511,8 @@ def structure_matches(code: str | None, entry: str, expression: str, tree: ast.M
         fn = called_def(tree, entry, code, vouched)
         if fn is None:
             return False
+        if library is not None:
+            return _same_expression(fn, expression)
         found = E.expression_of(fn)
         # Parsing is rendering's inverse (tests/test_expr.py's round trips): a tree that renders
         # to the reference text IS the reference's tree, whose parse (~0.1 ms, most of this check

@@ -27,7 +27,8 @@ MAX_RESPONSE_CHARS = 1_000_000
 
 # Error classes a graded response can end with ("" when it is correct).
 ERRORS = ("", "no_answer", "wrong_output", "syntax", "missing_name", "missing_import", "arity", "exception",
-          "timeout", "memory", "output_too_large", "killed", "not_a_string", "nesting", "too_large")
+          "timeout", "memory", "output_too_large", "killed", "not_a_string", "nesting", "too_large",
+          "library_mismatch")
 
 
 class GroundTruthError(ValueError, OpgenError):
@@ -52,6 +53,9 @@ class Truth:
     tasks: tuple[TaskTruth, ...]  # empty for native benchmark rows
     native: bool = False
     ref_output: object = None  # native rows: the value to predict
+    # The row's operator library (ground truth ``library``): its digest and spec, "" for the study's.
+    library_digest: str = ""
+    library_spec: str = ""
 
     @property
     def recall_order(self) -> tuple[str, ...]:
@@ -94,7 +98,12 @@ def load_truth(ground_truth: dict | str) -> Truth:
     mode = gt.get("mode", "program")
     if mode not in ("program", "forward"):
         raise GroundTruthError(f"ground_truth.mode must be 'program' or 'forward', got {mode!r}")
-    return Truth(mode, tuple(tasks))
+    from opgen.score import libs
+
+    lib = libs.truth_library(gt)
+    if lib is None:
+        return Truth(mode, tuple(tasks))
+    return Truth(mode, tuple(tasks), library_digest=lib["digest"], library_spec=str(lib.get("spec") or ""))
 
 
 def _canonical(value: object) -> str:
@@ -177,20 +186,21 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
                    assistant_prefix: str, structured: bool | None = None) -> dict:
     result = _empty(truth, "program")
     entries = tuple(t.entry for t in truth.tasks)
+    library = settings.library  # None: the study's
     # Generated text never holds a teacher-forced prefix (probe 1b); the answer is prefix + text.
     # The prefix's recall blocks were given, not recalled: they are left out of the diagnostics.
     given: tuple[str, ...] = ()
     if assistant_prefix:
         if not response.startswith(assistant_prefix):
             response = assistant_prefix + response
-        given = tuple(r.op for r in P.parse_program_answer(assistant_prefix, entries).recalls)
-    answer = P.parse_program_answer(response, entries)
+        given = tuple(r.op for r in P.parse_program_answer(assistant_prefix, entries, library=library).recalls)
+    answer = P.parse_program_answer(response, entries, library=library)
     own_recalls = answer.recalls[len(given):]
     expected = tuple(op for op in truth.recall_order if op not in given)
     namespace = settings.namespace
-    report = D.recall_plan(own_recalls, expected, namespace) if settings.diagnose else D.RecallReport()
+    report = D.recall_plan(own_recalls, expected, namespace, library) if settings.diagnose else D.RecallReport()
     checks = [c for c in report.checks if c.kinds]
-    imports = D.native_imports() if namespace == "native" else ()
+    imports = D.native_imports(library) if namespace == "native" else ()
     # Recall probes run first, the program last: only the first check's probes ran in a child that
     # nothing else had touched, so only its verdict may be cached (see diagnose._VERDICTS).
     units = [u for c in checks for u in c.units()]
@@ -198,7 +208,9 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
         units.append(Unit(answer.code, tuple((t.entry, (t.input,)) for t in truth.tasks), imports=imports))
     # Programs of library code only get the sandbox's results without running (opgen/score/static.py),
     # and the program's tree from the same recognition.
-    proved = S.evaluate(units, sandbox) if settings.static and units else None
+    proved = None
+    if settings.static and units:  # (the study's call as it always was: tests wrap S.evaluate)
+        proved = S.evaluate(units, sandbox) if library is None else S.evaluate(units, sandbox, library)
     if proved is not None:
         results = proved.results
         tree = proved.trees[-1] if answer.code is not None else None
@@ -216,7 +228,7 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
     if answer.code is not None:
         main = results[:len(entries)]
         if namespace == "strict":
-            main = [_native_status(r, D.native_names()) for r in main]
+            main = [_native_status(r, D.native_names(library)) for r in main]
     else:
         main = [Result("no_answer", None, "no code block defines " + ", ".join(entries))] * len(entries)
     # A structured format (recall-then-assemble) is well formed only with its Assemble block; a row
@@ -235,10 +247,10 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
     if proved is not None and tree is not None:
         # The proved tree's library definitions are known not to rebind anything: only the rest
         # of the tree is walked (no scan of the text).
-        structure = [D.structure_matches(answer.code, t.entry, t.expr, tree, proved.vouched(t.entry))
+        structure = [D.structure_matches(answer.code, t.entry, t.expr, tree, proved.vouched(t.entry), library)
                      for t in truth.tasks]
     else:
-        structure = [tree is not None and D.structure_matches(answer.code, t.entry, t.expr, tree)
+        structure = [tree is not None and D.structure_matches(answer.code, t.entry, t.expr, tree, library=library)
                      for t in truth.tasks]
     result["structure_ok"] = all(structure)
     if answer.code is None:
@@ -291,6 +303,12 @@ def grade_in_process(ground_truth: dict | str, response: str | bytes, *, setting
     big = too_large(truth, mode, response)
     if big is not None:
         return big
+    if truth.library_digest or settings.library is not None:
+        from opgen.score import libs
+
+        wrong = libs.mismatch(truth.library_digest, settings.library)  # type: ignore[arg-type]
+        if wrong:
+            return failure(truth, mode, "library_mismatch", wrong)
     if effective == "forward":
         return _grade_forward(truth, response, settings.group)
     if sandbox is None:

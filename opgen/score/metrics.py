@@ -209,14 +209,15 @@ def arity_by_tail_calls(records: Iterable[Mapping[str, Any]],
     return out
 
 
-def scope_of(op_ids: object) -> str:
-    """``id`` when a row calls only the study's train operators, ``ood`` when it calls a held-out
-    one, ``""`` when its operators are unknown (a foreign file without ``extra_info.ops``)."""
+def scope_of(op_ids: object, library: object = None) -> str:
+    """``id`` when a row calls only the library's train operators, ``ood`` when it calls a held-out
+    one, ``""`` when its operators are unknown (a foreign file without ``extra_info.ops``).
+    ``library``: the grade's operator library (None: the study's; its split decides the roles)."""
     from opgen import ops
 
     if not isinstance(op_ids, (list, tuple)) or not op_ids:
         return ""
-    held = set(ops.HELDOUT_IDS)
+    held = set(ops.HELDOUT_IDS if library is None else library.heldout_ids)  # type: ignore[attr-defined]
     return "ood" if any(o in held for o in op_ids) else "id"
 
 

@@ -69,19 +69,26 @@ def code_blocks(text: str) -> list[Block]:
         pos = close + 3
 
 
-def _recall_header(line: str) -> tuple[str, str] | None:
+def _recall_header(line: str, any_name: bool = False) -> tuple[str, str] | None:
     s = line.lstrip(_BLANKS)
     if not s.startswith(RECALL_WORD):
         return None
     rest = s[len(RECALL_WORD):]
     t = rest.lstrip(_BLANKS)
-    if len(t) == len(rest) or not t.startswith("func_"):
-        return None
-    k = 5
-    while k < len(t) and t[k].isdecimal():  # re's \d: any Unicode decimal digit (category Nd)
-        k += 1
-    if k == 5:
-        return None
+    if any_name:  # a user library's ids: any ASCII identifier ([A-Za-z_][A-Za-z0-9_]*)
+        if len(t) == len(rest) or not t or not (t[0] == "_" or (t[0].isascii() and t[0].isalpha())):
+            return None
+        k = 1
+        while k < len(t) and (t[k] == "_" or (t[k].isascii() and t[k].isalnum())):
+            k += 1
+    else:
+        if len(t) == len(rest) or not t.startswith("func_"):
+            return None
+        k = 5
+        while k < len(t) and t[k].isdecimal():  # re's \d: any Unicode decimal digit (category Nd)
+            k += 1
+        if k == 5:
+            return None
     after = t[k:].lstrip(_BLANKS)
     if not after.startswith(":"):
         return None
@@ -96,7 +103,7 @@ def _is_assemble(line: str) -> bool:
     return rest.startswith(":") and not rest[1:].strip(_BLANKS)
 
 
-def _headers(body: str) -> list[tuple[int, int, str, tuple[str, str] | None]]:
+def _headers(body: str, any_name: bool = False) -> list[tuple[int, int, str, tuple[str, str] | None]]:
     """(line start, line end, kind, (op, gloss)) of every Recall/Assemble header line, in order.
 
     Lines are those of ``re.M`` (split at ``\\n`` only). Only lines holding one of the two words
@@ -117,7 +124,7 @@ def _headers(body: str) -> list[tuple[int, int, str, tuple[str, str] | None]]:
         end = body.find("\n", k)
         end = n if end < 0 else end
         line = body[start:end]
-        found = _recall_header(line)
+        found = _recall_header(line, any_name)
         if found is not None:
             out.append((start, end, "recall", found))
         elif _is_assemble(line):
@@ -149,7 +156,7 @@ def defines(code: str, name: str) -> bool:
 
 @dataclass(frozen=True)
 class Recall:
-    op: str  # func_N as written in the header
+    op: str  # func_N (a user library: the identifier) as written in the header
     gloss: str  # the header's text after the colon
     code: str | None  # the python block that follows the header (None when there is none)
 
@@ -162,11 +169,14 @@ class ProgramAnswer:
     source: str  # "assemble" | "last_block" | "none": where ``code`` came from
 
 
-def parse_program_answer(text: str, entries: tuple[str, ...] = ("main_solution",)) -> ProgramAnswer:
-    """The RA structure when present, else the last python block that defines every entry point."""
+def parse_program_answer(text: str, entries: tuple[str, ...] = ("main_solution",),
+                         library: object = None) -> ProgramAnswer:
+    """The RA structure when present, else the last python block that defines every entry point.
+    ``library``: None for the study's (recall headers name ``func_N``), else a user library (an
+    ``opgen.ops.OperatorLibrary``): a recall header then names any identifier."""
     body = strip_think(text)
     blocks = [b for b in code_blocks(body) if b.lang in _CODE_LANGS]
-    headers = _headers(body)
+    headers = _headers(body, library is not None)
     recalls: list[Recall] = []
     assemble: str | None = None
     starts = [b.start for b in blocks]

@@ -105,13 +105,25 @@ def parse_responses(text: str, n_rows: int, source: object) -> dict[int, list[st
     return out
 
 
-def check_truths(data: Path, rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]]) -> None:
-    """Every answered row's ground truth must be readable (before anything is graded)."""
+def check_truths(data: Path, rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]],
+                 library: object = None) -> None:
+    """Every answered row's ground truth must be readable, and name the operator library grading
+    was given (``library``: None for the study's), before anything is graded. A row of another
+    library raises :class:`opgen.score.libs.LibraryMismatch` naming the rows."""
+    from opgen.score import libs
+
+    wrong: list[tuple[int, str]] = []
     for index in sorted(answers):
         try:
-            load_truth(rows[index].ground_truth)
+            truth = load_truth(rows[index].ground_truth)
         except GroundTruthError as exc:
             raise ScoreInputError(f"{data}: row {index}: {exc}") from None
+        detail = libs.mismatch(truth.library_digest, library)  # type: ignore[arg-type]
+        if detail:
+            wrong.append((index, detail))
+    if wrong:
+        shown = ", ".join(str(i) for i, _ in wrong[:10]) + (f", ... ({len(wrong)} in all)" if len(wrong) > 10 else "")
+        raise libs.LibraryMismatch(f"{data}: row(s) {shown}: {wrong[0][1]}")
 
 
 def _json_escape(err: UnicodeError) -> tuple[str, int]:
@@ -176,7 +188,7 @@ def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, li
             found = parsed[row.position]
             rec["ops"] = list(found) if found else ""
             rec["scope_from"] = "program" if found else None
-        rec["scope"] = M.scope_of(rec["ops"])
+        rec["scope"] = M.scope_of(rec["ops"], settings.library)
         rec.update(M.row_measures(row.extra))
         rec["data_source"] = row.data_source
         rec.update(g)
@@ -194,21 +206,23 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
                 only: Collection[int] | None = None, processes: int | None = None,
                 metric_defs: M.MetricDefs = M.DEFAULT_DEFS, settings: GradeSettings | None = None,
-                progress: bool = False) -> dict:
+                progress: bool = False, library: object = None) -> dict:
     """Grade every response (or those of rows ``only``), write the report into ``out``, return the
     summary. ``static=False`` runs every program in the sandbox (see grade()); ``processes``: grading
     processes for the static path's share (:func:`opgen.score.batch.grade_many`; default
     ``OPGEN_GRADE_PROCESSES``, else one per CPU). ``settings``: the grading options (mode, policy,
     group, namespace, static) as one :class:`GradeSettings` instead of the loose keywords;
-    ``progress``: a bar of responses graded on stderr."""
+    ``progress``: a bar of responses graded on stderr. ``library``: the operator library the rows
+    were built from (an ``OperatorLibrary`` or a spec; None: the study's): a row naming another one
+    is refused before anything is graded (:class:`opgen.score.libs.LibraryMismatch`)."""
     record = GradeSettings.resolve(settings, mode=mode, policy=policy, group=group, namespace=namespace,
-                                   static=static)
+                                   static=static, library=library)
     data, responses, out = Path(data), Path(responses), Path(out)
     rows = read_rows(data)
     answers = read_responses(responses, len(rows))
     if only is not None:
         answers = {i: a for i, a in answers.items() if i in only}
-    check_truths(data, rows, answers)
+    check_truths(data, rows, answers, record.library)
     if plots:  # matplotlib's import (seconds) overlaps the grading, which mostly waits here
         threading.Thread(target=_import_plotting, name="opgen-import-matplotlib", daemon=True).start()
     own = sandbox is None
@@ -251,8 +265,12 @@ def write_records_report(out: Path, records: list[dict], *, n_rows: int, answere
 
 def settings_fields(settings: GradeSettings, isolation: str) -> dict:
     """The summary's fields that say how it was graded, in the summary's order."""
-    return {"mode": settings.mode, "policy": settings.policy, "group": settings.group,
-            "namespace": settings.namespace, "isolation": isolation, "static": settings.static}
+    out = {"mode": settings.mode, "policy": settings.policy, "group": settings.group,
+           "namespace": settings.namespace, "isolation": isolation, "static": settings.static}
+    if settings.library is not None:  # a user library (the study's summaries stay as they were)
+        lib = settings.library
+        out["library"] = {"name": lib.name, "digest": lib.digest}  # type: ignore[attr-defined]
+    return out
 
 
 PLOTS = ("accuracy_vs_depth.png", "recall_heatmap.png")

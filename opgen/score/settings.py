@@ -13,6 +13,7 @@ This module imports the standard library and opgen.errors only (a grading proces
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 from opgen.errors import OpgenError
 
@@ -51,8 +52,16 @@ class GradeSettings:
     namespace: str = "strict"
     static: bool = True
     diagnose: bool = True
+    # The operator library (docs/scoring.md, "Your own operator library"): None for the study's,
+    # else an opgen.ops.OperatorLibrary (a spec string is loaded with opgen.library.load). The
+    # study's library given explicitly is stored as None: its wire form and grades are unchanged.
+    library: Any = None
 
     def __post_init__(self) -> None:
+        if self.library is not None:
+            from opgen.score import libs
+
+            object.__setattr__(self, "library", libs.resolve(self.library))
         for name, allowed in CHOICES.items():
             value = getattr(self, name)
             if not isinstance(value, str) or value not in allowed:
@@ -68,8 +77,15 @@ class GradeSettings:
         return tuple(f.name for f in fields(cls))
 
     def to_wire(self) -> dict:
-        """The record as a dict of plain values (str and bool), what a grading process receives."""
-        return {name: getattr(self, name) for name in self.names()}
+        """The record as a dict of plain values (str and bool; the library as the plain dict of
+        :func:`opgen.score.libs.to_wire`, present only for a user library: the study's wire form is
+        the options alone), what a grading process receives."""
+        wire: dict = {name: getattr(self, name) for name in self.names() if name != "library"}
+        if self.library is not None:
+            from opgen.score import libs
+
+            wire["library"] = libs.to_wire(self.library)  # type: ignore[arg-type]
+        return wire
 
     @classmethod
     def from_wire(cls, wire: object) -> GradeSettings:
@@ -80,6 +96,12 @@ class GradeSettings:
         unknown = sorted(map(str, set(wire) - set(cls.names())))
         if unknown:
             raise SettingsError(f"unknown grading settings: {', '.join(unknown)} (known: {', '.join(cls.names())})")
+        if isinstance(wire.get("library"), dict):
+            from opgen.score import libs
+
+            wire = {**wire, "library": libs.from_wire(wire["library"])}
+        elif wire.get("library") is not None:
+            raise SettingsError(f"library on the wire must be a dict, got {type(wire['library']).__name__}")
         return cls(**wire)
 
     @classmethod

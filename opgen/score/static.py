@@ -102,27 +102,49 @@ def _body_key(fn: ast.FunctionDef) -> str:
         fn.name = name
 
 
+def _lib(library: ops.OperatorLibrary | None) -> ops.OperatorLibrary:
+    return ops.STUDY if library is None else library
+
+
 @cache
-def _library() -> tuple[dict[str, str], dict[str, frozenset[str]]]:
+def _ids(library: ops.OperatorLibrary | None) -> frozenset[str]:
+    return frozenset(_lib(library).ids)
+
+
+def _op_name(name: str, library: ops.OperatorLibrary | None) -> bool:
+    """Whether a definition's name is an operator's name: ``func_N`` for the study (another
+    operator's number is a chimera), a user library's own ids otherwise."""
+    return bool(_FUNC_NAME.match(name)) if library is None else name in _ids(library)
+
+
+@cache
+def _library(library: ops.OperatorLibrary | None = None) -> tuple[dict[str, str], dict[str, frozenset[str]]]:
     """(normalised AST dump -> operator id, operator id -> library names its body refers to)."""
-    keys, refs = {}, {}
-    for op in ops.OPERATORS:
-        (fn,) = ast.parse(op.source).body
+    keys: dict[str, str] = {}
+    refs: dict[str, frozenset[str]] = {}
+    ids = _ids(library)
+    for op in _lib(library).operators:
+        module = ast.parse(op.source)
+        if len(module.body) != 1 or not isinstance(module.body[0], ast.FunctionDef):
+            continue  # a user operator whose source is more than its definition: never static
+        (fn,) = module.body
         assert isinstance(fn, ast.FunctionDef)
-        refs[op.id] = frozenset(n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in ops.BY_ID)
-        keys[_body_key(fn)] = op.id
+        refs[op.id] = frozenset(n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in ids)
+        keys.setdefault(_body_key(fn), op.id)
     return keys, refs
 
 
 @cache
-def _verbatim(name: str) -> tuple[tuple[str, str, ast.FunctionDef], ...]:
+def _verbatim(name: str, library: ops.OperatorLibrary | None = None) -> tuple[tuple[str, str, ast.FunctionDef], ...]:
     """(exact source text, operator id, the text's parse) of every operator's source defined under
     ``name``, the operator of that name first (the commonest case by far). The parsed definitions
     are shared by every program that holds the text: nothing may change them."""
     out = []
-    for op in sorted(ops.OPERATORS, key=lambda o: o.id != name):
+    refs = _library(library)[1]
+    for op in sorted(_lib(library).operators, key=lambda o: o.id != name):
         head = f"def {op.id}("
-        assert op.source.startswith(head)
+        if op.id not in refs or not op.source.startswith(head):
+            continue  # (the study's sources all start so: a user's may not)
         text = f"def {name}(" + op.source[len(head):]
         (fn,) = ast.parse(text).body
         assert isinstance(fn, ast.FunctionDef)
@@ -131,18 +153,19 @@ def _verbatim(name: str) -> tuple[tuple[str, str, ast.FunctionDef], ...]:
 
 
 @cache
-def _signature(body: str) -> tuple[int, tuple[type, ...], frozenset[str]]:
+def _signature(body: str, library: ops.OperatorLibrary | None = None) -> tuple[int, tuple[type, ...], frozenset[str]]:
     """(arity, the argument types it is written for, library names it refers to) of an operator."""
-    op = ops.get(body)
+    op = _lib(library).get(body)
     types_ = (str,) * op.n_inputs + tuple(int if p.kind == "int" else str for p in op.params)
-    return op.arity, types_, _library()[1][body]
+    return op.arity, types_, _library(library)[1][body]
 
 
 @lru_cache(maxsize=1024)  # names are the model's: bounded (a code object is a few KB)
-def _code(body: str, name: str, renaming: tuple[tuple[str, str], ...] = ()) -> types.CodeType:
+def _code(body: str, name: str, renaming: tuple[tuple[str, str], ...] = (),
+          library: ops.OperatorLibrary | None = None) -> types.CodeType:
     """The library's code for ``body`` defined as ``name``: compiled from the library's own source,
     its bound names renamed by ``renaming`` (an :class:`_Alpha`'s, proved consistent)."""
-    module = ast.parse(ops.get(body).source)
+    module = ast.parse(_lib(library).get(body).source)
     fn = module.body[0]
     assert isinstance(fn, ast.FunctionDef)
     if renaming:
@@ -179,6 +202,7 @@ def _grammar_def(fn: ast.FunctionDef) -> _Grammar | None:
 
 
 def _verbatim_prefix(code: str, verbatim: dict[int, tuple[str, str]] | None,
+                     library: ops.OperatorLibrary | None = None,
                      ) -> tuple[dict[str, str | _Grammar | _Alpha], list[ast.stmt], int]:
     """The leading exact library sources of ``code`` (blank lines between them): what they bind,
     their shared definitions, and where the rest begins."""
@@ -189,13 +213,13 @@ def _verbatim_prefix(code: str, verbatim: dict[int, tuple[str, str]] | None,
         if code[pos] == "\n":
             pos += 1
             continue
-        if not code.startswith("def func_", pos):
+        if not code.startswith("def func_" if library is None else "def ", pos):
             break
         name_end = code.find("(", pos + 4, pos + 40)
         name = code[pos + 4:name_end] if name_end > 0 else ""
-        if name not in ops.BY_ID:  # other names are parsed (and _verbatim's cache stays 25 entries)
+        if name not in _ids(library):  # other names are parsed (and _verbatim's cache stays 25 entries)
             break
-        for text, body, fn in _verbatim(name):
+        for text, body, fn in _verbatim(name, library):
             if code.startswith(text, pos):
                 bound[name] = body
                 stmts.append(fn)
@@ -209,6 +233,7 @@ def _verbatim_prefix(code: str, verbatim: dict[int, tuple[str, str]] | None,
 
 
 def _bindings(code: str, entries: frozenset[str], verbatim: dict[int, tuple[str, str]] | None = None,
+              library: ops.OperatorLibrary | None = None,
               ) -> tuple[dict[str, str | _Grammar | _Alpha], list[ast.stmt]]:
     """What each name of the program is bound to after it runs — an operator id (the body it holds)
     or an entry's expression — and the program's top-level statements (its ``ast.parse``, line
@@ -220,14 +245,14 @@ def _bindings(code: str, entries: frozenset[str], verbatim: dict[int, tuple[str,
     other start does not parse alone) tokenizes as the two parts one after the other, so the rest's
     statements are the program's remaining statements (tests/test_static.py compares the two trees).
     """
-    bound, stmts, pos = _verbatim_prefix(code, verbatim)
+    bound, stmts, pos = _verbatim_prefix(code, verbatim, library)
     rest = code[pos:]
     if rest.strip():
         try:
             module = E.parse_python(rest)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             raise _Decline from None
-        keys, _ = _library()
+        keys, _ = _library(library)
         for stmt in module.body:
             stmts.append(stmt)
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
@@ -239,7 +264,7 @@ def _bindings(code: str, entries: frozenset[str], verbatim: dict[int, tuple[str,
             if grammar is not None:
                 bound[name] = grammar
                 continue
-            if not (_FUNC_NAME.match(name) or name in entries):
+            if not (_op_name(name, library) or name in entries):
                 raise _Decline
             try:
                 body = keys.get(_body_key(stmt))
@@ -248,7 +273,7 @@ def _bindings(code: str, entries: frozenset[str], verbatim: dict[int, tuple[str,
             if body is None:
                 # A recall under renamed bound names (parameters, locals): the same function when
                 # the renaming is provably consistent (see _alpha); anything else declines.
-                alpha = _alpha(stmt, entries)
+                alpha = _alpha(stmt, entries, library)
                 if alpha is None:
                     raise _Decline
                 bound[name] = alpha
@@ -287,7 +312,8 @@ _IDENT_FIELDS = {  # identifier fields compared exactly (never renamed)
 
 
 @cache
-def _alpha_facts(op_id: str) -> tuple[ast.FunctionDef, frozenset[str], frozenset[str]]:
+def _alpha_facts(op_id: str, library: ops.OperatorLibrary | None = None,
+                 ) -> tuple[ast.FunctionDef, frozenset[str], frozenset[str]]:
     """(the operator's parse, the names its body binds that a renaming may change, the names it
     must keep): a name is renameable only where every scope of the body that knows it holds it
     as a parameter, a local or a closure cell — never a global, a builtin, an import or a
@@ -295,7 +321,7 @@ def _alpha_facts(op_id: str) -> tuple[ast.FunctionDef, frozenset[str], frozenset
     an import) spells it."""
     import symtable
 
-    source = ops.get(op_id).source
+    source = _lib(library).get(op_id).source
     (fn,) = ast.parse(source).body
     assert isinstance(fn, ast.FunctionDef)
     candidates: set[str] = set()
@@ -392,28 +418,31 @@ class _AlphaWalk:
                 raise _Mismatch
 
 
-def _allowed_target(new: str, fixed: frozenset[str], taken: frozenset[str]) -> bool:
+def _allowed_target(new: str, fixed: frozenset[str], taken: frozenset[str],
+                    library: ops.OperatorLibrary | None = None) -> bool:
     """Whether a bound name may be renamed to ``new``: no capture of anything the body or the
     program could mean by it (a builtin, a name the body keeps, a library or entry name, the
     definition's own name, a dunder)."""
     return (new.isascii() and new.isidentifier() and len(new) <= MAX_RENAMED_NAME and new not in fixed
             and new not in taken and not hasattr(builtins, new) and not new.startswith("__")
-            and not _FUNC_NAME.match(new) and not new.startswith("main_solution") and new not in ops.BY_ID)
+            and not _FUNC_NAME.match(new) and not new.startswith("main_solution") and new not in ops.BY_ID
+            and new not in _ids(library))
 
 
-def _alpha(stmt: ast.FunctionDef, entries: frozenset[str]) -> _Alpha | None:
+def _alpha(stmt: ast.FunctionDef, entries: frozenset[str], library: ops.OperatorLibrary | None = None,
+           ) -> _Alpha | None:
     """The library body ``stmt`` holds under a provably consistent renaming of its bound names,
     or None. The defined name is not part of the renaming (it binds in the module)."""
     taken = entries | {stmt.name}
-    for op in sorted(ops.OPERATORS, key=lambda o: o.id != stmt.name):
-        lib, renameable, fixed = _alpha_facts(op.id)
+    for op in sorted(_lib(library).operators, key=lambda o: o.id != stmt.name):
+        lib, renameable, fixed = _alpha_facts(op.id, library)
         walk = _AlphaWalk(renameable, lib)
         try:
             walk.node(lib, stmt)
         except _Mismatch:
             continue
         renaming = tuple(sorted((a, b) for a, b in walk.forward.items() if a != b))
-        if all(_allowed_target(b, fixed, frozenset(taken)) for _, b in renaming):
+        if all(_allowed_target(b, fixed, frozenset(taken), library) for _, b in renaming):
             return _Alpha(op.id, renaming)
         return None  # the first structural match decides: a capture declines
     return None
@@ -425,9 +454,10 @@ def _alpha(stmt: ast.FunctionDef, entries: frozenset[str]) -> _Alpha | None:
 class _Run:
     """One response's evaluation: its namespace per unit, its work budget, the sandbox's output cap."""
 
-    def __init__(self, max_output: int):
+    def __init__(self, max_output: int, library: ops.OperatorLibrary | None = None):
         self.max_output = max_output
         self.work = 0
+        self.library = library
 
     def namespace(self, bound: dict[str, str | _Grammar | _Alpha]) -> dict:
         ns: dict = {"__name__": "__main__", "__builtins__": builtins}
@@ -439,10 +469,10 @@ class _Run:
                 ns[name] = what
             elif isinstance(what, _Alpha):
                 self.bodies[name] = what.body
-                ns[name] = types.FunctionType(_code(what.body, name, what.renaming), ns, name)
+                ns[name] = types.FunctionType(_code(what.body, name, what.renaming, library=self.library), ns, name)
             else:
                 self.bodies[name] = what
-                ns[name] = types.FunctionType(_code(what, name), ns, name)
+                ns[name] = types.FunctionType(_code(what, name, library=self.library), ns, name)
         self.ns = ns
         return ns
 
@@ -458,7 +488,7 @@ class _Run:
 
     def guard(self, body: str, args: tuple) -> None:
         """Decline unless the call provably stays far below every time, memory and stack limit."""
-        arity, wanted, refs = _signature(body)
+        arity, wanted, refs = _signature(body, self.library)
         for ref in refs:
             # A recursive operator recurses through the name it was written with: only the same
             # body (or nothing: a NameError) there keeps the recursion the one costed below.
@@ -467,7 +497,7 @@ class _Run:
         if len(args) != arity:
             return  # Python refuses the call before the body runs (TypeError)
         if tuple(map(type, args)) == wanted:
-            out, steps, depth = _cost(body, args)
+            out, steps, depth = _cost(body, args, self.library)
             if out > MAX_VALUE_CHARS or depth > min(MAX_RECURSION, sys.getrecursionlimit() - 500):
                 raise _Decline
             self.charge(steps)
@@ -602,13 +632,13 @@ def _small(value: object) -> bool:
     return type(value) is int and -SMALL_INT <= value <= SMALL_INT
 
 
-def _cost(body: str, args: tuple) -> tuple[int, int, int]:
+def _cost(body: str, args: tuple, library: ops.OperatorLibrary | None = None) -> tuple[int, int, int]:
     """(longest output, work, recursion depth) of the library operator ``body`` on well-typed
     ``args``: the operator's own cost bound (``Operator.cost`` in opgen/ops.py, integer sizes in
     bits included)."""
-    cost = ops.get(body).cost
+    cost = _lib(library).get(body).cost
     if cost is None:
-        raise _Decline  # an operator added to the library without a cost bound
+        raise _Decline  # an operator without a cost bound (every YAML library's): the sandbox grades it
     return cost(len(args[0]), args[1] if len(args) > 1 else None)
 
 
@@ -631,25 +661,29 @@ class Evaluation:
     trees: list[ast.Module | None]
     # The library's own definitions in the trees, matched as text: (name, operator) by node id.
     verbatim: dict[int, tuple[str, str]]
+    library: ops.OperatorLibrary | None = None
 
     def vouched(self, entry: str) -> frozenset[int]:
         """The ids of the trees' library definitions that cannot rebind ``entry`` behind the tree's
         back (``diagnose.rebinds_behind``, asked once per definition and entry name)."""
-        return frozenset(k for k, (name, body) in self.verbatim.items() if not _rebinds(name, body, entry))
+        return frozenset(k for k, (name, body) in self.verbatim.items()
+                         if not _rebinds(name, body, entry, self.library))
 
 
 @lru_cache(maxsize=4096)  # entry names are the ground truth's (a few per dataset)
-def _rebinds(name: str, body: str, entry: str) -> bool:
-    fn = next(f for _, b, f in _verbatim(name) if b == body)
+def _rebinds(name: str, body: str, entry: str, library: ops.OperatorLibrary | None = None) -> bool:
+    fn = next(f for _, b, f in _verbatim(name, library) if b == body)
     return D.rebinds_behind(fn, entry)
 
 
-def evaluate(units: Sequence[Unit], sandbox: object) -> Evaluation | None:
+def evaluate(units: Sequence[Unit], sandbox: object, library: ops.OperatorLibrary | None = None,
+             ) -> Evaluation | None:
     """The results ``sandbox.run_units(units)`` would give and the units' trees, or None when the
-    results are not provable (the response then goes to the sandbox)."""
+    results are not provable (the response then goes to the sandbox). ``library``: the grade's
+    operator library (None: the study's)."""
     if not applies(sandbox):
         return None
-    run = _Run(sandbox.max_output)  # type: ignore[attr-defined]
+    run = _Run(sandbox.max_output, library)  # type: ignore[attr-defined]
     plans = []
     trees: list[ast.Module | None] = []
     verbatim: dict[int, tuple[str, str]] = {}
@@ -660,8 +694,8 @@ def evaluate(units: Sequence[Unit], sandbox: object) -> Evaluation | None:
                 continue
             if getattr(unit, "imports", ()):  # the native namespace: names bound before the program
                 return None
-            entries = frozenset(e for e, _ in unit.calls if not _FUNC_NAME.match(e))
-            bound, stmts = _bindings(unit.code, entries, verbatim)
+            entries = frozenset(e for e, _ in unit.calls if not _op_name(e, library))
+            bound, stmts = _bindings(unit.code, entries, verbatim, library)
             plans.append((bound, unit.calls))
             trees.append(ast.Module(body=stmts, type_ignores=[]))
         out: list[Result] = []
@@ -672,7 +706,7 @@ def evaluate(units: Sequence[Unit], sandbox: object) -> Evaluation | None:
             run.namespace(bound)
             for call in calls:
                 out.append(run.result(call))
-        return Evaluation(out, trees, verbatim)
+        return Evaluation(out, trees, verbatim, library)
     except (_Decline, RecursionError, MemoryError):
         return None
 

@@ -1,0 +1,287 @@
+"""Grading rows of a user operator library (issue 25): a 6-operator library defined here, rows built
+by hand with the ground truth's ``library`` key, graded through ``opgen score --library``,
+``opgen.score.grade(library=)``, ``compute_score`` (the row's own library) and the static path."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from opgen import library as L
+from opgen.ops import OperatorLibrary
+
+YAML = textwrap.dedent('''
+    name: toy
+    operators:
+      - id: rev
+        gloss: reverse the string
+        split: train
+        source: |
+          def rev(s):
+              return s[::-1]
+      - id: dup
+        gloss: repeat the string twice
+        split: train
+        source: |
+          def dup(s):
+              return s + s
+      - id: shift
+        gloss: shift each lowercase letter n places forward
+        split: heldout
+        params: [{name: n, kind: int, lo: 1, hi: 3}]
+        source: |
+          def shift(s, n):
+              return ''.join(chr((ord(c) - 97 + n) % 26 + 97) if 'a' <= c <= 'z' else c for c in s)
+      - id: evens
+        gloss: keep the characters at even positions
+        split: train
+        source: |
+          def evens(s):
+              return s[::2]
+      - id: swapc
+        gloss: swap the case of every letter
+        split: heldout
+        source: |
+          def swapc(s):
+              return s.swapcase()
+      - id: tail
+        gloss: drop the first n characters
+        split: train
+        params: [{name: n, kind: int, lo: 1, hi: 2}]
+        source: |
+          def tail(s, n):
+              return s[n:]
+''')
+
+# The same operators with a cost bound each: a module:obj library, whose costs let the static path
+# grade its programs (a YAML library has none: the static path declines, the sandbox grades).
+MODULE = textwrap.dedent('''
+    import dataclasses
+    from pathlib import Path
+
+    from opgen import library as L
+    from opgen.ops import OperatorLibrary
+
+    def _cost(n, p):
+        return (2 * n + 2, 4 * n + 16, 0)
+
+    _base = L.load(str(Path(__file__).with_name("toy.yaml")))
+    LIB = OperatorLibrary("toy", tuple(dataclasses.replace(op, cost=_cost) for op in _base.operators))
+''')
+
+# (expression, its operators in first-appearance order) over x = "abcXyz"
+EXPRS = [("rev(shift(x, 2))", ["rev", "shift"]), ("dup(evens(x))", ["dup", "evens"]),
+         ("swapc(tail(x, 1))", ["swapc", "tail"])]
+X = "abcXyz"
+
+
+@pytest.fixture
+def lib_files(tmp_path, monkeypatch):
+    (tmp_path / "toy.yaml").write_text(YAML)
+    (tmp_path / "toy_lib_mod.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("toy_lib_mod", None)
+    return tmp_path
+
+
+def _value(lib: OperatorLibrary, expression: str) -> str:
+    ns = {op.id: op.fn for op in lib.operators}
+    return eval(expression, {"__builtins__": {}}, {**ns, "x": X})  # the test's own expression
+
+
+def _truth(lib: OperatorLibrary, spec: str, expression: str, used: list[str]) -> dict:
+    return {"mode": "program", "library": {"name": lib.name, "digest": lib.digest, "spec": spec},
+            "tasks": [{"entry": "main_solution", "expr": expression, "input": X, "output": _value(lib, expression),
+                       "ops": used, "depth": 2}]}
+
+
+def _answer(lib: OperatorLibrary, expression: str, used: list[str], body: str | None = None,
+            recall_as: dict[str, str] | None = None) -> str:
+    recall_as = recall_as or {}
+    parts = []
+    for op_id in used:
+        src = recall_as.get(op_id, lib.get(op_id).source)
+        parts.append(f"Recall {op_id}: {lib.get(op_id).gloss}\n```python\n{src}```\n")
+    defs = "\n".join(lib.get(o).source for o in used)
+    parts.append(f"Assemble:\n```python\n{defs}\ndef main_solution(x):\n    return {body or expression}\n```\n")
+    return "\n".join(parts)
+
+
+def _row(i: int, truth: dict, used: list[str], split: str) -> dict:
+    return {"data_source": "opgen/user_trees", "prompt": [{"role": "user", "content": "write main_solution"}],
+            "ability": "code", "reward_model": {"style": "rule", "ground_truth": json.dumps(truth)},
+            "extra_info": {"index": i, "split": split, "family": "trees", "depth": 2, "k": len(used), "ops": used,
+                           "answer_format": "ra", "mode": "program", "assistant_prefix": ""}}
+
+
+def _write(tmp_path: Path, rows: list[dict], answers: list[str]) -> tuple[Path, Path]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), data)
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("".join(json.dumps({"index": i, "response": a}) + "\n" for i, a in enumerate(answers)))
+    return data, responses
+
+
+def test_gold_and_wrong_answers_through_opgen_score_library(lib_files, cli, runner):
+    spec = str(lib_files / "toy.yaml")
+    lib = L.load(spec)
+    assert len(lib) == 6 and lib.heldout_ids == ("shift", "swapc")
+    rows, answers = [], []
+    for e, used in EXPRS:
+        rows.append(_row(len(rows), _truth(lib, spec, e, used), used, "test"))
+        answers.append(_answer(lib, e, used))
+    e, used = EXPRS[0]
+    rows.append(_row(len(rows), _truth(lib, spec, e, used), used, "test"))
+    answers.append(_answer(lib, e, used, body="shift(rev(x), 2)+'!'"))  # a wrong program
+    data, responses = _write(lib_files, rows, answers)
+    out = lib_files / "report"
+    res = runner.invoke(cli, ["score", "--data", str(data), "--responses", str(responses), "--out", str(out),
+                              "--workers", "1", "--library", spec, "--no-plots"])
+    assert res.exit_code == 0, res.output
+    recs = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert [r["score"] for r in recs] == [1.0, 1.0, 1.0, 0.0]
+    assert recs[3]["error"] == "wrong_output"
+    assert all(r["structure_ok"] for r in recs[:3]) and recs[3]["structure_ok"] is False
+    assert all(c["verdict"] == "correct" for r in recs for c in r["recalls"])
+    # roles come from the library's split: shift and swapc are held out
+    assert [r["scope"] for r in recs] == ["ood", "id", "ood", "ood"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["library"] == {"name": "toy", "digest": lib.digest}
+
+    # Without --library the rows are refused before any grading, naming the rows (exit 2).
+    res = runner.invoke(cli, ["score", "--data", str(data), "--responses", str(responses), "--out",
+                              str(lib_files / "r2"), "--workers", "1", "--no-plots"])
+    assert res.exit_code == 2, res.output
+    assert "row(s) 0, 1, 2, 3" in res.output and "library" in res.output
+    assert not (lib_files / "r2").exists()
+
+
+def test_a_study_recall_is_diagnosed_and_a_wrong_body_is_wrong(lib_files):
+    from opgen import ops
+    from opgen.score import grade
+
+    spec = str(lib_files / "toy.yaml")
+    lib = L.load(spec)
+    e, used = EXPRS[1]
+    gt = _truth(lib, spec, e, used)
+    # recalling the study's func_2 where the library's dup is needed: an extra recall, dup missing
+    answer = (f"Recall func_2: {ops.get('func_2').gloss}\n```python\n{ops.get('func_2').source}```\n"
+              f"Recall evens: keep\n```python\n{lib.get('evens').source}```\n"
+              f"Assemble:\n```python\n{ops.get('func_2').source}\n{lib.get('evens').source}\n"
+              f"def main_solution(x):\n    return func_2(evens(x))\n```\n")
+    g = grade(gt, answer, library=lib, answer_format="ra")
+    assert g["score"] == 0.0 and g["error"] == "wrong_output"
+    assert g["missing"] == ["dup"] and g["extra"] == ["func_2"] and g["structure_ok"] is False
+    # a recall of dup with a body that behaves as evens: a chimera of the library's own operator
+    g = grade(gt, _answer(lib, e, used, recall_as={"dup": "def dup(s):\n    return s[::2]\n"}), library=lib,
+              answer_format="ra")
+    assert g["score"] == 1.0
+    assert g["recalls"][0] == {"op": "dup", "verdict": "chimera", "chimera_of": "evens", "detail": "behaves as evens"}
+
+
+def test_static_path_with_costs_and_sandbox_without(lib_files):
+    from opgen.score.grade import grade_in_process
+    from opgen.score.settings import GradeSettings
+
+    class NoSandbox:  # the static path's limits; running anything is this test's failure
+        timeout_s, memory_mb, max_output = 2.0, 512, 100_000
+
+        def run_units(self, units):
+            raise AssertionError("the sandbox was asked")
+
+    spec = str(lib_files / "toy.yaml")
+    yaml_lib = L.load(spec)
+    mod_lib = L.load("toy_lib_mod:LIB")
+    assert mod_lib.digest == yaml_lib.digest and all(op.cost for op in mod_lib.operators)
+    for e, used in EXPRS:
+        gt = _truth(mod_lib, "toy_lib_mod:LIB", e, used)
+        g = grade_in_process(gt, _answer(mod_lib, e, used), settings=GradeSettings(library=mod_lib),
+                             sandbox=NoSandbox(), answer_format="ra")  # type: ignore[arg-type]
+        assert g["score"] == 1.0 and g["structure_ok"], g
+    # A YAML library has no costs: the static path declines and the program must run.
+    e, used = EXPRS[0]
+    with pytest.raises(AssertionError, match="the sandbox was asked"):
+        grade_in_process(_truth(yaml_lib, spec, e, used), _answer(yaml_lib, e, used),
+                         settings=GradeSettings(library=yaml_lib), sandbox=NoSandbox(),  # type: ignore[arg-type]
+                         answer_format="ra")
+
+
+def test_module_library_through_opgen_score(lib_files, cli, runner):
+    lib = L.load("toy_lib_mod:LIB")
+    rows, answers = [], []
+    for e, used in EXPRS:
+        rows.append(_row(len(rows), _truth(lib, "toy_lib_mod:LIB", e, used), used, "test"))
+        answers.append(_answer(lib, e, used))
+    data, responses = _write(lib_files, rows, answers)
+    res = runner.invoke(cli, ["score", "--data", str(data), "--responses", str(responses), "--out",
+                              str(lib_files / "m"), "--workers", "1", "--library", "toy_lib_mod:LIB", "--no-plots"])
+    assert res.exit_code == 0, res.output
+    recs = [json.loads(line) for line in (lib_files / "m" / "scores.jsonl").read_text().splitlines()]
+    assert [r["score"] for r in recs] == [1.0, 1.0, 1.0]
+
+
+def test_digest_mismatch_is_a_named_error_and_compute_score_reads_the_row_library(lib_files):
+    from opgen import reward
+    from opgen.score import grade, libs
+
+    spec = str(lib_files / "toy.yaml")
+    lib = L.load(spec)
+    e, used = EXPRS[2]
+    gt = _truth(lib, spec, e, used)
+    gold = _answer(lib, e, used)
+    # compute_score: the library named by the ground truth (its spec, loaded once per process)
+    r = reward.compute_score("opgen/user_trees", gold, json.dumps(gt), {"answer_format": "ra"})
+    assert r["score"] == 1.0 and r["error"] == ""
+    assert libs.load_spec(spec) is libs.load_spec(spec)
+    batch = reward.compute_score_batch(["d", "d"], [gold, "nothing"], [json.dumps(gt)] * 2,
+                                       [{"answer_format": "ra"}] * 2)
+    assert [b["score"] for b in batch] == [1.0, 0.0]
+    # a ground truth whose digest is not its library's: library_mismatch, score 0, no exception
+    other = {**gt, "library": {**gt["library"], "digest": "0" * 64}}
+    r = reward.compute_score("opgen/user_trees", gold, json.dumps(other), {"answer_format": "ra"})
+    assert r["score"] == 0.0 and r["error"] == "library_mismatch"
+    # the study's library given for a user row, and a user library given for a study row
+    g = grade(gt, gold)
+    assert g["error"] == "library_mismatch" and "toy" not in g["detail"] and "--library" in g["detail"]
+    study_gt = {"mode": "program", "tasks": [{"entry": "main_solution", "expr": "func_2(x)", "input": "ab",
+                                              "output": "ab", "ops": ["func_2"], "depth": 1}]}
+    assert grade(study_gt, gold, library=spec)["error"] == "library_mismatch"
+    # a library that cannot be loaded: still a grade
+    missing = {**gt, "library": {**gt["library"], "spec": str(lib_files / "gone.yaml")}}
+    r = reward.compute_score("opgen/user_trees", gold, json.dumps(missing), {"answer_format": "ra"})
+    assert r["score"] == 0.0 and r["error"] == "library_mismatch"
+    # score_answers refuses a mismatched row before grading, naming it
+    from opgen import score_answers
+
+    with pytest.raises(libs.LibraryMismatch, match="row 0"):
+        score_answers([_row(0, gt, used, "test")], [gold])
+
+
+def test_the_library_wire_form_rebuilds_the_library():
+    from opgen.score import libs
+    from opgen.score.settings import GradeSettings
+
+    lib = L.build("wire-toy", [{"id": "rev2", "gloss": "reverse", "split": "train",
+                                "source": "def rev2(s):\n    return s[::-1]\n"},
+                               {"id": "pick", "gloss": "pick", "split": "heldout",
+                                "params": [{"name": "c", "kind": "choice", "choices": ["a", "b"]}],
+                                "source": "def pick(s, c):\n    return s + c\n"}])
+    wire = GradeSettings(library=lib).to_wire()
+    assert "library" not in GradeSettings().to_wire()
+    import marshal
+
+    wire = marshal.loads(marshal.dumps(wire))  # plain values only
+    assert wire["library"]["digest"] == lib.digest
+    assert GradeSettings.from_wire(wire).library.digest == lib.digest
+    bad = {**wire, "library": {**wire["library"], "digest": "f" * 64}}
+    with pytest.raises(L.LibraryError, match="digest"):
+        libs.from_wire(bad["library"])
+    assert dataclasses.replace(GradeSettings(), library="study").library is None
