@@ -25,11 +25,17 @@ from opgen.cli import options
                    "--curriculum-log.")
 @click.option("--curriculum-log", type=click.Path(dir_okay=False), default=None,
               help="Append the curriculum's state after every report here (JSON lines).")
+@click.option("--ray", "use_ray", is_flag=True, default=False,
+              help="Serve the same app as a Ray Serve deployment on a local Ray cluster (127.0.0.1 only; "
+                   "needs the ray extra with Ray Serve: pip install 'ray[serve]').")
+@click.option("--replicas", type=click.IntRange(1, 32), default=1, show_default=True,
+              help="With --ray: replicas of the app (each grades in its own sandbox pool).")
 @options.allow_weak_sandbox()
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               default="warning", show_default=True)
 def serve(host: str, port: int, max_batch: int, max_body_mb: int, max_response_chars: int, max_tasks: int,
-          curriculum_file: str | None, curriculum_log: str | None, allow_weak_sandbox: bool, log_level: str) -> None:
+          curriculum_file: str | None, curriculum_log: str | None, use_ray: bool, replicas: int,
+          allow_weak_sandbox: bool, log_level: str) -> None:
     """Serve POST /tasks, /score, /reward (OpenRLHF's --remote_rm_url) and GET /health, /metrics.
 
     Needs the serve extra: pip install 'opgen[serve]'."""
@@ -39,10 +45,24 @@ def serve(host: str, port: int, max_batch: int, max_body_mb: int, max_response_c
     except ImportError as exc:
         raise click.ClickException(f"opgen serve needs the serve extra (pip install 'opgen[serve]'): {exc}") \
             from None
-    from opgen.serve import Limits, run
+    from opgen.serve import Limits, run, run_ray
 
     limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_response_chars=max_response_chars,
                     max_tasks=max_tasks)
+    if use_ray:
+        if curriculum_file is not None:
+            raise click.UsageError("--curriculum is one reward stream: serve it without --ray")
+        if host not in ("127.0.0.1", "localhost"):
+            raise click.BadParameter(f"{host}: the Ray deployment serves on 127.0.0.1 only", param_hint="--host")
+        try:
+            from ray import serve as _serve  # noqa: F401
+        except ImportError as exc:
+            raise click.ClickException(f"opgen serve --ray needs Ray Serve (pip install 'ray[serve]'): {exc}") \
+                from None
+        run_ray(host, port, replicas=replicas, limits=limits, allow_weak_sandbox=True if allow_weak_sandbox else None)
+        return
+    if replicas != 1:
+        raise click.UsageError("--replicas is for --ray")
     curriculum = None
     if curriculum_file is not None:
         curriculum = _curriculum(curriculum_file, curriculum_log)

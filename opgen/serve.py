@@ -13,7 +13,8 @@ SPLIT --seed SEED``: rows ``[offset, offset + n)`` of that split, so consecutive
 never repeat a row, and any server gives the same rows for the same request. Nothing unbounded is
 accepted: the body's bytes, a batch's length and each response's characters have limits
 (:class:`Limits`); a request over one gets 413, a malformed one 400/415/422, each with a message.
-Starlette and uvicorn are the optional ``serve`` extra.
+Starlette and uvicorn are the optional ``serve`` extra. For scale the same app runs as a Ray Serve
+deployment (:func:`ray_deployment`, ``opgen serve --ray``): one app, two hosts.
 """
 
 from __future__ import annotations
@@ -354,9 +355,79 @@ def run(host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None,
 
     from opgen.score.sandbox import shared
 
-    box = shared(allow_weak_sandbox=allow_weak_sandbox)  # start the sandbox, and fail now if it cannot
-    print(f"opgen serve: http://{host}:{port} (isolation {box.level})", flush=True)
+    app = build_app(limits, allow_weak_sandbox, curriculum)  # starts the sandbox, and fails now if it cannot
+    print(f"opgen serve: http://{host}:{port} (isolation {shared(allow_weak_sandbox=allow_weak_sandbox).level})",
+          flush=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level,
+                limit_concurrency=256, timeout_keep_alive=5)
+
+
+# ---------------------------------------------------------------- Ray Serve: the same app, another host
+
+#: Replicas a Ray deployment may ask for, at most (each holds a sandbox pool).
+MAX_REPLICAS = 32
+#: Requests one replica works on at once, and requests Ray Serve queues per deployment before it
+#: answers 503: with the app's own limits, nothing unbounded is accepted on this host either.
+RAY_MAX_ONGOING = 64
+RAY_MAX_QUEUED = 256
+
+
+def build_app(limits: Limits | None = None, allow_weak_sandbox: bool | None = None, curriculum: Any = None):
+    """:func:`create_app` on a fresh :class:`Service`, with the sandbox started first (so a host that
+    cannot isolate fails at start-up, not at the first grade). Both hosts build their app here."""
+    from opgen.score.sandbox import shared
+
+    shared(allow_weak_sandbox=allow_weak_sandbox)
     service = Service(limits, allow_weak_sandbox)
     service.curriculum = curriculum
-    uvicorn.run(create_app(service), host=host, port=port, log_level=log_level,
-                limit_concurrency=256, timeout_keep_alive=5)
+    return create_app(service)
+
+
+def ray_deployment(*, replicas: int = 1, limits: Limits | None = None, allow_weak_sandbox: bool | None = None):
+    """The app of :func:`create_app` as a Ray Serve deployment (an ``Application`` for ``serve.run``):
+    each replica builds the same Starlette app (:func:`build_app`) at start, so every route, limit,
+    validation and the scorer are the plain server's. ``replicas``: 1 to :data:`MAX_REPLICAS`. A
+    curriculum is one reward stream, so it is served by the plain server only."""
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or not 1 <= replicas <= MAX_REPLICAS:
+        raise ValueError(f"replicas: between 1 and {MAX_REPLICAS}, not {replicas!r}")
+    from ray import serve
+
+    def app_builder():
+        return build_app(limits, allow_weak_sandbox)
+
+    deployment = serve.deployment(serve.ingress(app_builder)(), name="opgen", num_replicas=replicas,
+                                  max_ongoing_requests=RAY_MAX_ONGOING, max_queued_requests=RAY_MAX_QUEUED)
+    return deployment.bind()
+
+
+def run_ray(host: str = "127.0.0.1", port: int = 8000, *, replicas: int = 1, limits: Limits | None = None,
+            allow_weak_sandbox: bool | None = None, num_cpus: int | None = None, stop: Any = None) -> None:
+    """Serve :func:`ray_deployment` through Ray Serve's HTTP proxy on 127.0.0.1:``port``, on a local
+    Ray cluster started here (bound to 127.0.0.1), until interrupted (or ``stop``, a
+    ``threading.Event``, is set); Ray is shut down on the way out."""
+    import ray
+    from ray import serve
+
+    if host not in ("127.0.0.1", "localhost"):
+        raise ValueError(f"--host {host}: the Ray deployment serves on 127.0.0.1 only")
+    app = ray_deployment(replicas=replicas, limits=limits, allow_weak_sandbox=allow_weak_sandbox)
+    import os
+
+    # logical CPUs: at least one per replica (a replica asks Ray for one), so every replica is placed
+    cpus = num_cpus or max(os.cpu_count() or 1, replicas)
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(app, name="opgen", route_prefix="/")
+        print(f"opgen serve --ray: http://127.0.0.1:{port} ({replicas} replica{'s' if replicas != 1 else ''})",
+              flush=True)
+        try:
+            while not (stop is not None and stop.is_set()):
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()

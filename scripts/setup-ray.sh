@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds the environment of the Ray test group: ray, the CPU torch that lies on this machine's disk,
+# Builds the environment of the Ray test group: ray with Ray Serve (the ray extra: ray[serve], for
+# `opgen serve --ray`), the CPU torch that lies on this machine's disk,
 # transformers and tokenizers (the hf backend on the tiny test model), plus opgen itself (editable,
-# with its test extras). Kept outside the system Python so the light suite never imports ray or torch.
+# with its test extras; the test extra brings starlette and uvicorn for the served app). Kept outside
+# the system Python so the light suite never imports ray or torch.
 # Idempotent: rerunning on an existing venv only re-checks the pins.
 #
 #   bash scripts/setup-ray.sh [VENV]        (default /work/venvs/ray)
@@ -15,6 +17,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/venv.sh" "${1:-/work/venvs/ray}"
 "${PIP[@]}" install --quiet -e "$REPO[test,ray,hf]"
 
 "$VENV/bin/python" - <<'PY'
-import ray, torch, transformers  # noqa: F401
+import ray, ray.serve, starlette, torch, transformers  # noqa: F401
 print("ray", ray.__version__, "| torch", torch.__version__, "| transformers", transformers.__version__)
 PY

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the environment of the trainer-adapter test group (pytest marker `trl`): TRL, verifiers, lm-eval,
+# Builds the environment of the trainer-adapter test group (pytest marker `trl`): TRL, verifiers (0.4: the
+# verifiers.v1 stack opgen.integrations.verifiers is written against), lm-eval,
 # the CPU torch that lies on this machine's disk, transformers, plus opgen itself (editable, with its
 # test and serve extras). Kept outside the main environment so the light suite never imports torch.
 # Idempotent: rerunning on an existing venv only re-checks the pins.
@@ -12,7 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/venv.sh" "${1:-/work/venvs/trl}"
 # torch first and pinned: a plain 'torch' (as trl asks) would otherwise pull a CUDA build of several
 # GB; 2.13.0 is the CPU build on this machine's disk, and trl's range then keeps it.
 "${PIP[@]}" install --quiet "torch==2.13.0"
-"${PIP[@]}" install --quiet "trl>=0.20,<2" "verifiers>=0.1.5,<1" "lm-eval>=0.4.5,<0.5"
+"${PIP[@]}" install --quiet "trl>=0.20,<2" "verifiers>=0.4,<0.5" "lm-eval>=0.4.5,<0.5"
 "${PIP[@]}" install --quiet -e "$REPO[test,serve,hf]"
 
 "$VENV/bin/python" - <<'PY'

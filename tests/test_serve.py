@@ -243,3 +243,13 @@ def test_concurrent_task_requests_all_succeed_with_the_same_rows(server):
     assert got[0][1]["rows"] == got[2][1]["rows"] == got[5][1]["rows"]
     pages = [r["extra_info"]["row_id"] for s, b in (got[0], got[1], got[4]) for r in b["rows"]]
     assert len(set(pages)) == 9
+
+
+def test_ray_only_options_are_refused_without_ray(tmp_path):
+    cur = tmp_path / "c.yaml"
+    cur.write_text("buckets: {}\n")
+    for args, message in ((["--replicas", "2"], "--replicas is for --ray"),
+                          (["--ray", "--curriculum", str(cur)], "serve it without --ray")):
+        got = subprocess.run([sys.executable, "-m", "opgen", "serve", *args], capture_output=True, text=True,
+                             timeout=120)
+        assert got.returncode == 2 and message in got.stderr, got.stderr
