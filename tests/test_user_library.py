@@ -130,6 +130,15 @@ def test_a_user_library_builds_validates_and_cards(recipe_file: Path, tmp_path: 
     result = runner.invoke(main, ["validate", str(out)])
     assert result.exit_code == 0, result.output
 
+    tree = tmp_path / "tree"
+    result = runner.invoke(main, ["push", str(out), "--repo-id", "org/six", "--dry-run", str(tree)])
+    assert result.exit_code == 0, result.output
+    readme = (tree / "README.md").read_text()
+    for op in lib.operators:  # the card's operator table is the user's library
+        line = next(ln for ln in readme.splitlines() if ln.startswith(f"| `{op.id}` |"))
+        assert [c.strip() for c in line.strip("|").split("|")][2:] == [str(op.arity), op.split, op.gloss]
+    assert "`func_0`" not in readme and "6 string operators (library `six`" in readme
+
 
 def test_the_study_rows_name_no_library(tmp_path: Path) -> None:
     recipe = R.load("eval-suite")
