@@ -197,3 +197,17 @@ def test_library_flag_overrides_and_study_only_generators_refuse(recipe_file: Pa
     assert {op.id for op in plans[0].gen.plain + plans[0].gen.param} == {"rot", "drop_vowels"}
     with pytest.raises(R.RecipeError, match="--library nope.yaml"):
         R.load("eval-suite", library="nope.yaml")
+
+
+def test_the_api_takes_library(recipe_file: Path) -> None:
+    import opgen
+    from opgen import library as L
+
+    lib = L.load(str(recipe_file.parent / "six.yaml"))
+    recipe = {"name": "api", "splits": {"a": {"generator": "atomic", "role": "train", "options": {"per_op": 2}}}}
+    ds = opgen.create_dataset(recipe, "a", library=lib)
+    gts = [json.loads(row["reward_model"]["ground_truth"]) for row in ds]
+    assert len(gts) == 2 * len(lib) and {o for g in gts for o in g["ops"]} == set(lib.ids)
+    assert all(g["library"]["digest"] == lib.digest for g in gts)
+    study = opgen.create_dataset(recipe, "a", size=3)
+    assert all("library" not in json.loads(row["reward_model"]["ground_truth"]) for row in study)
