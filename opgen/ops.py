@@ -161,6 +161,13 @@ class OperatorLibrary:
         (the study's ids are ``func_0`` .. ``func_24`` in order, so there position == ``index``)."""
         return {op.id: i for i, op in enumerate(self.operators)}
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The study's library travels by reference (a Ray task's recipe): the receiving process's
+        # STUDY, the very operator objects its caches and fast paths know, never a copy of them.
+        if self.operators is OPERATORS:
+            return (_study_library, ())
+        return (OperatorLibrary, (self.name, self.operators))
+
     @property
     def is_study(self) -> bool:
         """Whether this is the study's own library (its rows name no library: byte-identical to before)."""
@@ -211,6 +218,10 @@ class OperatorLibrary:
         """What a manifest records about the library: its name, digest, size and split."""
         return {"name": self.name, "digest": self.digest, "n_operators": len(self.operators),
                 "train": list(self.train_ids), "heldout": list(self.heldout_ids)}
+
+
+def _study_library() -> OperatorLibrary:
+    return STUDY
 
 
 def _src(text: str) -> str:

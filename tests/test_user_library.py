@@ -141,8 +141,12 @@ def test_a_user_library_builds_validates_and_cards(recipe_file: Path, tmp_path: 
 
 
 def test_the_study_rows_name_no_library(tmp_path: Path) -> None:
+    import pickle
+
     recipe = R.load("eval-suite")
     assert recipe.library is ops.STUDY and B.library_tag(recipe) == ""
+    # a recipe sent to a Ray worker carries the study's library by reference, not a copy
+    assert pickle.loads(pickle.dumps(recipe)).library is ops.STUDY
 
 
 def test_study_plus_one_operator_as_a_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
