@@ -27,6 +27,9 @@ def _workers_default() -> int:
 @click.option("--seed", type=click.IntRange(min=0), help="Override the recipes' seed.")
 @click.option("--only", multiple=True, metavar="SPLIT", help="Build only this split (repeatable).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N rows per split (the first N rows).")
+@click.option("--library", "library", metavar="SPEC",
+              help="The operator library of every recipe, replacing their library: (study, a YAML file or "
+                   "module:obj; docs/operators.md). Default: each recipe's, else the study's.")
 @options.progress()
 @click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="A local tokenizer folder: record prompt/answer token lengths in the manifest and "
@@ -41,8 +44,9 @@ def _workers_default() -> int:
                    "folder opgen did not write.")
 @click.pass_context
 def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | None,
-          only: tuple[str, ...], limit: int | None, progress: bool | None, tokenizer: Path | None,
-          executor: str, ray_address: str | None, ray_num_cpus: int | None, force: bool) -> None:
+          only: tuple[str, ...], limit: int | None, library: str | None, progress: bool | None,
+          tokenizer: Path | None, executor: str, ray_address: str | None, ray_num_cpus: int | None,
+          force: bool) -> None:
     """Build every split of RECIPE... (YAML files or bundled names) as verl parquet in --out.
 
     With no RECIPE, builds the bundled evaluation suite (datasets/eval-suite.yaml). Writes
@@ -57,9 +61,10 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
 
     specs = recipes or (DEFAULT_RECIPE,)
     try:
-        loaded = [R.load(spec, seed) for spec in specs]
+        loaded = [R.load(spec, seed, library) for spec in specs]
     except R.RecipeError as exc:
-        raise click.BadParameter(str(exc), param_hint="RECIPE") from None
+        raise click.BadParameter(str(exc), param_hint="--library" if library and "--library" in str(exc)
+                                 else "RECIPE") from None
     out = out or Path("out") / loaded[0].name
     tok = _load_tokenizer(tokenizer) if tokenizer is not None else None  # fail before any work
     progress = options.show_progress(progress)

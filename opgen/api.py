@@ -51,9 +51,10 @@ def _check_build_args(size: int | None, seed: int | None, workers: int) -> None:
     _count("workers", workers, 1, "opgen build --workers")
 
 
-def load_recipe(recipe: Any, seed: int | None = None):
+def load_recipe(recipe: Any, seed: int | None = None, library: Any = None):
     """A bundled recipe's name, a YAML path, a recipe dict (the YAML's content) or a
-    :class:`opgen.recipe.Recipe` -> a resolved Recipe (``seed`` overrides the recipe's)."""
+    :class:`opgen.recipe.Recipe` -> a resolved Recipe (``seed`` overrides the recipe's; ``library``,
+    an :class:`opgen.ops.OperatorLibrary` or a spec, replaces its ``library:``)."""
     from opgen import recipe as R
 
     if seed is not None:
@@ -61,16 +62,22 @@ def load_recipe(recipe: Any, seed: int | None = None):
         seed = int(seed)
 
     if isinstance(recipe, R.Recipe):
-        return recipe if seed is None else R.resolve(recipe.raw, recipe.path, recipe.sha256, seed)
+        if seed is None and library is None:
+            return recipe
+        again = R.resolve(recipe.raw, recipe.path, recipe.sha256, seed,
+                          library=recipe.library if library is None else library)
+        if library is None:  # the recipe's own library, as it was named
+            again.library_spec = recipe.library_spec
+        return again
     if isinstance(recipe, Mapping):
         import hashlib
         import json
 
         data = dict(recipe)
         sha = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
-        return R.resolve(data, f"<recipe {data.get('name', '?')}>", sha, seed)
+        return R.resolve(data, f"<recipe {data.get('name', '?')}>", sha, seed, library=library)
     if isinstance(recipe, (str, Path)):
-        return R.load(str(recipe), seed)
+        return R.load(str(recipe), seed, library)
     raise TypeError(f"a recipe is a name, a path, a dict or an opgen.recipe.Recipe, not {type(recipe).__name__}")
 
 
@@ -114,12 +121,13 @@ class Dataset:
 
 
 def build_splits(recipe: Any, splits: Sequence[str] | None = None, *, size: int | None = None,
-                 seed: int | None = None, workers: int = 1) -> dict[str, Dataset]:
+                 seed: int | None = None, workers: int = 1, library: Any = None) -> dict[str, Dataset]:
     """Every split of ``recipe`` (or only ``splits``: names, or one name), built as ``opgen build``
     builds them, in memory.
 
     ``size``: at most this many rows per split (``--limit``); ``seed``: overrides the recipe's
-    (``--seed``); ``workers``: build processes (rows are identical for any number). Each is checked
+    (``--seed``); ``workers``: build processes (rows are identical for any number); ``library``: an
+    :class:`opgen.ops.OperatorLibrary` or a spec (``--library``). Each is checked
     as the CLI checks it (a TypeError or ValueError naming the argument)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -131,7 +139,7 @@ def build_splits(recipe: Any, splits: Sequence[str] | None = None, *, size: int 
         splits = [splits]
     if splits is not None and not all(isinstance(s, str) for s in splits):
         raise TypeError(f"splits must be split names (strings), got {list(splits)!r}")
-    loaded = load_recipe(recipe, seed)
+    loaded = load_recipe(recipe, seed, library)
     # The build goes into a folder inside the temporary one: its lock file (beside the output
     # folder) is then removed with it, never left in the system's temp directory.
     with tempfile.TemporaryDirectory(prefix="opgen-api-") as tmp:
@@ -147,15 +155,15 @@ def build_splits(recipe: Any, splits: Sequence[str] | None = None, *, size: int 
 
 
 def create_dataset(recipe: Any, split: str | None = None, *, size: int | None = None, seed: int | None = None,
-                   workers: int = 1) -> Dataset:
+                   workers: int = 1, library: Any = None) -> Dataset:
     """One split of ``recipe`` in memory (``split`` may be omitted for a one-split recipe).
 
     A split is built alone (``--only``), as ``opgen build --only``: its duplicate checks run against
-    itself, not against the recipe's other splits."""
+    itself, not against the recipe's other splits. ``library``: as :func:`build_splits`'."""
     _check_build_args(size, seed, workers)
     if split is not None and not isinstance(split, str):
         raise TypeError(f"split must be a split name (a string), got {split!r}")
-    loaded = load_recipe(recipe, seed)
+    loaded = load_recipe(recipe, seed, library)
     names = [s.name for s in loaded.splits]
     if split is None:
         if len(names) != 1:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import json
 import os
 import shutil
 import sys
@@ -221,7 +222,7 @@ class Resolved(NamedTuple):
 
 
 def _shard_facts(facts: list[Facts], attempts: list[int], rejections: Counter[str],
-                 digest: str | None, tally: C.Tally | None = None) -> ShardFacts:
+                 digest: str | None, tally: C.Tally | None = None, mask_dtype: str = ops.MASK_DTYPE) -> ShardFacts:
     if facts:
         (ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition, unchanged, identity,
          target_chars) = zip(*facts)
@@ -241,8 +242,8 @@ def _shard_facts(facts: list[Facts], attempts: list[int], rejections: Counter[st
         prog_rows=prog_rows.astype(np.int32),
         depth=np.array(depth, dtype=np.int16),
         k=np.array(k, dtype=np.int16),
-        opmask=np.array(opmask, dtype=ops.MASK_DTYPE),
-        composed=np.array(composed, dtype=ops.MASK_DTYPE),
+        opmask=np.array(opmask, dtype=mask_dtype),
+        composed=np.array(composed, dtype=mask_dtype),
         out_len=np.array(out_len, dtype=np.int32),
         unchanged=np.array(unchanged, dtype=np.int32),
         identity=np.array(identity, dtype=np.int32),
@@ -336,7 +337,8 @@ def _produce_rows(uid: int) -> ShardFacts:
         if not final:
             sink.close()
     outdir.fault("produced", shards.main_pid)
-    return _shard_facts(facts, attempts, gen.rejections, digest.hexdigest() if digest is not None else None, tally)
+    return _shard_facts(facts, attempts, gen.rejections, digest.hexdigest() if digest is not None else None, tally,
+                        plan.recipe.library.mask_dtype)
 
 
 def _final_in_produce(shards: Shards, uid: int) -> bool:
@@ -459,6 +461,7 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
     plans: list[Plan] = []
     names: dict[str, str] = {}
     n_units = 0
+    check_one_library(recipes)
     for recipe in recipes:
         for cfg in recipe.splits:
             if only and cfg.name not in only:
@@ -477,7 +480,8 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
             spec = RowSpec(split=cfg.name, family=cfg.family, kind=cfg.kind, prompt_format=cfg.prompt_format,
                            answer_format=cfg.answer_format, recipe=recipe.name, unique=cfg.unique,
                            data_source=cfg.data_source, avoid=avoid, ability=cfg.ability,
-                           prompt_template=cfg.prompt_template)
+                           prompt_template=cfg.prompt_template, library=recipe.library,
+                           library_tag=library_tag(recipe))
             # Shards are fixed by shard_rows, never by who builds them.
             n_shards = max(1, -(-rows // cfg.shard_rows))
             # a split recipe's rows are read back for its certificate, which checks the rows themselves
@@ -491,6 +495,31 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
             known = ", ".join(s.name for r in recipes for s in r.splits)
             raise OnlyError(f"--only names no split of these recipes: {', '.join(missing)} (splits: {known})")
     return plans
+
+
+class LibraryMismatch(BuildError):
+    """Recipes of one build that name different operator libraries."""
+
+
+def check_one_library(recipes: Sequence[Recipe]) -> None:
+    """All recipes of one build use one operator library (equal digests), else :class:`LibraryMismatch`."""
+    for recipe in recipes[1:]:
+        first = recipes[0]
+        if recipe.library.digest != first.library.digest:
+            raise LibraryMismatch(
+                f"{recipe.path}: library {recipe.library_spec!r} ({recipe.library.name}, digest "
+                f"{recipe.library.digest[:12]}) is not the library of {first.path} ({first.library_spec!r}: "
+                f"{first.library.name}, digest {first.library.digest[:12]}); one build uses one operator library "
+                "(build them apart, or give both the same with --library)")
+
+
+def library_tag(recipe: Recipe) -> str:
+    """The member a non-study library's ground truth ends with; "" for the study's (rows as they were)."""
+    lib = recipe.library
+    if lib.is_study:
+        return ""
+    named = {"name": lib.name, "digest": lib.digest, "spec": recipe.library_spec}
+    return ', "library": ' + json.dumps(named, ensure_ascii=False)
 
 
 def adopt(recipes: list[Recipe], only: tuple[str, ...], limit: int | None, tmp_dir: Path,
@@ -688,9 +717,10 @@ def _build(recipes: list[Recipe], shards: Shards, out: Path, tmp_dir: Path, work
         sections[plan.cfg.name], split_keys = _section(plan, shards, results, finished, resolved.rejections[p_idx])
         keys.append(split_keys)
 
-    heldout = tuple(sorted({o for r in recipes for o in r.heldout_ops}, key=lambda o: int(o.split("_")[1])))
+    library = recipes[0].library if recipes else ops.STUDY
+    heldout = tuple(sorted({o for r in recipes for o in r.heldout_ops}, key=library.position.__getitem__))
     allow = tuple(sorted({a for r in recipes for a in r.allow}))
-    report = leakage.check(keys, heldout, allow)
+    report = leakage.check(keys, heldout, allow, library)
     if not report["ok"]:
         raise BuildError("leakage check failed (the recipe may allow it explicitly under leakage.allow):\n  "
                          + "\n  ".join(leakage.describe(report)))
@@ -781,7 +811,8 @@ def _section(plan: Plan, shards: Shards, results: list[ShardFacts], finished: li
         f, unit = finished[uid], units[uid]
         files.append({"path": name, "rows": unit.stop - unit.start, "sha256": f.sha256, "bytes": f.bytes})
     section = M.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"], conditions,
-                              cat["out_len"], rejections, formats.mode_of(plan.cfg.prompt_format))
+                              cat["out_len"], rejections, formats.mode_of(plan.cfg.prompt_format),
+                              plan.recipe.library)
     condition_of = {}
     for r, uid in zip(res, plan.units):
         condition_of.update({units[uid].start + i: c for i, c in r.condition_of.items()})

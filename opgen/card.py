@@ -14,8 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from opgen import ops as library
+from opgen import ops
+from opgen import ops as library  # the study's (the bundled recipes' descriptions below); a card's own: library_of
 from opgen._version import __version__
+from opgen.errors import USAGE, OpgenError
 from opgen.hubplan import Plan, Split
 
 TASK_CATEGORIES = ["text-generation"]
@@ -281,6 +283,25 @@ def _counts_line(counts: dict, numeric: bool) -> str:
     return ", ".join(f"{k or '(none)'}: {v}" for k, v in sorted(counts.items(), key=key))
 
 
+class CardError(ValueError, OpgenError):
+    """A build whose card cannot be made (its operator library cannot be loaded)."""
+
+    exit_code = USAGE
+
+
+def library_of(plan: Plan) -> ops.OperatorLibrary:
+    """The operator library the build's manifest names (``library``), the study's when it names none."""
+    tag = plan.manifest.get("library")
+    if not isinstance(tag, dict) or tag.get("digest") in (None, ops.STUDY.digest):
+        return ops.STUDY
+    from opgen.validate import Libraries
+
+    found = Libraries(plan.build_dir).get(tag)
+    if isinstance(found, str):
+        raise CardError(f"{plan.build_dir}/manifest.json: library: {found}")
+    return found
+
+
 def _counts(plan: Plan) -> str:
     blocks = []
     for s in plan.splits:
@@ -299,8 +320,8 @@ def _counts(plan: Plan) -> str:
         if counts.get("condition"):
             lines.append("Probe conditions: " + _counts_line(counts["condition"], False) + ".")
         if counts.get("op"):
-            by_op = sorted(counts["op"].items(), key=lambda kv: (library.get(kv[0]).index
-                                                                 if kv[0] in library.BY_ID else 99, kv[0]))
+            position = library_of(plan).position
+            by_op = sorted(counts["op"].items(), key=lambda kv: (position.get(kv[0], len(position)), kv[0]))
             lines.append("Rows using each operator: " + ", ".join(f"{k} {v}" for k, v in by_op) + ".")
         if info.get("rejections"):
             lines.append("Rejected candidates while sampling: " + _counts_line(info["rejections"], False) + ".")
@@ -315,8 +336,8 @@ def _split_section(plan: Plan) -> list[str]:
     return [] if text is None else ["## Compositional split\n\n" + text]
 
 
-def _operators() -> str:
-    rows = [[f"`{op.id}`", f"`{op.id}{op.signature}`", op.arity, op.split, op.gloss] for op in library.OPERATORS]
+def _operators(lib: ops.OperatorLibrary) -> str:
+    rows = [[f"`{op.id}`", f"`{op.id}{op.signature}`", op.arity, op.split, op.gloss] for op in lib.operators]
     return _table(["id", "signature", "arity", "split", "gloss"], rows)
 
 
@@ -466,13 +487,16 @@ def render(plan: Plan, tree_root: Path, repo_id: str, *, license: str = "apache-
     meta = yaml.safe_dump(front_matter(plan, license=license, pretty_name=pretty_name, tree_root=tree_root),
                           sort_keys=False, allow_unicode=True, width=1000)
     total = sum(s.rows for s in plan.splits)
-    n_train, n_held = len(library.TRAIN_IDS), len(library.HELDOUT_IDS)
+    lib = library_of(plan)
+    n_train, n_held = len(lib.train_ids), len(lib.heldout_ids)
+    names = (f"with opaque names `func_0` … `func_{len(lib) - 1}`" if lib.is_study else
+             f"(library `{lib.name}`, digest `{lib.digest[:12]}`: {', '.join(f'`{o}`' for o in lib.ids)})")
     sections = [
         f"---\n{meta}---",
         f"# {pretty_name}",
         f"Synthetic compositional string-operator tasks built with opgen "
         f"{plan.manifest.get('opgen_version')}: {total:,} rows in {len(plan.configs)} configs. A library of "
-        f"{len(library.OPERATORS)} string operators with opaque names `func_0` … `func_{len(library.OPERATORS) - 1}` "
+        f"{len(lib)} string operators {names} "
         f"({n_train} train, {n_held} held-out) is learned as atomic skills; models are trained on compositions "
         "of the train operators only and tested on compositions of the held-out ones. Answers follow the "
         "recall-then-assemble format where the format says `ra`: one `Recall func_N: <gloss>` block per "
@@ -488,7 +512,7 @@ def render(plan: Plan, tree_root: Path, repo_id: str, *, license: str = "apache-
         "## Training with verl\n\n" + _verl(plan, repo_id),
         "## Formats\n\nOne real row of each format in this build.\n\n" + _formats(plan, tree_root),
         "## Operators\n\nEach operator's shown source (`opgen ops show func_N`) is the code the scorer runs.\n\n"
-        + _operators(),
+        + _operators(lib),
         "## Row schema\n\nColumns of every row: `data_source` (`opgen/<family>`), `prompt` (chat messages), "
         "`ability` (`code` or `code_io`), `reward_model` (`style` = `rule`, `ground_truth` = JSON text), "
         "`extra_info` (`index`, `split`, `family`, `depth`, `k`, `ops`, `structure`, `prompt_format`, "

@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, Union, overload
+from typing import Literal, Optional, Union, overload
 
 from opgen import ops
 from opgen.errors import USAGE, OpgenError
@@ -101,15 +101,24 @@ class Method:
 Expr = Union[Var, Lit, Call, Concat, Method]
 
 
-def call(op_id: str, *args: Expr, params: tuple[ParamValue, ...] = ()) -> Call:
-    """Build a checked call node."""
+def call(op_id: str, *args: Expr, params: tuple[ParamValue, ...] = (), lib: Library = None) -> Call:
+    """Build a checked call node (``lib``: the operator library, default the study's)."""
     node = Call(op_id, tuple(args), tuple(params))
-    _check_call(node)
+    _check_call(node, lib)
     return node
 
 
-def _check_call(node: Call) -> None:
-    op = ops.get(node.op)
+# An operator library (opgen.ops.OperatorLibrary) or None for the study's: every function here that
+# looks an operator up takes one, so a user library's rows parse and evaluate with their own operators.
+Library = Optional[ops.OperatorLibrary]
+
+
+def _lookup(lib: Library) -> Callable[[str], ops.Operator]:
+    return ops.get if lib is None else lib.get
+
+
+def _check_call(node: Call, lib: Library = None) -> None:
+    op = _lookup(lib)(node.op)
     if len(node.args) != op.n_inputs or len(node.params) != len(op.params):
         raise ExprError(
             f"{node.op} takes {op.arity} arguments {op.signature}, got {len(node.args) + len(node.params)}"
@@ -141,7 +150,7 @@ def walk(e: Expr) -> Iterator[Expr]:
 # ---------------------------------------------------------------- evaluation
 
 
-def evaluate(e: Expr, x: str, max_len: int | None = None) -> str:
+def evaluate(e: Expr, x: str, max_len: int | None = None, lib: Library = None) -> str:
     """Evaluate by calling the library's operators directly.
 
     With ``max_len``, raise :class:`OutputTooLong` as soon as any intermediate value is longer,
@@ -152,17 +161,18 @@ def evaluate(e: Expr, x: str, max_len: int | None = None) -> str:
     elif isinstance(e, Lit):
         value = e.value
     elif isinstance(e, Call):
-        args = [evaluate(a, x, max_len) for a in e.args]
+        args = [evaluate(a, x, max_len, lib) for a in e.args]
+        op = _lookup(lib)(e.op)
         if max_len is not None:
-            _precheck(e, args, max_len)
-        value = ops.get(e.op).fn(*args, *e.params)
+            precheck_op(op, e, args, max_len)
+        value = op.fn(*args, *e.params)
     elif isinstance(e, Concat):
-        value = evaluate(e.left, x, max_len) + evaluate(e.right, x, max_len)
+        value = evaluate(e.left, x, max_len, lib) + evaluate(e.right, x, max_len, lib)
     elif isinstance(e, Method):
         # A hand-built tree could name any attribute; only the grammar's methods may be called.
         if e.name not in ops.METHODS:
             raise ExprError(f"unknown method .{e.name}() (allowed: {', '.join(ops.METHODS)})")
-        value = getattr(evaluate(e.expr, x, max_len), e.name)()
+        value = getattr(evaluate(e.expr, x, max_len, lib), e.name)()
     else:  # pragma: no cover - the union is closed
         raise ExprError(f"not an expression node: {e!r}")
     if max_len is not None and len(value) > max_len:
@@ -170,7 +180,8 @@ def evaluate(e: Expr, x: str, max_len: int | None = None) -> str:
     return value
 
 
-def call_capped(node: Call, fn: Callable[..., str], inputs: tuple[str, ...], max_len: int) -> str:
+def call_capped(node: Call, fn: Callable[..., str], inputs: tuple[str, ...], max_len: int,
+                op: ops.Operator | None = None) -> str:
     """``node``'s operator (``fn``) applied to known input values, with ``evaluate``'s guards.
 
     Generators that compute a value as they draw (one call on ``x``, a chain growing outwards) use
@@ -180,7 +191,10 @@ def call_capped(node: Call, fn: Callable[..., str], inputs: tuple[str, ...], max
     for value in inputs:
         if len(value) > max_len:
             raise OutputTooLong(len(value), max_len)
-    _precheck(node, inputs, max_len)
+    if op is None:
+        _precheck(node, inputs, max_len)
+    else:  # the caller's operator (a user library's): its own growth bound
+        precheck_op(op, node, inputs, max_len)
     value = fn(*inputs, *node.params)
     if len(value) > max_len:
         raise OutputTooLong(len(value), max_len)
@@ -195,6 +209,16 @@ PRECHECKED = tuple(op.id for op in ops.OPERATORS if op.out_len is not None)
 
 def _precheck(node: Call, args: Sequence[str], max_len: int) -> None:
     out_len = ops.get(node.op).out_len
+    if out_len is None:
+        return
+    out = out_len(len(args[0]), node.params)
+    if out > max_len:
+        raise OutputTooLong(out, max_len)
+
+
+def precheck_op(op: ops.Operator, node: Call, args: Sequence[str], max_len: int) -> None:
+    """:func:`_precheck` with the operator in hand (any library's): its growth bound, if it has one."""
+    out_len = op.out_len
     if out_len is None:
         return
     out = out_len(len(args[0]), node.params)
@@ -284,11 +308,11 @@ def parse_python(source: str, mode: Literal["exec", "eval"] = "exec") -> ast.Mod
 _parse_lock = threading.RLock()
 
 
-def parse(source: str) -> Expr:
+def parse(source: str, lib: Library = None) -> Expr:
     """Parse expression source (``func_3(func_1(x, 2))``) into a tree; reject anything else."""
     try:
         tree = parse_python(source.strip(), mode="eval")
-        return _from_ast(tree.body)
+        return _from_ast(tree.body, "x", lib)
     except SyntaxError as exc:
         raise ExprError(f"not a Python expression: {exc.msg} in {_clip(source)}") from None
     except (RecursionError, MemoryError):
@@ -301,7 +325,7 @@ def _clip(source: str, limit: int = 200) -> str:
     return repr(source) if len(source) <= limit else repr(source[:limit]) + f"... ({len(source)} characters)"
 
 
-def parse_program(source: str, entry: str = "main_solution") -> Expr:
+def parse_program(source: str, entry: str = "main_solution", lib: Library = None) -> Expr:
     """Parse ``def <entry>(x): return <expr>`` (the only statement of the function) into a tree."""
     try:
         module = parse_python(source)
@@ -310,14 +334,14 @@ def parse_program(source: str, entry: str = "main_solution") -> Expr:
         defs = [node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == entry]
         if not defs:
             raise ExprError(f"no function {entry!r} in the program")
-        return expression_of(defs[-1])
+        return expression_of(defs[-1], lib)
     except SyntaxError as exc:
         raise ExprError(f"not a Python program: {exc.msg} (line {exc.lineno})") from None
     except (RecursionError, MemoryError):
         raise ExprError(f"the expression of {entry!r} is nested too deeply") from None
 
 
-def expression_of(fn: ast.FunctionDef) -> Expr:
+def expression_of(fn: ast.FunctionDef, lib: Library = None) -> Expr:
     """The returned expression of a one-argument function whose body is a single return."""
     if fn.decorator_list:
         # A decorator replaces the function: the returned expression would not be what runs.
@@ -328,10 +352,10 @@ def expression_of(fn: ast.FunctionDef) -> Expr:
     body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
         raise ExprError(f"{fn.name} must consist of a single return statement")
-    return _from_ast(body[0].value, args.args[0].arg)
+    return _from_ast(body[0].value, args.args[0].arg, lib)
 
 
-def _from_ast(node: ast.AST, var: str = "x") -> Expr:
+def _from_ast(node: ast.AST, var: str = "x", lib: Library = None) -> Expr:
     if isinstance(node, ast.Name):
         if node.id != var:
             raise ExprError(f"unknown name {node.id!r} (only the input {var!r} may appear)")
@@ -341,7 +365,7 @@ def _from_ast(node: ast.AST, var: str = "x") -> Expr:
             raise ExprError(f"only string literals may stand as values, got {node.value!r}")
         return Lit(node.value)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return Concat(_from_ast(node.left, var), _from_ast(node.right, var))
+        return Concat(_from_ast(node.left, var, lib), _from_ast(node.right, var, lib))
     if isinstance(node, ast.Call):
         if node.keywords:
             raise ExprError("keyword arguments are not part of the grammar")
@@ -351,20 +375,20 @@ def _from_ast(node: ast.AST, var: str = "x") -> Expr:
                 raise ExprError(f"unknown method .{func.attr}() (allowed: {', '.join(ops.METHODS)})")
             if node.args:
                 raise ExprError(f"method .{func.attr}() takes no arguments in the grammar")
-            return Method(_from_ast(func.value, var), func.attr)
+            return Method(_from_ast(func.value, var, lib), func.attr)
         if isinstance(func, ast.Name):
             try:
-                op = ops.get(func.id)
+                op = _lookup(lib)(func.id)
             except ops.UnknownOperator as exc:
                 raise ExprError(str(exc)) from None
             if any(isinstance(a, ast.Starred) for a in node.args):
                 raise ExprError(f"{op.id}: starred arguments are not part of the grammar")
             if len(node.args) != op.arity:
                 raise ExprError(f"{op.id} takes {op.arity} arguments {op.signature}, got {len(node.args)}")
-            inputs = tuple(_from_ast(a, var) for a in node.args[: op.n_inputs])
+            inputs = tuple(_from_ast(a, var, lib) for a in node.args[: op.n_inputs])
             params = tuple(_param(a, op.id) for a in node.args[op.n_inputs:])
             result = Call(op.id, inputs, params)
-            _check_call(result)
+            _check_call(result, lib)
             return result
     raise ExprError(f"not part of the expression grammar: {ast.unparse(node)!r}")
 

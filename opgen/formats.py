@@ -15,10 +15,12 @@ the same few sources hundreds of thousands of times.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Union
 
@@ -110,16 +112,50 @@ RECALL_HEADER = "Recall {op}:"
 ASSEMBLE_HEADER = "Assemble:"
 
 
-@functools.cache
-def recall_block(op_id: str) -> str:
-    op = ops.get(op_id)
+# The operator library of the rows being rendered or checked: None for the study's. Every function
+# below that shows an operator takes it (``lib``); the answer formats' registered gold and check
+# functions take (recall, body, output) / (text, gt), so they read it from here, where
+# :class:`Formatter` (and validate) put it with :func:`using_library` for a user library.
+Library = E.Library
+_LIBRARY: contextvars.ContextVar[Library] = contextvars.ContextVar("opgen_formats_library", default=None)
+
+
+def _study_or(lib: Library) -> Library:
+    """None for the study's library (its caches and texts), else ``lib``."""
+    return None if lib is None or lib.operators is ops.OPERATORS else lib
+
+
+@contextlib.contextmanager
+def using_library(lib: Library) -> Iterator[None]:
+    """Answer formats' gold and check functions see ``lib`` inside (None: the study's)."""
+    token = _LIBRARY.set(_study_or(lib))
+    try:
+        yield
+    finally:
+        _LIBRARY.reset(token)
+
+
+def current_library() -> ops.OperatorLibrary:
+    """The library answer formats' functions render with (:func:`using_library`; default the study's)."""
+    lib = _LIBRARY.get()
+    return ops.STUDY if lib is None else lib
+
+
+def _get(lib: Library) -> Callable[[str], ops.Operator]:
+    return ops.get if lib is None else lib.get
+
+
+@functools.lru_cache(maxsize=4096)
+def recall_block(op_id: str, lib: Library = None) -> str:
+    op = _get(lib)(op_id)
     return f"{RECALL_HEADER.format(op=op.id)} {op.gloss}\n```python\n{op.source}```\n"
 
 
 @functools.lru_cache(maxsize=65536)
-def sources(op_ids: tuple[str, ...]) -> str:
+def sources(op_ids: tuple[str, ...], lib: Library = None) -> str:
     """The operators' shown sources, separated by one blank line (each ends in a newline)."""
-    return "\n".join(ops.get(op_id).source for op_id in op_ids)
+    get = _get(lib)
+    return "\n".join(get(op_id).source for op_id in op_ids)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -128,14 +164,14 @@ def _ops_json(op_ids: tuple[str, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
-def _recall_all(op_ids: tuple[str, ...]) -> str:
-    return "\n".join(recall_block(o) for o in op_ids)
+def _recall_all(op_ids: tuple[str, ...], lib: Library = None) -> str:
+    return "\n".join(recall_block(o, lib) for o in op_ids)
 
 
-def code_body(op_ids: tuple[str, ...], programs: list[str]) -> str:
+def code_body(op_ids: tuple[str, ...], programs: list[str], lib: Library = None) -> str:
     """Sources, a blank line, then the entry points (blank-line separated): the Assemble block's body."""
     progs = "\n\n".join(programs)
-    return sources(op_ids) + "\n" + progs if op_ids else progs
+    return sources(op_ids, lib) + "\n" + progs if op_ids else progs
 
 
 def _and(names: list[str]) -> str:
@@ -199,10 +235,10 @@ def scan(e: Any, seen: dict[str, None]) -> tuple[str, int]:
     return E.render(e), E.depth(e)  # pragma: no cover - the union is closed
 
 
-_ORDER = {op.id: op.index for op in ops.OPERATORS}
+_ORDER = ops.STUDY.position  # operators sort in library order: by their position in the library
 
 
-def prepare(item: Item) -> Prepared:
+def prepare(item: Item, lib: Library = None) -> Prepared:
     entries = item.entries()
     exprs, programs, task_ops, depths = [], [], [], []
     seen: dict[str, None] = {}
@@ -220,7 +256,8 @@ def prepare(item: Item) -> Prepared:
                 seen.setdefault(o, None)
         depths.append(d)
     recall = tuple(seen)
-    ops_sorted = recall if len(recall) < 2 else tuple(sorted(recall, key=_ORDER.__getitem__))
+    order = _ORDER if lib is None else lib.position
+    ops_sorted = recall if len(recall) < 2 else tuple(sorted(recall, key=order.__getitem__))
     return Prepared(exprs, programs, entries, task_ops, recall, ops_sorted, depths)
 
 
@@ -313,12 +350,13 @@ def answer_spec(answer_format: str) -> AnswerFormat:
 def _ra_gold(recall: tuple[str, ...], body: str, output: str) -> str:
     if not recall:
         return ASSEMBLE_HEADER + "\n```python\n" + body + "\n```"
-    return _recall_all(recall) + "\n" + ASSEMBLE_HEADER + "\n```python\n" + body + "\n```"
+    return _recall_all(recall, _LIBRARY.get()) + "\n" + ASSEMBLE_HEADER + "\n```python\n" + body + "\n```"
 
 
 def _prose_gold(recall: tuple[str, ...], body: str, output: str) -> str:
     if recall:
-        named = _and([f"{o} ({ops.get(o).gloss})" for o in recall])
+        get = _get(_LIBRARY.get())
+        named = _and([f"{o} ({get(o).gloss})" for o in recall])
         lead = f"The program calls {named}. Here is the complete program with their definitions."
     else:
         lead = "The program calls no library function. Here it is."
@@ -333,7 +371,7 @@ def _json_gold(recall: tuple[str, ...], body: str, output: str) -> str:
     return _json_gold_of_output(output)
 
 
-_RECALL = re.compile("^" + re.escape(RECALL_HEADER).replace(re.escape("{op}"), r"(func_\d+)")
+_RECALL = re.compile("^" + re.escape(RECALL_HEADER).replace(re.escape("{op}"), r"([A-Za-z_]\w*)")
                      + r" ([^\n]*)\n```python\n(.*?)```\n", re.S | re.M)
 _ASSEMBLE = re.compile("^" + re.escape(ASSEMBLE_HEADER) + r"\n```python\n(.*?)\n```\s*\Z", re.S | re.M)
 _JSON = re.compile(r"```json\n(.*?)\n```", re.S)
@@ -345,7 +383,7 @@ def check_code(code: str, gt: dict) -> str:
     """That ``code`` defines every task's entry point as the row's program ("" when it does)."""
     for t in gt["tasks"]:
         try:
-            parsed = E.parse_program(code, t["entry"])
+            parsed = E.parse_program(code, t["entry"], _LIBRARY.get())
         except E.ExprError as exc:
             return f"answer code: {exc}"
         if E.render(parsed) != t["expr"]:
@@ -402,8 +440,13 @@ _FORWARD_HEADS = {True: "Here is a Python program:\n\n```python\n",
 
 
 class Formatter:
-    def __init__(self, prompt_format: str, answer_format: str, template: str | None = None):
+    def __init__(self, prompt_format: str, answer_format: str, template: str | None = None,
+                 library: Library = None, library_tag: str = ""):
+        """``library``: the rows' operator library (None or the study's: the study's texts);
+        ``library_tag``: a JSON member (``, "library": {...}``) every ground truth ends with ("" for the study)."""
         check_pair(prompt_format, answer_format)
+        self.lib = _study_or(library)
+        self.gt_end = library_tag + "}"
         self.spec = prompt_spec(prompt_format)
         self.prompt_format = prompt_format
         self.answer_format = answer_format
@@ -418,7 +461,7 @@ class Formatter:
 
     def shown_code(self, recall: tuple[str, ...], programs: list[str]) -> str:
         """The code a prompt shows: the entry points, after the used sources where the format shows them."""
-        return code_body(recall, programs) if self.spec.shows_sources else "\n\n".join(programs)
+        return code_body(recall, programs, self.lib) if self.spec.shows_sources else "\n\n".join(programs)
 
     def templated(self, program: str, x: str) -> str:
         """The user's template filled in for one task (``program``: the code the format shows)."""
@@ -445,7 +488,7 @@ class Formatter:
         instruction = self.instruction.format(entries=_and(list(entries)))
         if self.spec.shows_sources:
             head = ("Here are the library functions the " + what + " below uses:\n\n```python\n"
-                    + sources(p.recall) + "```\n\n")
+                    + sources(p.recall, self.lib) + "```\n\n")
             if not p.recall:
                 head = ""
             return head + f"```python\n{progs}\n```\n\n{run}\n\n{instruction}"
@@ -455,8 +498,15 @@ class Formatter:
 
     # ------------------------------------------------------------ gold answer
 
+    def gold(self, recall: tuple[str, ...], body: str, output: str) -> str:
+        """The answer format's gold answer, with this formatter's library in view."""
+        if self.lib is None:
+            return self.answer_spec.gold(recall, body, output)
+        with using_library(self.lib):
+            return self.answer_spec.gold(recall, body, output)
+
     def answer(self, item: Item, p: Prepared) -> str:
-        text = self.answer_spec.gold(p.recall, code_body(p.recall, p.programs), item.tasks[0].output)
+        text = self.gold(p.recall, code_body(p.recall, p.programs, self.lib), item.tasks[0].output)
         prefix = item.assistant_prefix
         if prefix and not text.startswith(prefix):
             # A teacher-forced prefix (probe 1b) precedes the regular answer, which continues it.
@@ -474,16 +524,16 @@ class Formatter:
             s = (f'{{"entry": "{entry}", "expr": {_jstr(text)}, "input": {inp}, "output": {out}, '
                  f'"ops": {_ops_json(used)}, "depth": {d}')
             if group:
-                code = _jstr(code_body(used, [prog]) + "\n")
+                code = _jstr(code_body(used, [prog], self.lib) + "\n")
                 s += f', "ref_code": {code}, "ref_input": {{"x": {inp}}}, "ref_output": {out}, "funcname": "{entry}"'
             parts.append(s + "}")
         gt = f'{{"mode": "{self.mode}", "tasks": [{", ".join(parts)}], "ops": {_ops_json(p.ops_sorted)}'
         if not group:
             t = item.tasks[0]
-            code = _jstr(code_body(p.recall, p.programs) + "\n")
+            code = _jstr(code_body(p.recall, p.programs, self.lib) + "\n")
             gt += (f', "ref_code": {code}, "ref_input": {{"x": {_jstr(t.input)}}}, '
                    f'"ref_output": {_jstr(t.output)}, "funcname": "main_solution"')
-        return gt + "}"
+        return gt + self.gt_end
 
 
 # ---------------------------------------------------------------- single-task rows, fast path
@@ -507,9 +557,10 @@ class OpsText:
 
 
 @functools.lru_cache(maxsize=65536)
-def ops_text(recall: tuple[str, ...]) -> OpsText:
-    ops_sorted = recall if len(recall) < 2 else tuple(sorted(recall, key=_ORDER.__getitem__))
-    head = sources(recall) + "\n" if recall else ""
+def ops_text(recall: tuple[str, ...], lib: Library = None) -> OpsText:
+    order = _ORDER if lib is None else lib.position
+    ops_sorted = recall if len(recall) < 2 else tuple(sorted(recall, key=order.__getitem__))
+    head = sources(recall, lib) + "\n" if recall else ""
     return OpsText(recall, ops_sorted, _ops_json(recall), _ops_json(ops_sorted), head, _jstr(head)[:-1])
 
 
@@ -556,7 +607,8 @@ class SingleRenderer:
         self.tail = "\n\n" + fmt.instruction.format(entries="main_solution") if fmt.mode == "program" else ""
         self._heads: dict[tuple[str, ...], str] = {}
         self._answer_heads: dict[tuple[str, ...], tuple[str, str]] = {}
-        self.gold = fmt.answer_spec.gold
+        self.gold = fmt.gold
+        self.gt_end = fmt.gt_end
         self.gold_of_output = fmt.answer_spec.gold_of_output
         # The prompt after the program: q1, the input's repr, q2 (forward: the repr again, q3).
         if self.mode == "forward":
@@ -577,7 +629,7 @@ class SingleRenderer:
                 head = _FORWARD_HEADS[spec.shows_sources] + (t.code_head if spec.shows_sources else "")
             elif spec.shows_sources:
                 head = ("Here are the library functions the program below uses:\n\n```python\n"
-                        + sources(t.recall) + "```\n\n" if t.recall else "") + "```python\n"
+                        + sources(t.recall, self.fmt.lib) + "```\n\n" if t.recall else "") + "```python\n"
             else:
                 head = ("The Python program below calls library functions (func_N) whose definitions are not "
                         "shown.\n\n```python\n")
@@ -597,7 +649,7 @@ class SingleRenderer:
         inp, jout, jcode = _jstr(x), _jstr(out), _jstr(program + "\n")
         return (f'{self.gt_head}{_jstr(expr)}, "input": {inp}, "output": {jout}, "ops": {t.ops_json}, '
                 f'"depth": {depth}}}], "ops": {t.sorted_json}, "ref_code": {t.jcode_head}{jcode[1:]}, '
-                f'"ref_input": {{"x": {inp}}}, "ref_output": {jout}, "funcname": "main_solution"}}')
+                f'"ref_input": {{"x": {inp}}}, "ref_output": {jout}, "funcname": "main_solution"{self.gt_end}')
 
     def parts(self, t: OpsText, expr: str, program: str, depth: int) -> ProgramParts:
         """Every fragment of a row that depends only on its program, for :meth:`render`."""
@@ -641,7 +693,8 @@ class SingleRenderer:
             prompt = ("", head, f"{program}{q1}{r}{q2}{r}{self.q3}")
         inp, jout = _jstr(x), _jstr(out)
         gt = (f'{parts.g0}{inp}, "output": {jout}{parts.g2}', parts.jhead,
-              f'{parts.jprog}, "ref_input": {{"x": {inp}}}, "ref_output": {jout}, "funcname": "main_solution"}}')
+              f'{parts.jprog}, "ref_input": {{"x": {inp}}}, "ref_output": {jout}, '
+              f'"funcname": "main_solution"{self.gt_end}')
         if not sft:
             return prompt, gt, None
         if parts.answer_head:

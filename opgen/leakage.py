@@ -58,7 +58,8 @@ def _is_sorted(a: np.ndarray) -> bool:
     return a.size < 2 or bool(np.all(a[1:] >= a[:-1]))
 
 
-def check(splits: list[SplitKeys], heldout_ops: tuple[str, ...], allow: tuple[str, ...]) -> dict:
+def check(splits: list[SplitKeys], heldout_ops: tuple[str, ...], allow: tuple[str, ...],
+          library: ops.OperatorLibrary = ops.STUDY) -> dict:
     train = [s for s in splits if s.role == "train"]
     evals = [s for s in splits if s.role == "eval"]
     violations = []
@@ -78,10 +79,10 @@ def check(splits: list[SplitKeys], heldout_ops: tuple[str, ...], allow: tuple[st
                                    "rows": int(rows.size), "examples": rows[:_EXAMPLES].tolist()})
     mask = 0
     for op_id in heldout_ops:
-        mask |= 1 << ops.get(op_id).index
+        mask |= 1 << library.position[op_id]  # an operator's bit: its position in the library
     if mask:
         for tr in train:
-            rows = np.flatnonzero(tr.composed & np.array(mask, dtype=ops.MASK_DTYPE))
+            rows = np.flatnonzero(tr.composed & np.array(mask, dtype=tr.composed.dtype))
             if rows.size:
                 violations.append({"kind": "heldout_composed", "split": tr.name, "train_split": tr.name,
                                    "rows": int(rows.size), "examples": rows[:_EXAMPLES].tolist()})

@@ -30,10 +30,11 @@ def length_stats(lengths: np.ndarray) -> dict[str, int]:
 
 
 def split_section(cfg, rows: int, files: list[dict], depth: np.ndarray, k: np.ndarray, opmask: np.ndarray,
-                  conditions: Counter, out_len: np.ndarray, rejections: Counter, mode: str) -> dict:
+                  conditions: Counter, out_len: np.ndarray, rejections: Counter, mode: str,
+                  library: ops.OperatorLibrary = ops.STUDY) -> dict:
     op_counts = {}
-    for op in ops.OPERATORS:
-        n = int(np.count_nonzero(opmask & np.array(1 << op.index, dtype=ops.MASK_DTYPE)))
+    for i, op in enumerate(library.operators):  # an operator's bit: its position in the library
+        n = int(np.count_nonzero(opmask & np.array(1 << i, dtype=opmask.dtype)))
         if n:
             op_counts[op.id] = n
     return {
@@ -87,6 +88,12 @@ def versions() -> dict[str, str]:
             "python": platform.python_version()}
 
 
+def library_section(recipes) -> dict:
+    """The build's operator library (one for all its recipes: opgen.build checks), with its spec."""
+    lib = recipes[0].library if recipes else ops.STUDY
+    return {**lib.describe(), "spec": recipes[0].library_spec if recipes else "study"}
+
+
 def manifest(recipes, seed: int | None, splits: dict, leakage: dict, limit: int | None) -> dict:
     return {
         "opgen_version": __version__,
@@ -96,6 +103,7 @@ def manifest(recipes, seed: int | None, splits: dict, leakage: dict, limit: int 
         "limit": limit,
         "splits": splits,
         "leakage": leakage,
+        "library": library_section(recipes),
     }
 
 

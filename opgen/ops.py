@@ -150,11 +150,57 @@ class OperatorLibrary:
     def __len__(self) -> int:
         return len(self.operators)
 
+    @cached_property
+    def by_id(self) -> dict[str, Operator]:
+        """Each operator by its id."""
+        return {op.id: op for op in self.operators}
+
+    @cached_property
+    def position(self) -> dict[str, int]:
+        """Each operator's position in the library: its bit in an operator mask and its sort key
+        (the study's ids are ``func_0`` .. ``func_24`` in order, so there position == ``index``)."""
+        return {op.id: i for i, op in enumerate(self.operators)}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The study's library travels by reference (a Ray task's recipe): the receiving process's
+        # STUDY, the very operator objects its caches and fast paths know, never a copy of them.
+        if self.operators is OPERATORS:
+            return (_study_library, ())
+        return (OperatorLibrary, (self.name, self.operators))
+
+    @property
+    def is_study(self) -> bool:
+        """Whether this is the study's own library (its rows name no library: byte-identical to before)."""
+        return self.operators is OPERATORS or self.digest == STUDY.digest
+
     def get(self, op_id: str) -> Operator:
-        for op in self.operators:
-            if op.id == op_id:
-                return op
-        raise UnknownOperator(op_id, self)
+        try:
+            return self.by_id[op_id]
+        except KeyError:
+            raise UnknownOperator(op_id, self) from None
+
+    def resolve_set(self, spec: str | list[str]) -> tuple[str, ...]:
+        """An operator set by name ("train", "heldout", "all") or an explicit list, in library order."""
+        if isinstance(spec, str):
+            named = {"train": self.train_ids, "heldout": self.heldout_ids, "all": self.ids}
+            if spec not in named:
+                raise ValueError(f"unknown operator set {spec!r} (use train, heldout, all or a list of ids)")
+            return named[spec]
+        for op_id in spec:
+            self.get(op_id)
+        wanted = set(spec)
+        return tuple(op_id for op_id in self.ids if op_id in wanted)
+
+    def of_kind(self, kind: str) -> tuple[str, ...]:
+        """The ids of the operators of a signature kind, in library order."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown signature kind {kind!r} (known: {', '.join(KINDS)})")
+        return tuple(op.id for op in self.operators if op.kind == kind)
+
+    @cached_property
+    def mask_dtype(self) -> str:
+        """The numpy dtype of this library's operator bitmasks (:func:`mask_dtype`)."""
+        return mask_dtype(len(self.operators))
 
     @cached_property
     def digest(self) -> str:
@@ -172,6 +218,10 @@ class OperatorLibrary:
         """What a manifest records about the library: its name, digest, size and split."""
         return {"name": self.name, "digest": self.digest, "n_operators": len(self.operators),
                 "train": list(self.train_ids), "heldout": list(self.heldout_ids)}
+
+
+def _study_library() -> OperatorLibrary:
+    return STUDY
 
 
 def _src(text: str) -> str:
@@ -563,7 +613,7 @@ class UnknownOperator(KeyError, OpgenError):
         self.library = library
 
     def __str__(self) -> str:
-        if self.library is None:
+        if self.library is None or self.library.operators is OPERATORS:
             return f"unknown operator {self.op_id!r} (known: func_0 .. func_{len(OPERATORS) - 1})"
         known = self.library.ids
         shown = ", ".join(known[:8]) + (f", ... ({len(known)} in all)" if len(known) > 8 else "")

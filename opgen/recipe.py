@@ -99,6 +99,10 @@ class Recipe:
     # draw (opt-in; tasks are disjoint by construction, opgen.rng.input_side)
     avoid: tuple[str, ...] = ()
     split: Any = None  # the recipe's compositional split (opgen.splits.kinds.Rule), if it names one
+    # the recipe's operator library (``library:``, or the build's --library; default the study's) and
+    # the spec it was loaded from, as the manifest and a non-study row's ground truth name it
+    library: ops.OperatorLibrary = ops.STUDY
+    library_spec: str = "study"
 
     @property
     def max_prompt_length(self) -> int | None:
@@ -222,7 +226,8 @@ def locate(spec: str) -> tuple[Path, str]:
     return found, f"{resource_dir('datasets').name}/{found.name}"
 
 
-def load(spec: str, seed: int | None = None) -> Recipe:
+def load(spec: str, seed: int | None = None, library: Any = None) -> Recipe:
+    """The recipe ``spec`` names; ``library`` (a spec or an OperatorLibrary) replaces its ``library:``."""
     path, shown = locate(spec)
     try:
         text = _read_text(path, shown)
@@ -234,7 +239,7 @@ def load(spec: str, seed: int | None = None) -> Recipe:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise RecipeError(f"{shown}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    recipe = resolve(data, shown, hashlib.sha256(text.encode()).hexdigest(), seed, base=path.parent)
+    recipe = resolve(data, shown, hashlib.sha256(text.encode()).hexdigest(), seed, base=path.parent, library=library)
     # a recipe file named in leakage.avoid_programs is found next to the recipe naming it
     recipe.avoid = tuple(str(path.parent / a) if a.endswith((".yaml", ".yml")) and not Path(a).is_absolute()
                          and (path.parent / a).is_file() else a for a in recipe.avoid)
@@ -263,7 +268,31 @@ def _non_finite(data: Any, parts: tuple = ()) -> tuple | None:
     return None
 
 
-def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base: Path | None = None) -> Recipe:
+def library_of(data: Any, shown: str, base: Path | None, library: Any = None) -> tuple[ops.OperatorLibrary, str]:
+    """(library, spec) of a recipe: ``library`` (an OperatorLibrary or a spec) if given, else its
+    ``library:`` (a YAML path relative to ``base``, the recipe's folder), else the study's."""
+    from opgen import library as L
+
+    if isinstance(library, ops.OperatorLibrary):
+        return library, "study" if library.operators is ops.OPERATORS else library.name
+    spec = library if library is not None else (data.get("library") if isinstance(data, dict) else None)
+    if spec is None:
+        return ops.STUDY, "study"
+    where = f"{shown}: library" if library is None else f"--library {spec}"
+    if not isinstance(spec, str) or not spec:
+        raise RecipeError(f"{where}: a library spec (study, a YAML file or module:obj), got {spec!r}")
+    target = spec
+    if library is None and spec.endswith((".yaml", ".yml")) and not Path(spec).is_absolute() and base is not None:
+        target = str(base / spec)
+    try:
+        lib = L.load(target)
+    except L.LibraryError as exc:
+        raise RecipeError(f"{where}: {exc}") from None
+    return lib, ("study" if lib.operators is ops.OPERATORS else spec)
+
+
+def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base: Path | None = None,
+            library: Any = None) -> Recipe:
     bad = _non_finite(data)
     if bad is not None:
         raise RecipeError(f"{shown}: {_path(bad)}: {_at(data, bad)!r} is not a finite number "
@@ -274,6 +303,7 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
         err = errors[0]
         raise RecipeError(f"{shown}: {_path(err.path)}: {_explain(err)}")
     seed = data.get("seed", 0) if seed is None else seed
+    lib, lib_spec = library_of(data, shown, base, library)
     defaults = {**SPLIT_DEFAULTS, **data.get("defaults", {})}
     leak = data.get("leakage", {})
     if "avoid" in leak:
@@ -281,11 +311,11 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
                           "every training task by construction (their inputs are drawn on the other side; "
                           "docs/recipes.md, 'Leakage'). To keep eval rows off the training cells' composition "
                           "programs as well, name the cells under leakage.avoid_programs.")
-    rule = _split_rule(data.get("split"), shown, seed)
+    rule = _split_rule(data.get("split"), shown, seed, lib)
     try:
         # a split other than the study's names what training may not compose itself (docs/splits.md)
         held = leak.get("heldout_ops", "heldout" if rule is None or rule.kind == "heldout-ops" else None)
-        heldout_ops = () if held is None else ops.resolve_set(held)
+        heldout_ops = () if held is None else lib.resolve_set(held)
     except (ValueError, KeyError) as exc:
         raise RecipeError(f"{shown}: leakage.heldout_ops: {exc}") from None
     splits = []
@@ -322,7 +352,9 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
             options = cls.resolve(merged["options"], f"{where}.options")
         except G.GeneratorError as exc:
             raise RecipeError(str(exc)) from None
+        _check_generator_library(lib, merged["generator"], where)
         shaping = {"seed": seed, "generator": merged["generator"], "version": cls.VERSION, "options": options}
+        shaping.update(() if lib.is_study else [("library", lib.digest)])  # another library: another digest
         if getattr(cls, "SIDED", False):  # its rows depend on the role (the input side)
             shaping["role"] = merged["role"]
         digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:32]
@@ -334,12 +366,25 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
             ability=merged["ability"] or "", prompt_template=template, prompt_template_file=template_file))
     return Recipe(name=data["name"], path=shown, sha256=sha, seed=seed, splits=splits, heldout_ops=heldout_ops,
                   allow=tuple(leak.get("allow", ())), raw=data,
-                  avoid=tuple(leak.get("avoid_programs", ())), split=rule)
+                  avoid=tuple(leak.get("avoid_programs", ())), split=rule, library=lib, library_spec=lib_spec)
 
 
-def _split_rule(raw: Any, shown: str, seed: int) -> Any:
+def _check_generator_library(lib: ops.OperatorLibrary, name: str, where: str) -> None:
+    """A generator that knows the study's operators by name draws no other library's (Generator.ANY_LIBRARY)."""
+    if lib.is_study or getattr(G.get(name), "ANY_LIBRARY", False):
+        return
+    fit = sorted(n for n in G.registry() if getattr(G.get(n), "ANY_LIBRARY", False))
+    raise RecipeError(f"{where}.generator: {name!r} draws the study's own operators only (library {lib.name!r} "
+                      f"is not the study's); generators for any library: {', '.join(fit)}")
+
+
+def _split_rule(raw: Any, shown: str, seed: int, lib: ops.OperatorLibrary = ops.STUDY) -> Any:
     """The recipe's ``split`` (opgen.splits.kinds.Rule), or None."""
     from opgen.splits import kinds as SK
+
+    if raw is not None and not lib.is_study:
+        raise RecipeError(f"{shown}: split: a compositional split is drawn over the study's operators only "
+                          f"(library {lib.name!r} is not the study's)")
 
     try:
         return SK.resolve(raw, shown, seed)
@@ -387,8 +432,9 @@ def _expected(schema: dict) -> str:
 def build_generator(cfg: SplitConfig, recipe: Recipe) -> G.Generator:
     ctx = G.Context(digest=cfg.digest, split=cfg.name, seed=recipe.seed, role=cfg.role,
                     where=f"{cfg.where}.options",
-                    op_sets={"train": ops.TRAIN_IDS, "heldout": ops.HELDOUT_IDS, "all": ops.ALL_IDS,
-                             "study_heldout": recipe.heldout_ops})
+                    op_sets={"train": recipe.library.train_ids, "heldout": recipe.library.heldout_ids,
+                             "all": recipe.library.ids, "study_heldout": recipe.heldout_ops},
+                    library=recipe.library)
     try:
         gen = G.get(cfg.generator)(cfg.options, ctx)
     except G.GeneratorError as exc:

@@ -91,6 +91,10 @@ class RowSpec:
     avoid: Any = None
     ability: str = ""  # "" = code (program rows) / code_io (forward rows)
     prompt_template: str | None = None  # a user's prompt wording (opgen.formats.TEMPLATE_FIELDS)
+    # the recipe's operator library (None: the study's) and the ground truth's member naming it
+    # (``, "library": {...}``; "" for the study, whose rows are as they always were)
+    library: Any = None
+    library_tag: str = ""
 
 
 class RowRecord(NamedTuple):
@@ -186,7 +190,11 @@ class RowBuffer:
 
     def __init__(self, spec: RowSpec):
         self.spec = spec
-        self.fmt = Formatter(spec.prompt_format, spec.answer_format, spec.prompt_template)
+        self.fmt = Formatter(spec.prompt_format, spec.answer_format, spec.prompt_template, spec.library,
+                             spec.library_tag)
+        self.lib = lib = self.fmt.lib  # None for the study's library
+        # an operator's bit in the row's mask: its position in the library
+        self._bit = _OP_BIT if lib is None else {o: 1 << i for o, i in lib.position.items()}
         self.schema = schema(spec.kind)
         # a template with {depth} is filled per row when the table is made (opgen.recipe checks it)
         self.per_depth_source = any(f == "depth" for _, f, _, _ in string.Formatter().parse(spec.data_source))
@@ -221,7 +229,7 @@ class RowBuffer:
 
     def _add_general(self, index: int, item: Item, seen: set[int] | None = None) -> Facts | None:
         tasks = item.tasks
-        p = prepare(item)
+        p = prepare(item, self.lib)
         exprs = p.exprs
         # The prompt and ground truth are functions of (formats, programs, inputs), so short
         # identities hash as well as the long texts and cost a fraction.
@@ -265,7 +273,7 @@ class RowBuffer:
         call_chars: list[int] = []
         call_tails: list[int] = []
         for t in tasks:
-            unchanged += task_unchanged_calls(t)
+            unchanged += task_unchanged_calls(t, self.lib)
             identity += t.output == t.input
             for op, chars, tails in call_distances(t.program):
                 call_ops.append(op)
@@ -283,15 +291,16 @@ class RowBuffer:
         ))
 
         opmask = 0
+        bit = self._bit
         for o in p.recall:
-            opmask |= _OP_BIT[o]
+            opmask |= bit[o]
         composed = 0
         out_len = 0
         for t, used in zip(tasks, p.task_ops):
             prog = t.program
             if not (type(prog) is E.Call and all(type(a) in _LEAF for a in prog.args)):
                 for o in used:
-                    composed |= _OP_BIT[o]
+                    composed |= bit[o]
             if len(t.output) > out_len:
                 out_len = len(t.output)
         return Facts(ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition, unchanged, identity,
@@ -307,6 +316,7 @@ class RowBuffer:
         unique, format_key, format_id, sft = self.spec.unique, self.format_key, self.format_id, self.kind_sft
         checked = unique != "none"
         avoid_programs = self.avoid_programs
+        lib = self.lib
 
         def add_single(index: int, item: Item, task, seen: set[int] | None) -> Facts | None:
             prog = task.program
@@ -348,7 +358,7 @@ class RowBuffer:
             target, tail_chars, tail_calls = _probe_measures(meta) if meta else _NO_PROBE
             prompt, gt, answer = render(parts, x, out, sft)
             known = task.__dict__.get("_unchanged")  # measure.task_unchanged_calls, inlined
-            unchanged = unchanged_calls(prog, x, out) if known is None else known
+            unchanged = unchanged_calls(prog, x, out, lib) if known is None else known
             identity = int(out == x)
             # RowRecord's fields in order (call_ops, call_chars, call_tails are ``dist``), as a plain tuple
             rows_append((prompt, gt, answer, index, depth, k, ops_sorted, structure, 1, condition, "", row_id,
@@ -360,9 +370,14 @@ class RowBuffer:
 
     def _program_facts(self, prog: E.Expr, expr: str, depth: int, used: dict[str, None],
                        dist: tuple | None = None) -> tuple:
-        t = ops_text(tuple(used))
+        t = ops_text(tuple(used), self.lib)
         k = len(t.recall)
-        opmask = _mask(t.recall)
+        if self.lib is None:
+            opmask = _mask(t.recall)
+        else:
+            opmask = 0
+            for o in t.recall:
+                opmask |= self._bit[o]
         if depth == 1 and type(prog) is E.Call:  # one call on leaves: not composed
             composed = 0
             structure = "atomic"

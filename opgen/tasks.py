@@ -98,7 +98,7 @@ class Item:
                 seen.setdefault(op_id, None)
         return tuple(seen)
 
-    def ops_sorted(self) -> tuple[str, ...]:
-        """Distinct operators over the tasks, in library order."""
+    def ops_sorted(self, lib: ops.OperatorLibrary = ops.STUDY) -> tuple[str, ...]:
+        """Distinct operators over the tasks, in the order of their library (``lib``, default the study's)."""
         used = set(self.recall_order())
-        return tuple(op_id for op_id in ops.ALL_IDS if op_id in used)
+        return tuple(op_id for op_id in lib.ids if op_id in used)

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pyarrow as pa
@@ -80,12 +81,65 @@ def kind_of(schema: pa.Schema) -> tuple[str, str]:
 # ---------------------------------------------------------------- opgen rows (trusted re-execution)
 
 
-def _check_opgen_row(row: dict, kind: str) -> str:
+class Libraries:
+    """The operator libraries a build's rows name (``ground_truth.library``: name, digest, spec),
+    loaded once each: the spec as given, else beside the files or a recipe the manifest names
+    (a recipe's ``library:`` YAML path is relative to the recipe). Rows without one are the study's."""
+
+    def __init__(self, folder: Path | None = None):
+        self.folder = folder
+        self._loaded: dict[tuple[str, str], Any] = {}
+
+    def _candidates(self, spec: str) -> list[str]:
+        out = [spec]
+        if spec.endswith((".yaml", ".yml")) and not Path(spec).is_absolute() and self.folder is not None:
+            out.append(str(self.folder / spec))
+            try:
+                man = json.loads((self.folder / "manifest.json").read_text())
+                out += [str(Path(r["path"]).parent / spec) for r in man.get("recipes", [])]
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        return out
+
+    def get(self, tag: Any) -> Any:
+        """The library ``tag`` names, or a message (str) saying why it cannot be had."""
+        from opgen import library as L
+
+        if not isinstance(tag, dict) or not all(isinstance(tag.get(k), str) for k in ("name", "digest", "spec")):
+            return "ground_truth.library: a mapping with name, digest and spec"
+        key = (tag["spec"], tag["digest"])
+        if key not in self._loaded:
+            found: Any = f"ground_truth.library: cannot load library {tag['spec']!r}"
+            for spec in dict.fromkeys(self._candidates(tag["spec"])):
+                try:
+                    lib = L.load(spec)
+                except L.LibraryError as exc:
+                    found = f"ground_truth.library: {exc}"
+                    continue
+                found = lib if lib.digest == tag["digest"] else (
+                    f"ground_truth.library: {spec} has digest {lib.digest[:12]}, the row names {tag['digest'][:12]} "
+                    "(the library changed since the build)")
+                break
+            self._loaded[key] = found
+        return self._loaded[key]
+
+
+_STUDY_ROWS = Libraries()
+
+
+def _check_opgen_row(row: dict, kind: str, libraries: Libraries = _STUDY_ROWS) -> str:
     try:
         gt = json.loads(row["reward_model"]["ground_truth"])
     except (TypeError, ValueError) as exc:
         return f"reward_model.ground_truth is not JSON ({exc})"
     try:
+        if isinstance(gt, dict) and "library" in gt:
+            lib = libraries.get(gt["library"])
+            if isinstance(lib, str):
+                return lib
+            tag = ', "library": ' + json.dumps(gt["library"], ensure_ascii=False)
+            with formats.using_library(lib):
+                return _check_parsed(row, gt, kind, lib, tag)
         return _check_parsed(row, gt, kind)
     except (KeyError, TypeError, IndexError, AttributeError):
         return _schema_message(gt) or "ground_truth does not have the contract's shape"
@@ -99,18 +153,18 @@ def _schema_message(gt: object) -> str:
     return f"ground_truth.{path}: {errors[0].message}"
 
 
-def _check_parsed(row: dict, gt: dict, kind: str) -> str:
+def _check_parsed(row: dict, gt: dict, kind: str, lib: Any = None, tag: str = "") -> str:
     # The schema (schemas/ground_truth.schema.json) is consulted only to explain a mismatch: a
     # ground truth equal to the renderer's own is valid, and checking equality is ten times cheaper.
     extra = row["extra_info"]
     tasks = []
     for n, t in enumerate(gt["tasks"]):
         try:
-            program = E.parse(t["expr"])
+            program = E.parse(t["expr"], lib)
         except E.ExprError as exc:
             return f"ground_truth.tasks[{n}].expr does not parse: {exc}"
         try:
-            value = E.evaluate(program, t["input"])
+            value = E.evaluate(program, t["input"], None, lib)
         except Exception as exc:  # an operator failing is a broken row, reported, not a crash
             return f"ground_truth.tasks[{n}].expr fails on its input: {type(exc).__name__}: {exc}"
         if value != t["output"]:
@@ -118,8 +172,8 @@ def _check_parsed(row: dict, gt: dict, kind: str) -> str:
                     f"stored output is {t['output'][:60]!r}")
         tasks.append(Task(program, t["input"], value))
     item = Item(tuple(tasks), condition=extra["condition"], assistant_prefix=extra["assistant_prefix"])
-    fmt = formats.Formatter(extra["prompt_format"], extra["answer_format"])
-    p = formats.prepare(item)
+    fmt = formats.Formatter(extra["prompt_format"], extra["answer_format"], library=lib, library_tag=tag)
+    p = formats.prepare(item, fmt.lib)
     expected = fmt.ground_truth(item, p)
     if json.loads(expected) != gt:
         want = json.loads(expected)
@@ -211,14 +265,14 @@ def validate_file(path: Path, run_foreign: Callable | None = None,
         return report
     report.kind = kind
     try:
-        _validate_rows(pf, kind, report, run_foreign, on_rows)
+        _validate_rows(pf, kind, report, run_foreign, on_rows, Libraries(Path(path).parent))
     except (OSError, pa.ArrowException, ValueError) as exc:  # a corrupt page: this file fails, the others run
         report.error = f"unreadable after {report.rows} rows ({type(exc).__name__}: {exc})"
     return report
 
 
 def _validate_rows(pf: pq.ParquetFile, kind: str, report: FileReport, run_foreign: Callable | None,
-                   on_rows: Callable[[int], object] | None = None) -> None:
+                   on_rows: Callable[[int], object] | None = None, libraries: Libraries = _STUDY_ROWS) -> None:
     index = 0
     with E.recursion_headroom():
         for batch in _batches(pf):
@@ -233,7 +287,7 @@ def _validate_rows(pf: pq.ParquetFile, kind: str, report: FileReport, run_foreig
                                        f"ref_output is {str(want)[:60]!r}")
             else:
                 for n, row in enumerate(batch):
-                    problem = _check_opgen_row(row, kind)
+                    problem = _check_opgen_row(row, kind, libraries)
                     if problem:
                         report.fail(index + n, problem)
                     elif row["extra_info"]["index"] < 0:

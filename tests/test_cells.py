@@ -62,9 +62,12 @@ def cells():
     }
 
 
+POOL = 400 * len(ops.STUDY)  # the shared atomic pool: 400 tasks per operator of the study's library
+
+
 def test_shared_atomic_pool_is_10000_tasks_400_per_operator():
     pool = C.atomic_pool()
-    assert len(pool) == 10_000 and len(idset(pool)) == 10_000
+    assert len(pool) == POOL and len(idset(pool)) == POOL
     per_op = Counter(t.ops[0] for t in pool)
     assert set(per_op) == set(ops.ALL_IDS) and set(per_op.values()) == {400}
     assert all(t.depth == 1 for t in pool)
@@ -74,7 +77,7 @@ def test_every_sft_cell_holds_the_same_atomic_tasks(cells):
     reference = idset(C.atomic_pool())
     for name, gen in cells.items():
         atomic = tasks_of(gen, "atomic")
-        assert len(atomic) == 10_000, name
+        assert len(atomic) == POOL, name
         assert idset(atomic) == reference, name
 
 

@@ -38,6 +38,8 @@ class Context:
     role: str = "eval"
     where: str = ""  # "<recipe file>: splits.<name>.options" — prefix for error messages
     op_sets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # the recipe's operator library (opgen.library): every operator a generator draws comes from it
+    library: ops.OperatorLibrary = ops.STUDY
 
 
 class Generator:
@@ -60,6 +62,9 @@ class Generator:
     # Whether the rows depend on the split's role: a generator that draws its inputs on the role's
     # side (``side_input``) says so, and the recipe digest then names the role.
     SIDED = False
+    # Whether the generator draws its operators from the recipe's library (``ctx.library``), so a
+    # recipe naming another library may use it; the others know the study's operators by name.
+    ANY_LIBRARY = False
 
     def __init__(self, options: Mapping[str, Any], ctx: Context):
         self.options = dict(options)
@@ -96,7 +101,7 @@ class Generator:
 
     def op_set(self, spec: Any, key: str) -> tuple[str, ...]:
         try:
-            return ops.resolve_set(spec)
+            return self.ctx.library.resolve_set(spec)
         except (ValueError, KeyError) as exc:
             raise GeneratorError(f"{self.ctx.where}.{key}: {exc}") from None
 
@@ -360,8 +365,8 @@ def effect_ok(gen: Generator, item: Item | None) -> Item | None:
 
 
 LENGTH_RANGE = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2}
-OP_SET = {"oneOf": [{"enum": ["train", "heldout", "all"]},
-                    {"type": "array", "items": {"type": "string", "pattern": "^func_[0-9]+$"}, "minItems": 1}]}
+OP_ID = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}  # an operator id: any library's (a Python name)
+OP_SET = {"oneOf": [{"enum": ["train", "heldout", "all"]}, {"type": "array", "items": OP_ID, "minItems": 1}]}
 
 
 def check_range(gen: Generator, key: str) -> tuple[int, int]:

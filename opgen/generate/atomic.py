@@ -7,7 +7,6 @@ interlace operator's second string input is a literal (an atomic task has one in
 from __future__ import annotations
 
 from opgen import expr as E
-from opgen import ops
 from opgen.generate import LENGTH_RANGE, OP_SET, REQUIRE_EFFECT, Generator, check_range, effect_ok, sample_params, text
 from opgen.rng import LOWERCASE
 from opgen.tasks import Item, Task
@@ -17,6 +16,7 @@ class Atomic(Generator):
     NAME = "atomic"
     VERSION = 2  # 2: inputs on the role's side (opgen.rng.input_side: eval tasks never equal training ones)
     SIDED = True
+    ANY_LIBRARY = True
     DEFAULTS = {
         "ops": "all", "per_op": None, "rows": None, "input_len": [3, 10], "literal_len": [3, 6],
         "alphabet": LOWERCASE, "max_output_chars": 1000,
@@ -32,7 +32,7 @@ class Atomic(Generator):
     def __init__(self, options, ctx):
         super().__init__(options, ctx)
         o = self.options
-        self.members = [ops.get(op_id) for op_id in self.op_set(o["ops"], "ops")]
+        self.members = [self.ctx.library.get(op_id) for op_id in self.op_set(o["ops"], "ops")]
         if (o["per_op"] is None) == (o["rows"] is None):
             raise self.fail("", "give exactly one of per_op (rows per operator) or rows (total)")
         self.total = o["per_op"] * len(self.members) if o["per_op"] is not None else o["rows"]
@@ -61,7 +61,7 @@ class Atomic(Generator):
         # (the size precheck before the call, the cap on every value), not by walking the tree.
         max_len = self.options["max_output_chars"]
         try:
-            out = E.call_capped(program, op.fn, (x,) if lit is None else (x, lit.value), max_len)
+            out = E.call_capped(program, op.fn, (x,) if lit is None else (x, lit.value), max_len, op)
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None

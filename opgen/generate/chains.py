@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from opgen import expr as E
-from opgen import ops
 from opgen.generate import (
     DEPTH_PLAN_SCHEMA,
     LENGTH_RANGE,
@@ -23,6 +22,7 @@ class Chains(Generator):
     NAME = "chains"
     VERSION = 2  # 2: inputs on the role's side (opgen.rng.input_side: eval tasks never equal training ones)
     SIDED = True
+    ANY_LIBRARY = True
     DEFAULTS = {
         "ops": "heldout", "depths": [1], "per_depth": None, "rows": None,
         "no_repeat": True, "input_len": [3, 10], "alphabet": LOWERCASE, "max_output_chars": 1000,
@@ -38,7 +38,7 @@ class Chains(Generator):
         o = self.options
         self.plan = DepthPlan(self)
         spec = o["ops"]
-        members = [ops.get(op_id) for op_id in self.op_set(spec, "ops")]
+        members = [self.ctx.library.get(op_id) for op_id in self.op_set(spec, "ops")]
         binary = [op.id for op in members if op.n_inputs != 1]
         if binary and not isinstance(spec, str):
             # A named set quietly drops its interlace operators; an explicit list naming one is a mistake.
@@ -80,7 +80,7 @@ class Chains(Generator):
                     previous = rng.below(n)
                     op = self.unary[previous]
                 program = E.Call(op.id, (program,), sample_params(op, rng))
-                before, value = value, E.call_capped(program, op.fn, (value,), max_len)
+                before, value = value, E.call_capped(program, op.fn, (value,), max_len, op)
                 if value == before:
                     if effect:
                         self.rejections["no_effect"] += 1

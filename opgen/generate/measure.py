@@ -16,20 +16,21 @@ from opgen import ops
 _Var, _Lit, _Call, _Concat, _Method = E.Var, E.Lit, E.Call, E.Concat, E.Method
 
 
-def unchanged_calls(program: E.Expr, x: str, output: str | None = None) -> int:
+def unchanged_calls(program: E.Expr, x: str, output: str | None = None, lib: Any = None) -> int:
     """How many operator calls return their first argument unchanged (``func_21`` on lowercase
     letters, ``func_2`` on a word without vowels): a model may skip such a call and still be right.
 
-    ``output`` (the task's known output) spares the evaluation of a single call on leaves.
+    ``output`` (the task's known output) spares the evaluation of a single call on leaves;
+    ``lib``: the operator library (an opgen.ops.OperatorLibrary; None: the study's).
     """
     if type(program) is _Call and all(type(a) in (_Var, _Lit) for a in program.args):
         first: Any = program.args[0]  # a Var or a Lit
         arg = x if type(first) is _Var else first.value
         if output is None:
-            output = E.evaluate(program, x)
+            output = E.evaluate(program, x, None, lib)
         return int(output == arg)
     count = [0]
-    fns = _FNS
+    fns = _FNS if lib is None else {op.id: op.fn for op in lib.operators}
 
     def walk(e: Any) -> str:  # an E.Expr, dispatched on its exact type (mypy cannot narrow through t)
         t = type(e)
@@ -56,11 +57,11 @@ def unchanged_calls(program: E.Expr, x: str, output: str | None = None) -> int:
 _FNS = {op.id: op.fn for op in ops.OPERATORS}
 
 
-def task_unchanged_calls(task) -> int:
+def task_unchanged_calls(task, lib: Any = None) -> int:
     """:func:`unchanged_calls` of a task: the count its generator noted when drawing it
     (``tasks.with_unchanged``), else the walk."""
     known = task.__dict__.get("_unchanged")
-    return unchanged_calls(task.program, task.input, task.output) if known is None else known
+    return unchanged_calls(task.program, task.input, task.output, lib) if known is None else known
 
 
 def call_distances(program: E.Expr) -> tuple[tuple[str, int, int], ...]:

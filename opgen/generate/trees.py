@@ -44,6 +44,7 @@ class Trees(Generator):
     # (opgen.rng.input_side: an eval task never equals a training one)
     VERSION = 4
     SIDED = True
+    ANY_LIBRARY = True
     DEFAULTS = {
         "ops": "train", "depths": [1], "per_depth": None, "rows": None,
         "p_binary": 0.2, "p_concat": 0.5, "p_method": 0.02, "p_parameterised": 0.5, "p_leaf_x": 0.5,
@@ -68,14 +69,14 @@ class Trees(Generator):
         self._same = 0  # calls that returned their argument unchanged in the tree _detail is drawing
         self.plan = DepthPlan(self)
         self.op_ids = self.op_set(o["ops"], "ops")
-        members = [ops.get(op_id) for op_id in self.op_ids]
+        members = [self.ctx.library.get(op_id) for op_id in self.op_ids]
         self.plain = [op for op in members if op.n_inputs == 1 and not op.params]
         self.param = [op for op in members if op.n_inputs == 1 and op.params]
         if o["interlace_ops"] == "auto":
             self.interlace = [op for op in members if op.n_inputs == 2]
         else:
             chosen = self.op_set(o["interlace_ops"], "interlace_ops")
-            self.interlace = [ops.get(op_id) for op_id in chosen]
+            self.interlace = [self.ctx.library.get(op_id) for op_id in chosen]
             if any(op.n_inputs != 2 for op in self.interlace):
                 raise self.fail("interlace_ops", "every interlace operator must take two string inputs")
         if not self.plain and not self.param:
@@ -133,7 +134,7 @@ class Trees(Generator):
                 on_x = None
             inner, arg = self._detail(rng, kinds, x)
             node = on_x if on_x is not None and inner is _X else E.Call(op.id, (inner,), params)
-            _precheck(node, (arg,), max_len)
+            _precheck(op, node, (arg,), max_len)
             value = op.fn(arg, *params)
             if value == arg:  # measure.unchanged_calls, counted on the way up (tested equal)
                 self._same += 1
@@ -268,7 +269,7 @@ class Trees(Generator):
                 codes = np.array([0 if not v else 1 + names.index(v) for v in verdicts], dtype=np.int64)
                 on_x = np.array([kinds == _CALL_ON_X for kinds in shapes], dtype=bool)
                 depths[d] = (np.array(thresholds, dtype=np.float64), codes, names, on_x)
-            bulk = self._bulk = ([(op, params, node, op.id in E.PRECHECKED) for op, params, node in self._calls],
+            bulk = self._bulk = ([(op, params, node, op.out_len is not None) for op, params, node in self._calls],
                                  np.array(self._call_thresholds, dtype=np.float64), depths)
         return bulk
 
@@ -315,7 +316,7 @@ class Trees(Generator):
                             params = sample_params(op, CounterRng.resume(seed, tuple(first), 3 + at))
                             node = E.Call(op.id, (_X,), params)
                         if guarded:
-                            precheck(node, (x,), max_len)
+                            precheck(op, node, (x,), max_len)
                         value = op.fn(x, *params)
                         if len(value) > max_len:
                             raise E.OutputTooLong(len(value), max_len)
@@ -354,7 +355,7 @@ class Trees(Generator):
             params = sample_params(op, rng)
             node = E.Call(op.id, (_X,), params)
         try:
-            value = E.call_capped(node, op.fn, (x,), max_len)
+            value = E.call_capped(node, op.fn, (x,), max_len, op)
         except E.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
@@ -434,7 +435,7 @@ _CALL_ON_X = (_OP, _LEAF_X)
 _TABLE_DEPTH = 2  # 312 shapes of depth 2 with the default options; depth 3 would have ~10^5
 # The evaluator's guard against calls that would build a huge string (func_1 with a large n),
 # applied before the call as ``expr.evaluate`` does.
-_precheck = E._precheck
+_precheck = E.precheck_op
 
 
 
