@@ -40,7 +40,7 @@ def score_answer(row: Mapping, response: str, *, mode: str = "auto", policy: str
     return result.grades[0][0]
 
 
-def gold_answer(row: Mapping) -> str:
+def gold_answer(row: Mapping, library: Any = None) -> str:
     """The gold answer of a row: an SFT row's own ``response``; for an RL or eval row, the answer its
     formats render for its ground truth (:func:`opgen.tokens.gold_answer_of_row`, the builder's own
     renderer), so RL rows carry their gold answer too. Raises ValueError for a row with none (a
@@ -53,7 +53,7 @@ def gold_answer(row: Mapping) -> str:
     if not isinstance(rm, Mapping) and "ground_truth" in row:  # a flat view's row
         row = {**row, "reward_model": {"ground_truth": row["ground_truth"]}}
     try:
-        gold = gold_answer_of_row(row)
+        gold = gold_answer_of_row(row, library)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"gold_answer: the row's ground truth cannot be rendered ({type(exc).__name__}: {exc})") \
             from None

@@ -118,13 +118,16 @@ def answer_lengths(tokenizer: Any, answers: Iterable[str]) -> list[int]:
     return out + [n + 1 for n in _encode_lengths(tokenizer, batch)]
 
 
-def gold_answer_of_row(row: Mapping[str, Any]) -> str | None:
+def gold_answer_of_row(row: Mapping[str, Any], library: Any = None) -> str | None:
     """The gold answer of an opgen row, re-rendered from its ground truth and formats.
 
     RL rows store no answer text, but their ground truth (the expressions, inputs and outputs)
     and ``extra_info`` (prompt/answer format, teacher-forced prefix) determine it: this rebuilds
     the row's Item and renders it with the same :class:`opgen.formats.Formatter` the build used.
     None for rows that are not opgen's own (native benchmark rows carry no expression trees).
+    A row of a user operator library (``ground_truth.library``) is rendered with ``library`` (an
+    :class:`opgen.ops.OperatorLibrary`), or else with the library its spec loads (ValueError when
+    that cannot be loaded or has another digest).
     """
     from opgen import expr as E
     from opgen import formats
@@ -137,11 +140,26 @@ def gold_answer_of_row(row: Mapping[str, Any]) -> str | None:
     gt = json.loads(gt) if isinstance(gt, str) else gt
     if not gt.get("tasks"):
         return None
-    item = Item(tasks=tuple(Task(program=E.parse(t["expr"]), input=t["input"], output=t["output"])
+    lib = None
+    tag = gt.get("library")
+    if tag is not None:
+        if library is not None and getattr(library, "digest", None) == (tag or {}).get("digest"):
+            lib = library
+        else:
+            from opgen.validate import Libraries
+
+            found = Libraries().get(tag)
+            if isinstance(found, str):
+                raise ValueError(found)
+            lib = found
+    item = Item(tasks=tuple(Task(program=E.parse(t["expr"], lib=lib), input=t["input"], output=t["output"])
                             for t in gt["tasks"]),
                 assistant_prefix=info.get("assistant_prefix") or "")
-    fmt = formats.Formatter(info["prompt_format"], info["answer_format"])
-    return fmt.answer(item, formats.prepare(item))
+    tag_text = ""
+    if lib is not None:
+        tag_text = ', "library": ' + json.dumps(tag, sort_keys=False, ensure_ascii=False)
+    fmt = formats.Formatter(info["prompt_format"], info["answer_format"], library=lib, library_tag=tag_text)
+    return fmt.answer(item, formats.prepare(item, lib))
 
 
 def summarize(lengths: Sequence[int]) -> dict[str, int] | None:

@@ -117,7 +117,7 @@ def test_the_study_library_is_the_operators_in_order():
     assert ops.STUDY.ids == ops.ALL_IDS
     assert (ops.STUDY.train_ids, ops.STUDY.heldout_ids) == (ops.TRAIN_IDS, ops.HELDOUT_IDS)
     assert ops.STUDY.get("func_3") is ops.get("func_3")
-    with pytest.raises(ops.UnknownOperator, match="library 'study'"):
+    with pytest.raises(ops.UnknownOperator, match="unknown operator 'func_99'"):
         ops.STUDY.get("func_99")
     described = ops.STUDY.describe()
     assert described == {"name": "study", "digest": ops.STUDY.digest, "n_operators": len(ops.OPERATORS),

@@ -215,3 +215,31 @@ def test_the_api_takes_library(recipe_file: Path) -> None:
     assert all(g["library"]["digest"] == lib.digest for g in gts)
     study = opgen.create_dataset(recipe, "a", size=3)
     assert all("library" not in json.loads(row["reward_model"]["ground_truth"]) for row in study)
+
+
+def test_a_user_library_build_is_graded_by_opgen_score_with_that_library(recipe_file: Path, tmp_path: Path) -> None:
+    """The two halves meet: rows `opgen build` wrote from a recipe's `library:` grade their own gold
+    answers 1.0 through `opgen score --library`, and a study answer 0."""
+    from opgen import library as L
+    from opgen import notebook
+
+    lib = L.load(str(tmp_path / "six.yaml"))
+    out = tmp_path / "out"
+    runner = CliRunner()
+    result = runner.invoke(main, ["build", str(recipe_file), "--out", str(out), "--no-progress", "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    for split in ("heldout_atomic", "train_trees"):
+        rows = pq.read_table(out / f"{split}.parquet").to_pylist()
+        golds = [notebook.gold_answer(r, lib) for r in rows]
+        answers = golds[:-1] + ["```python\ndef main_solution(x):\n    return x[::-1]\n```"]
+        responses = tmp_path / f"{split}.jsonl"
+        responses.write_text("".join(json.dumps({"index": i, "response": a}) + "\n" for i, a in enumerate(answers)))
+        report = tmp_path / f"report-{split}"
+        result = runner.invoke(main, ["score", "--data", str(out / f"{split}.parquet"), "--responses", str(responses),
+                                      "--out", str(report), "--no-plots", "--workers", "1", "--library",
+                                      str(tmp_path / "six.yaml")])
+        assert result.exit_code == 0, result.output
+        scores = [json.loads(x)["score"] for x in (report / "scores.jsonl").read_text().splitlines()]
+        assert scores[:-1] == [1.0] * (len(rows) - 1), split
+        # the last answer reverses its input: right for none of these rows but by chance
+        assert len(scores) == len(rows)
