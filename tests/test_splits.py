@@ -234,3 +234,10 @@ def test_bundled_split_recipes_resolve_and_the_cells_share_their_pairs():
     train = next(s for s in sft.splits if s.role == "train")
     assert train.options["compositions"]["split"] == sft.split.config
     assert sft.split.admitter("eval") is not None
+    # the MCD cell: its compositions are the search's train side (their options are the pool's)
+    mcd_cell = R.load("sft-eco-mcd")
+    assert mcd_cell.split.kind == "mcd"
+    cell = next(s for s in mcd_cell.splits if s.role == "train")
+    assert cell.generator == "sft_cell"
+    assert cell.options["compositions"] == {"pool": "mcd-train-d2-4", "rows": 15979, "split": mcd_cell.split.config}
+    assert [s.generator for s in mcd_cell.splits if s.role == "eval"] == ["mcd_side"]

@@ -62,6 +62,29 @@ splits:
       compositions: {pool: e2e-comps, rows: 150, ops: all, depths: [2, 3]}
 """
 
+MCD_CELLS = """\
+name: mcd-cells-e2e
+seed: 2
+split:
+  kind: mcd
+  pool: {generator: trees, rows: 1500, options: {ops: all, depths: [2, 3], rows: 2000}}
+  train_rows: 500
+  eval_rows: 120
+  max_atom_divergence: 0.05
+defaults: {prompt_format: closed_book, answer_format: ra}
+splits:
+  train:
+    generator: sft_cell
+    role: train
+    kind: sft
+    options:
+      atomic: {pool: e2e-atomic, per_op: 2, ops: all}
+      width: [1, 3]
+      compositions: {rows: 400}
+  rl: {generator: rl_pool, role: train, kind: rl, options: {rows: 60, chain_depth: [3, 5], width: [1, 3]}}
+  test: {role: eval, kind: rl}
+"""
+
 
 def opgen(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     r = subprocess.run([sys.executable, "-m", "opgen", *args], capture_output=True, text=True)
@@ -161,6 +184,58 @@ def test_mcd_recipe_builds_within_its_atom_bound(tmp_path: Path):
     opgen("push", str(out), "--repo-id", "org/mcd", "--dry-run", str(tree))
     card = (tree / "README.md").read_text()
     assert f"{cert['compound_divergence']:.4f}" in card and "a random split of the same sizes" in card
+
+
+def _edge_texts(t: E.Expr) -> set[str]:
+    """A tree's parent→child compound texts, walked here (not via opgen.splits' occurrences)."""
+    from opgen.splits.compounds import edge_text
+
+    lab = {E.Call: lambda x: x.op, E.Concat: lambda x: "+", E.Method: lambda x: "." + x.name}
+    out = set()
+    for n in E.walk(t):
+        if isinstance(n, (E.Call, E.Concat, E.Method)):
+            for pos, k in enumerate(E.children(n)):
+                if isinstance(k, (E.Call, E.Concat, E.Method)):
+                    out.add(edge_text(lab[type(n)](n), pos, lab[type(k)](k)))
+    return out
+
+
+def test_training_cells_on_an_mcd_split_compose_only_the_search_train_side(tmp_path: Path):
+    out, man = build(tmp_path, MCD_CELLS, "mcd-cells")
+    cert = man["split_certificates"]["mcd-cells-e2e"]
+    assert cert["check"]["ok"] and cert["train_splits"] == ["train", "rl"] and cert["eval_splits"] == ["test"]
+    assert cert["train_cells"] == ["rl_pool", "sft_cell"] and cert["check"]["train_rows_with_heldout_compound"] == 0
+    held = set(cert["heldout_compounds"])
+    assert held and cert["compound_divergence"] > 0
+    # independently: no held-out compound in any training row of either cell
+    rows = {n: trees_of(out / f"{n}.parquet") for n in ("train", "rl", "test")}
+    assert not any(held & _edge_texts(t) for n in ("train", "rl") for row in rows[n] for t in row)
+    assert all(any(held & _edge_texts(t) for t in row) for row in rows["test"])
+    # the cell's compositions are the search's train side; its atomic skills cover every operator
+    comps = [row[0] for row in rows["train"] if E.depth(row[0]) > 1]
+    assert len(comps) == 400 and man["splits"]["train"]["cell"]["compositions"]["pool"] == "mcd-train"
+    atomic_ops = {t.op for row in rows["train"] for t in row if E.depth(t) == 1 and isinstance(t, E.Call)}
+    assert atomic_ops == set(ops.ALL_IDS)
+    # the RL pool's chains drew again around the held-out compounds
+    assert len(rows["rl"]) == 60 and man["splits"]["rl"]["rejections"].get("split", 0) > 0
+    # the search's side shares no program with the cell's compositions
+    assert not {E.render(t) for t in comps} & {E.render(row[0]) for row in rows["test"]}
+    assert "FAIL" not in opgen("verify", str(out)).stdout
+
+
+def test_mcd_cells_refuse_options_the_search_sets(tmp_path: Path):
+    bad = MCD_CELLS.replace("compositions: {rows: 400}", "compositions: {rows: 400, depths: [2]}")
+    (tmp_path / "bad.yaml").write_text(bad)
+    r = opgen("build", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "splits.train.options.compositions.depths" in r.stderr
+    (tmp_path / "big.yaml").write_text(MCD_CELLS.replace("{rows: 400}", "{rows: 501}"))
+    r = opgen("build", str(tmp_path / "big.yaml"), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "compositions.rows: 501" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "ev.yaml").write_text(MCD_CELLS.replace("test: {role: eval, kind: rl}",
+                                                        "test: {role: eval, kind: rl, generator: trees}"))
+    r = opgen("build", str(tmp_path / "ev.yaml"), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "splits.test.generator" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_productivity_recipe_splits_by_depth(tmp_path: Path):

@@ -108,7 +108,7 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
             depths[n] = R.depths_of(list(files[n]))
         claims = None
         if r.split.kind == "mcd":
-            claims = next((man["splits"][n].get("mcd") for n in names if man["splits"][n].get("mcd")), None)
+            claims = mcd_claims(r, [man["splits"][n] for n in names])
         cert = certify(r.split, [u for n in train_names for u in units[n]], [u for n in eval_names for u in units[n]],
                        [d for n in train_names for d in depths[n]], [d for n in eval_names for d in depths[n]], claims)
         cert = {"train_splits": train_names, "eval_splits": eval_names, **cert}
@@ -118,6 +118,23 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
         certs[r.name] = cert
     if certs:
         man["split_certificates"] = certs
+
+
+def mcd_claims(recipe: Any, sections: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What an mcd recipe's search claims (its ``mcd_side`` splits' manifest section, else the search
+    itself, re-run from the recipe), and whether the training splits are the search's own rows."""
+    found = next((s["mcd"] for s in sections if s.get("mcd")), None)
+    if found is None:
+        from opgen.splits import mcd
+
+        sel = mcd.pool_and_selection(recipe.split.config, recipe.seed, f"{recipe.path}: ")[1]
+        found = {"pool_rows": recipe.split.config["pool"]["rows"], "train_rows": len(sel.train),
+                 "eval_rows": len(sel.eval), "heldout_compounds": list(sel.heldout),
+                 "atom_divergence": sel.atom_divergence, "compound_divergence": sel.compound_divergence,
+                 "random_split": {"atom_divergence": sel.random_atom_divergence,
+                                  "compound_divergence": sel.random_compound_divergence}, "rounds": sel.rounds}
+    cells = sorted({s.generator for s in recipe.splits if s.role == "train" and s.generator != "mcd_side"})
+    return {**found, "train_generators": cells}
 
 
 def _check_heldout(rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems: list[str],
@@ -191,6 +208,16 @@ def _check_mcd(rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems
     cert["search"] = {k: claims.get(k) for k in ("pool_rows", "atom_divergence", "compound_divergence",
                                                  "random_split", "rounds")}
     bound = rule.config["max_atom_divergence"]
+    cells = list(claims.get("train_generators") or [])
+    if cells:
+        # training cells on the search's train side (atomic rows beside its compositions): their D_A and
+        # D_C are measured above from their rows; the bound and the search's D_C are of its own selection
+        cert["train_cells"] = cells
+        check.setdefault("warnings", []).append(
+            f"the training splits are built by {', '.join(cells)} on the search's train side: D_A and D_C are "
+            "measured from their rows (atomic rows included); max_atom_divergence bounds the search's own "
+            f"selection (search.atom_divergence {claims.get('atom_divergence')})")
+        return
     if train and evals:
         whole = len(train) == claims.get("train_rows") and len(evals) == claims.get("eval_rows")
         if whole and cert["atom_divergence"] > bound + 1e-9:
