@@ -221,6 +221,11 @@ def test_training_cells_on_an_mcd_split_compose_only_the_search_train_side(tmp_p
     # the search's side shares no program with the cell's compositions
     assert not {E.render(t) for t in comps} & {E.render(row[0]) for row in rows["test"]}
     assert "FAIL" not in opgen("verify", str(out)).stdout
+    # --only rl with its recorded files changed: certified again from the kept cell and eval side
+    _edit_manifest(out, lambda m: m["splits"]["rl"]["files"][0].update(sha256="0" * 64))
+    opgen("build", str(tmp_path / "mcd-cells.yaml"), "--out", str(out), "--only", "rl")
+    again = json.loads((out / "manifest.json").read_text())["split_certificates"]["mcd-cells-e2e"]
+    assert again.pop("only")["certificate"] == "recomputed" and again == cert
 
 
 def test_mcd_cells_refuse_options_the_search_sets(tmp_path: Path):
@@ -327,3 +332,53 @@ def test_heldout_ops_split_reproduces_the_bundled_eval_suite(tmp_path: Path):
     for s in ma["splits"].values():
         for f in s["files"]:
             assert (a / f["path"]).read_bytes() == (b / f["path"]).read_bytes()
+
+
+def _edit_manifest(out: Path, fn) -> None:
+    path = out / "manifest.json"
+    man = json.loads(path.read_text())
+    fn(man)
+    path.write_text(json.dumps(man, indent=2))
+
+
+def test_only_keeps_the_certificate_when_the_rebuilt_rows_are_identical(tmp_path: Path):
+    out, man = build(tmp_path, SYSTEMATICITY, "sys")
+    before = man["split_certificates"]["sys-e2e"]
+    opgen("build", str(tmp_path / "sys.yaml"), "--out", str(out), "--only", "test")
+    after = json.loads((out / "manifest.json").read_text())["split_certificates"]["sys-e2e"]
+    only = after.pop("only")
+    assert only["certificate"] == "kept" and only["rebuilt"] == ["test"] and "byte-identical" in only["why"]
+    assert after == before
+    tree = tmp_path / "tree"
+    opgen("push", str(out), "--repo-id", "org/sys", "--dry-run", str(tree))
+    assert "| updated by --only | test rebuilt; certificate kept" in (tree / "README.md").read_text()
+
+
+def test_only_recomputes_the_certificate_from_the_kept_files_when_the_rows_differ(tmp_path: Path):
+    out, man = build(tmp_path, SYSTEMATICITY, "sys")
+    true = man["split_certificates"]["sys-e2e"]
+
+    def stale(m: dict) -> None:  # the recorded test rows are not those the rebuild writes; a stale value
+        m["splits"]["test"]["files"][0]["sha256"] = "0" * 64
+        m["split_certificates"]["sys-e2e"]["compound_divergence"] = 0.123
+
+    _edit_manifest(out, stale)
+    opgen("build", str(tmp_path / "sys.yaml"), "--out", str(out), "--only", "test")
+    after = json.loads((out / "manifest.json").read_text())["split_certificates"]["sys-e2e"]
+    only = after.pop("only")
+    assert only["certificate"] == "recomputed" and "train" in only["why"] and "read back" in only["why"]
+    assert after == true  # measured again: the kept train split's rows read from the folder
+    # a previous build without a certificate: recomputed too, and said why
+    _edit_manifest(out, lambda m: m.pop("split_certificates"))
+    opgen("build", str(tmp_path / "sys.yaml"), "--out", str(out), "--only", "train")
+    after = json.loads((out / "manifest.json").read_text())["split_certificates"]["sys-e2e"]
+    assert after.pop("only")["why"].startswith("no certificate in the previous build") and after == true
+    # the kept split's rows are what is checked: a kept training file holding a held-out pair fails it
+    bad, _ = build(tmp_path, SYSTEMATICITY.replace("pairs: [[func_3, func_9], [func_15, func_17]]",
+                                                   "pairs: [[func_3, func_15]]"), "other")
+    import shutil
+
+    shutil.copy(bad / "train.parquet", out / "train.parquet")
+    _edit_manifest(out, stale)
+    r = opgen("build", str(tmp_path / "sys.yaml"), "--out", str(out), "--only", "test", check=False)
+    assert r.returncode != 0 and "certificate's check failed" in r.stderr and "Traceback" not in r.stderr
