@@ -243,6 +243,22 @@ def test_mcd_cells_refuse_options_the_search_sets(tmp_path: Path):
     assert r.returncode != 0 and "splits.test.generator" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_annealed_mcd_recipe_builds_and_its_certificate_names_the_search(tmp_path: Path):
+    text = MCD.replace("max_atom_divergence: 0.05", "max_atom_divergence: 0.05\n  search: anneal\n  steps: 80")
+    out, man = build(tmp_path, text, "mcd-anneal")
+    cert = man["split_certificates"]["mcd-e2e"]
+    assert cert["check"]["ok"] and cert["atom_divergence"] <= 0.05
+    assert cert["search"]["search"] == "anneal" and cert["search"]["anneal_steps"] == 80
+    assert cert["config"]["search"] == "anneal" and cert["config"]["temperature"] == 0.005
+    held = set(cert["heldout_compounds"])
+    assert held and not any(held & _edge_texts(t) for row in trees_of(out / "train.parquet") for t in row)
+    # steps without the annealed search is refused, naming the field
+    bad = MCD.replace("max_atom_divergence: 0.05", "max_atom_divergence: 0.05\n  steps: 5")
+    (tmp_path / "bad.yaml").write_text(bad)
+    r = opgen("build", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "split.steps: only the annealed search" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_productivity_recipe_splits_by_depth(tmp_path: Path):
     out, man = build(tmp_path, PRODUCTIVITY, "prod")
     assert max(E.depth(t) for row in trees_of(out / "train.parquet") for t in row) <= 2

@@ -156,7 +156,9 @@ def mcd_claims(recipe: Any, sections: Sequence[Mapping[str, Any]]) -> dict[str, 
                  "eval_rows": len(sel.eval), "heldout_compounds": list(sel.heldout),
                  "atom_divergence": sel.atom_divergence, "compound_divergence": sel.compound_divergence,
                  "random_split": {"atom_divergence": sel.random_atom_divergence,
-                                  "compound_divergence": sel.random_compound_divergence}, "rounds": sel.rounds}
+                                  "compound_divergence": sel.random_compound_divergence}, "rounds": sel.rounds,
+                 **({"search": sel.method, "anneal_steps": sel.anneal_steps, "anneal_accepted": sel.anneal_accepted}
+                    if sel.method != "greedy" else {})}
     cells = sorted({s.generator for s in recipe.splits if s.role == "train" and s.generator != "mcd_side"})
     return {**found, "train_generators": cells}
 
@@ -258,7 +260,8 @@ def _check_mcd(rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems
     with_h = sum(1 for u in evals if hs & set(u.compounds))
     cert["heldout_share_of_eval_rows"] = round(with_h / len(evals), 6) if evals else 0.0
     cert["search"] = {k: claims.get(k) for k in ("pool_rows", "atom_divergence", "compound_divergence",
-                                                 "random_split", "rounds")}
+                                                 "random_split", "rounds")} | \
+        {k: claims[k] for k in ("search", "anneal_steps", "anneal_accepted") if k in claims}
     bound = rule.config["max_atom_divergence"]
     cells = list(claims.get("train_generators") or [])
     if cells:

@@ -62,6 +62,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "max_atom_divergence": {"type": "number", "minimum": 0, "maximum": 1},
         "candidates": {"type": "integer", "minimum": 1, "description": "compounds tried per greedy round"},
         "rounds": {"type": "integer", "minimum": 0, "description": "greedy rounds at most"},
+        "search": {"enum": ["greedy", "anneal"]},
+        "steps": {"type": "integer", "minimum": 0, "description": "annealing moves after the greedy rounds"},
+        "temperature": {"type": "number", "minimum": 0, "description": "annealing's starting temperature (D_C)"},
     }),
 }
 KINDS = tuple(SCHEMAS)
@@ -301,10 +304,24 @@ def resolve(raw: Any, shown: str, seed: int) -> Rule | None:
                    "max_atom_divergence": raw.get("max_atom_divergence", mcd.DEFAULT_ATOM_BOUND),
                    "candidates": raw.get("candidates", mcd.DEFAULT_CANDIDATES),
                    "rounds": raw.get("rounds", mcd.DEFAULT_ROUNDS)})
+    _mcd_search(raw, config, where)
     if config["train_rows"] + config["eval_rows"] > config["pool"]["rows"]:
         raise SplitError(f"{where}.pool.rows: {config['pool']['rows']} pool rows cannot give train_rows "
                          f"{config['train_rows']} + eval_rows {config['eval_rows']}")
     return Rule(kind, config, spec, where)
+
+
+def _mcd_search(raw: Mapping[str, Any], config: dict[str, Any], where: str) -> None:
+    """mcd's ``search``: the annealed search's fields go in the resolved config only when it is chosen,
+    so a greedy split's resolved config (its search's seed stream) stays as it was."""
+    from opgen.splits import mcd
+
+    if raw.get("search", "greedy") == "anneal":
+        config.update({"search": "anneal", "steps": raw.get("steps", mcd.DEFAULT_STEPS),
+                       "temperature": raw.get("temperature", mcd.DEFAULT_TEMPERATURE)})
+    elif "steps" in raw or "temperature" in raw:
+        raise SplitError(f"{where}.{'steps' if 'steps' in raw else 'temperature'}: only the annealed search "
+                         "takes it (search: anneal)")
 
 
 def _systematicity(raw: Mapping[str, Any], config: dict[str, Any], spec: C.CompoundSpec, where: str,
