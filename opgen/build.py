@@ -568,8 +568,12 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
                 shards = Shards(tuple(plans), tuple(_layout(plans, tmp_dir)), os.getpid())
                 if mapper is not None:
                     mapper.stage(tmp_dir, seed)
+                kept = None
+                if keep:
+                    assert previous is not None  # --only: the kept splits' files, for split certificates
+                    kept = {n: [out / f["path"] for f in previous["splits"][n]["files"]] for n in keep}
                 man = _build(recipes, shards, stage, tmp_dir, 1 if mapper else workers, limit, seed,
-                             progress, t0, mapper)
+                             progress, t0, mapper, previous if keep else None, kept)
                 if keep:
                     assert previous is not None
                     man = _merge(man, previous, keep, out, stage, recipes)
@@ -703,11 +707,20 @@ def _merge(man: dict[str, Any], previous: dict[str, Any], keep: list[str], out: 
                  if roles[e] == "eval" and roles[t] == "train" and [e, t] not in pairs]
     merged["leakage"] = {**new, "ok": all(v["allowed"] for v in violations), "checked_pairs": pairs,
                          "violations": violations, "unchecked_pairs": unchecked}
+    # split certificates: re-made (or kept, marked) for recipes with a rebuilt split; the others' stay
+    old_certs, new_certs = previous.get("split_certificates") or {}, man.get("split_certificates") or {}
+    certs = {r.name: new_certs.get(r.name, old_certs.get(r.name)) for r in recipes}
+    certs = {k: v for k, v in certs.items() if v is not None}
+    if certs:
+        merged["split_certificates"] = certs
+    else:
+        merged.pop("split_certificates", None)
     return merged
 
 
 def _build(recipes: list[Recipe], shards: Shards, out: Path, tmp_dir: Path, workers: int, limit: int | None,
-           seed: int | None, progress: bool, t0: float, mapper: Any = None) -> dict[str, Any]:
+           seed: int | None, progress: bool, t0: float, mapper: Any = None, previous: dict[str, Any] | None = None,
+           kept: dict[str, list[Path]] | None = None) -> dict[str, Any]:
     plans, units = shards.plans, shards.units
     resolved, finished = _phases(shards, workers, progress, mapper)
     results = resolved.shards
@@ -738,7 +751,7 @@ def _build(recipes: list[Recipe], shards: Shards, out: Path, tmp_dir: Path, work
                         total.merge(part)
     try:
         SC.annotate(man, recipes, {plan.cfg.name: [units[uid].tmp for uid in plan.units] for plan in plans},
-                    tallies)
+                    tallies, previous, kept)
     except (SC.SplitError, SC.R.SplitRowsError) as exc:
         raise BuildError(str(exc)) from None
     for cls in sorted({type(plan.gen) for plan in plans}, key=lambda c: c.__name__):

@@ -197,6 +197,30 @@ def test_mcd_never_exceeds_its_atom_bound_and_beats_a_random_split(rows, seed, b
     assert not any(held & set(pool[i].compounds) for i in sel.train)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=rows_strategy, seed=st.integers(0, 10**6), bound=st.sampled_from([0.02, 0.1, 0.3]))
+def test_annealed_mcd_never_exceeds_its_atom_bound_and_reaches_the_greedy_split(rows, seed, bound):
+    pool = _pool(rows)
+    n_train, n_eval = len(pool) // 2, len(pool) // 5
+    kw = {"max_atom_divergence": bound, "candidates": 8, "rounds": 20}
+    try:
+        greedy = mcd.search(pool, n_train, n_eval, (seed,), **kw)
+    except mcd.McdError:
+        assume(False)
+        return
+    sel = mcd.search(pool, n_train, n_eval, (seed,), method="anneal", steps=60, **kw)
+    assert sel.method == "anneal" and sel.anneal_steps == 60
+    assert len(sel.train) == n_train and len(sel.eval) == n_eval and not set(sel.train) & set(sel.eval)
+    measured = D.compare([pool[i] for i in sel.train], [pool[i] for i in sel.eval])
+    assert measured["atom_divergence"] == pytest.approx(sel.atom_divergence, abs=1e-6)
+    assert measured["compound_divergence"] == pytest.approx(sel.compound_divergence, abs=1e-6)
+    assert sel.atom_divergence <= bound
+    assert sel.compound_divergence >= greedy.compound_divergence - 1e-9
+    held = set(sel.heldout)
+    assert not any(held & set(pool[i].compounds) for i in sel.train)
+    assert mcd.search(pool, n_train, n_eval, (seed,), method="anneal", steps=60, **kw) == sel
+
+
 def test_mcd_is_deterministic_from_its_seed():
     pool = _pool([[(i % 6, (i * 7) % 6), ((i * 3) % 6, (i + 1) % 6)] for i in range(200)])
     a = mcd.search(pool, 100, 30, ("s", 1), max_atom_divergence=0.3)
@@ -234,3 +258,10 @@ def test_bundled_split_recipes_resolve_and_the_cells_share_their_pairs():
     train = next(s for s in sft.splits if s.role == "train")
     assert train.options["compositions"]["split"] == sft.split.config
     assert sft.split.admitter("eval") is not None
+    # the MCD cell: its compositions are the search's train side (their options are the pool's)
+    mcd_cell = R.load("sft-eco-mcd")
+    assert mcd_cell.split.kind == "mcd"
+    cell = next(s for s in mcd_cell.splits if s.role == "train")
+    assert cell.generator == "sft_cell"
+    assert cell.options["compositions"] == {"pool": "mcd-train-d2-4", "rows": 15979, "split": mcd_cell.split.config}
+    assert [s.generator for s in mcd_cell.splits if s.role == "eval"] == ["mcd_side"]

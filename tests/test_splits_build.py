@@ -62,6 +62,29 @@ splits:
       compositions: {pool: e2e-comps, rows: 150, ops: all, depths: [2, 3]}
 """
 
+MCD_CELLS = """\
+name: mcd-cells-e2e
+seed: 2
+split:
+  kind: mcd
+  pool: {generator: trees, rows: 1500, options: {ops: all, depths: [2, 3], rows: 2000}}
+  train_rows: 500
+  eval_rows: 120
+  max_atom_divergence: 0.05
+defaults: {prompt_format: closed_book, answer_format: ra}
+splits:
+  train:
+    generator: sft_cell
+    role: train
+    kind: sft
+    options:
+      atomic: {pool: e2e-atomic, per_op: 2, ops: all}
+      width: [1, 3]
+      compositions: {rows: 400}
+  rl: {generator: rl_pool, role: train, kind: rl, options: {rows: 60, chain_depth: [3, 5], width: [1, 3]}}
+  test: {role: eval, kind: rl}
+"""
+
 
 def opgen(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     r = subprocess.run([sys.executable, "-m", "opgen", *args], capture_output=True, text=True)
@@ -163,6 +186,79 @@ def test_mcd_recipe_builds_within_its_atom_bound(tmp_path: Path):
     assert f"{cert['compound_divergence']:.4f}" in card and "a random split of the same sizes" in card
 
 
+def _edge_texts(t: E.Expr) -> set[str]:
+    """A tree's parent→child compound texts, walked here (not via opgen.splits' occurrences)."""
+    from opgen.splits.compounds import edge_text
+
+    lab = {E.Call: lambda x: x.op, E.Concat: lambda x: "+", E.Method: lambda x: "." + x.name}
+    out = set()
+    for n in E.walk(t):
+        if isinstance(n, (E.Call, E.Concat, E.Method)):
+            for pos, k in enumerate(E.children(n)):
+                if isinstance(k, (E.Call, E.Concat, E.Method)):
+                    out.add(edge_text(lab[type(n)](n), pos, lab[type(k)](k)))
+    return out
+
+
+def test_training_cells_on_an_mcd_split_compose_only_the_search_train_side(tmp_path: Path):
+    out, man = build(tmp_path, MCD_CELLS, "mcd-cells")
+    cert = man["split_certificates"]["mcd-cells-e2e"]
+    assert cert["check"]["ok"] and cert["train_splits"] == ["train", "rl"] and cert["eval_splits"] == ["test"]
+    assert cert["train_cells"] == ["rl_pool", "sft_cell"] and cert["check"]["train_rows_with_heldout_compound"] == 0
+    held = set(cert["heldout_compounds"])
+    assert held and cert["compound_divergence"] > 0
+    # independently: no held-out compound in any training row of either cell
+    rows = {n: trees_of(out / f"{n}.parquet") for n in ("train", "rl", "test")}
+    assert not any(held & _edge_texts(t) for n in ("train", "rl") for row in rows[n] for t in row)
+    assert all(any(held & _edge_texts(t) for t in row) for row in rows["test"])
+    # the cell's compositions are the search's train side; its atomic skills cover every operator
+    comps = [row[0] for row in rows["train"] if E.depth(row[0]) > 1]
+    assert len(comps) == 400 and man["splits"]["train"]["cell"]["compositions"]["pool"] == "mcd-train"
+    atomic_ops = {t.op for row in rows["train"] for t in row if E.depth(t) == 1 and isinstance(t, E.Call)}
+    assert atomic_ops == set(ops.ALL_IDS)
+    # the RL pool's chains drew again around the held-out compounds
+    assert len(rows["rl"]) == 60 and man["splits"]["rl"]["rejections"].get("split", 0) > 0
+    # the search's side shares no program with the cell's compositions
+    assert not {E.render(t) for t in comps} & {E.render(row[0]) for row in rows["test"]}
+    assert "FAIL" not in opgen("verify", str(out)).stdout
+    # --only rl with its recorded files changed: certified again from the kept cell and eval side
+    _edit_manifest(out, lambda m: m["splits"]["rl"]["files"][0].update(sha256="0" * 64))
+    opgen("build", str(tmp_path / "mcd-cells.yaml"), "--out", str(out), "--only", "rl")
+    again = json.loads((out / "manifest.json").read_text())["split_certificates"]["mcd-cells-e2e"]
+    assert again.pop("only")["certificate"] == "recomputed" and again == cert
+
+
+def test_mcd_cells_refuse_options_the_search_sets(tmp_path: Path):
+    bad = MCD_CELLS.replace("compositions: {rows: 400}", "compositions: {rows: 400, depths: [2]}")
+    (tmp_path / "bad.yaml").write_text(bad)
+    r = opgen("build", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "splits.train.options.compositions.depths" in r.stderr
+    (tmp_path / "big.yaml").write_text(MCD_CELLS.replace("{rows: 400}", "{rows: 501}"))
+    r = opgen("build", str(tmp_path / "big.yaml"), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "compositions.rows: 501" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "ev.yaml").write_text(MCD_CELLS.replace("test: {role: eval, kind: rl}",
+                                                        "test: {role: eval, kind: rl, generator: trees}"))
+    r = opgen("build", str(tmp_path / "ev.yaml"), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "splits.test.generator" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_annealed_mcd_recipe_builds_and_its_certificate_names_the_search(tmp_path: Path):
+    text = MCD.replace("max_atom_divergence: 0.05", "max_atom_divergence: 0.05\n  search: anneal\n  steps: 80")
+    out, man = build(tmp_path, text, "mcd-anneal")
+    cert = man["split_certificates"]["mcd-e2e"]
+    assert cert["check"]["ok"] and cert["atom_divergence"] <= 0.05
+    assert cert["search"]["search"] == "anneal" and cert["search"]["anneal_steps"] == 80
+    assert cert["config"]["search"] == "anneal" and cert["config"]["temperature"] == 0.005
+    held = set(cert["heldout_compounds"])
+    assert held and not any(held & _edge_texts(t) for row in trees_of(out / "train.parquet") for t in row)
+    # steps without the annealed search is refused, naming the field
+    bad = MCD.replace("max_atom_divergence: 0.05", "max_atom_divergence: 0.05\n  steps: 5")
+    (tmp_path / "bad.yaml").write_text(bad)
+    r = opgen("build", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "split.steps: only the annealed search" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_productivity_recipe_splits_by_depth(tmp_path: Path):
     out, man = build(tmp_path, PRODUCTIVITY, "prod")
     assert max(E.depth(t) for row in trees_of(out / "train.parquet") for t in row) <= 2
@@ -252,3 +348,53 @@ def test_heldout_ops_split_reproduces_the_bundled_eval_suite(tmp_path: Path):
     for s in ma["splits"].values():
         for f in s["files"]:
             assert (a / f["path"]).read_bytes() == (b / f["path"]).read_bytes()
+
+
+def _edit_manifest(out: Path, fn) -> None:
+    path = out / "manifest.json"
+    man = json.loads(path.read_text())
+    fn(man)
+    path.write_text(json.dumps(man, indent=2))
+
+
+def test_only_keeps_the_certificate_when_the_rebuilt_rows_are_identical(tmp_path: Path):
+    out, man = build(tmp_path, SYSTEMATICITY, "sys")
+    before = man["split_certificates"]["sys-e2e"]
+    opgen("build", str(tmp_path / "sys.yaml"), "--out", str(out), "--only", "test")
+    after = json.loads((out / "manifest.json").read_text())["split_certificates"]["sys-e2e"]
+    only = after.pop("only")
+    assert only["certificate"] == "kept" and only["rebuilt"] == ["test"] and "byte-identical" in only["why"]
+    assert after == before
+    tree = tmp_path / "tree"
+    opgen("push", str(out), "--repo-id", "org/sys", "--dry-run", str(tree))
+    assert "| updated by --only | test rebuilt; certificate kept" in (tree / "README.md").read_text()
+
+
+def test_only_recomputes_the_certificate_from_the_kept_files_when_the_rows_differ(tmp_path: Path):
+    out, man = build(tmp_path, SYSTEMATICITY, "sys")
+    true = man["split_certificates"]["sys-e2e"]
+
+    def stale(m: dict) -> None:  # the recorded test rows are not those the rebuild writes; a stale value
+        m["splits"]["test"]["files"][0]["sha256"] = "0" * 64
+        m["split_certificates"]["sys-e2e"]["compound_divergence"] = 0.123
+
+    _edit_manifest(out, stale)
+    opgen("build", str(tmp_path / "sys.yaml"), "--out", str(out), "--only", "test")
+    after = json.loads((out / "manifest.json").read_text())["split_certificates"]["sys-e2e"]
+    only = after.pop("only")
+    assert only["certificate"] == "recomputed" and "train" in only["why"] and "read back" in only["why"]
+    assert after == true  # measured again: the kept train split's rows read from the folder
+    # a previous build without a certificate: recomputed too, and said why
+    _edit_manifest(out, lambda m: m.pop("split_certificates"))
+    opgen("build", str(tmp_path / "sys.yaml"), "--out", str(out), "--only", "train")
+    after = json.loads((out / "manifest.json").read_text())["split_certificates"]["sys-e2e"]
+    assert after.pop("only")["why"].startswith("no certificate in the previous build") and after == true
+    # the kept split's rows are what is checked: a kept training file holding a held-out pair fails it
+    bad, _ = build(tmp_path, SYSTEMATICITY.replace("pairs: [[func_3, func_9], [func_15, func_17]]",
+                                                   "pairs: [[func_3, func_15]]"), "other")
+    import shutil
+
+    shutil.copy(bad / "train.parquet", out / "train.parquet")
+    _edit_manifest(out, stale)
+    r = opgen("build", str(tmp_path / "sys.yaml"), "--out", str(out), "--only", "test", check=False)
+    assert r.returncode != 0 and "certificate's check failed" in r.stderr and "Traceback" not in r.stderr

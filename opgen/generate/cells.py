@@ -208,6 +208,27 @@ def comp_pool(name: str, rows: int, trees: Mapping[str, Any], seed: int = 1, whe
         raise CellError(f"{where}: {exc}" if where else str(exc)) from None
 
 
+def mcd_train_tasks(split: Mapping[str, Any], rows: int, seed: int, where: str) -> tuple[Task, ...]:
+    """The first ``rows`` rows of an mcd search's train side (opgen.splits.mcd), as compositions: a
+    cell on an mcd split composes only what the search put on its train side."""
+    from opgen.splits import mcd
+
+    try:
+        items, sel = mcd.pool_and_selection(split, seed, where.split(": ", 1)[0] + ": " if ": " in where else "")
+    except mcd.McdError as exc:
+        raise CellError(f"{where}: {exc}") from None
+    if rows > len(sel.train):
+        raise CellError(f"{where}.rows: {rows} compositions asked, the search's train side has {len(sel.train)}")
+    out = []
+    for k in sel.train[:rows]:
+        tasks = items[k].tasks
+        if len(tasks) != 1:
+            raise CellError(f"{where}: the mcd pool's rows hold {len(tasks)} tasks; a cell's compositions are "
+                            "single-task rows (give split.pool a generator of one task a row: trees, chains)")
+        out.append(tasks[0])
+    return tuple(out)
+
+
 # ---------------------------------------------------------------- option fragments
 
 _RANGE = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2}
@@ -258,6 +279,9 @@ class _PoolUser(Generator):
         return atomic_pool(spec["pool"], spec["per_op"], list(op_ids), self.ctx.seed, self.ctx.role)
 
     def _comps(self, spec: Mapping[str, Any]) -> tuple[Task, ...]:
+        split = spec.get("split")
+        if isinstance(split, Mapping) and split.get("kind") == "mcd":
+            return mcd_train_tasks(split, spec["rows"], self.ctx.seed, f"{self.ctx.where}.compositions")
         trees = {"ops": spec.get("ops", "train"), "depths": spec.get("depths", [2, 3, 4]), **spec.get("trees", {})}
         if "rows" in trees or "per_depth" in trees:
             raise self.fail("compositions.trees", "the pool's size is compositions.pool_rows, not a trees option")

@@ -75,12 +75,26 @@ def tally_section(tally: C.Tally) -> dict[str, Any]:
             "compounds": {k: _num(v) for k, v in sorted(comps.items())}}
 
 
+def _recorded_files(section: Mapping[str, Any] | None) -> list[tuple[Any, Any]] | None:
+    if not isinstance(section, Mapping) or not isinstance(section.get("files"), list):
+        return None
+    return [(f.get("path"), f.get("sha256")) for f in section["files"] if isinstance(f, Mapping)]
+
+
 def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Sequence[Path]],
-             tallies: Mapping[str, C.Tally] | None = None) -> None:
+             tallies: Mapping[str, C.Tally] | None = None, previous: Mapping[str, Any] | None = None,
+             kept: Mapping[str, Sequence[Path]] | None = None) -> None:
     """Add per-split histograms and each split recipe's certificate to ``man`` (raises SplitError
     when a certificate's check fails). ``files``: each built split's parquet files; ``tallies``:
     the histograms of splits the builder counted as it generated them (those are not read back;
-    a split recipe's splits always are, for its certificate)."""
+    a split recipe's splits always are, for its certificate).
+
+    ``--only`` (``previous``: the build it updates; ``kept``: the files of the splits it keeps): a
+    split recipe whose splits were partly rebuilt keeps the previous certificate when every rebuilt
+    split's files are byte-identical to what the previous manifest recorded, and is otherwise
+    certified again from the rebuilt rows and the kept splits' files, read back from the folder.
+    Either way the certificate says so under ``only``. Recipes none of whose splits were rebuilt
+    keep their certificate (the caller's merge carries it over)."""
     spec_of: dict[str, C.CompoundSpec] = {}
     for r in recipes:
         for s in r.splits:
@@ -100,24 +114,81 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
         if r.split is None:
             continue
         names = [s.name for s in r.splits]
-        if any(n not in units for n in names):
-            continue  # --only rebuilt part of it: the certificate of the whole split is not re-made
+        rebuilt = [n for n in names if n in units]
+        if not rebuilt:
+            continue  # --only rebuilt none of it: the previous certificate stays (merged by the caller)
+        only = None
+        if len(rebuilt) < len(names):
+            kept_cert, only, files = _partly_rebuilt(r, names, rebuilt, man, units, files, previous or {}, kept or {})
+            if kept_cert is not None:
+                certs[r.name] = kept_cert
+                continue
         train_names = [s.name for s in r.splits if s.role == "train"]
         eval_names = [s.name for s in r.splits if s.role == "eval"]
         for n in (*train_names, *eval_names):
             depths[n] = R.depths_of(list(files[n]))
         claims = None
         if r.split.kind == "mcd":
-            claims = next((man["splits"][n].get("mcd") for n in names if man["splits"][n].get("mcd")), None)
+            claims = mcd_claims(r, [man["splits"].get(n) or ((previous or {}).get("splits") or {}).get(n) or {}
+                                    for n in names])
         cert = certify(r.split, [u for n in train_names for u in units[n]], [u for n in eval_names for u in units[n]],
                        [d for n in train_names for d in depths[n]], [d for n in eval_names for d in depths[n]], claims)
         cert = {"train_splits": train_names, "eval_splits": eval_names, **cert}
+        if only is not None:
+            cert["only"] = only
         if not cert["check"]["ok"]:
             raise SplitError(f"{r.path}: split: the {r.split.kind} certificate's check failed: "
                              + "; ".join(cert["check"]["problems"]))
         certs[r.name] = cert
     if certs:
         man["split_certificates"] = certs
+
+
+def mcd_claims(recipe: Any, sections: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What an mcd recipe's search claims (its ``mcd_side`` splits' manifest section, else the search
+    itself, re-run from the recipe), and whether the training splits are the search's own rows."""
+    found = next((s["mcd"] for s in sections if s.get("mcd")), None)
+    if found is None:
+        from opgen.splits import mcd
+
+        sel = mcd.pool_and_selection(recipe.split.config, recipe.seed, f"{recipe.path}: ")[1]
+        found = {"pool_rows": recipe.split.config["pool"]["rows"], "train_rows": len(sel.train),
+                 "eval_rows": len(sel.eval), "heldout_compounds": list(sel.heldout),
+                 "atom_divergence": sel.atom_divergence, "compound_divergence": sel.compound_divergence,
+                 "random_split": {"atom_divergence": sel.random_atom_divergence,
+                                  "compound_divergence": sel.random_compound_divergence}, "rounds": sel.rounds,
+                 **({"search": sel.method, "anneal_steps": sel.anneal_steps, "anneal_accepted": sel.anneal_accepted}
+                    if sel.method != "greedy" else {})}
+    cells = sorted({s.generator for s in recipe.splits if s.role == "train" and s.generator != "mcd_side"})
+    return {**found, "train_generators": cells}
+
+
+def _partly_rebuilt(r: Any, names: Sequence[str], rebuilt: Sequence[str], man: Mapping[str, Any],
+                    units: dict[str, list[C.RowUnits]], files: Mapping[str, Sequence[Path]],
+                    prev: Mapping[str, Any], kept: Mapping[str, Sequence[Path]],
+                    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, Mapping[str, Sequence[Path]]]:
+    """--only rebuilt some of a split recipe's splits: (the previous certificate, kept, when the
+    rebuilt files are those recorded; else None and the ``only`` note, with the kept splits' rows
+    read back into ``units`` and their files added)."""
+    old_cert = (prev.get("split_certificates") or {}).get(r.name)
+    same = all(_recorded_files(man["splits"][n]) == _recorded_files((prev.get("splits") or {}).get(n))
+               for n in rebuilt)
+    if isinstance(old_cert, dict) and same:
+        return {**old_cert, "only": {
+            "rebuilt": list(rebuilt), "certificate": "kept",
+            "why": "the rebuilt splits' files are byte-identical (sha256) to the previous build's"}}, None, files
+    absent = [n for n in names if n not in units and n not in kept]
+    if absent:
+        raise SplitError(f"{r.path}: split: --only rebuilt {', '.join(rebuilt)} but the build holds no "
+                         f"{', '.join(absent)} to certify the split with; rebuild the whole recipe")
+    others = [n for n in names if n not in units]
+    for n in others:
+        units[n] = R.units_of(list(kept[n]), r.split.spec)
+    why = "no certificate in the previous build" if not isinstance(old_cert, dict) else \
+        "the rebuilt splits' files differ from the previous build's"
+    only = {"rebuilt": list(rebuilt), "certificate": "recomputed",
+            "why": f"{why}; the kept splits ({', '.join(others)}) were read back from the folder"}
+    return None, only, {**files, **{n: kept[n] for n in others}}
 
 
 def _check_heldout(rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems: list[str],
@@ -189,8 +260,19 @@ def _check_mcd(rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems
     with_h = sum(1 for u in evals if hs & set(u.compounds))
     cert["heldout_share_of_eval_rows"] = round(with_h / len(evals), 6) if evals else 0.0
     cert["search"] = {k: claims.get(k) for k in ("pool_rows", "atom_divergence", "compound_divergence",
-                                                 "random_split", "rounds")}
+                                                 "random_split", "rounds")} | \
+        {k: claims[k] for k in ("search", "anneal_steps", "anneal_accepted") if k in claims}
     bound = rule.config["max_atom_divergence"]
+    cells = list(claims.get("train_generators") or [])
+    if cells:
+        # training cells on the search's train side (atomic rows beside its compositions): their D_A and
+        # D_C are measured above from their rows; the bound and the search's D_C are of its own selection
+        cert["train_cells"] = cells
+        check.setdefault("warnings", []).append(
+            f"the training splits are built by {', '.join(cells)} on the search's train side: D_A and D_C are "
+            "measured from their rows (atomic rows included); max_atom_divergence bounds the search's own "
+            f"selection (search.atom_divergence {claims.get('atom_divergence')})")
+        return
     if train and evals:
         whole = len(train) == claims.get("train_rows") and len(evals) == claims.get("eval_rows")
         if whole and cert["atom_divergence"] > bound + 1e-9:

@@ -44,7 +44,9 @@ class McdSide(Generator):
                 "atom_divergence": s.atom_divergence, "compound_divergence": s.compound_divergence,
                 "random_split": {"atom_divergence": s.random_atom_divergence,
                                  "compound_divergence": s.random_compound_divergence},
-                "rounds": s.rounds}
+                "rounds": s.rounds,
+                **({"search": s.method, "anneal_steps": s.anneal_steps, "anneal_accepted": s.anneal_accepted}
+                   if s.method != "greedy" else {})}
 
 
 GENERATORS = {"mcd_side": McdSide}

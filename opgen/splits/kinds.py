@@ -62,12 +62,17 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "max_atom_divergence": {"type": "number", "minimum": 0, "maximum": 1},
         "candidates": {"type": "integer", "minimum": 1, "description": "compounds tried per greedy round"},
         "rounds": {"type": "integer", "minimum": 0, "description": "greedy rounds at most"},
+        "search": {"enum": ["greedy", "anneal"]},
+        "steps": {"type": "integer", "minimum": 0, "description": "annealing moves after the greedy rounds"},
+        "temperature": {"type": "number", "minimum": 0, "description": "annealing's starting temperature (D_C)"},
     }),
 }
 KINDS = tuple(SCHEMAS)
 # The generators that plan their rows from composition pools: a split reaches their pools
 # through ``compositions.split`` (opgen/generate/cells.py), not through a redraw.
 POOL_CELLS = ("sft_cell", "matched_stream")
+# The name a cell's compositions on an mcd split get in its manifest when the recipe gives none.
+MCD_POOL_NAME = "mcd-train"
 
 
 def _canon(obj: Any) -> str:
@@ -133,14 +138,7 @@ class Rule:
         """A recipe split (defaults merged in) adapted to this rule, before its generator checks it."""
         role = merged.get("role")
         if self.kind == "mcd":
-            if merged.get("generator") not in (None, "mcd_side"):
-                raise SplitError(f"{where}.generator: a split of an mcd recipe takes its rows from split.pool; "
-                                 f"leave 'generator' out (got {merged['generator']!r})")
-            if role not in ("train", "eval"):
-                raise SplitError(f"{where}.role: 'role' is required (train or eval)")
-            merged = {**merged, "generator": "mcd_side",
-                      "options": {"side": role, "split": self.config, **dict(merged.get("options") or {})}}
-            return merged
+            return self._prepare_mcd(merged, where)
         if merged.get("generator") in POOL_CELLS and role == "train":
             comps = (merged.get("options") or {}).get("compositions")
             if isinstance(comps, dict) and self.admitter("train") is not None:
@@ -157,10 +155,66 @@ class Rule:
                                      f"(max_train_depth {d}) has depths {side}")
         return merged
 
+    def _prepare_mcd(self, merged: dict[str, Any], where: str) -> dict[str, Any]:
+        """An mcd recipe's split: the search's side (``mcd_side``), or a training cell on its train side."""
+        role, generator = merged.get("role"), merged.get("generator")
+        if generator in (None, "mcd_side"):
+            if role not in ("train", "eval"):
+                raise SplitError(f"{where}.role: 'role' is required (train or eval)")
+            return {**merged, "generator": "mcd_side",
+                    "options": {"side": role, "split": self.config, **dict(merged.get("options") or {})}}
+        if role != "train":
+            raise SplitError(f"{where}.generator: an eval split of an mcd recipe takes its rows from the search's "
+                             f"eval side; leave 'generator' out (got {generator!r})")
+        if generator not in POOL_CELLS:
+            return merged  # a generator that draws rows: wrap() holds its candidates to the search's H
+        options = dict(merged.get("options") or {})
+        comps = options.get("compositions")
+        if comps is None:
+            return merged  # atomic rows only: nothing composed
+        if not isinstance(comps, dict):
+            raise SplitError(f"{where}.options.compositions: expected a mapping ({{rows: N}}: the first N rows of "
+                             "the search's train side)")
+        foreign = sorted(set(comps) - {"pool", "rows", "split"})
+        if foreign:
+            raise SplitError(f"{where}.options.compositions.{foreign[0]}: on an mcd split the compositions are the "
+                             "search's train side (their operators and depths are split.pool's); give only "
+                             "'rows' (and a 'pool' name for the manifest)")
+        rows = comps.get("rows", self.config["train_rows"])
+        if not isinstance(rows, int) or isinstance(rows, bool) or not 1 <= rows <= self.config["train_rows"]:
+            raise SplitError(f"{where}.options.compositions.rows: {rows!r} — the search's train side has "
+                             f"train_rows {self.config['train_rows']} rows; ask for 1 to that many")
+        options["compositions"] = {"pool": comps.get("pool", MCD_POOL_NAME), "rows": rows, "split": self.config}
+        return {**merged, "options": options}
+
+    def mcd_heldout(self, seed: int) -> frozenset[str]:
+        """mcd: the search's held-out compounds H for ``seed`` (the search runs once per build, cached)."""
+        from opgen.splits import mcd
+
+        return frozenset(mcd.pool_and_selection(self.config, seed, self.where.rsplit("split", 1)[0])[1].heldout)
+
     def wrap(self, gen: Any, role: str, generator: str, where: str) -> Any:
         """``gen`` with its candidates held to this rule (a planned generator: checked, not redrawn)."""
+        if self.kind == "mcd":
+            if role != "train" or generator == "mcd_side" or generator in POOL_CELLS:
+                return gen  # the search's own rows, or a cell whose compositions are its train side
+            if not gen.REDRAWABLE:
+                raise SplitError(f"{where}: generator {generator!r} plans its rows and cannot redraw one that holds "
+                                 "a compound the mcd search held out; leave 'generator' out (the search's train "
+                                 "side), or use sft_cell / matched_stream or a generator that draws rows")
+            try:
+                held = self.mcd_heldout(gen.ctx.seed)
+            except ValueError as exc:
+                raise SplitError(str(exc)) from None
+            spec = self.spec
+
+            def admit_mcd(item: Item) -> bool:
+                units = C.row_units([t.program for t in item.tasks], [t.input for t in item.tasks], spec)
+                return not held.intersection(units.compounds)
+
+            return self._filtered(gen, admit_mcd)
         admit = self.admitter(role)
-        if admit is None or self.kind == "mcd":
+        if admit is None:
             return gen
         if generator in POOL_CELLS:
             return gen  # its composition pool drew under compositions.split; the certificate checks the rows
@@ -168,6 +222,10 @@ class Rule:
             raise SplitError(f"{where}: generator {generator!r} plans its rows and cannot redraw one that breaks "
                              f"the {self.kind} split; use a generator that draws rows (trees, chains, atomic, "
                              f"rl_pool) or sft_cell / matched_stream compositions")
+        return self._filtered(gen, admit)
+
+    @staticmethod
+    def _filtered(gen: Any, admit: Callable[[Item], bool]) -> Any:
         base_first_valid = gen.first_valid
 
         def first_valid(i: int, start: int = 0) -> tuple[int, Item]:
@@ -246,10 +304,24 @@ def resolve(raw: Any, shown: str, seed: int) -> Rule | None:
                    "max_atom_divergence": raw.get("max_atom_divergence", mcd.DEFAULT_ATOM_BOUND),
                    "candidates": raw.get("candidates", mcd.DEFAULT_CANDIDATES),
                    "rounds": raw.get("rounds", mcd.DEFAULT_ROUNDS)})
+    _mcd_search(raw, config, where)
     if config["train_rows"] + config["eval_rows"] > config["pool"]["rows"]:
         raise SplitError(f"{where}.pool.rows: {config['pool']['rows']} pool rows cannot give train_rows "
                          f"{config['train_rows']} + eval_rows {config['eval_rows']}")
     return Rule(kind, config, spec, where)
+
+
+def _mcd_search(raw: Mapping[str, Any], config: dict[str, Any], where: str) -> None:
+    """mcd's ``search``: the annealed search's fields go in the resolved config only when it is chosen,
+    so a greedy split's resolved config (its search's seed stream) stays as it was."""
+    from opgen.splits import mcd
+
+    if raw.get("search", "greedy") == "anneal":
+        config.update({"search": "anneal", "steps": raw.get("steps", mcd.DEFAULT_STEPS),
+                       "temperature": raw.get("temperature", mcd.DEFAULT_TEMPERATURE)})
+    elif "steps" in raw or "temperature" in raw:
+        raise SplitError(f"{where}.{'steps' if 'steps' in raw else 'temperature'}: only the annealed search "
+                         "takes it (search: anneal)")
 
 
 def _systematicity(raw: Mapping[str, Any], config: dict[str, Any], spec: C.CompoundSpec, where: str,

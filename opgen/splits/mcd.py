@@ -30,6 +30,10 @@ from opgen.splits import divergence as D
 DEFAULT_ATOM_BOUND = 0.02
 DEFAULT_CANDIDATES = 48
 DEFAULT_ROUNDS = 200
+SEARCHES = ("greedy", "anneal")
+DEFAULT_STEPS = 1000  # annealing moves after the greedy rounds
+DEFAULT_TEMPERATURE = 0.005  # the starting temperature, in units of D_C; cooled linearly to 0
+ANNEAL_KEYS = ("search", "steps", "temperature")  # config fields of the annealed search alone
 
 
 class McdError(ValueError, OpgenError):
@@ -48,6 +52,9 @@ class Selection:
     random_compound_divergence: float  # D_C of the search's starting (random) split
     random_atom_divergence: float
     rounds: int
+    method: str = "greedy"
+    anneal_steps: int = 0  # annealing moves tried (method "anneal")
+    anneal_accepted: int = 0  # of which accepted
 
 
 class _Incidence:
@@ -90,7 +97,15 @@ def _div(p: np.ndarray, q: np.ndarray, alpha: float) -> float:
 
 def search(units: Sequence[C.RowUnits], train_rows: int, eval_rows: int, seed_parts: Sequence[object],
            spec: C.CompoundSpec = C.DEFAULT, max_atom_divergence: float = DEFAULT_ATOM_BOUND,
-           candidates: int = DEFAULT_CANDIDATES, rounds: int = DEFAULT_ROUNDS) -> Selection:
+           candidates: int = DEFAULT_CANDIDATES, rounds: int = DEFAULT_ROUNDS, method: str = "greedy",
+           steps: int = DEFAULT_STEPS, temperature: float = DEFAULT_TEMPERATURE) -> Selection:
+    """The search (module docstring). ``method="anneal"``: after the greedy rounds, ``steps``
+    simulated-annealing moves on H (add a compound, remove one, or swap one for another, chosen by
+    the seeded stream), each accepted when D_A stays within the bound and D_C rises, or falls by
+    δ with probability exp(−δ / T), T cooled linearly from ``temperature`` to 0; the best split seen
+    is returned, so it never falls below the greedy one."""
+    if method not in SEARCHES:
+        raise McdError(f"search: {method!r} is not a search (known: {', '.join(SEARCHES)})")
     n = len(units)
     if train_rows + eval_rows > n:
         raise McdError(f"the pool has {n} rows; train_rows {train_rows} + eval_rows {eval_rows} do not fit")
@@ -156,10 +171,54 @@ def search(units: Sequence[C.RowUnits], train_rows: int, eval_rows: int, seed_pa
         c, has_p, chosen, dc, da = found
         held.append(c)
         best = (chosen, da, dc)
+    best_held, accepted = list(held), 0
+    if method == "anneal" and steps > 0:
+        best, best_held, accepted = _anneal(pick, score, holders, n, len(comps.vocab), held, best,
+                                            rng.derive("anneal"), steps, temperature, max_atom_divergence)
     (train, ev), da, dc = best
     return Selection(tuple(int(i) for i in train), tuple(int(i) for i in ev),
-                     tuple(sorted(comps.vocab[c] for c in held)), round(da, 6), round(dc, 6),
-                     round(r_dc, 6), round(r_da, 6), done)
+                     tuple(sorted(comps.vocab[c] for c in best_held)), round(da, 6), round(dc, 6),
+                     round(r_dc, 6), round(r_da, 6), done, method, steps if method == "anneal" else 0, accepted)
+
+
+def _anneal(pick: Any, score: Any, holders: Sequence[np.ndarray], n: int, vocab_n: int, held: Sequence[int],
+            best: Any, arng: Rng, steps: int, temperature: float, bound: float) -> tuple[Any, list[int], int]:
+    """Simulated annealing on H from the greedy's (``search``'s docstring): (best, its H, moves accepted)."""
+    cnt = np.zeros(n, dtype=np.int32)  # per permutation position: compounds of H the row holds
+    for c in held:
+        cnt[holders[c]] += 1
+    current, cur_dc, best_held, accepted = list(held), best[2], list(held), 0
+    for step in range(steps):
+        t = temperature * (1.0 - step / steps)
+        r = arng.derive(step)
+        move = r.below(3) if current else 0  # 0: add, 1: remove, 2: swap
+        add = drop = None
+        if move != 1:
+            inside = set(current)
+            if len(inside) == vocab_n:
+                continue
+            add = r.below(vocab_n)
+            while add in inside:  # uniform among the compounds outside H
+                add = r.below(vocab_n)
+        if move != 0:
+            drop = current[r.below(len(current))]
+        trial = cnt.copy()
+        if add is not None:
+            trial[holders[add]] += 1
+        if drop is not None:
+            trial[holders[drop]] -= 1
+        chosen = pick(trial > 0)
+        if chosen is None:
+            continue
+        da, dc = score(*chosen)
+        if da > bound or (dc < cur_dc and not (t > 0 and r.uniform() < float(np.exp((dc - cur_dc) / t)))):
+            continue
+        accepted += 1
+        cnt, cur_dc = trial, dc
+        current = [c for c in current if c != drop] + ([add] if add is not None else [])
+        if dc > best[2] + 1e-12:
+            best, best_held = (chosen, da, dc), list(current)
+    return best, best_held, accepted
 
 
 def random_split(n: int, train_rows: int, eval_rows: int, seed_parts: Sequence[object]) -> tuple[list[int], list[int]]:
@@ -226,9 +285,13 @@ def pool_and_selection(config: Mapping[str, Any], seed: int, where: str = "") ->
                        f"{total} rows, fewer than {want}; raise its rows or widen its options")
     spec = C.CompoundSpec.from_dict(config.get("compounds"))
     units = [C.row_units([t.program for t in it.tasks], [t.input for t in it.tasks], spec) for it in items]
-    sel = search(units, config["train_rows"], config["eval_rows"], (seed, _canon(config)), spec,
+    # seeded by the config without the annealing fields: the annealed search starts from the very
+    # split the greedy one of the same recipe reaches, so its D_C is never below it
+    greedy_config = {k: v for k, v in config.items() if k not in ANNEAL_KEYS}
+    sel = search(units, config["train_rows"], config["eval_rows"], (seed, _canon(greedy_config)), spec,
                  config.get("max_atom_divergence", DEFAULT_ATOM_BOUND), config.get("candidates", DEFAULT_CANDIDATES),
-                 config.get("rounds", DEFAULT_ROUNDS))
+                 config.get("rounds", DEFAULT_ROUNDS), config.get("search", "greedy"),
+                 config.get("steps", DEFAULT_STEPS), config.get("temperature", DEFAULT_TEMPERATURE))
     _CACHE.clear()  # one split at a time: a pool can be large
     _CACHE[key] = (items, sel)
     return items, sel

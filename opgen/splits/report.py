@@ -112,6 +112,10 @@ def card_section(manifest: Mapping[str, Any]) -> str | None:
                  str(check.get("train_rows_with_heldout_compound", check.get("train_rows_deeper_than_max", "n/a")))],
                 ["certificate check", "passed" if check.get("ok") else "FAILED"]]
         rows += [["note", w] for w in check.get("warnings") or []]
+        only = c.get("only")
+        if isinstance(only, dict):
+            rows.append(["updated by --only", f"{', '.join(only.get('rebuilt') or [])} rebuilt; certificate "
+                                              f"{only.get('certificate')}: {only.get('why')}"])
         search = c.get("search")
         if isinstance(search, dict) and isinstance(search.get("random_split"), dict):
             rs = search["random_split"]
