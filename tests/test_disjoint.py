@@ -140,9 +140,9 @@ def test_eval_and_probe_builds_load_no_other_recipe(runner, cli, tmp_path, monke
     real = R.load
     loaded: list[str] = []
 
-    def load(spec, seed=None):
+    def load(spec, *args, **kwargs):
         loaded.append(str(spec))
-        return real(spec, seed)
+        return real(spec, *args, **kwargs)
 
     def replay(*a, **k):
         raise AssertionError("a training recipe was replayed")

@@ -37,6 +37,16 @@ class GroundTruthError(ValueError, OpgenError):
     exit_code = 1
 
 
+def truth_library(gt: dict) -> dict | None:
+    """The ground truth's ``library`` key ({"name", "digest", "spec"}), None for the study's rows."""
+    value = gt.get("library")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("digest"), str):
+        raise GroundTruthError("ground_truth.library must be an object with 'name', 'digest' and 'spec'")
+    return value
+
+
 @dataclass(frozen=True)
 class TaskTruth:
     entry: str
@@ -98,9 +108,7 @@ def load_truth(ground_truth: dict | str) -> Truth:
     mode = gt.get("mode", "program")
     if mode not in ("program", "forward"):
         raise GroundTruthError(f"ground_truth.mode must be 'program' or 'forward', got {mode!r}")
-    from opgen.score import libs
-
-    lib = libs.truth_library(gt)
+    lib = truth_library(gt)
     if lib is None:
         return Truth(mode, tuple(tasks))
     return Truth(mode, tuple(tasks), library_digest=lib["digest"], library_spec=str(lib.get("spec") or ""))

@@ -11,7 +11,7 @@ Libraries are known by their content digest (:attr:`opgen.ops.OperatorLibrary.di
 :func:`register` keeps one library per digest in a process, the first one registered.
 
 A ground truth names its library as ``"library": {"name", "digest", "spec"}``; one without the key
-is the study's (:func:`truth_library`).
+is the study's (:func:`opgen.score.grade.truth_library`).
 """
 
 from __future__ import annotations
@@ -135,18 +135,6 @@ def from_wire(wire: object) -> OperatorLibrary:
                              f"{digest[:12]} sent")
     register(lib, spec)
     return lib
-
-
-def truth_library(gt: dict) -> dict | None:
-    """The ground truth's ``library`` key ({"name", "digest", "spec"}), None for the study's rows."""
-    value = gt.get("library")
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("digest"), str):
-        from opgen.score.grade import GroundTruthError
-
-        raise GroundTruthError("ground_truth.library must be an object with 'name', 'digest' and 'spec'")
-    return value
 
 
 def mismatch(truth_digest: str, library: OperatorLibrary | None) -> str:
