@@ -72,7 +72,7 @@ def test_exit_codes_are_today_s():
 @pytest.mark.parametrize("cls", ["opgen.hub.HubError", "opgen.recipe.RecipeError", "opgen.infer.run.DataError",
                                  "opgen.leakage.LeakageInputError"])
 def test_the_cli_maps_an_opgen_error_to_its_exit_code(cls, runner):
-    from cli import LazyGroup
+    from opgen.cli import LazyGroup
 
     module, name = cls.rsplit(".", 1)
     err = getattr(importlib.import_module(module), name)

@@ -113,7 +113,8 @@ def _parquet(tmp_path):
 
 
 def test_score_files_and_the_cli_build_the_same_record(captured, tmp_path, monkeypatch, cli, runner):
-    from cli import score_cmd
+    from opgen.cli import score_cmd
+
     from opgen.score import report
 
     data, responses = _parquet(tmp_path), tmp_path / "r.jsonl"
@@ -144,7 +145,7 @@ def test_eval_builds_its_scorer_record_once(tmp_path, monkeypatch, cli, runner):
 
 
 def test_the_cli_choices_are_the_records():
-    from cli import score_cmd
+    from opgen.cli import score_cmd
 
     params = {p.name: p for p in score_cmd.score.params}
     for name in ("mode", "policy", "group", "namespace"):
