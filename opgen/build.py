@@ -57,7 +57,7 @@ class BuildError(RuntimeError, OpgenError):
     exit_code = 1
 
 
-class OnlyError(BuildError, OpgenError):
+class OnlyError(BuildError):
     """``only`` (``--only``) cannot be honoured: it names no split of the recipes, or the output holds
     a build of other recipes, seed or limit that it would update in place."""
 
@@ -325,7 +325,7 @@ def _produce_rows(uid: int) -> ShardFacts:
                     attempts.append(j)
                     facts.append(f)
                     if tally is not None:
-                        tally.add([t.program for t in item.tasks], [t.input for t in item.tasks])
+                        tally.add_item(item)
                 table = buf.table()
                 buf.clear()  # the rows' texts, now copied into the table
                 put(table)
@@ -363,38 +363,38 @@ def _finish(task: FinishTask) -> Finished:
     uid, patches, was = task
     unit = shards.units[uid]
     plan = shards.plans[unit.plan]
-    digest = None
+    digest = delta = None
     if not _final_in_produce(shards, uid):
-        digest = _encode(unit, plan, patches)
+        delta = C.Tally(plan.tally) if patches and plan.tally is not None else None
+        digest = _encode(unit, plan, patches, was, delta)
     else:
         assert not patches, "the build's first shard and shards without duplicate checks are never redrawn"
-    delta = None
-    if patches and plan.tally is not None:
-        delta = C.Tally(plan.tally)
-        with E.recursion_headroom():
-            for (local, j), old in zip(patches, was, strict=True):
-                for attempt, sign in ((old, -1), (j, 1)):
-                    got, item = plan.gen.first_valid(unit.start + local, attempt)
-                    assert got == attempt, "a phase-1 candidate must be reproducible"
-                    delta.add([t.program for t in item.tasks], [t.input for t in item.tasks], sign)
     # Arrow's allocator keeps freed buffers for reuse; handing them back after each shard keeps a
     # build's peak memory that of one shard, not a slowly rising one.
     pa.default_memory_pool().release_unused()
     return Finished(uid, write.sha256_of(unit.tmp), unit.tmp.stat().st_size, digest, delta)
 
 
-def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]]) -> str:
-    """A staged shard as parquet, with its redrawn rows swapped in; returns its content digest."""
+def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]], was: Sequence[int] = (),
+            delta: C.Tally | None = None) -> str:
+    """A staged shard as parquet, with its redrawn rows swapped in; returns its content digest.
+    ``delta`` (the shard's tally change) counts each redrawn row out (its phase-1 candidate, ``was``)
+    and its redraw in."""
     digest = content.Digest()
     replacement = None
     where: dict[int, int] = {}
     if patches:
         buf = RowBuffer(plan.spec)
         with E.recursion_headroom():
-            for local, j in patches:
+            for n, (local, j) in enumerate(patches):
                 got, item = plan.gen.first_valid(unit.start + local, j)
                 assert got == j, "a redrawn candidate must be reproducible"
                 buf.add(unit.start + local, item)
+                if delta is not None:
+                    got, old = plan.gen.first_valid(unit.start + local, was[n])
+                    assert got == was[n], "a phase-1 candidate must be reproducible"
+                    delta.add_item(old, -1)
+                    delta.add_item(item)
         replacement = buf.table()
         where = {local: k for k, (local, _) in enumerate(patches)}
     pool = pa.default_memory_pool()

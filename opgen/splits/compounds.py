@@ -335,6 +335,10 @@ class Tally:
         for c in comps:
             self.comps[c] += sign
 
+    def add_item(self, item: Any, sign: int = 1) -> None:
+        """:meth:`add` of a generator's row (an :class:`opgen.tasks.Item`: its tasks' programs and inputs)."""
+        self.add([t.program for t in item.tasks], [t.input for t in item.tasks], sign)
+
     def merge(self, other: Tally) -> None:
         self.rows += other.rows
         self.atoms.update(other.atoms)
