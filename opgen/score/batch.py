@@ -5,7 +5,9 @@ reads a response's text beyond its length: every response — one :func:`grade` 
 20,000 — goes to a pool of grading processes (``python -m opgen.score.batch``: fresh interpreters
 running opgen's own code, which parse and compile model text but never run it). Each response is
 graded there under its own budget (:data:`RESPONSE_CPU_S` of CPU, :data:`RESPONSE_WALL_S` of wall
-clock), measured by this process from the outside: a response that overruns is graded ``timeout``,
+clock), enforced by this process from the outside (each reply carries the grading process's CPU time,
+the next response's starting mark; /proc is read only for a reply that is late): a response that
+overruns is graded ``timeout``,
 one that kills its grading process (a C stack overflow in the compiler) ``killed``; the process is
 killed and replaced and the rest of its chunk goes on in the replacement, so one response costs its
 neighbours at most its own budget.
@@ -137,15 +139,16 @@ class _Limits:
     ran: dict | None = None
 
     def run_units(self, units: Sequence[Unit]) -> list[Result]:
-        failed, sent = compile_units(units)
-        if not sent:
-            return assemble(units, failed, [])
-        keys = [_unit_key(u) for i, u in enumerate(units) if u.calls and i not in failed]
         ran = self.ran or {}
-        missing = [k for k, key in enumerate(keys) if key not in ran]
-        if missing:
-            raise _NeedsSandbox([sent[k] for k in missing], [keys[k] for k in missing])
-        raw = [Result(*r) for key in keys for r in ran[key]]
+        # A unit already run compiled then (it was sent): only the others are compiled again.
+        keys = {i: _unit_key(u) for i, u in enumerate(units) if u.calls}
+        rest = [i for i, key in keys.items() if key not in ran]
+        failed_rest, sent = compile_units([units[i] for i in rest])
+        failed = {rest[k]: r for k, r in failed_rest.items()}
+        if sent:
+            sent_keys = [keys[i] for k, i in enumerate(rest) if k not in failed_rest]
+            raise _NeedsSandbox(sent, sent_keys)
+        raw = [Result(*r) for i, key in keys.items() if i not in failed for r in ran[key]]
         return assemble(units, failed, raw)
 
 
@@ -169,16 +172,18 @@ def _warm() -> None:
             grade_in_process(gt, answer, sandbox=limits)  # type: ignore[arg-type]
 
 
-def _grade_task(task: tuple, limits: tuple, wire: dict) -> tuple:
+def _grade_task(task: tuple, limits: tuple, settings: GradeSettings | dict) -> tuple:
     """One response's outcome in a grading process: ``("grade", dict)``, ``("run", sent, keys)`` when
-    its program must run, or ``("failed", text)`` when grading it raised (a scorer fault). ``wire``:
-    the grading settings as :meth:`GradeSettings.to_wire` sent them."""
+    its program must run, or ``("failed", text)`` when grading it raised (a scorer fault). ``settings``:
+    the grading settings, or their wire form as :meth:`GradeSettings.to_wire` sent them."""
     from opgen.score.grade import grade_in_process
 
     try:
         ground_truth, response, answer_format, assistant_prefix, structured, ran = task
         box = _Limits(limits[0], limits[1], limits[2], ran=ran)
-        return ("grade", grade_in_process(ground_truth, response, settings=GradeSettings.from_wire(wire),
+        if not isinstance(settings, GradeSettings):
+            settings = GradeSettings.from_wire(settings)
+        return ("grade", grade_in_process(ground_truth, response, settings=settings,
                                           sandbox=box,  # type: ignore[arg-type]
                                           answer_format=answer_format, assistant_prefix=assistant_prefix,
                                           format_structured=structured))
@@ -206,7 +211,7 @@ def _read_exact(stream, n: int) -> bytes | None:
 def _serve_loop(out_fd: int) -> None:
     stdin = sys.stdin.buffer
     _warm()
-    _write(out_fd, _HELLO)
+    _write(out_fd, (time.process_time(), _HELLO))
     while True:
         head = _read_exact(stdin, 8)
         if head is None:
@@ -215,8 +220,13 @@ def _serve_loop(out_fd: int) -> None:
         if body is None:
             return
         tasks, limits, wire = marshal.loads(body)
-        for task in tasks:  # one reply per response, as soon as it is graded
-            _write(out_fd, _grade_task(task, limits, wire))
+        try:
+            settings: GradeSettings | dict = GradeSettings.from_wire(wire)  # the chunk's, read once
+        except Exception:  # each response then reports the fault (_grade_task reads it again)
+            settings = wire
+        for task in tasks:  # one reply per response, as soon as it is graded, with this process's CPU
+            outcome = _grade_task(task, limits, settings)  # time so far (the next response's starting mark)
+            _write(out_fd, (time.process_time(), outcome))
 
 
 def _serve() -> None:
@@ -265,6 +275,8 @@ class _Grader:
         assert self.proc.stdout is not None
         self.fd = self.proc.stdout.fileno()
         self.buf = bytearray()
+        # The process's CPU seconds when it wrote its last message, and when that message arrived.
+        self.mark, self.arrived = 0.0, time.monotonic()
         try:
             hello = self._message(START_TIMEOUT_S, None)
         except _Overrun:
@@ -283,10 +295,16 @@ class _Grader:
             return None
 
     def _message(self, wall_s: float, cpu_s: float | None) -> object:
-        """The next message, within ``wall_s`` seconds and (where measurable) ``cpu_s`` seconds of
-        the process's CPU; raises :class:`_Overrun` otherwise."""
+        """The next message's payload, within ``wall_s`` seconds and (where measurable) ``cpu_s``
+        seconds of the process's CPU; raises :class:`_Overrun` otherwise.
+
+        Each message carries the grading process's CPU time when it was written (its
+        ``time.process_time()``: all of its threads), so the response in progress started at
+        ``self.mark``; /proc is read only when the reply is late enough to have overrun: CPU spent
+        since the mark is at most the wall clock since the previous message arrived here (plus the
+        moment it sat in the pipe), so the first check is due ``cpu_s`` after that arrival."""
         start = time.monotonic()
-        cpu0 = self.cpu_s() if cpu_s is not None else None
+        check = self.arrived + cpu_s if cpu_s is not None else None
         while True:
             if len(self.buf) >= 8:
                 (n,) = struct.unpack_from("<Q", self.buf)
@@ -294,17 +312,27 @@ class _Grader:
                     data = bytes(self.buf[8:8 + n])
                     del self.buf[:8 + n]
                     try:
-                        return marshal.loads(data)
+                        mark, payload = marshal.loads(data)
+                        self.mark = float(mark)
                     except (ValueError, EOFError, TypeError):
                         raise _Overrun("killed", "the grading process sent a malformed reply") from None
-            wait = start + wall_s - time.monotonic()
+                    return payload
+            now = time.monotonic()
+            wait = start + wall_s - now
             if wait <= 0:
                 raise _Overrun("timeout", f"grading this response took more than {wall_s:g} s of wall clock")
-            if cpu_s is not None and cpu0 is not None:
-                used = (self.cpu_s() or cpu0) - cpu0
-                if used > cpu_s:
-                    raise _Overrun("timeout", f"grading this response took more than {cpu_s:g} s of CPU")
-                wait = min(wait, max(cpu_s - used, 0.02))
+            if check is not None and cpu_s is not None:
+                if now >= check:
+                    used = self.cpu_s()
+                    if used is None:  # not measurable here: the wall clock alone bounds it
+                        check = None
+                    else:
+                        spent = used - self.mark
+                        if spent > cpu_s:
+                            raise _Overrun("timeout", f"grading this response took more than {cpu_s:g} s of CPU")
+                        check = now + max(cpu_s - spent, 0.02)
+                if check is not None:
+                    wait = min(wait, max(check - now, 0.0))
             if select.select([self.fd], [], [], wait)[0]:
                 part = os.read(self.fd, 1 << 20)
                 if not part:
@@ -312,6 +340,7 @@ class _Grader:
                     how = f"signal {-code}" if code < 0 else f"exit code {code}"
                     raise _Overrun("killed", f"grading this response killed its grading process ({how})")
                 self.buf += part
+                self.arrived = time.monotonic()
 
     def serve(self, tasks: list, limits: tuple, wire: dict) -> tuple[list[tuple], _Overrun | None]:
         """The replies to ``tasks`` in order, up to the first response that overran (its failure
@@ -321,6 +350,7 @@ class _Grader:
             data = marshal.dumps((tasks, limits, wire))
             self.proc.stdin.write(struct.pack("<Q", len(data)) + data)
             self.proc.stdin.flush()
+            self.arrived = time.monotonic()  # idle since its last message: its CPU since then is this chunk's
         except (OSError, ValueError) as exc:
             return [], _Overrun("killed", f"the grading process stopped: {exc}")
         replies: list[tuple] = []
@@ -499,7 +529,8 @@ class _Batch:
                 F.answer_spec(af)  # raises FormatError naming the unknown format, as grading would
         self.formats = formats
         self.done: list = [None] * len(items)
-        self.runners: ThreadPoolExecutor | None = None
+        self.runners: ThreadPoolExecutor | None = None  # made when a program must first run
+        self.width, self.inline = 1, False
 
     def finish(self, i: int, g: dict) -> None:
         self.done[i] = g if self.answered is None else self.answered(i, g)
@@ -544,9 +575,13 @@ class _Batch:
             self.fail(i, outcome[1], outcome[2])
         elif kind == "failed":
             self.fail(i, "killed", "grading this response failed: " + str(outcome[1]))
-        elif self.sandbox is None or self.runners is None:
+        elif self.sandbox is None:
             self.fail(i, "killed", "the response's program needs a sandbox; none was given")
-        else:
+        elif self.inline:  # one response (a grade() call): run it here, no thread to start
+            self.run(i, outcome)
+        else:  # called from grade()'s thread only: the pool is made once, when first needed
+            if self.runners is None:
+                self.runners = ThreadPoolExecutor(self.width)
             return self.runners.submit(self.run, i, outcome)
         return None
 
@@ -579,9 +614,10 @@ class _Batch:
             return self.done
         size = max(1, min(CHUNK, -(-len(todo) // (4 * n_proc))))
         spans = [todo[a:b] for a, b in _chunks([self.items[i] for i in todo], size)]
-        width = 2 * self.sandbox.workers if self.sandbox is not None else 1
+        self.width = 2 * self.sandbox.workers if self.sandbox is not None else 1
+        self.inline = len(todo) == 1
         running: list[Future] = []
-        with ThreadPoolExecutor(width) as self.runners:
+        try:
             if len(spans) == 1:
                 running += self._settled(spans[0], self.serve(spans[0]))
             else:
@@ -591,6 +627,9 @@ class _Batch:
                         running += self._settled(calls[fut], fut.result())
             for f in running:
                 f.result()
+        finally:
+            if self.runners is not None:
+                self.runners.shutdown()
         return self.done
 
     def _settled(self, span: list[int], outcomes: list[tuple]) -> list[Future]:
