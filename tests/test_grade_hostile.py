@@ -369,6 +369,7 @@ def test_a_stall_costs_its_own_budget_and_its_neighbours_are_graded(box, monkeyp
     want = [grade_in_process(GOLD, t, sandbox=box) for t in honest]
     assert got[:3] == want and got[4:] == want
     assert got[3]["error"] == "timeout" and got[3]["score"] == 0.0
+    assert "0.5 s of CPU" in got[3]["detail"]  # the CPU budget stopped it, not the 20 s wall clock
 
 
 STALLS = ("compiler_many_keywords", "compiler_fstring_fields", "optimizer_folds_huge_floordiv",
