@@ -137,7 +137,7 @@ def test_eval_builds_its_scorer_record_once(tmp_path, monkeypatch, cli, runner):
     model = tmp_path / "m.jsonl"
     model.write_text('{"index": 0, "response": "x"}\n', encoding="utf-8")
     seen = []
-    monkeypatch.setattr(eval_cmd, "_evaluate", lambda models, names, files, out, cfg, *a: seen.append(cfg.grading))
+    monkeypatch.setattr(eval_cmd, "_evaluate", lambda run: seen.append(run.config.grading))
     res = runner.invoke(cli, ["eval", "--model", str(model), "--data", str(data), "--out", str(tmp_path / "o"),
                               "--backend", "replay", "--no-score", "--namespace", "native", "--no-static"])
     assert res.exit_code == 0, res.output
