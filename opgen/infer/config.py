@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from opgen.choices import EXECUTORS
 from opgen.errors import USAGE, OpgenError
 from opgen.infer.base import EngineOptions, Sampling
 from opgen.score.settings import DEFAULT as DEFAULT_GRADING
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from opgen.infer.openai_backend import OpenAIOptions
     from opgen.score.metrics import MetricDefs
 
-EXECUTORS = ("local", "ray")  # `opgen eval --executor`
 
 
 class EvalConfigError(ValueError, OpgenError):
