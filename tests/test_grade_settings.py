@@ -149,6 +149,7 @@ def test_eval_builds_its_scorer_record_once(tmp_path, monkeypatch, cli, runner):
 
 def test_the_cli_choices_are_the_records():
     from opgen.cli import build_cmd, eval_cmd, score_cmd
+
     from opgen.score.metrics import MetricDefs
 
     params = {p.name: p for p in score_cmd.score.params}
