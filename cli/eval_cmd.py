@@ -161,8 +161,8 @@ def _run_of(o: dict[str, Any]) -> EvalRun:
         engine = EngineOptions(dtype=o["dtype"], gpu_memory_utilization=o["gpu_memory_utilization"],
                                enforce_eager=o["enforce_eager"], tensor_parallel_size=o["tensor_parallel_size"],
                                batch_size=o["hf_batch_size"],
-                               engine_args=_pairs(o["engine_args"], "--engine-arg"),
-                               chat_template_kwargs=_pairs(o["template_kwargs"], "--chat-template-kwarg"))
+                               engine_args=_pairs(o["engine_args"], "--engine-arg", backend),
+                               chat_template_kwargs=_pairs(o["template_kwargs"], "--chat-template-kwarg", backend))
         cfg = EvalConfig(
             backend=backend, sampling=sampling, engine=engine, limit=o["limit"], resume=o["resume"],
             decomposed=o["decomposed"], score=not o["no_score"], batch_size=o["batch_size"], workers=o["workers"],
@@ -337,12 +337,16 @@ def _check_replay(run: EvalRun) -> None:
         replay.check_source(model, data)  # a BackendError: exit 1, as when the same problem surfaces mid-run
 
 
-def _pairs(pairs: tuple[str, ...], option: str) -> tuple[tuple[str, object], ...]:
+def _pairs(pairs: tuple[str, ...], option: str, backend: str) -> tuple[tuple[str, object], ...]:
     """``KEY=VALUE`` options (--engine-arg, --chat-template-kwarg) -> ((key, value), ...) sorted by
-    key; VALUE parsed as YAML (``8`` -> 8, ``false`` -> False). Which backends take them and which
-    keys are refused: EvalConfig."""
+    key; VALUE parsed as YAML (``8`` -> 8, ``false`` -> False), once ``backend`` is known to take
+    them (EvalConfigError). Which keys are refused: EvalConfig."""
     import yaml
 
+    from opgen.infer.config import check_backend_takes
+
+    if pairs:
+        check_backend_takes(backend, option)
     out: dict[str, object] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")

@@ -79,6 +79,7 @@ def test_the_cli_builds_the_records(tmp_path, monkeypatch, cli, runner):
     (["--decomposed", "--n", "2"], "--decomposed draws one sample per recall; use it with --n 1"),
     (["--base-url", "http://h:1/v1"], "--base-url is for --backend openai"),
     (["--engine-arg", "max_num_seqs=8"], "Invalid value for --engine-arg: applies to --backend vllm only"),
+    (["--engine-arg", "bad"], "Invalid value for --engine-arg: applies to --backend vllm only"),  # before parsing
 ])
 def test_the_cli_reports_the_records_errors_as_usage_errors(tmp_path, cli, runner, args, message):
     data = tmp_path / "d.parquet"

@@ -66,6 +66,20 @@ def _kind(field: str, value: object, kind: type, none: bool = False) -> None:
     raise EvalConfigError(field, "", f"must be a {kind.__name__}{' or None' if none else ''}, not {value!r}")
 
 
+# EngineOptions's field of each backend-specific option (opgen.infer.backends.OPTIONS)
+_OPTION_FIELDS = {"--engine-arg": "engine_args", "--chat-template-kwarg": "chat_template_kwargs"}
+
+
+def check_backend_takes(backend: str, option: str) -> None:
+    """``option`` (one of opgen.infer.backends.OPTIONS) given: EvalConfigError unless ``backend``
+    takes it (`opgen eval` asks before parsing the option's values)."""
+    from opgen.infer import backends as registry
+
+    if option not in registry.backend_spec(backend).options:
+        raise EvalConfigError(f"engine.{_OPTION_FIELDS[option]}", option, f"applies to --backend "
+                              f"{_phrase(registry.accepting(option))} (this run: {backend})")
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     """How each model is evaluated; the `opgen eval` option of each field in its comment."""
@@ -125,14 +139,10 @@ class EvalConfig:
     def _check_pairs(self, name: str, option: str) -> None:
         """``engine.engine_args`` / ``engine.chat_template_kwargs``: for a backend that takes them,
         sorted unique keys, none that opgen sets itself."""
-        from opgen.infer import backends as registry
-
         pairs = getattr(self.engine, name)
         if not pairs:
             return
-        if option not in registry.backend_spec(self.backend).options:
-            raise EvalConfigError(f"engine.{name}", option, f"applies to --backend "
-                                  f"{_phrase(registry.accepting(option))} (this run: {self.backend})")
+        check_backend_takes(self.backend, option)
         keys = [k for k, _ in pairs]
         if keys != sorted(set(keys)):
             raise EvalConfigError(f"engine.{name}", option, f"{option}: the keys must be unique and sorted, "
