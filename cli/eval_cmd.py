@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from opgen.infer import backends as registry
 
 from . import options
+
+if TYPE_CHECKING:
+    from opgen.distributed.ray_executor import RayOptions
+    from opgen.infer.config import EvalRun
+    from opgen.infer.openai_backend import OpenAIOptions
 
 
 class BackendName(click.ParamType):
@@ -29,23 +35,6 @@ class BackendName(click.ParamType):
         if value in registry.SPECS:
             return value
         self.fail(f"{value!r} is not one of {', '.join(map(repr, registry.BACKENDS))}.", param, ctx)
-
-
-def _phrase(names: tuple[str, ...]) -> str:
-    """``vllm only`` / ``vllm, hf and openai``."""
-    return f"{names[0]} only" if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
-
-
-def _model_names(models: tuple[Path, ...]) -> list[str]:
-    """Folder names; where two checkpoints share one (run1/step100, run2/step100) the parent joins in."""
-    names = [m.name.removesuffix(".jsonl").removesuffix(".parquet") for m in models]
-    if len(set(names)) < len(names):
-        names = [f"{m.parent.name}_{n}" if names.count(n) > 1 else n for m, n in zip(models, names)]
-    if len(set(names)) < len(names):
-        dup = sorted({n for n in names if names.count(n) > 1})
-        raise click.BadParameter(f"two models would both be written to {dup[0]!r}; give distinct paths",
-                                 param_hint="--model")
-    return names
 
 
 @click.command("eval")
@@ -128,12 +117,7 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 @click.option("--library", "library_spec", metavar="SPEC", default=None,
               help="Scorer: the operator library the rows were built from (a YAML file or module:obj; default: "
                    "the study's).")
-def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, top_p, seed, max_model_len,
-          limit, resume, decomposed, no_score, batch_size, workers, dtype, gpu_memory_utilization, enforce_eager,
-          tensor_parallel_size, engine_args, template_kwargs, hf_batch_size, base_urls, api_key_env, concurrency,
-          request_timeout, retries, executor, ray_address, replicas, replica_gpus, replica_cpus, ray_num_cpus,
-          chunk_rows, namespace, progress, quiet, no_static, drift_call, pass_k, no_plots,
-          allow_weak_sandbox, library_spec) -> None:
+def eval_(**given: Any) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
     Writes OUT/<model>/<data>_generations.jsonl (index, prompt_sha256, response, finish_reason,
@@ -142,69 +126,85 @@ def eval_(models, data_files, out_dir, backend, max_new_tokens, n, temperature, 
     Decoding is greedy with 3,072 new tokens unless told otherwise.
     """
     from opgen.infer import evaluate as ev
-    from opgen.infer.base import EngineOptions, Sampling
-    from opgen.score.metrics import MetricDefs
-    from opgen.score.settings import GradeSettings
 
-    _check_ray_options(executor, ray_address, replicas, replica_gpus, ray_num_cpus)
-    spec = registry.backend_spec(backend)
-    if spec.model != "served":
-        for m in models:
-            if not m.exists():
-                raise click.BadParameter(f"{m} does not exist", param_hint="--model")
-    openai = _openai_options(backend, base_urls, api_key_env, concurrency, request_timeout, retries)
-    names = _model_names(models)
-    data_names = [ev.data_name(d) for d in data_files]
-    if len(set(data_names)) < len(data_names):
-        raise click.BadParameter(f"two data files are both named {sorted(data_names)[0]!r}", param_hint="--data")
-    if decomposed and n != 1:
-        raise click.UsageError("--decomposed draws one sample per recall; use it with --n 1")
-    if not no_score:
-        _check_sandbox(allow_weak_sandbox)
-    bars = not quiet and options.show_progress(progress)
-    sampling = Sampling(max_new_tokens=max_new_tokens, n=n, temperature=temperature, top_p=top_p, seed=seed,
-                        max_model_len=max_model_len)
-    cfg = ev.EvalConfig(
-        backend=backend, sampling=sampling, limit=limit, resume=resume, decomposed=decomposed, score=not no_score,
-        batch_size=batch_size, workers=workers, progress=bars,
-        grading=GradeSettings(namespace=namespace, static=not no_static, library=library_spec or None),
-        metric_defs=MetricDefs(drift_call=drift_call, pass_k=pass_k),
-        plots=not no_plots,
-        engine=EngineOptions(dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
-                             enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
-                             batch_size=hf_batch_size, engine_args=_engine_args(engine_args, backend),
-                             chat_template_kwargs=_template_kwargs(template_kwargs, backend)),
-        openai=openai,
-    )
-    if spec.model == "responses":
-        _check_replay(models, data_files, limit, decomposed)
+    run = _run_of(given)
+    if run.config.score:
+        _check_sandbox(given["allow_weak_sandbox"])
+    if registry.backend_spec(run.config.backend).model == "responses":
+        _check_replay(run)
     from opgen import outdir
 
     outdir.install_sigterm()
     try:
-        with outdir.claim(out_dir, ev.out_entry(outdir.absolute(out_dir)), "opgen eval"):
-            _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, replicas, replica_gpus,
-                      replica_cpus, ray_num_cpus, chunk_rows, no_score)
+        with outdir.claim(run.out, ev.out_entry(outdir.absolute(run.out)), "opgen eval"):
+            _evaluate(run)
     except (KeyboardInterrupt, outdir.Terminated) as exc:
         term = isinstance(exc, outdir.Terminated)
-        click.echo(f"{'terminated' if term else 'interrupted'}; the rows answered so far are in {out_dir} "
+        click.echo(f"{'terminated' if term else 'interrupted'}; the rows answered so far are in {run.out} "
                    f"(rerun with --resume to go on)", err=True)
         click.get_current_context().exit(outdir.exit_code(exc))
 
 
-def _evaluate(models, names, data_files, out_dir, cfg, executor, ray_address, replicas, replica_gpus,
-              replica_cpus, ray_num_cpus, chunk_rows, no_score) -> None:
-    """Under the lock on --out: every model, then the sweep."""
-    if executor == "ray":
-        from opgen.distributed.ray_executor import RayOptions
+def _run_of(o: dict[str, Any]) -> EvalRun:
+    """The options as the run's records (opgen.infer.config), validated before anything starts; a
+    bad value: click's error naming the option."""
+    from opgen.infer.base import EngineOptions, Sampling
+    from opgen.infer.config import EvalConfig, EvalConfigError, EvalRun
+    from opgen.score.metrics import MetricDefs
+    from opgen.score.settings import GradeSettings
 
-        results = _eval_ray(models, names, data_files, out_dir, cfg,
-                            RayOptions(address=ray_address, replicas=replicas, replica_gpus=replica_gpus,
-                                       replica_cpus=replica_cpus, num_cpus=ray_num_cpus, chunk_rows=chunk_rows))
+    ray = _ray_options(o)
+    backend = o["backend"]
+    try:
+        sampling = Sampling(max_new_tokens=o["max_new_tokens"], n=o["n"], temperature=o["temperature"],
+                            top_p=o["top_p"], seed=o["seed"], max_model_len=o["max_model_len"])
+        engine = EngineOptions(dtype=o["dtype"], gpu_memory_utilization=o["gpu_memory_utilization"],
+                               enforce_eager=o["enforce_eager"], tensor_parallel_size=o["tensor_parallel_size"],
+                               batch_size=o["hf_batch_size"],
+                               engine_args=_pairs(o["engine_args"], "--engine-arg", backend),
+                               chat_template_kwargs=_pairs(o["template_kwargs"], "--chat-template-kwarg", backend))
+        cfg = EvalConfig(
+            backend=backend, sampling=sampling, engine=engine, limit=o["limit"], resume=o["resume"],
+            decomposed=o["decomposed"], score=not o["no_score"], batch_size=o["batch_size"], workers=o["workers"],
+            progress=not o["quiet"] and options.show_progress(o["progress"]),
+            openai=_openai_options(o),
+            grading=GradeSettings(namespace=o["namespace"], static=not o["no_static"],
+                                  library=o["library_spec"] or None),
+            metric_defs=MetricDefs(drift_call=o["drift_call"], pass_k=o["pass_k"]),
+            plots=not o["no_plots"],
+        )
+        return EvalRun(models=o["models"], data_files=o["data_files"], out=o["out_dir"], config=cfg,
+                       executor=o["executor"], ray=ray)
+    except EvalConfigError as exc:
+        if exc.usage:
+            raise click.UsageError(exc.reason) from None
+        raise click.BadParameter(exc.reason, param_hint=exc.option) from None
+
+
+def _ray_options(o: dict[str, Any]) -> RayOptions | None:
+    """--executor ray: its options (None otherwise; a Ray option given without it: an error)."""
+    if o["executor"] != "ray":
+        given = [opt for opt, value in (("--ray-address", o["ray_address"]), ("--replicas", o["replicas"]),
+                                        ("--replica-gpus", o["replica_gpus"]), ("--ray-num-cpus", o["ray_num_cpus"]))
+                 if value is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only with --executor ray")
+        return None
+    from opgen.distributed.ray_executor import RayOptions
+
+    return RayOptions(address=o["ray_address"], replicas=o["replicas"], replica_gpus=o["replica_gpus"],
+                      replica_cpus=o["replica_cpus"], num_cpus=o["ray_num_cpus"], chunk_rows=o["chunk_rows"])
+
+
+def _evaluate(run: EvalRun) -> None:
+    """Under the lock on --out: every model, then the sweep."""
+    cfg, out_dir = run.config, run.out
+    if run.executor == "ray":
+        results = _eval_ray(run)
     else:
-        results = [_eval_local(model, name, data_files, out_dir, cfg) for model, name in zip(models, names)]
+        results = [_eval_local(model, name, run.data_files, out_dir, cfg) for model, name in zip(run.models, run.names)]
     skipped = _plots_skipped(results)
-    if len(results) > 1 and not no_score:
+    if len(results) > 1 and cfg.score:
         from opgen import sweep
         try:
             notes: list[str] = []
@@ -231,15 +231,6 @@ def _plots_skipped(results: list[dict]) -> bool:
     return any((part.get("summary") or {}).get("plots_skipped")
                for metrics in results for entry in metrics.get("data", {}).values()
                for part in (entry, entry.get("decomposed") or {}))
-
-
-def _check_ray_options(executor, ray_address, replicas, replica_gpus, ray_num_cpus) -> None:
-    if executor != "ray":
-        given = [opt for opt, value in (("--ray-address", ray_address), ("--replicas", replicas),
-                                        ("--replica-gpus", replica_gpus), ("--ray-num-cpus", ray_num_cpus))
-                 if value is not None]
-        if given:
-            raise click.UsageError(f"{', '.join(given)}: only with --executor ray")
 
 
 def _check_sandbox(allow_weak_sandbox: bool) -> None:
@@ -278,18 +269,20 @@ def _eval_local(model, name, data_files, out_dir, cfg) -> dict:
     return metrics
 
 
-def _eval_ray(models, names, data_files, out_dir, cfg, opts) -> list[dict]:
+def _eval_ray(run: EvalRun) -> list[dict]:
     from opgen.distributed import driver
     from opgen.distributed.ray_executor import RayPool
     from opgen.infer import evaluate as ev
     from opgen.infer.run import DataError
     from opgen.score.report import ScoreInputError
 
+    cfg, opts, out_dir = run.config, run.ray, run.out
+    assert opts is not None  # EvalRun: the defaults with --executor ray
     pool = None
     try:
         pool = RayPool(cfg.backend, cfg.engine, opts, openai=cfg.openai)
-        results, report = driver.evaluate_sweep(models, names, data_files, out_dir, cfg, pool,
-                                                     chunk_rows=opts.chunk_rows, depth=opts.depth)
+        results, report = driver.evaluate_sweep(run.models, run.names, run.data_files, out_dir, cfg, pool,
+                                                chunk_rows=opts.chunk_rows, depth=opts.depth)
     except DataError as exc:
         raise click.BadParameter(str(exc), param_hint="--data") from None
     # BackendError, LogError, ConfigMismatch, RayError, AllReplicasLost, InjectedFault: exit 1 with
@@ -309,48 +302,51 @@ def _eval_ray(models, names, data_files, out_dir, cfg, opts) -> list[dict]:
     return results
 
 
-def _openai_options(backend, base_urls, api_key_env, concurrency, request_timeout, retries):
-    if not registry.backend_spec(backend).servers:
-        if base_urls:
-            servers = tuple(s.name for s in registry.SPECS.values() if s.servers)
-            raise click.UsageError(f"--base-url is for --backend {' or '.join(servers)}")
+def _openai_options(o: dict[str, Any]) -> OpenAIOptions | None:
+    """--base-url and its companions (None without --base-url; EvalConfig checks the backend wants it)."""
+    if not o["base_urls"]:
         return None
     from opgen.infer.openai_backend import OpenAIOptions
 
-    if not base_urls:
-        raise click.UsageError(f"--backend {backend} needs --base-url (e.g. http://127.0.0.1:8000/v1)")
     try:
-        return OpenAIOptions(base_urls=tuple(base_urls), api_key_env=api_key_env, concurrency=concurrency,
-                             timeout_s=request_timeout, retries=retries)
+        return OpenAIOptions(base_urls=tuple(o["base_urls"]), api_key_env=o["api_key_env"],
+                             concurrency=o["concurrency"], timeout_s=o["request_timeout"], retries=o["retries"])
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--base-url") from None
 
 
-def _check_replay(models, data_files, limit, decomposed) -> None:
+def _check_replay(run: EvalRun) -> None:
     """Replay: the responses must belong to these data files, checked before anything is written."""
     import pyarrow.parquet as pq
 
     from opgen.infer import decomposed as decomp
-    from opgen.infer import evaluate as ev
     from opgen.infer import replay
+    from opgen.infer.config import data_name
     from opgen.infer.run import DataError, read_rows
 
+    cfg = run.config
     data = []
-    for d in data_files:
+    for d in run.data_files:
         try:
-            rows = read_rows(d, limit)
-            data.append((ev.data_name(d), rows, pq.ParquetFile(d).metadata.num_rows,
-                         decomposed and decomp.applicable(rows) is None))
+            rows = read_rows(d, cfg.limit)
+            data.append((data_name(d), rows, pq.ParquetFile(d).metadata.num_rows,
+                         cfg.decomposed and decomp.applicable(rows) is None))
         except DataError as exc:
             raise click.BadParameter(str(exc), param_hint="--data") from None
-    for model in models:
+    for model in run.models:
         replay.check_source(model, data)  # a BackendError: exit 1, as when the same problem surfaces mid-run
 
 
-def _key_values(pairs: tuple[str, ...], option: str) -> dict[str, object]:
-    """``KEY=VALUE`` options -> {key: value}; VALUE parsed as YAML (``8`` -> 8, ``false`` -> False)."""
+def _pairs(pairs: tuple[str, ...], option: str, backend: str) -> tuple[tuple[str, object], ...]:
+    """``KEY=VALUE`` options (--engine-arg, --chat-template-kwarg) -> ((key, value), ...) sorted by
+    key; VALUE parsed as YAML (``8`` -> 8, ``false`` -> False), once ``backend`` is known to take
+    them (EvalConfigError). Which keys are refused: EvalConfig."""
     import yaml
 
+    from opgen.infer.config import check_backend_takes
+
+    if pairs:
+        check_backend_takes(backend, option)
     out: dict[str, object] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -363,36 +359,6 @@ def _key_values(pairs: tuple[str, ...], option: str) -> dict[str, object]:
             out[key] = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
             raise click.BadParameter(f"{pair!r}: VALUE is not YAML ({exc})", param_hint=option) from None
-    return out
-
-
-def _engine_args(pairs: tuple[str, ...], backend: str) -> tuple[tuple[str, object], ...]:
-    """``--engine-arg`` pairs, sorted by key."""
-    from opgen.infer.vllm_backend import check_engine_args
-
-    if pairs and "--engine-arg" not in registry.backend_spec(backend).options:
-        raise click.BadParameter(f"applies to --backend {_phrase(registry.accepting('--engine-arg'))} (this run: "
-                                 f"{backend})", param_hint="--engine-arg")
-    out = _key_values(pairs, "--engine-arg")
-    try:
-        check_engine_args(out)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--engine-arg") from None
-    return tuple(sorted(out.items()))
-
-
-def _template_kwargs(pairs: tuple[str, ...], backend: str) -> tuple[tuple[str, object], ...]:
-    """``--chat-template-kwarg`` pairs, sorted by key."""
-    from opgen.infer.base import check_chat_template_kwargs
-
-    if pairs and "--chat-template-kwarg" not in registry.backend_spec(backend).options:
-        raise click.BadParameter(f"applies to --backend {_phrase(registry.accepting('--chat-template-kwarg'))} "
-                                 f"(this run: {backend})", param_hint="--chat-template-kwarg")
-    out = _key_values(pairs, "--chat-template-kwarg")
-    try:
-        check_chat_template_kwargs(out)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--chat-template-kwarg") from None
     return tuple(sorted(out.items()))
 
 

@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
+from opgen import choices
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 NAMESPACE_HELP = ("strict runs programs on their own; native with what the native benchmark's module had "
@@ -33,7 +35,7 @@ def _prefixed(prefix: str, text: str) -> str:
 
 def namespace(prefix: str = "") -> Callable[[F], F]:
     """``--namespace strict|native``: the names a graded program may use (opgen.score)."""
-    return click.option("--namespace", type=click.Choice(["strict", "native"]), default="strict", show_default=True,
+    return click.option("--namespace", type=click.Choice(choices.NAMESPACES), default="strict", show_default=True,
                         help=_prefixed(prefix, NAMESPACE_HELP))
 
 
@@ -49,7 +51,7 @@ def allow_weak_sandbox(help: str = ALLOW_WEAK_SANDBOX_HELP) -> Callable[[F], F]:
 
 def executor(help: str) -> Callable[[F], F]:
     """``--executor local|ray``; ``help`` says what ray runs for this command."""
-    return click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+    return click.option("--executor", type=click.Choice(choices.EXECUTORS), default="local", show_default=True,
                         help=help)
 
 
@@ -87,11 +89,11 @@ def json_output(help: str = "Print a JSON report.") -> Callable[[F], F]:
 def metric_defs() -> Callable[[F], F]:
     """``--drift-call`` and ``--pass-k`` (opgen.score.metrics.MetricDefs; docs/scoring.md, "Metric definitions")."""
     def deco(f: F) -> F:
-        f = click.option("--pass-k", "pass_k", type=click.Choice(["unbiased", "earliest"]), default="unbiased",
+        f = click.option("--pass-k", "pass_k", type=click.Choice(tuple(choices.PASS_K_ESTIMATORS)), default="unbiased",
                          show_default=True,
                          help="pass@k estimator: unbiased (Chen et al.) or earliest (the Interplay release's: one "
                               "of the first k samples correct). Named in summary.json.")(f)
-        return click.option("--drift-call", "drift_call", type=click.Choice(["farthest", "nearest", "every"]),
+        return click.option("--drift-call", "drift_call", type=click.Choice(choices.DRIFT_CALLS),
                             default="farthest", show_default=True,
                             help="Which call of an operator places its recall block in a distance / tail-call "
                                  "bucket when a row calls it several times.")(f)

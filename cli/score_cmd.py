@@ -8,6 +8,8 @@ from typing import cast
 
 import click
 
+from opgen import choices
+
 from . import options
 
 
@@ -18,13 +20,13 @@ from . import options
               help='JSONL: {"index": i, "response": "..."} or {"index": i, "responses": [...]} per line.')
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory for scores.jsonl, summary.json, summary.csv and the plots.")
-@click.option("--mode", type=click.Choice(["auto", "forward", "program"]), default="auto", show_default=True,
+@click.option("--mode", type=click.Choice(choices.MODES), default="auto", show_default=True,
               help="auto follows each row's ground truth.")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Sandbox worker processes.")
-@click.option("--policy", type=click.Choice(["output", "output_structure"]), default="output", show_default=True,
+@click.option("--policy", type=click.Choice(choices.POLICIES), default="output", show_default=True,
               help="What a score rewards: the output alone, or the output and the expression's structure.")
-@click.option("--group", "group", type=click.Choice(["fraction", "all"]), default="fraction", show_default=True,
+@click.option("--group", "group", type=click.Choice(choices.GROUP_POLICIES), default="fraction", show_default=True,
               help="A group row's score: the fraction of its tasks correct, or 1 only when all are.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
               help="Wall-clock seconds per program call.")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gc
 import heapq
-import json
 import os
 import shutil
 import sys
@@ -518,8 +517,7 @@ def library_tag(recipe: Recipe) -> str:
     lib = recipe.library
     if lib.is_study:
         return ""
-    named = {"name": lib.name, "digest": lib.digest, "spec": recipe.library_spec}
-    return ', "library": ' + json.dumps(named, ensure_ascii=False)
+    return formats.library_member({"name": lib.name, "digest": lib.digest, "spec": recipe.library_spec})
 
 
 def adopt(recipes: list[Recipe], only: tuple[str, ...], limit: int | None, tmp_dir: Path,

@@ -439,6 +439,12 @@ _FORWARD_HEADS = {True: "Here is a Python program:\n\n```python\n",
                           "and not shown.\n\n```python\n")}
 
 
+def library_member(named: object) -> str:
+    """The JSON member a non-study library's ground truth ends with (``, "library": {...}``), its
+    one home: the build writes it (opgen.build.library_tag), validate re-renders it from the row."""
+    return ', "library": ' + json.dumps(named, ensure_ascii=False)
+
+
 class Formatter:
     def __init__(self, prompt_format: str, answer_format: str, template: str | None = None,
                  library: Library = None, library_tag: str = ""):

@@ -44,7 +44,6 @@ from opgen.rng import LOWERCASE
 
 LAWS: tuple[str, ...] = ("standalone", "total", "deterministic", "pure", "out_len", "recursion", "cost")
 MAX_INPUT_CHARS = 48  # the longest drawn string input
-CALL_RECURSION_LIMIT = 20_000  # the sandbox's grading child's (opgen/score/worker.py), and the fresh process's
 FRESH_INPUTS = 2_000  # inputs per operator replayed in the fresh process (the first drawn)
 CHECK_EXTRA = "check"  # the extra that installs hypothesis: pip install 'opgen[check]'
 
@@ -145,12 +144,26 @@ def render_call(op_id: str, args: Sequence[Any]) -> str:
     return f"{op_id}({', '.join(repr(a) for a in args)})"
 
 
+_CALL_LIMIT: list[int] = []  # call_recursion_limit(), once read
+
+
+def call_recursion_limit() -> int:
+    """The recursion limit a law's call runs under, here and in the fresh process: the sandbox's
+    grading child's (its one home, ``CHILD_RECURSION_LIMIT`` of opgen/score/worker.py; read on
+    first use, so importing this module loads no part of the scorer)."""
+    if not _CALL_LIMIT:
+        from opgen.score.worker import CHILD_RECURSION_LIMIT
+
+        _CALL_LIMIT.append(CHILD_RECURSION_LIMIT)
+    return _CALL_LIMIT[0]
+
+
 def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, str]:
     """("ok", value) for a str, ("value", repr) for anything else, ("raise", "Type: message"), the
     call run under the sandbox's recursion limit (Hypothesis lowers the interpreter's while it runs)."""
-    limit = sys.getrecursionlimit()
-    if limit < CALL_RECURSION_LIMIT:
-        sys.setrecursionlimit(CALL_RECURSION_LIMIT)
+    limit, need = sys.getrecursionlimit(), call_recursion_limit()
+    if limit < need:
+        sys.setrecursionlimit(need)
     try:
         value = fn(*args)
     except Exception as exc:
@@ -318,7 +331,7 @@ class _Laws:
     def recursion(self, args: tuple[Any, ...]) -> None:
         out, frames = _measured(self.op, args)
         if out[0] == "raise" and out[1].startswith("RecursionError"):
-            raise _Broken(f"{_shown(out)} (recursion past the limit of {CALL_RECURSION_LIMIT})", args)
+            raise _Broken(f"{_shown(out)} (recursion past the limit of {call_recursion_limit()})", args)
         if frames.most > self.max_frames:
             raise _Broken(f"{frames.most} of the operator's frames on the stack at once, over the static "
                           f"grader's limit of {self.max_frames}", args)
@@ -386,12 +399,13 @@ for item in json.load(sys.stdin):
         res.append(["ok", v] if isinstance(v, str) else ["value", "%s %r" % (type(v).__name__, v)])
     out[item["id"]] = {"outputs": res}
 json.dump(out, sys.stdout)
-""".replace("LIMIT", str(CALL_RECURSION_LIMIT))
+"""  # LIMIT: call_recursion_limit()
 
 
 def _fresh_process(items: list[tuple[Operator, list[tuple[tuple[Any, ...], tuple[str, str]]]]]) -> dict[str, Any]:
     request = [{"id": op.id, "source": op.source, "inputs": [list(a) for a, _ in rec]} for op, rec in items]
-    proc = subprocess.run([sys.executable, "-I", "-c", _CHILD], input=json.dumps(request), capture_output=True,
+    child = _CHILD.replace("LIMIT", str(call_recursion_limit()))
+    proc = subprocess.run([sys.executable, "-I", "-c", child], input=json.dumps(request), capture_output=True,
                           text=True)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]

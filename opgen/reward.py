@@ -151,10 +151,11 @@ def _key_set(keys: str) -> tuple[str, ...]:
 
 def reward_options() -> tuple[str, ...]:
     """The grading options a reward entry point reads from its keywords (verl's ``reward_kwargs``):
-    all of GradeSettings's but ``diagnose`` (a reward always carries the recall diagnostics)."""
-    from opgen.score.settings import GradeSettings
+    all of GradeSettings's but ``diagnose`` (a reward always carries the recall diagnostics):
+    opgen.choices.REWARD_OPTIONS."""
+    from opgen.choices import REWARD_OPTIONS
 
-    return tuple(n for n in GradeSettings.names() if n != "diagnose")
+    return REWARD_OPTIONS
 
 
 def _check_settings(kwargs: dict) -> GradeSettings:

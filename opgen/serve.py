@@ -28,12 +28,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from opgen.choices import GRADE_CHOICES
 from opgen.errors import OpgenError
 from opgen.integrations.common import AdapterError
 
-# The grading options a request may set (strings): opgen.score.settings.CHOICES's, which
-# tests/test_grade_settings.py ties this to; grade_batch builds the GradeSettings record from them.
-SETTINGS = ("policy", "group", "mode", "namespace")
+# The grading options a request may set (strings): GradeSettings's text options (opgen.choices);
+# grade_batch builds the GradeSettings record from them.
+SETTINGS = tuple(GRADE_CHOICES)
 
 
 @dataclass(frozen=True)

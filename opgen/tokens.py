@@ -155,10 +155,8 @@ def gold_answer_of_row(row: Mapping[str, Any], library: Any = None) -> str | Non
     item = Item(tasks=tuple(Task(program=E.parse(t["expr"], lib=lib), input=t["input"], output=t["output"])
                             for t in gt["tasks"]),
                 assistant_prefix=info.get("assistant_prefix") or "")
-    tag_text = ""
-    if lib is not None:
-        tag_text = ', "library": ' + json.dumps(tag, sort_keys=False, ensure_ascii=False)
-    fmt = formats.Formatter(info["prompt_format"], info["answer_format"], library=lib, library_tag=tag_text)
+    # the answer alone: no ground truth is rendered, so no library member (build.library_tag) is needed
+    fmt = formats.Formatter(info["prompt_format"], info["answer_format"], library=lib)
     return fmt.answer(item, formats.prepare(item, lib))
 
 

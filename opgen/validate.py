@@ -137,7 +137,7 @@ def _check_opgen_row(row: dict, kind: str, libraries: Libraries = _STUDY_ROWS) -
             lib = libraries.get(gt["library"])
             if isinstance(lib, str):
                 return lib
-            tag = ', "library": ' + json.dumps(gt["library"], ensure_ascii=False)
+            tag = formats.library_member(gt["library"])
             with formats.using_library(lib):
                 return _check_parsed(row, gt, kind, lib, tag)
         return _check_parsed(row, gt, kind)

@@ -11,6 +11,7 @@ import pickle
 import pytest
 
 import opgen
+from opgen import choices
 from opgen.score import batch as B
 from opgen.score import report as R
 from opgen.score.settings import CHOICES, FLAGS, GradeSettings, SettingsError
@@ -52,6 +53,8 @@ def test_each_field_is_checked_with_an_error_naming_it(name, bad):
 def test_every_field_is_checked_and_defaults_are_the_documented_ones():
     # library: checked (loaded) by opgen.score.libs.resolve; tests/test_user_library_grading.py
     assert set(CHOICES) | set(FLAGS) | {"library"} == set(GradeSettings.names())
+    assert choices.GRADE_OPTIONS == GradeSettings.names()  # the one home's list, in the record's order
+    assert (CHOICES, FLAGS) == (choices.GRADE_CHOICES, choices.GRADE_FLAGS)
     assert GradeSettings().to_wire() == {"policy": "output", "group": "fraction", "mode": "auto",
                                          "namespace": "strict", "static": True, "diagnose": True}
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -137,7 +140,7 @@ def test_eval_builds_its_scorer_record_once(tmp_path, monkeypatch, cli, runner):
     model = tmp_path / "m.jsonl"
     model.write_text('{"index": 0, "response": "x"}\n', encoding="utf-8")
     seen = []
-    monkeypatch.setattr(eval_cmd, "_evaluate", lambda models, names, files, out, cfg, *a: seen.append(cfg.grading))
+    monkeypatch.setattr(eval_cmd, "_evaluate", lambda run: seen.append(run.config.grading))
     res = runner.invoke(cli, ["eval", "--model", str(model), "--data", str(data), "--out", str(tmp_path / "o"),
                               "--backend", "replay", "--no-score", "--namespace", "native", "--no-static"])
     assert res.exit_code == 0, res.output
@@ -145,11 +148,35 @@ def test_eval_builds_its_scorer_record_once(tmp_path, monkeypatch, cli, runner):
 
 
 def test_the_cli_choices_are_the_records():
-    from opgen.cli import score_cmd
+    from opgen.cli import build_cmd, eval_cmd, score_cmd
+
+    from opgen.score.metrics import MetricDefs
 
     params = {p.name: p for p in score_cmd.score.params}
     for name in ("mode", "policy", "group", "namespace"):
         assert tuple(params[name].type.choices) == CHOICES[name], name
+    metric = {"drift_call": choices.DRIFT_CALLS, "pass_k": tuple(choices.PASS_K_ESTIMATORS)}
+    for command in (score_cmd.score, eval_cmd.eval_):
+        params = {p.name: p for p in command.params}
+        assert tuple(params["namespace"].type.choices) == choices.NAMESPACES
+        assert tuple(params["executor"].type.choices) == choices.EXECUTORS
+        for name, allowed in metric.items():
+            assert tuple(params[name].type.choices) == allowed, name
+            for value in allowed:  # every CLI choice is a value the record takes, and nothing else is
+                MetricDefs(**{name: value})
+            with pytest.raises(ValueError):
+                MetricDefs(**{name: "other"})
+    assert tuple({p.name: p for p in build_cmd.build.params}["executor"].type.choices) == choices.EXECUTORS
+
+
+def test_the_cli_reads_the_choices_without_loading_the_scorer():
+    import subprocess
+    import sys
+
+    code = ("import sys, opgen.cli, opgen.cli.score_cmd, opgen.cli.eval_cmd, opgen.integrations.common, opgen.serve; "
+            "print(sorted(m for m in sys.modules if m.startswith('opgen.score')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_the_adapters_and_verl_read_the_records_options():
@@ -157,6 +184,7 @@ def test_the_adapters_and_verl_read_the_records_options():
     from opgen.reward import reward_options
 
     assert SETTINGS == (*reward_options(), "allow_weak_sandbox", "settings")
+    assert reward_options() == choices.REWARD_OPTIONS
     assert set(reward_options()) == set(GradeSettings.names()) - {"diagnose"}
     from opgen import serve
 

@@ -394,3 +394,15 @@ def test_compute_score_takes_the_weak_flag(monkeypatch):
     finally:
         if S._shared is not None:
             S._shared.close()
+
+
+def test_a_child_recurses_to_the_limit_ops_check_checks_operators_under(box):
+    # one home: worker.CHILD_RECURSION_LIMIT, which the child sets and opgen.opscheck reads
+    from opgen import opscheck
+    from opgen.score.worker import CHILD_RECURSION_LIMIT
+
+    assert opscheck.call_recursion_limit() == CHILD_RECURSION_LIMIT
+    code = "def d(n):\n    return 'x' if n == 0 else d(n - 1)\n\ndef main_solution(x):\n    return d(int(x))\n"
+    under, over = box.run([Job(code, "main_solution", (str(CHILD_RECURSION_LIMIT - 100),)),
+                           Job(code, "main_solution", (str(CHILD_RECURSION_LIMIT),))])
+    assert under.status == "ok" and over.status == "exception" and "RecursionError" in over.detail, (under, over)

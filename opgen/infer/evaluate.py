@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,13 +20,13 @@ from opgen._version import __version__
 from opgen.errors import OpgenError
 from opgen.infer import decomposed as decomp
 from opgen.infer.backends import backend_spec, make_backend
-from opgen.infer.base import Backend, EngineOptions, Sampling
+from opgen.infer.base import Backend
+from opgen.infer.config import EvalConfig, data_name  # EvalConfig: its home is opgen.infer.config
 from opgen.infer.run import SUMMARY_FIELDS, Plan, plain_plan, read_log, read_rows, run, summarize_log
 from opgen.score.settings import DEFAULT as DEFAULT_GRADING
 from opgen.score.settings import GradeSettings
 
 if TYPE_CHECKING:
-    from opgen.infer.openai_backend import OpenAIOptions
     from opgen.score.metrics import MetricDefs
 
 
@@ -35,25 +34,6 @@ class ConfigMismatch(ValueError, OpgenError):
     """--resume with settings that differ from the ones the existing generations were made with."""
 
     exit_code = 1
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    backend: str
-    sampling: Sampling
-    engine: EngineOptions = EngineOptions()
-    limit: int | None = None
-    resume: bool = False
-    decomposed: bool = False
-    score: bool = True
-    batch_size: int = 256
-    workers: int = 2
-    progress: bool = True
-    openai: OpenAIOptions | None = None  # for --backend openai
-    # how the scorer grades (opgen eval --namespace, --no-static; docs/scoring.md)
-    grading: GradeSettings = DEFAULT_GRADING
-    metric_defs: MetricDefs | None = None  # --drift-call / --pass-k (docs/scoring.md, Metric definitions)
-    plots: bool = True  # the scorer's plots (--no-plots: none)
 
 
 def out_entry(out: Path):
@@ -76,10 +56,6 @@ def out_entry(out: Path):
                                 for n in inner)
 
     return own
-
-
-def data_name(path: Path) -> str:
-    return Path(path).name.removesuffix(".parquet")
 
 
 def write_json_atomic(path: Path, obj: object) -> None:

@@ -11,13 +11,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opgen.choices import REWARD_OPTIONS
 from opgen.errors import OpgenError
 
 # What an adapter forwards to the scorer, and nothing else: a trainer's own keyword arguments
 # (TRL passes trainer_state, completion_ids ...) never reach it. The grading options are
-# opgen.reward.reward_options() (tests/test_grade_settings.py ties them); ``settings`` is those as one
+# opgen.choices.REWARD_OPTIONS (opgen.reward.reward_options()); ``settings`` is those as one
 # opgen.score.settings.GradeSettings.
-SETTINGS = ("policy", "group", "mode", "namespace", "static", "library", "allow_weak_sandbox", "settings")
+SETTINGS = (*REWARD_OPTIONS, "allow_weak_sandbox", "settings")
 
 
 class AdapterError(ValueError, OpgenError):

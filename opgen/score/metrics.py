@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from opgen.choices import DRIFT_CALLS, PASS_K_ESTIMATORS  # their home (the CLI's choices); re-exported
+
 Z95 = 1.959963984540054
 
 
@@ -110,14 +112,6 @@ def row_measures(extra: Mapping[str, Any]) -> dict[str, Any]:
     # options choose from these: farthest, nearest, every)
     out["op_calls"] = {op: [list(ct) for ct in sorted(v)] for op, v in sorted(calls.items())}
     return out
-
-
-DRIFT_CALLS = ("farthest", "nearest", "every")
-PASS_K_ESTIMATORS = {
-    "unbiased": "unbiased (Chen et al. 2021: 1 - C(n-c, k) / C(n, k), over all n samples)",
-    "earliest": "earliest-rank (the Interplay release's: a row passes at k when one of its first k samples, "
-                "in generation order, is correct)",
-}
 
 
 @dataclass(frozen=True)

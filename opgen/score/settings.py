@@ -7,7 +7,8 @@ edge takes the options one by one. A grading process (``python -m opgen.score.ba
 record as the plain dict :meth:`GradeSettings.to_wire` (a ``marshal`` payload, no pickle) and reads
 it back with :meth:`GradeSettings.from_wire`, which checks it again.
 
-This module imports the standard library and opgen.errors only (a grading process loads it).
+This module imports the standard library, opgen.errors and opgen.choices only (a grading process
+loads it).
 """
 
 from __future__ import annotations
@@ -15,16 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from opgen.choices import GRADE_CHOICES as CHOICES
+from opgen.choices import GRADE_FLAGS as FLAGS
+from opgen.choices import GROUP_POLICIES, MODES, NAMESPACES, POLICIES
 from opgen.errors import OpgenError
 
-POLICIES = ("output", "output_structure")
-GROUP_POLICIES = ("fraction", "all")
-MODES = ("auto", "forward", "program")
-NAMESPACES = ("strict", "native")
-
-# The choices of each text option, by field name (the CLI's choices are these).
-CHOICES = {"policy": POLICIES, "group": GROUP_POLICIES, "mode": MODES, "namespace": NAMESPACES}
-FLAGS = ("static", "diagnose")
+# The choices of each text option, by field name, and the flags: their home is opgen.choices (the
+# CLI's choices are these, read there without loading the scorer).
+__all__ = ["CHOICES", "FLAGS", "GROUP_POLICIES", "MODES", "NAMESPACES", "POLICIES", "GradeSettings", "SettingsError"]
 
 
 class SettingsError(ValueError, OpgenError):

@@ -112,6 +112,9 @@ _CODE = {name: i for i, name in enumerate(STATUSES)}
 # prefix such as "while defining: ").
 DETAIL_CAP = 600
 CHILD_DETAIL_CAP = 500
+# A child's recursion limit: the library's recursive operators recurse once per character (its one
+# home: `opgen ops check` checks operators under it, opgen.opscheck reads it from here).
+CHILD_RECURSION_LIMIT = 20_000
 
 
 def encode_message(obj: Any) -> bytes:
@@ -837,7 +840,7 @@ def _child_main(start_args: tuple) -> None:
         me = 1 if fresh else os.getpid()
         if (_JAIL.drop_caps and not _JAIL.apply()) or not _JAIL.install_child(me):
             os._exit(111)  # never run model code outside the jail the worker reported
-        sys.setrecursionlimit(20_000)  # the library's recursive operators recurse once per character
+        sys.setrecursionlimit(CHILD_RECURSION_LIMIT)
         units = [(_unmarshalled(code), calls, fail_fast) for code, calls, fail_fast in units]
         harness["_PID"] = me
         run = harness["main"]
