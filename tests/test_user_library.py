@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import user_libraries as U
 from click.testing import CliRunner
 from opgen.cli import cli as main
 
@@ -16,52 +17,7 @@ from opgen import build as B
 from opgen import ops
 from opgen import recipe as R
 
-LIBRARY = textwrap.dedent("""\
-    name: six
-    operators:
-      - id: rev
-        gloss: reverse the string
-        split: train
-        source: |
-          def rev(s):
-              return s[::-1]
-      - id: dup
-        gloss: repeat the string n times
-        split: train
-        params: [{name: n, kind: int, lo: 1, hi: 3}]
-        source: |
-          def dup(s, n):
-              return s * n
-      - id: up
-        gloss: upper-case the string
-        split: train
-        source: |
-          def up(s):
-              return s.upper()
-      - id: mix
-        gloss: interleave two strings
-        split: train
-        n_inputs: 2
-        source: |
-          def mix(s1, s2):
-              return "".join(a + b for a, b in zip(s1, s2)) + s1[len(s2):] + s2[len(s1):]
-      - id: rot
-        gloss: rotate left by n
-        split: heldout
-        params: [{name: n, kind: int, lo: 0, hi: 4}]
-        source: |
-          def rot(s, n):
-              if not s:
-                  return s
-              n = n % len(s)
-              return s[n:] + s[:n]
-      - id: drop_vowels
-        gloss: remove the vowels
-        split: heldout
-        source: |
-          def drop_vowels(s):
-              return "".join(c for c in s if c not in "aeiou")
-    """)
+LIBRARY = U.SIX
 
 RECIPE = textwrap.dedent("""\
     name: mine
@@ -190,12 +146,15 @@ def test_an_unknown_operator_names_the_library_ids(recipe_file: Path) -> None:
     assert "func_3" in str(err.value) and "library 'six'" in str(err.value) and "rev" in str(err.value)
 
 
-def test_library_flag_overrides_and_study_only_generators_refuse(recipe_file: Path, tmp_path: Path) -> None:
+def test_library_flag_overrides_for_every_generator(recipe_file: Path, tmp_path: Path) -> None:
     assert R.load("eval-suite", library="study").library is ops.STUDY
     cell = tmp_path / "cell.yaml"
-    cell.write_text("name: c\nsplits:\n  s:\n    generator: sft_cell\n    role: train\n    kind: sft\n")
-    with pytest.raises(R.RecipeError, match="'sft_cell' draws the study's own operators only"):
-        R.load(str(cell), library=str(recipe_file.parent / "six.yaml"))
+    cell.write_text("name: c\nsplits:\n  s:\n    generator: sft_cell\n    role: train\n    kind: sft\n"
+                    "    options: {atomic: {pool: a, per_op: 2}}\n")
+    six = R.load(str(cell), library=str(recipe_file.parent / "six.yaml"))
+    (plan,) = B.plan_build([six])
+    assert len(plan.gen.atomic) == 2 * len(six.library)
+    assert {t.program.op for t in plan.gen.atomic} == set(six.library.ids)
     # the eval suite names operator sets (train, heldout), which --library resolves against its library
     plans = B.plan_build([R.load("eval-suite", library=str(recipe_file.parent / "six.yaml"))])
     assert {op.id for op in plans[0].gen.plain + plans[0].gen.param} == {"rot", "drop_vowels"}

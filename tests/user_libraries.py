@@ -1,0 +1,63 @@
+"""The toy operator libraries the user-library tests share (issue 25): one home for each, imported
+as a plain module (``import user_libraries``), never ``tests.x`` (CI runs a bare ``pytest``)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+# Six operators a user might write, touching no package file: four train (one with an int param,
+# one of two string inputs), two held-out (one with a param).
+SIX = textwrap.dedent("""\
+    name: six
+    operators:
+      - id: rev
+        gloss: reverse the string
+        split: train
+        source: |
+          def rev(s):
+              return s[::-1]
+      - id: dup
+        gloss: repeat the string n times
+        split: train
+        params: [{name: n, kind: int, lo: 1, hi: 3}]
+        source: |
+          def dup(s, n):
+              return s * n
+      - id: up
+        gloss: upper-case the string
+        split: train
+        source: |
+          def up(s):
+              return s.upper()
+      - id: mix
+        gloss: interleave two strings
+        split: train
+        n_inputs: 2
+        source: |
+          def mix(s1, s2):
+              return "".join(a + b for a, b in zip(s1, s2)) + s1[len(s2):] + s2[len(s1):]
+      - id: rot
+        gloss: rotate left by n
+        split: heldout
+        params: [{name: n, kind: int, lo: 0, hi: 4}]
+        source: |
+          def rot(s, n):
+              if not s:
+                  return s
+              n = n % len(s)
+              return s[n:] + s[:n]
+      - id: drop_vowels
+        gloss: remove the vowels
+        split: heldout
+        source: |
+          def drop_vowels(s):
+              return "".join(c for c in s if c not in "aeiou")
+    """)
+
+
+def write_six(folder: Path, name: str = "six.yaml") -> Path:
+    """:data:`SIX` written to ``folder/name``; returns the path."""
+    path = Path(folder) / name
+    path.write_text(SIX)
+    return path
