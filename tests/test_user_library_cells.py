@@ -207,3 +207,50 @@ def test_a_generator_without_any_library_is_refused_naming_the_field(folder: Pat
     with pytest.raises(R.RecipeError, match=r"r.yaml: splits.s.generator: 'study_only_for_test' draws the "
                                             r"study's own operators only"):
         R.load(str(recipe))
+
+
+TRAIN_COMPOSING_ALL = textwrap.dedent("""\
+    name: six-train-all
+    seed: 5
+    library: six.yaml
+    leakage: {heldout_ops: [up]}
+    splits:
+      train: {role: train, generator: trees, options: {ops: [rev, dup, rot, drop_vowels], depths: [2], per_depth: 20}}
+    """)
+
+
+def test_stats_orders_operators_by_the_rows_library(folder: Path) -> None:
+    out, _ = _build(folder, CELLS)
+    runner = CliRunner()
+    result = runner.invoke(main, ["stats", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.output)
+    six = R.load(str(folder / "recipe.yaml")).library
+    assert stats["library"] == {"name": "six", "digest": six.digest, "spec": "six.yaml"}
+    # the library's own order (rev, dup, up, mix, rot, drop_vowels), not the ids' name order
+    assert list(stats["counts"]["op"]) == [o for o in six.ids if o in stats["counts"]["op"]]
+    assert list(stats["counts"]["op"]) != sorted(stats["counts"]["op"])
+    text = runner.invoke(main, ["stats", str(out)]).output
+    assert "library: six" in text
+    op_lines = text.split("\nop:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split()[0] for line in op_lines] == list(stats["counts"]["op"])
+
+
+def test_leakage_defaults_to_the_held_out_operators_of_the_rows_library(folder: Path) -> None:
+    train, _ = _build(folder, TRAIN_COMPOSING_ALL)
+    train = train.rename(folder / "train-out")
+    evals, _ = _build(folder, PROBES)
+    runner = CliRunner()
+    result = runner.invoke(main, ["leakage", str(train), "--against", str(evals)])
+    # the training trees compose rot and drop_vowels, the six library's held-out operators
+    assert result.exit_code == 1, result.output
+    assert "compose a held-out operator" in result.output and "FAILED" in result.output
+    ok = runner.invoke(main, ["leakage", str(train), "--against", str(evals), "--heldout-ops", "up,mix"])
+    assert ok.exit_code == 0, ok.output
+    bad = runner.invoke(main, ["leakage", str(train), "--against", str(evals), "--heldout-ops", "func_3"])
+    assert bad.exit_code != 0 and "func_3" in bad.output and "'six'" in bad.output
+    study = folder / "study"
+    made = runner.invoke(main, ["build", "eval-suite", "--out", str(study), "--limit", "2", "--no-progress"])
+    assert made.exit_code == 0, made.output
+    mixed = runner.invoke(main, ["leakage", str(train), "--against", str(study)])
+    assert mixed.exit_code == 1 and "different operator libraries" in mixed.output and "Traceback" not in mixed.output
