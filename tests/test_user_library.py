@@ -105,6 +105,45 @@ def test_the_study_rows_name_no_library(tmp_path: Path) -> None:
     assert pickle.loads(pickle.dumps(recipe)).library is ops.STUDY
 
 
+def test_a_user_library_pickles_from_yaml_and_from_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user library must cross to Ray workers (a recipe is pickled): plain pickle, by value, its
+    operators rebuilt from their sources, the digest and every result the same; a study operator
+    inside it arrives as the receiving process's own."""
+    import pickle
+    import subprocess
+
+    from opgen import library as L
+
+    spec = U.write_six_module(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop(spec.split(":")[0], None)
+    for lib in (L.load(str(tmp_path / "six.yaml")), L.load(spec)):
+        back = pickle.loads(pickle.dumps(lib))
+        assert back.name == lib.name and back.digest == lib.digest and back.ids == lib.ids
+        for op, got in zip(lib.operators, back.operators):
+            args = ("hello", "abc") if op.n_inputs == 2 else ("hello", *(p.lo for p in op.params))
+            assert got.fn(*args) == op.fn(*args) and got.cost is op.cost and got.params == op.params
+    assert pickle.loads(pickle.dumps(L.load(spec))).get("rev").cost(5, None) == (23, 36, 0)
+    mixed = ops.OperatorLibrary("mixed", (ops.get("func_3"),) + L.load(str(tmp_path / "six.yaml")).operators)
+    assert pickle.loads(pickle.dumps(mixed)).operators[0] is ops.get("func_3")
+    # a fresh process (a Ray worker's situation) unpickles the YAML library without the file
+    recipe = R.load(str(_six_recipe(tmp_path)))
+    blob = pickle.dumps(recipe)
+    code = ("import pickle, sys; r = pickle.loads(sys.stdin.buffer.read()); lib = r.library; "
+            "print(lib.digest, lib.get('rot').fn('abcdef', 2))")
+    (tmp_path / "six.yaml").unlink()
+    done = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, cwd="/", timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == [recipe.library.digest, "cdefab"]
+
+
+def _six_recipe(folder: Path) -> Path:
+    path = folder / "six-recipe.yaml"
+    path.write_text("name: r\nlibrary: six.yaml\nsplits:\n  a:\n    generator: atomic\n    role: train\n"
+                    "    options: {per_op: 1}\n")
+    return path
+
+
 def test_study_plus_one_operator_as_a_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "more_ops.py").write_text(textwrap.dedent("""\
         from opgen import library, ops

@@ -61,3 +61,31 @@ def write_six(folder: Path, name: str = "six.yaml") -> Path:
     path = Path(folder) / name
     path.write_text(SIX)
     return path
+
+
+# SIX with a cost bound on every operator: a ``module:obj`` library (``six_costed:LIB``, the
+# module written beside six.yaml by :func:`write_six_module`), whose bounds are module-level
+# functions and whose operators' functions are compiled from six.yaml's sources.
+SIX_MODULE = textwrap.dedent('''\
+    import dataclasses
+    from pathlib import Path
+
+    from opgen import library as L
+    from opgen.ops import OperatorLibrary
+
+
+    def cost(n, p):
+        return (3 * n + 8, 4 * n + 16, 0)
+
+
+    _base = L.load(str(Path(__file__).with_name("six.yaml")))
+    LIB = OperatorLibrary("six", tuple(dataclasses.replace(op, cost=cost) for op in _base.operators))
+    ''')
+
+
+def write_six_module(folder: Path, module: str = "six_costed") -> str:
+    """six.yaml and the module of :data:`SIX_MODULE` in ``folder``; returns its spec ``module:LIB``
+    (``folder`` must be on sys.path for it to import)."""
+    write_six(folder)
+    (Path(folder) / f"{module}.py").write_text(SIX_MODULE)
+    return f"{module}:LIB"
