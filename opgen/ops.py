@@ -97,7 +97,7 @@ class Operator:
     def __copy__(self) -> Operator:
         return self  # immutable: a copy is the operator itself (never a recompile)
 
-    def __deepcopy__(self, memo: dict) -> Operator:
+    def __deepcopy__(self, memo: dict[int, Any]) -> Operator:
         return self
 
     @property
