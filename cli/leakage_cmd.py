@@ -71,7 +71,8 @@ def _print(report: dict) -> None:
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("paths", nargs=-1, type=click.UNPROCESSED, metavar="TRAIN_PATH... --against EVAL_PATH...")
 @click.option("--heldout-ops", default="heldout", show_default=True,
-              help="The held-out operators that training may not compose: heldout, or a comma list of func_N.")
+              help="The held-out operators that training may not compose: heldout (the held-out operators of "
+                   "the library the rows name), or a comma list of its operator ids.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the whole report as JSON here (checked writable before the work).")
 @options.progress()
@@ -81,16 +82,17 @@ def leakage(paths: tuple[str, ...], heldout_ops: str, report_path: Path | None, 
     training, and no held-out operator composed in training. Exit 1 on a violation. Also reports,
     as information, the share of each eval file's programs per depth that occur in training
     (train-operator programs recur in ID evals as in the study)."""
-    from opgen import files, ops
+    from opgen import files
     from opgen import leakage as L
 
     train, against = _split_paths(paths)
-    try:
-        held = ops.resolve_set(heldout_ops if heldout_ops in ("heldout", "train", "all") else heldout_ops.split(","))
-    except (ValueError, KeyError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--heldout-ops") from None
     if report_path is not None:
         _check_writable(report_path)
+    lib = L.library_of(train, against)  # LeakageInputError: exit 1 (cli/__init__.py)
+    try:
+        held = lib.resolve_set(heldout_ops if heldout_ops in ("heldout", "train", "all") else heldout_ops.split(","))
+    except (ValueError, KeyError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--heldout-ops") from None
     t0 = time.monotonic()
 
     def tell(done: int, total: int, path: str, rows: int) -> None:

@@ -289,7 +289,8 @@ class AnswerFormat:
     ``Assemble:`` block (:data:`ASSEMBLE_HEADER`), not just the last code block.
     ``markers``: the structure's header lines, as written (decomposed inference prefixes and stops
     with them; opgen/score/parse.py's linear scanner reads the same words leniently).
-    ``recall_block(op)``: one operator's recall block, which a probe's teacher-forced prefix holds.
+    ``recall_block(op, lib=None)``: one operator's recall block (of ``lib``, None: the study's), which a
+    probe's teacher-forced prefix holds.
     """
 
     name: str
@@ -299,7 +300,8 @@ class AnswerFormat:
     check: Callable[[str, dict], str]
     structured: bool = False
     markers: tuple[str, ...] = ()
-    recall_block: Callable[[str], str] | None = None  # one operator's recall block (teacher-forced prefixes)
+    # one operator's recall block (teacher-forced prefixes): (op_id, lib=None) -> text, lib an OperatorLibrary
+    recall_block: Callable[..., str] | None = None
     # a forward format whose answer is a function of the output alone may say so: the single-row
     # fast path then calls it without joining the program's code (gold must give the same text)
     gold_of_output: Callable[[str], str] | None = None

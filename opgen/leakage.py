@@ -287,11 +287,27 @@ def program_share(ev: FileKeys, pool: np.ndarray) -> dict[str, dict[str, float |
     return out
 
 
-def check_files(train_paths, eval_paths, heldout_ops: tuple[str, ...] = ops.HELDOUT_IDS,
+def library_of(train_paths, eval_paths) -> ops.OperatorLibrary:
+    """The operator library the rows of these build folders and files name (one for all of them; the
+    study's for rows naming none): what ``--heldout-ops heldout`` means and the report's order."""
+    from opgen import validate as V
+
+    files = [*parquet_files(train_paths, "train"), *parquet_files(eval_paths, "eval")]
+    try:
+        return V.library_of_rows(files)[0]
+    except V.RowsLibraryError as exc:
+        raise LeakageInputError(str(exc)) from None
+
+
+def check_files(train_paths, eval_paths, heldout_ops: tuple[str, ...] | None = None,
                 progress=None) -> dict:
     """The study's rule over files of separate builds: a report per (train file, eval file) pair.
 
-    ``progress(done, total, path, rows)`` is called after each file is read (the slow part)."""
+    ``heldout_ops``: the operators training may not compose (None: the held-out operators of the
+    library the rows name, :func:`library_of`). ``progress(done, total, path, rows)`` is called
+    after each file is read (the slow part)."""
+    if heldout_ops is None:
+        heldout_ops = library_of(train_paths, eval_paths).heldout_ids
     train_files, eval_files = parquet_files(train_paths, "train"), parquet_files(eval_paths, "eval")
     total = len(train_files) + len(eval_files)
     read: list[FileKeys] = []

@@ -82,6 +82,24 @@ class Operator:
     # only inside a budget of these units.
     cost: Cost | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (a Ray task's recipe or library) by value, not by its function: a study operator
+        # as the receiving process's own (ops.get), another one rebuilt from its source (each
+        # source compiles standalone: `opgen ops check`'s law), unless its function is importable
+        # by name (a module's own def), which then travels by reference. Bounds (out_len, cost)
+        # travel as pickle sends them: module-level functions by reference.
+        if BY_ID.get(self.id) is self:
+            return (get, (self.id,))
+        fn = self.fn if _importable(self.fn) else None
+        return (_rebuilt_operator, (self.id, self.name, self.gloss, self.source, self.n_inputs, self.params,
+                                    self.split, fn, self.out_len, self.cost))
+
+    def __copy__(self) -> Operator:
+        return self  # immutable: a copy is the operator itself (never a recompile)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Operator:
+        return self
+
     @property
     def index(self) -> int:
         return int(self.id.split("_")[1])
@@ -222,6 +240,30 @@ class OperatorLibrary:
 
 def _study_library() -> OperatorLibrary:
     return STUDY
+
+
+def _importable(fn: object) -> bool:
+    """Whether pickle can send ``fn`` by reference: its module is imported and names it."""
+    import sys
+
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    value: Any = module
+    for part in str(getattr(fn, "__qualname__", "")).split("."):
+        value = getattr(value, part, None)
+    return module is not None and value is fn
+
+
+def _rebuilt_operator(op_id: str, name: str, gloss: str, source: str, n_inputs: int, params: tuple[Param, ...],
+                      split: str, fn: Callable[..., str] | None, out_len: Any, cost: Any) -> Operator:
+    """An unpickled operator: its function compiled from its own source when it did not travel."""
+    if fn is None:
+        namespace: dict[str, object] = {"__name__": f"opgen.library.rebuilt.{op_id}"}
+        exec(compile(source, f"<opgen {op_id}>", "exec"), namespace)
+        made = namespace.get(op_id)
+        if not callable(made):
+            raise TypeError(f"operator {op_id!r}: its source defines no function {op_id!r}")
+        fn = made
+    return Operator(op_id, name, gloss, source, n_inputs, params, split, fn, out_len, cost)
 
 
 def _src(text: str) -> str:

@@ -382,12 +382,8 @@ def _split_rule(raw: Any, shown: str, seed: int, lib: ops.OperatorLibrary = ops.
     """The recipe's ``split`` (opgen.splits.kinds.Rule), or None."""
     from opgen.splits import kinds as SK
 
-    if raw is not None and not lib.is_study:
-        raise RecipeError(f"{shown}: split: a compositional split is drawn over the study's operators only "
-                          f"(library {lib.name!r} is not the study's)")
-
     try:
-        return SK.resolve(raw, shown, seed)
+        return SK.resolve(raw, shown, seed, lib)
     except SK.SplitError as exc:
         raise RecipeError(str(exc)) from None
 

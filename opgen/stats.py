@@ -9,12 +9,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from opgen import ops
 from opgen.errors import OpgenError
 from opgen.manifest import length_stats
 
 
 def collect(paths: list[Path]) -> dict:
+    """Counts and histograms of ``paths``; operators in their library's order (the library the rows
+    name, loaded as ``opgen validate`` loads it; the study's for rows naming none)."""
+    library, position = _library(paths)
     counts: dict[str, Counter] = {"depth": Counter(), "k": Counter(), "op": Counter(), "structure": Counter(),
                                   "condition": Counter(), "split": Counter(), "data_source": Counter()}
     lengths: list[int] = []
@@ -24,10 +26,24 @@ def collect(paths: list[Path]) -> dict:
             n = _collect_file(path, counts, lengths, n)
         except (OSError, ValueError, KeyError, TypeError) as exc:  # pyarrow's errors are OSError/ValueError
             raise StatsError(f"{path}: {type(exc).__name__}: {exc}") from None
+    counts["op"] = Counter({o: counts["op"][o] for o in sorted(counts["op"], key=lambda o: _op_order(o, position))})
     out = {"rows": n, "counts": {k: dict(v) for k, v in counts.items() if v},
            "output_length": length_stats(np.array(lengths, dtype=np.int64)), "lengths": lengths}
     out["split"] = _split(paths)
+    out["library"] = library
     return out
+
+
+def _library(paths: list[Path]) -> tuple[dict, dict[str, int]]:
+    """The rows' operator library (what the output says of it) and its operators' order."""
+    from opgen import validate as V
+
+    try:
+        lib, tag = V.library_of_rows(paths)
+    except V.RowsLibraryError as exc:
+        raise StatsError(str(exc)) from None
+    described = {"name": lib.name, "digest": lib.digest, "spec": (tag or {}).get("spec", "study")}
+    return described, lib.position
 
 
 def _split(paths: list[Path]) -> dict | None:
@@ -88,19 +104,26 @@ def _output_length(reward_model: object) -> int:
     return len(raw) if isinstance(raw, str) else len(str(raw or ""))
 
 
+def _op_order(op_id: str, position: dict[str, int]) -> tuple:
+    """An operator's place: its position in the library, then any id it does not hold, by name."""
+    return (0, position[op_id], "") if op_id in position else (1, 0, op_id)
+
+
 def _order(key: str, value: object) -> tuple:
-    if key == "op" and isinstance(value, str) and value in ops.BY_ID:
-        return (ops.BY_ID[value].index,)
     return (0, value) if isinstance(value, int) else (1, str(value))
 
 
 def render(stats: dict, width: int = 40) -> str:
     lines = [f"rows: {stats['rows']}"]
+    lib = stats.get("library")
+    if lib and lib.get("spec") != "study":
+        lines.append(f"library: {lib['name']} (digest {lib['digest'][:12]}, spec {lib['spec']})")
     for key, table in stats["counts"].items():
         lines.append(f"\n{key}:")
         top = max(table.values())
         label_w = max(len(str(v)) for v in table)
-        for value in sorted(table, key=lambda v: _order(key, v)):
+        # operators as collect() ordered them (their library's order); other tables sorted by value
+        for value in (table if key == "op" else sorted(table, key=lambda v: _order(key, v))):
             c = table[value]
             bar = "█" * max(1, round(width * c / top))
             lines.append(f"  {str(value).rjust(label_w)}  {str(c).rjust(7)}  {bar}")

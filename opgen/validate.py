@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from opgen import expr as E
 from opgen import formats, rows
+from opgen.errors import OpgenError
 from opgen.resources import schema_path
 from opgen.tasks import Item, Task
 
@@ -125,6 +126,60 @@ class Libraries:
 
 
 _STUDY_ROWS = Libraries()
+
+
+class RowsLibraryError(ValueError, OpgenError):
+    """Files whose rows name different operator libraries, or one that cannot be loaded."""
+
+    exit_code = 1
+
+
+def _first_library_tag(path: Path) -> Any:
+    """The ``ground_truth.library`` of a file's first row (None: the study's, or no opgen row)."""
+    try:
+        pf = pq.ParquetFile(path)
+        if pf.schema_arrow.get_field_index("reward_model") < 0:
+            return None
+        for batch in pf.iter_batches(batch_size=1, columns=["reward_model"]):
+            for rm in batch.column(0).to_pylist():
+                raw = rm.get("ground_truth") if isinstance(rm, dict) else None
+                gt = json.loads(raw) if isinstance(raw, str) else None
+                return gt.get("library") if isinstance(gt, dict) else None
+    except (OSError, ValueError):  # not parquet, not JSON: the caller's own reading names it
+        return None
+    return None
+
+
+def library_of_rows(paths: list[Path]) -> tuple[Any, dict | None]:
+    """(library, tag) of the rows in ``paths`` (parquet files): the library their ground truth names
+    (``{"name", "digest", "spec"}``; loaded as ``opgen validate`` loads it, beside the file or its
+    build's recipe), the study's (tag None) when they name none. Files naming different libraries,
+    or a library that cannot be loaded, raise :class:`RowsLibraryError` naming the files."""
+    from opgen import ops
+
+    found: dict[str, tuple[Path, dict]] = {}
+    study_file: Path | None = None
+    for path in paths:
+        tag = _first_library_tag(Path(path))
+        if isinstance(tag, dict) and isinstance(tag.get("digest"), str):
+            found.setdefault(tag["digest"], (Path(path), tag))
+        elif study_file is None:
+            study_file = Path(path)
+    if not found:
+        return ops.STUDY, None
+    if len(found) > 1 or study_file is not None:
+        named = [f"{p} ({t.get('name')!r}, digest {t['digest'][:12]})" for p, t in found.values()]
+        named += [f"{study_file} (the study's)"] if study_file is not None else []
+        raise RowsLibraryError(f"the rows name different operator libraries: {'; '.join(named)}; "
+                               "give files of one library")
+    ((path, tag),) = found.values()
+    lib = Libraries(path.parent).get(tag)
+    if isinstance(lib, str):
+        raise RowsLibraryError(f"{path}: {lib}")
+    from opgen.score import libs
+
+    libs.register(lib, tag.get("spec", ""))  # later readers of these rows (split sections) find it by digest
+    return lib, tag
 
 
 def _check_opgen_row(row: dict, kind: str, libraries: Libraries = _STUDY_ROWS) -> str:

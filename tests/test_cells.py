@@ -25,6 +25,9 @@ from opgen.generate import Context, GeneratorError, registry
 from opgen.generate import cells as C
 from opgen.score.parse import parse_program_answer
 
+# The study's shared atomic pool: 400 tasks per operator of its library (counted, not written out).
+ATOMIC = C.ATOMIC_DEFAULTS["per_op"] * len(ops.STUDY)
+
 WHERE = "cell.yaml: splits.train.options"
 V1_COMPS = {"pool": "trainop-mixed-d2-4", "rows": 15979, "ops": "train", "depths": [2, 3, 4]}
 
@@ -90,7 +93,7 @@ def test_atomic_pool_does_not_depend_on_the_recipe_but_on_its_seed():
 
 
 @pytest.mark.parametrize("name, rows_atomic, comps", [
-    ("sft-d1", 10_000, 0), ("sft-v1", 10_000, 15_979), ("sft-c1", None, 0), ("sft-eco", None, 15_979),
+    ("sft-d1", ATOMIC, 0), ("sft-v1", ATOMIC, 15_979), ("sft-c1", None, 0), ("sft-eco", None, 15_979),
     ("sft-c4", None, 12_452), ("sft-c4b", None, 12_436)])
 def test_cell_counts(cells, name, rows_atomic, comps):
     gen = cells[name]
@@ -99,7 +102,7 @@ def test_cell_counts(cells, name, rows_atomic, comps):
     if rows_atomic is not None:
         assert parts["atomic"] == rows_atomic
     else:  # groups of 1..4: fewer rows than tasks, at least a quarter
-        assert 2_500 <= parts["atomic"] < 10_000
+        assert ATOMIC // 4 <= parts["atomic"] < ATOMIC
     assert gen.count() == parts["atomic"] + comps
 
 
@@ -319,7 +322,7 @@ def small_cells(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cell, rows", [("sft-d1", 10_000), ("sft-v1", 3000), ("sft-c4", 3000),
+@pytest.mark.parametrize("cell, rows", [("sft-d1", ATOMIC), ("sft-v1", 3000), ("sft-c4", 3000),
                                         ("sft-c4b", 3000), ("stage1", 3000), ("stage15b-init", 3000)])
 def test_built_counts(small_cells, cell, rows):
     man, out = small_cells[cell]
@@ -334,7 +337,7 @@ def test_built_grouped_cells_count_every_task_once(small_cells):
         rows = read_rows(out, "train", ("extra_info",))
         groups = [r for r in rows if r["extra_info"]["depth"] == 1]
         assert len(rows) - len(groups) == comps
-        assert sum(r["extra_info"]["n_tasks"] for r in groups) == 10_000
+        assert sum(r["extra_info"]["n_tasks"] for r in groups) == ATOMIC
         assert {r["extra_info"]["n_tasks"] for r in groups} == {1, 2, 3, 4}
         assert man["splits"]["train"]["rows"] == len(rows)
 
@@ -348,7 +351,7 @@ def test_built_sft_cells_share_the_same_10000_atomic_tasks(small_cells):
         _, out = small_cells[cell]
         sets[cell] = {i for gt in truths(out, "train") if len(gt["tasks"]) > 1 or gt["tasks"][0]["depth"] == 1
                       for i in task_ids(gt)}
-    assert len(sets["sft-d1"]) == 10_000
+    assert len(sets["sft-d1"]) == ATOMIC
     assert sets["sft-d1"] == sets["sft-c1"] == sets["sft-eco"] == idset(C.atomic_pool())
 
 
@@ -474,7 +477,7 @@ def test_a_broken_cell_recipe_fails_naming_file_and_option(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cell, rows", [
-    ("stage1", 10_000), ("stage15b-init", 32_000), ("sft-v1", 25_979), ("sft-c4", None), ("sft-c4b", None),
+    ("stage1", ATOMIC), ("stage15b-init", 32_000), ("sft-v1", ATOMIC + 15_979), ("sft-c4", None), ("sft-c4b", None),
     ("sft-matched", 49_600 + 38_400), ("sft-matched-isolated", 49_600), ("sft-matched-grouped", 38_400),
     ("rl-r1", 12_800), ("rl-mda", 12_800)])
 def test_full_build(tmp_path, cell, rows):
@@ -485,7 +488,7 @@ def test_full_build(tmp_path, cell, rows):
     else:
         comps = {"sft-c4": 12_452, "sft-c4b": 12_436}[cell]
         data = read_rows(out, "train", ("extra_info",))
-        assert sum(r["extra_info"]["n_tasks"] for r in data if r["extra_info"]["depth"] == 1) == 10_000
+        assert sum(r["extra_info"]["n_tasks"] for r in data if r["extra_info"]["depth"] == 1) == ATOMIC
         assert sum(1 for r in data if r["extra_info"]["depth"] > 1) == comps
     if cell == "sft-matched":
         iso = C.step_hashes_of([task_ids(gt) for gt in truths(out, "isolated")], 124)

@@ -12,61 +12,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import user_libraries as U
 
 from opgen import library, ops, opscheck
 
-# Six operators, every signature kind, one recursive: a user's library touching no package file.
-SIX_YAML = textwrap.dedent('''\
-    name: six
-    operators:
-      - id: rev
-        gloss: reverse the string
-        split: train
-        source: |
-          def rev(s):
-              """Reverse s recursively."""
-              if not s:
-                  return s
-              return rev(s[1:]) + s[0]
-      - id: upper_first
-        name: capitalise
-        gloss: upper-case the first character
-        split: heldout
-        source: |
-          def upper_first(s):
-              return s[:1].upper() + s[1:]
-      - id: take
-        gloss: the first n characters
-        split: train
-        params: [{name: n, kind: int, lo: 0, hi: 5}]
-        source: |
-          def take(s, n):
-              return s[:n]
-      - id: wrap
-        gloss: wrap in a bracket pair
-        split: heldout
-        params: [{name: b, kind: choice, choices: ["()", "[]"]}]
-        source: |
-          def wrap(s, b):
-              return b[0] + s + b[1]
-      - id: tag
-        gloss: append a tag
-        split: train
-        params: [{name: t, kind: letters, lo: 1, hi: 3}]
-        source: |
-          def tag(s, t):
-              return s + '#' + t
-      - id: zip2
-        gloss: interlace two strings
-        split: heldout
-        n_inputs: 2
-        source: |
-          def zip2(s1, s2):
-              out = []
-              for i in range(max(len(s1), len(s2))):
-                  out.append(s1[i:i + 1] + s2[i:i + 1])
-              return ''.join(out)
-    ''')
+# Six operators, every signature kind, one recursive (tests/user_libraries.py).
+SIX_YAML = U.KINDS
 
 BROKEN_MODULE = textwrap.dedent('''\
     import dataclasses

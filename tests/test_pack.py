@@ -6,10 +6,13 @@ from collections import Counter
 
 import pytest
 
+from opgen import ops
 from opgen import pack as P
 from opgen.rng import Rng
 
-LABELS = [f"func_{i % 25}" for i in range(10_000)]
+# The study's atomic pool: 400 tasks per operator, labelled by operator (counted from the library).
+POOL = 400 * len(ops.STUDY)
+LABELS = [ops.STUDY.ids[i % len(ops.STUDY)] for i in range(POOL)]
 
 
 def test_widths_in_range_and_sum():
@@ -125,10 +128,11 @@ def test_matched_atomic_pool_covered_in_epochs(matched):
 
     # 400 x 48 = 19,200 slots = one full epoch of the 10,000-task pool, then 9,200 of the next:
     # the first 208 steps (9,984 tasks) never repeat a task, and all 400 use every task.
-    first = [i for s in range(208) for i in atomic(s)]
-    assert len(set(first)) == len(first) == 9_984
+    epoch = POOL // 48  # whole steps inside one epoch of the pool
+    first = [i for s in range(epoch) for i in atomic(s)]
+    assert len(set(first)) == len(first) == epoch * 48
     every = Counter(i for s in range(400) for i in atomic(s))
-    assert len(every) == 10_000 and max(every.values()) == 2 and sum(every.values()) == 19_200
+    assert len(every) == POOL and max(every.values()) == 2 and sum(every.values()) == 400 * 48
 
 
 def test_matched_plan_deterministic():

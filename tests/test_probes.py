@@ -152,7 +152,7 @@ def test_probe_options_change_conditions():
 
 
 @pytest.mark.parametrize("name, options, message", [
-    ("probe_1b", {"r": [12], "others": ["heldout"]}, "only 11 available"),
+    ("probe_1b", {"r": [len(ops.HELDOUT_IDS)], "others": ["heldout"]}, f"only {len(ops.HELDOUT_IDS) - 1} available"),
     ("probe_1d", {"targets": ["func_7"]}, "cannot stand in a chain"),
     ("probe_1d", {"depths": [2]}, "depths"),
     ("probe_1f", {"methods": ["__class__"]}, "methods"),

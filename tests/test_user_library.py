@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import user_libraries as U
 from click.testing import CliRunner
 from opgen.cli import cli as main
 
@@ -16,52 +17,7 @@ from opgen import build as B
 from opgen import ops
 from opgen import recipe as R
 
-LIBRARY = textwrap.dedent("""\
-    name: six
-    operators:
-      - id: rev
-        gloss: reverse the string
-        split: train
-        source: |
-          def rev(s):
-              return s[::-1]
-      - id: dup
-        gloss: repeat the string n times
-        split: train
-        params: [{name: n, kind: int, lo: 1, hi: 3}]
-        source: |
-          def dup(s, n):
-              return s * n
-      - id: up
-        gloss: upper-case the string
-        split: train
-        source: |
-          def up(s):
-              return s.upper()
-      - id: mix
-        gloss: interleave two strings
-        split: train
-        n_inputs: 2
-        source: |
-          def mix(s1, s2):
-              return "".join(a + b for a, b in zip(s1, s2)) + s1[len(s2):] + s2[len(s1):]
-      - id: rot
-        gloss: rotate left by n
-        split: heldout
-        params: [{name: n, kind: int, lo: 0, hi: 4}]
-        source: |
-          def rot(s, n):
-              if not s:
-                  return s
-              n = n % len(s)
-              return s[n:] + s[:n]
-      - id: drop_vowels
-        gloss: remove the vowels
-        split: heldout
-        source: |
-          def drop_vowels(s):
-              return "".join(c for c in s if c not in "aeiou")
-    """)
+LIBRARY = U.SIX
 
 RECIPE = textwrap.dedent("""\
     name: mine
@@ -149,6 +105,45 @@ def test_the_study_rows_name_no_library(tmp_path: Path) -> None:
     assert pickle.loads(pickle.dumps(recipe)).library is ops.STUDY
 
 
+def test_a_user_library_pickles_from_yaml_and_from_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user library must cross to Ray workers (a recipe is pickled): plain pickle, by value, its
+    operators rebuilt from their sources, the digest and every result the same; a study operator
+    inside it arrives as the receiving process's own."""
+    import pickle
+    import subprocess
+
+    from opgen import library as L
+
+    spec = U.write_six_module(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop(spec.split(":")[0], None)
+    for lib in (L.load(str(tmp_path / "six.yaml")), L.load(spec)):
+        back = pickle.loads(pickle.dumps(lib))
+        assert back.name == lib.name and back.digest == lib.digest and back.ids == lib.ids
+        for op, got in zip(lib.operators, back.operators):
+            args = ("hello", "abc") if op.n_inputs == 2 else ("hello", *(p.lo for p in op.params))
+            assert got.fn(*args) == op.fn(*args) and got.cost is op.cost and got.params == op.params
+    assert pickle.loads(pickle.dumps(L.load(spec))).get("rev").cost(5, None) == (23, 36, 0)
+    mixed = ops.OperatorLibrary("mixed", (ops.get("func_3"),) + L.load(str(tmp_path / "six.yaml")).operators)
+    assert pickle.loads(pickle.dumps(mixed)).operators[0] is ops.get("func_3")
+    # a fresh process (a Ray worker's situation) unpickles the YAML library without the file
+    recipe = R.load(str(_six_recipe(tmp_path)))
+    blob = pickle.dumps(recipe)
+    code = ("import pickle, sys; r = pickle.loads(sys.stdin.buffer.read()); lib = r.library; "
+            "print(lib.digest, lib.get('rot').fn('abcdef', 2))")
+    (tmp_path / "six.yaml").unlink()
+    done = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, cwd="/", timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == [recipe.library.digest, "cdefab"]
+
+
+def _six_recipe(folder: Path) -> Path:
+    path = folder / "six-recipe.yaml"
+    path.write_text("name: r\nlibrary: six.yaml\nsplits:\n  a:\n    generator: atomic\n    role: train\n"
+                    "    options: {per_op: 1}\n")
+    return path
+
+
 def test_study_plus_one_operator_as_a_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "more_ops.py").write_text(textwrap.dedent("""\
         from opgen import library, ops
@@ -190,12 +185,15 @@ def test_an_unknown_operator_names_the_library_ids(recipe_file: Path) -> None:
     assert "func_3" in str(err.value) and "library 'six'" in str(err.value) and "rev" in str(err.value)
 
 
-def test_library_flag_overrides_and_study_only_generators_refuse(recipe_file: Path, tmp_path: Path) -> None:
+def test_library_flag_overrides_for_every_generator(recipe_file: Path, tmp_path: Path) -> None:
     assert R.load("eval-suite", library="study").library is ops.STUDY
     cell = tmp_path / "cell.yaml"
-    cell.write_text("name: c\nsplits:\n  s:\n    generator: sft_cell\n    role: train\n    kind: sft\n")
-    with pytest.raises(R.RecipeError, match="'sft_cell' draws the study's own operators only"):
-        R.load(str(cell), library=str(recipe_file.parent / "six.yaml"))
+    cell.write_text("name: c\nsplits:\n  s:\n    generator: sft_cell\n    role: train\n    kind: sft\n"
+                    "    options: {atomic: {pool: a, per_op: 2}}\n")
+    six = R.load(str(cell), library=str(recipe_file.parent / "six.yaml"))
+    (plan,) = B.plan_build([six])
+    assert len(plan.gen.atomic) == 2 * len(six.library)
+    assert {t.program.op for t in plan.gen.atomic} == set(six.library.ids)
     # the eval suite names operator sets (train, heldout), which --library resolves against its library
     plans = B.plan_build([R.load("eval-suite", library=str(recipe_file.parent / "six.yaml"))])
     assert {op.id for op in plans[0].gen.plain + plans[0].gen.param} == {"rot", "drop_vowels"}

@@ -1,4 +1,4 @@
-"""Grading rows of a user operator library (issue 25): a 6-operator library defined here, rows built
+"""Grading rows of a user operator library (issue 25): a 6-operator library (tests/user_libraries.py), rows built
 by hand with the ground truth's ``library`` key, graded through ``opgen score --library``,
 ``opgen.score.grade(library=)``, ``compute_score`` (the row's own library) and the static path."""
 
@@ -7,72 +7,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+import user_libraries as U
 
 from opgen import library as L
 from opgen.ops import OperatorLibrary
 
-YAML = textwrap.dedent('''
-    name: toy
-    operators:
-      - id: rev
-        gloss: reverse the string
-        split: train
-        source: |
-          def rev(s):
-              return s[::-1]
-      - id: dup
-        gloss: repeat the string twice
-        split: train
-        source: |
-          def dup(s):
-              return s + s
-      - id: shift
-        gloss: shift each lowercase letter n places forward
-        split: heldout
-        params: [{name: n, kind: int, lo: 1, hi: 3}]
-        source: |
-          def shift(s, n):
-              return ''.join(chr((ord(c) - 97 + n) % 26 + 97) if 'a' <= c <= 'z' else c for c in s)
-      - id: evens
-        gloss: keep the characters at even positions
-        split: train
-        source: |
-          def evens(s):
-              return s[::2]
-      - id: swapc
-        gloss: swap the case of every letter
-        split: heldout
-        source: |
-          def swapc(s):
-              return s.swapcase()
-      - id: tail
-        gloss: drop the first n characters
-        split: train
-        params: [{name: n, kind: int, lo: 1, hi: 2}]
-        source: |
-          def tail(s, n):
-              return s[n:]
-''')
+YAML = U.TOY
 
-# The same operators with a cost bound each: a module:obj library, whose costs let the static path
-# grade its programs (a YAML library has none: the static path declines, the sandbox grades).
-MODULE = textwrap.dedent('''
-    import dataclasses
-    from pathlib import Path
-
-    from opgen import library as L
-    from opgen.ops import OperatorLibrary
-
-    def _cost(n, p):
-        return (2 * n + 2, 4 * n + 16, 0)
-
-    _base = L.load(str(Path(__file__).with_name("toy.yaml")))
-    LIB = OperatorLibrary("toy", tuple(dataclasses.replace(op, cost=_cost) for op in _base.operators))
-''')
+# The same operators with a cost bound each (tests/user_libraries.py): a module:obj library.
+MODULE = U.costed_module("toy.yaml", "toy", "(2 * n + 2, 4 * n + 16, 0)")
 
 # (expression, its operators in first-appearance order) over x = "abcXyz"
 EXPRS = [("rev(shift(x, 2))", ["rev", "shift"]), ("dup(evens(x))", ["dup", "evens"]),

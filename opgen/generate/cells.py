@@ -44,11 +44,12 @@ class CellError(GeneratorError):
 # ---------------------------------------------------------------- sampling primitives
 
 
-def atomic_task(op_id: str, rng: Rng, first: E.Expr | None = None, *, side: int) -> Task:
-    """One operator applied to ``x`` (an interlace operator's second input: a short literal), or
-    with ``first`` as its first input (probe 1g, the mixed-depth RL pool's long literals); ``x`` is
-    drawn on ``side`` (opgen.rng.input_side)."""
-    op = ops.get(op_id)
+def atomic_task(op_id: str, rng: Rng, first: E.Expr | None = None, *, side: int,
+                lib: ops.OperatorLibrary = ops.STUDY) -> Task:
+    """One operator of ``lib`` applied to ``x`` (an interlace operator's second input: a short
+    literal), or with ``first`` as its first input (probe 1g, the mixed-depth RL pool's long
+    literals); ``x`` is drawn on ``side`` (opgen.rng.input_side)."""
+    op = lib.get(op_id)
     x = side_text(rng, *INPUT_LEN, side)
     args: tuple[E.Expr, ...] = (E.Var(),)
     if op.n_inputs == 2:
@@ -58,23 +59,30 @@ def atomic_task(op_id: str, rng: Rng, first: E.Expr | None = None, *, side: int)
     program = E.Call(op.id, args, sample_params(op, rng))
     with E.recursion_headroom():
         # one call on at most a few hundred characters: no operator can pass the cap
-        return Task(program, x, E.evaluate(program, x))
+        return Task(program, x, E.evaluate(program, x, lib=_lib_arg(lib)))
 
 
-def unary(op_ids: Sequence[str]) -> tuple[str, ...]:
-    """Operators that can stand in a pure nesting chain (one string input)."""
-    return tuple(o for o in op_ids if ops.get(o).n_inputs == 1)
+def _lib_arg(lib: ops.OperatorLibrary) -> ops.OperatorLibrary | None:
+    """What opgen.expr takes for ``lib``: None for the study's (its own fast lookups)."""
+    return None if lib.is_study else lib
+
+
+def unary(op_ids: Sequence[str], lib: ops.OperatorLibrary = ops.STUDY) -> tuple[str, ...]:
+    """Operators of ``lib`` that can stand in a pure nesting chain (one string input)."""
+    return tuple(o for o in op_ids if lib.get(o).n_inputs == 1)
 
 
 def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, side: int, fixed: Mapping[int, str] | None = None,
-               max_len: int = MAX_OUTPUT, no_repeat: bool = True) -> Task | None:
+               max_len: int = MAX_OUTPUT, no_repeat: bool = True,
+               lib: ops.OperatorLibrary = ops.STUDY) -> Task | None:
     """A pure nesting chain ``f1(f2(...fd(x)))`` of exactly ``depth`` calls, grown from the inside out
     and evaluated as it grows, so each level picks among operators that keep every value within
     ``max_len``: rejecting whole chains would almost never accept a depth-20 chain over operators
     that double or triple their input. ``fixed`` pins operators at levels (0 = outermost); ``x`` is
     drawn on ``side``. None when a level has no operator left that fits."""
     fixed = dict(fixed or {})
-    pool = [o for o in unary(op_ids) if o not in fixed.values()]
+    pool = [o for o in unary(op_ids, lib) if o not in fixed.values()]
+    evaluate_lib = _lib_arg(lib)
     x = side_text(rng, *INPUT_LEN, side)
     value = x
     node: E.Expr = E.Var()
@@ -84,10 +92,10 @@ def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, side: int, fixed:
             left = [fixed[level]] if level in fixed else [o for o in pool if not (no_repeat and o == inner)]
             while left:
                 # uniform among the operators not yet found too long at this level
-                op = ops.get(left.pop(rng.below(len(left))))
+                op = lib.get(left.pop(rng.below(len(left))))
                 params = sample_params(op, rng)
                 try:
-                    out = E.evaluate(E.Call(op.id, (E.Var(),), params), value, max_len)
+                    out = E.evaluate(E.Call(op.id, (E.Var(),), params), value, max_len, evaluate_lib)
                 except E.OutputTooLong:
                     continue
                 node, value, inner = E.Call(op.id, (node,), params), out, op.id
@@ -104,23 +112,26 @@ def _canon(options: Mapping[str, Any]) -> str:
     return json.dumps(options, sort_keys=True, separators=(",", ":"))
 
 
-def resolve_ops(spec: Any, where: str) -> tuple[str, ...]:
+def resolve_ops(spec: Any, where: str, lib: ops.OperatorLibrary = ops.STUDY) -> tuple[str, ...]:
     try:
-        return ops.resolve_set(spec)
+        return lib.resolve_set(spec)
     except (ValueError, KeyError) as exc:
         raise CellError(f"{where}: {exc}") from None
 
 
 @lru_cache(maxsize=16)
-def _atomic_pool(name: str, per_op: int, op_ids: tuple[str, ...], seed: int, side: int) -> tuple[Task, ...]:
-    # the side names the stream only off the training side: training pools keep their keys
-    rng = Rng("opgen-pool", "atomic", name, per_op, ",".join(op_ids), seed, *(("side", side) if side else ()))
+def _atomic_pool(name: str, per_op: int, op_ids: tuple[str, ...], seed: int, side: int,
+                 lib: ops.OperatorLibrary = ops.STUDY) -> tuple[Task, ...]:
+    # the side names the stream only off the training side: training pools keep their keys; so does
+    # the library, named only when it is not the study's (the study's pools keep theirs)
+    rng = Rng("opgen-pool", "atomic", name, per_op, ",".join(op_ids), seed, *(("side", side) if side else ()),
+              *(() if lib.is_study else ("library", lib.digest)))
     out: list[Task] = []
     seen: set[str] = set()
     for op_id in op_ids:
         for i in range(per_op):
             for j in range(MAX_ATTEMPTS):
-                task = atomic_task(op_id, rng.derive(op_id, i, j), side=side)
+                task = atomic_task(op_id, rng.derive(op_id, i, j), side=side, lib=lib)
                 if task.identity() not in seen:
                     seen.add(task.identity())
                     out.append(task)
@@ -131,13 +142,15 @@ def _atomic_pool(name: str, per_op: int, op_ids: tuple[str, ...], seed: int, sid
 
 
 def atomic_pool(name: str = "sft-atomic", per_op: int = 400, op_set: Any = "all", seed: int = 1,
-                role: str = "train") -> tuple[Task, ...]:
-    """``per_op`` distinct atomic tasks per operator, operators in library order, keyed by
-    (name, per_op, operators, seed) and the side of ``role`` only (an eval split naming a training
-    pool's name gets that pool drawn on the eval side: never the training tasks)."""
+                role: str = "train", lib: ops.OperatorLibrary = ops.STUDY) -> tuple[Task, ...]:
+    """``per_op`` distinct atomic tasks per operator of ``lib``, operators in library order, keyed by
+    (name, per_op, operators, seed), the side of ``role`` only (an eval split naming a training
+    pool's name gets that pool drawn on the eval side: never the training tasks) and the library's
+    digest when it is not the study's."""
     if per_op < 1:
         raise CellError(f"atomic pool {name!r}: per_op must be >= 1, got {per_op}")
-    return _atomic_pool(name, per_op, resolve_ops(op_set, f"atomic pool {name!r}: ops"), seed, SIDES[role])
+    return _atomic_pool(name, per_op, resolve_ops(op_set, f"atomic pool {name!r}: ops", lib), seed, SIDES[role],
+                        lib)
 
 
 class _CompPool:
@@ -145,7 +158,7 @@ class _CompPool:
     is served as a prefix of one sequence (and the cells asking 12,436 and 15,979 share the work)."""
 
     def __init__(self, name: str, trees_json: str, seed: int, unique: str = "program", role: str = "train",
-                 split_json: str = ""):
+                 split_json: str = "", lib: ops.OperatorLibrary = ops.STUDY):
         from opgen.generate.trees import Trees  # the native mixed-structure sampler
 
         # The trees generator draws row i's candidates from CounterRng(counter_key(ctx.digest,
@@ -153,8 +166,10 @@ class _CompPool:
         # pool shared between cells.
         self.name = name
         opts = Trees.resolve({**json.loads(trees_json), "rows": 1})
-        ctx = Context(digest=f"opgen-pool:comp:{name}:{trees_json}" + (f":{role}" if role != "train" else ""),
-                      split=name, seed=seed, role=role)
+        ctx = Context(digest=f"opgen-pool:comp:{name}:{trees_json}" + (f":{role}" if role != "train" else "")
+                      + ("" if lib.is_study else f":library:{lib.digest}"),
+                      split=name, seed=seed, role=role, library=lib,
+                      op_sets={"train": lib.train_ids, "heldout": lib.heldout_ids, "all": lib.ids})
         self.gen = Trees(opts, ctx)
         self.tasks: list[Task] = []
         self.seen: set[str] = set()
@@ -165,7 +180,7 @@ class _CompPool:
         if split_json:
             from opgen.splits.kinds import rule_from_config
 
-            self.admit = rule_from_config(json.loads(split_json)).admitter("train")
+            self.admit = rule_from_config(json.loads(split_json), lib).admitter("train")
 
     def take(self, rows: int) -> tuple[Task, ...]:
         gen = self.gen
@@ -190,31 +205,33 @@ _COMP_POOLS: dict[tuple[str | int, ...], _CompPool] = {}
 
 def comp_pool(name: str, rows: int, trees: Mapping[str, Any], seed: int = 1, where: str = "",
               unique: str = "program", role: str = "train",
-              split: Mapping[str, Any] | None = None) -> tuple[Task, ...]:
+              split: Mapping[str, Any] | None = None, lib: ops.OperatorLibrary = ops.STUDY) -> tuple[Task, ...]:
     """The first ``rows`` distinct compositions of a named pool (trees-generator options ``trees``):
     distinct programs (``unique="program"``, the native rule) or distinct (program, input) tasks."""
     from opgen.generate.trees import Trees
 
     trees_json = _canon(trees)
     split_json = _canon(split) if split else ""
-    key: tuple[str | int, ...] = (name, trees_json, seed, unique, role) + ((split_json,) if split_json else ())
+    key: tuple[str | int, ...] = (name, trees_json, seed, unique, role) + ((split_json,) if split_json else ()) \
+        + (() if lib.is_study else (lib.digest,))
     if key not in _COMP_POOLS:
         # checked here so that a bad option is named from the recipe that gave it
         Trees.resolve({**trees, "rows": 1}, f"{where}.trees" if where else f"composition pool {name!r}")
-        _COMP_POOLS[key] = _CompPool(name, trees_json, seed, unique, role, split_json)
+        _COMP_POOLS[key] = _CompPool(name, trees_json, seed, unique, role, split_json, lib)
     try:
         return _COMP_POOLS[key].take(rows)
     except CellError as exc:
         raise CellError(f"{where}: {exc}" if where else str(exc)) from None
 
 
-def mcd_train_tasks(split: Mapping[str, Any], rows: int, seed: int, where: str) -> tuple[Task, ...]:
+def mcd_train_tasks(split: Mapping[str, Any], rows: int, seed: int, where: str,
+                    lib: ops.OperatorLibrary = ops.STUDY) -> tuple[Task, ...]:
     """The first ``rows`` rows of an mcd search's train side (opgen.splits.mcd), as compositions: a
     cell on an mcd split composes only what the search put on its train side."""
     from opgen.splits import mcd
 
     try:
-        items, sel = mcd.pool_and_selection(split, seed, where.split(": ", 1)[0] + ": " if ": " in where else "")
+        items, sel = mcd.pool_and_selection(split, seed, where.split(": ", 1)[0] + ": " if ": " in where else "", lib)
     except mcd.McdError as exc:
         raise CellError(f"{where}: {exc}") from None
     if rows > len(sel.train):
@@ -272,23 +289,25 @@ class _PoolUser(Generator):
     REDRAWABLE = False
     MANIFEST_KEY = "cell"
     SIDED = True
+    ANY_LIBRARY = True  # every operator, pool and chain is drawn from ctx.library
 
     def _atomic(self, spec: Mapping[str, Any]) -> tuple[Task, ...]:
         spec = {**ATOMIC_DEFAULTS, **spec}
         op_ids = self.op_set(spec["ops"], "atomic.ops")
-        return atomic_pool(spec["pool"], spec["per_op"], list(op_ids), self.ctx.seed, self.ctx.role)
+        return atomic_pool(spec["pool"], spec["per_op"], list(op_ids), self.ctx.seed, self.ctx.role, self.ctx.library)
 
     def _comps(self, spec: Mapping[str, Any]) -> tuple[Task, ...]:
         split = spec.get("split")
         if isinstance(split, Mapping) and split.get("kind") == "mcd":
-            return mcd_train_tasks(split, spec["rows"], self.ctx.seed, f"{self.ctx.where}.compositions")
+            return mcd_train_tasks(split, spec["rows"], self.ctx.seed, f"{self.ctx.where}.compositions",
+                                   self.ctx.library)
         trees = {"ops": spec.get("ops", "train"), "depths": spec.get("depths", [2, 3, 4]), **spec.get("trees", {})}
         if "rows" in trees or "per_depth" in trees:
             raise self.fail("compositions.trees", "the pool's size is compositions.pool_rows, not a trees option")
         # Slot i of a pool depends only on the slots before it, so the first n compositions are the
         # same whatever count a cell asks for: a smaller cell is a prefix of a larger one.
         return comp_pool(spec["pool"], spec["rows"], trees, self.ctx.seed, f"{self.ctx.where}.compositions",
-                         spec.get("unique", "program"), self.ctx.role, spec.get("split"))
+                         spec.get("unique", "program"), self.ctx.role, spec.get("split"), self.ctx.library)
 
     def _plan_rng(self, *parts: object) -> Rng:
         # Plans hang on the options and seed, not on the recipe digest: the same options in another
@@ -496,6 +515,7 @@ class RlPool(Generator):
     NAME = "rl_pool"
     VERSION = 2  # 2: inputs on the role's side (opgen.rng.input_side)
     SIDED = True
+    ANY_LIBRARY = True
     DEFAULTS = {
         "mix": "r1", "rows": 12800,
         "chain_ops": "train", "chain_depth": [10, 20],
@@ -511,7 +531,7 @@ class RlPool(Generator):
     def __init__(self, options: Mapping[str, Any], ctx: Context):
         super().__init__(options, ctx)
         o = self.options
-        self.chain_ops = unary(self.op_set(o["chain_ops"], "chain_ops"))
+        self.chain_ops = unary(self.op_set(o["chain_ops"], "chain_ops"), self.ctx.library)
         if len(self.chain_ops) < 2:
             raise self.fail("chain_ops", "chains need at least two unary operators (no operator twice in a row)")
         self.atomic_ops = self.op_set(o["atomic_ops"], "atomic_ops")
@@ -529,7 +549,7 @@ class RlPool(Generator):
         return self.options["rows"]
 
     def _chain(self, rng: Rng) -> Task | None:
-        task = grow_chain(self.chain_ops, rng.integer(*self.depth), rng, side=self.side)
+        task = grow_chain(self.chain_ops, rng.integer(*self.depth), rng, side=self.side, lib=self.ctx.library)
         if task is None:
             self.rejections["chain_stuck"] += 1
         return task
@@ -538,7 +558,8 @@ class RlPool(Generator):
         rng = self.rng(i, j)
         if i % 2 == 1 and self.options["mix"] == "r1":
             picked = rng.sample(list(self.atomic_ops), rng.integer(*self.width))
-            tasks = tuple(atomic_task(o, rng.derive("atomic", k), side=self.side) for k, o in enumerate(picked))
+            tasks = tuple(atomic_task(o, rng.derive("atomic", k), side=self.side, lib=self.ctx.library)
+                          for k, o in enumerate(picked))
             return Item(tasks, meta=(("part", "atomic_group"),))
         chain = self._chain(rng.derive("chain"))
         if chain is None:
@@ -547,7 +568,7 @@ class RlPool(Generator):
             return Item((chain,), meta=(("part", "chain"),))
         picked = rng.sample(list(self.atomic_ops), rng.integer(*self.literal_tasks))
         lits = tuple(atomic_task(o, rng.derive("literal", k), first=E.Lit(rng.text(*self.literal_len)),
-                                 side=self.side) for k, o in enumerate(picked))
+                                 side=self.side, lib=self.ctx.library) for k, o in enumerate(picked))
         return Item((chain,) + lits, meta=(("part", "chain_then_literal"),))
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from opgen import expr as E
 from opgen import formats as F
 from opgen import ops
-from opgen.generate import OP_SET, Context, Generator
+from opgen.generate import OP_ID, OP_SET, Context, Generator
 from opgen.generate import cells as C
 from opgen.rng import Rng
 from opgen.tasks import Item
@@ -44,12 +44,14 @@ DEFAULT_TARGETS = {
 }
 
 
-def recall_prefix(op_ids: Sequence[str]) -> str:
-    """The RA recall blocks of ``op_ids`` exactly as the renderer writes them, each followed by the
-    blank line that precedes the next block: the gold answer continues with the target's block."""
+def recall_prefix(op_ids: Sequence[str], lib: ops.OperatorLibrary = ops.STUDY) -> str:
+    """The RA recall blocks of ``op_ids`` (operators of ``lib``) exactly as the renderer writes them,
+    each followed by the blank line that precedes the next block: the gold answer continues with the
+    target's block."""
     block = F.answer_spec("ra").recall_block
     assert block is not None
-    return "".join(block(o) + "\n" for o in op_ids)
+    arg = None if lib.is_study else lib
+    return "".join(block(o, arg) + "\n" for o in op_ids)
 
 
 def measures(program: E.Expr, target: str) -> dict[str, object]:
@@ -77,7 +79,7 @@ class Condition:
     value: Any  # the varied quantity: (r, others), (depth, position), m, L
 
 
-_TARGETS = {"type": "array", "items": {"type": "string", "pattern": "^func_[0-9]+$"}, "minItems": 1}
+_TARGETS = {"type": "array", "items": OP_ID, "minItems": 1}
 _INTS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
 
 
@@ -88,10 +90,20 @@ class Probe(Generator):
     family = ""
     COMMON = {"per_condition": PER_CONDITION}
     SIDED = True  # every probe's inputs are drawn on the eval side (opgen.rng.input_side)
+    # Any library's operators, given its own ``targets``: the default targets are the study's
+    # (func_24 first), so a recipe on another library names them (docs/operators.md).
+    ANY_LIBRARY = True
 
     def __init__(self, options: Mapping[str, Any], ctx: Context):
         super().__init__(options, ctx)
         self.per = self.options["per_condition"]
+        self.lib = ctx.library
+        if not self.lib.is_study and list(self.options["targets"]) == list(self.DEFAULTS["targets"]):
+            own = [o for o in self.lib.heldout_ids if self.lib.get(o).n_inputs == 1] or list(self.lib.heldout_ids)
+            raise self.fail("targets", f"the default targets of {self.NAME} are the study's operators "
+                            f"({', '.join(self.DEFAULTS['targets'][:3])}, ...: func_24 first); library "
+                            f"{self.lib.name!r} is not the study's, so the recipe names its own targets "
+                            f"(e.g. targets: [{', '.join(own[:3])}])")
         known = self.op_set(self.options["targets"], "targets")
         self.targets = tuple(t for t in dict.fromkeys(self.options["targets"]) if t in known)
         self.conditions = tuple(self.make_conditions())
@@ -132,19 +144,20 @@ class DefinitionLoad(Probe):
         conds = [Condition(f"r{r}-{src}", (r, src)) for r in self.options["r"] for src in self.options["others"]]
         for r, src in (c.value for c in conds):
             for t in self.targets:
-                n = len([o for o in ops.resolve_set(src) if o != t])
+                n = len([o for o in self.lib.resolve_set(src) if o != t])
                 if r > n:
                     raise self.fail("r", f"r={r} others from {src!r} for target {t}: only {n} available")
         return conds
 
     def build(self, cond: Condition, target: str, rng: Rng) -> Item:
         r, src = cond.value
-        others = rng.sample([o for o in ops.resolve_set(src) if o != target], r)
-        tasks = [C.atomic_task(o, rng.derive("other", k), side=self.side) for k, o in enumerate(others)]
-        tasks.append(C.atomic_task(target, rng.derive("target"), side=self.side))
+        others = rng.sample([o for o in self.lib.resolve_set(src) if o != target], r)
+        tasks = [C.atomic_task(o, rng.derive("other", k), side=self.side, lib=self.lib) for k, o in enumerate(others)]
+        tasks.append(C.atomic_task(target, rng.derive("target"), side=self.side, lib=self.lib))
         meta = measures(tasks[-1].program, target)
         meta.update(family="probe_1b", r=r, others_from=src, others=",".join(others), position=r)
-        return Item(tuple(tasks), condition=cond.name, assistant_prefix=recall_prefix(others), meta=_meta(meta))
+        return Item(tuple(tasks), condition=cond.name, assistant_prefix=recall_prefix(others, self.lib),
+                    meta=_meta(meta))
 
 
 class ChainPosition(Probe):
@@ -163,9 +176,9 @@ class ChainPosition(Probe):
     }}
 
     def make_conditions(self) -> list[Condition]:
-        self.chain_ops = C.unary(self.op_set(self.options["chain_ops"], "chain_ops"))
+        self.chain_ops = C.unary(self.op_set(self.options["chain_ops"], "chain_ops"), self.lib)
         for t in self.targets:
-            if ops.get(t).n_inputs != 1:
+            if self.lib.get(t).n_inputs != 1:
                 raise self.fail("targets", f"{t} takes two strings and cannot stand in a chain")
             if len([o for o in self.chain_ops if o != t]) < 2:
                 raise self.fail("chain_ops", "chains need at least two unary operators besides the target")
@@ -176,7 +189,8 @@ class ChainPosition(Probe):
     def build(self, cond: Condition, target: str, rng: Rng) -> Item | None:
         d, where = cond.value
         level = {"outer": 0, "middle": d // 2, "inner": d - 1}[where]
-        task = C.grow_chain([o for o in self.chain_ops if o != target], d, rng, fixed={level: target}, side=self.side)
+        task = C.grow_chain([o for o in self.chain_ops if o != target], d, rng, fixed={level: target}, side=self.side,
+                            lib=self.lib)
         if task is None:
             self.rejections["chain_stuck"] += 1
             return None
@@ -210,7 +224,7 @@ class MethodTails(Probe):
         for _ in range(cond.value):
             name = rng.choice([m for m in methods if m != last] or methods)
             node, last = E.Method(node, name), name
-        task = C.atomic_task(target, rng, first=node, side=self.side)
+        task = C.atomic_task(target, rng, first=node, side=self.side, lib=self.lib)
         meta = measures(task.program, target)
         meta.update(family="probe_1f", m=cond.value)
         return Item((task,), condition=cond.name, meta=_meta(meta))
@@ -232,7 +246,7 @@ class LongLiteral(Probe):
         return [Condition(f"lit{n}", n) for n in self.options["lengths"]]
 
     def build(self, cond: Condition, target: str, rng: Rng) -> Item:
-        task = C.atomic_task(target, rng, first=E.Lit(rng.text(cond.value, cond.value)), side=self.side)
+        task = C.atomic_task(target, rng, first=E.Lit(rng.text(cond.value, cond.value)), side=self.side, lib=self.lib)
         meta = measures(task.program, target)
         meta.update(family="probe_1g", literal_len=cond.value)
         return Item((task,), condition=cond.name, meta=_meta(meta))

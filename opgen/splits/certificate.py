@@ -23,7 +23,7 @@ from opgen.splits import divergence as D
 from opgen.splits import rows as R
 from opgen.splits.kinds import Rule, SplitError
 
-_TOKEN = re.compile(r"func_\d+|\.[a-z]+|\+")
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\.[a-z]+|\+")  # an operator id (any library's), a method, +
 
 
 def histogram_section(units: Sequence[C.RowUnits], spec: C.CompoundSpec) -> dict[str, Any]:
@@ -96,9 +96,11 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
     Either way the certificate says so under ``only``. Recipes none of whose splits were rebuilt
     keep their certificate (the caller's merge carries it over)."""
     spec_of: dict[str, C.CompoundSpec] = {}
+    lib_of: dict[str, Any] = {}  # a split's operator library (None: the study's)
     for r in recipes:
         for s in r.splits:
             spec_of[s.name] = r.split.spec if r.split is not None else C.DEFAULT
+            lib_of[s.name] = None if r.library.is_study else r.library
     units: dict[str, list[C.RowUnits]] = {}
     depths: dict[str, list[int]] = {}
     for name, paths in files.items():
@@ -107,7 +109,7 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
         if counted is not None and counted.spec == spec:
             man["splits"][name]["compounds"] = tally_section(counted)
             continue
-        units[name] = R.units_of(list(paths), spec)
+        units[name] = R.units_of(list(paths), spec, lib_of.get(name))
         man["splits"][name]["compounds"] = histogram_section(units[name], spec)
     certs: dict[str, Any] = {}
     for r in recipes:
@@ -126,7 +128,7 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
         train_names = [s.name for s in r.splits if s.role == "train"]
         eval_names = [s.name for s in r.splits if s.role == "eval"]
         for n in (*train_names, *eval_names):
-            depths[n] = R.depths_of(list(files[n]))
+            depths[n] = R.depths_of(list(files[n]), lib_of.get(n))
         claims = None
         if r.split.kind == "mcd":
             claims = mcd_claims(r, [man["splits"].get(n) or ((previous or {}).get("splits") or {}).get(n) or {}
@@ -151,7 +153,7 @@ def mcd_claims(recipe: Any, sections: Sequence[Mapping[str, Any]]) -> dict[str, 
     if found is None:
         from opgen.splits import mcd
 
-        sel = mcd.pool_and_selection(recipe.split.config, recipe.seed, f"{recipe.path}: ")[1]
+        sel = mcd.pool_and_selection(recipe.split.config, recipe.seed, f"{recipe.path}: ", recipe.library)[1]
         found = {"pool_rows": recipe.split.config["pool"]["rows"], "train_rows": len(sel.train),
                  "eval_rows": len(sel.eval), "heldout_compounds": list(sel.heldout),
                  "atom_divergence": sel.atom_divergence, "compound_divergence": sel.compound_divergence,
@@ -183,7 +185,7 @@ def _partly_rebuilt(r: Any, names: Sequence[str], rebuilt: Sequence[str], man: M
                          f"{', '.join(absent)} to certify the split with; rebuild the whole recipe")
     others = [n for n in names if n not in units]
     for n in others:
-        units[n] = R.units_of(list(kept[n]), r.split.spec)
+        units[n] = R.units_of(list(kept[n]), r.split.spec, None if r.library.is_study else r.library)
     why = "no certificate in the previous build" if not isinstance(old_cert, dict) else \
         "the rebuilt splits' files differ from the previous build's"
     only = {"rebuilt": list(rebuilt), "certificate": "recomputed",
@@ -217,7 +219,8 @@ def _check_heldout(rule: Rule, cert: dict[str, Any], check: dict[str, Any], prob
             problems.append(f"{len(evals) - with_h} eval rows hold no held-out compound (eval: require)")
     if rule.kind == "systematicity" and train:
         composed = set().union(*(_tokens(c) for u in train for c in u.compounds))
-        needed = sorted({o for p in rule.pairs for o in p}, key=lambda o: int(o.split("_")[1]))
+        position = rule.library.position  # the library's own order (the study's: func_0 .. func_24)
+        needed = sorted({o for p in rule.pairs for o in p}, key=position.__getitem__)
         missing = [o for o in needed if o not in composed]
         check["pair_operators_composed_in_training"] = {o: o in composed for o in needed}
         if missing:

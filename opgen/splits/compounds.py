@@ -238,20 +238,21 @@ def edges(tree: E.Expr) -> set[tuple[str, int, str]]:
     return out
 
 
-def arity_of(parent: str) -> int:
-    """How many expression arguments a node labelled ``parent`` has."""
+def arity_of(parent: str, lib: Any = None) -> int:
+    """How many expression arguments a node labelled ``parent`` has (``lib``: the operator library,
+    an opgen.ops.OperatorLibrary; None: the study's)."""
     if parent == "+":
         return 2
     if parent.startswith("."):
         return 1
     from opgen import ops
 
-    return ops.get(parent).n_inputs
+    return (ops.get if lib is None else lib.get)(parent).n_inputs
 
 
-def edge_text(parent: str, pos: int, child: str) -> str:
+def edge_text(parent: str, pos: int, child: str, lib: Any = None) -> str:
     """The compound text of an edge: ``func_12(_,func_3)`` (as :func:`row_units` writes it)."""
-    parts = ["_"] * arity_of(parent)
+    parts = ["_"] * arity_of(parent, lib)
     parts[pos] = child
     return f"{parent}({','.join(parts)})"
 

@@ -19,6 +19,7 @@ class McdSide(Generator):
     VERSION = 1
     REDRAWABLE = False  # the selection is planned: a row is what the search chose
     MANIFEST_KEY = "mcd"
+    ANY_LIBRARY = True  # the pool is drawn from ctx.library (opgen.splits.mcd.pool_and_selection)
     OPTIONS_SCHEMA = {"required": ["side", "split"], "properties": {
         "side": {"enum": ["train", "eval"]}, "split": {"type": "object"}}}
 
@@ -26,7 +27,7 @@ class McdSide(Generator):
         super().__init__(options, ctx)
         where = ctx.where.rsplit("splits.", 1)[0] if "splits." in ctx.where else ""
         try:
-            self.items, self.selection = mcd.pool_and_selection(self.options["split"], ctx.seed, where)
+            self.items, self.selection = mcd.pool_and_selection(self.options["split"], ctx.seed, where, ctx.library)
         except mcd.McdError as exc:
             raise GeneratorError(str(exc)) from None
         self.index = self.selection.train if self.options["side"] == "train" else self.selection.eval

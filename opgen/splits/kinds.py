@@ -17,6 +17,7 @@ from typing import Any
 from opgen import expr as E
 from opgen import ops, schemacheck
 from opgen.errors import OpgenError
+from opgen.ops import OperatorLibrary
 from opgen.rng import Rng
 from opgen.splits import compounds as C
 from opgen.tasks import Item
@@ -28,13 +29,14 @@ class SplitError(ValueError, OpgenError):
     exit_code = 1
 
 
+# an operator id: any library's (a Python name); which ids exist is the recipe's library's to say
+OP_ID: dict[str, Any] = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}
 OP_SET: dict[str, Any] = {"oneOf": [{"enum": ["train", "heldout", "all"]},
-                                    {"type": "array", "items": {"type": "string", "pattern": "^func_[0-9]+$"},
-                                     "minItems": 1}]}
+                                    {"type": "array", "items": OP_ID, "minItems": 1}]}
 COMPOUNDS = {"type": "object", "additionalProperties": False,
              "properties": {"max_size": {"type": "integer", "minimum": 2, "maximum": C.MAX_SIZE_LIMIT},
                             "leaves": {"type": "boolean"}, "inputs": {"type": "boolean"}}}
-PAIR = {"type": "array", "items": {"type": "string", "pattern": "^func_[0-9]+$"}, "minItems": 2, "maxItems": 2}
+PAIR = {"type": "array", "items": OP_ID, "minItems": 2, "maxItems": 2}
 
 
 def _schema(required: list[str], props: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +77,9 @@ POOL_CELLS = ("sft_cell", "matched_stream")
 MCD_POOL_NAME = "mcd-train"
 
 
+_STUDY = ops.STUDY
+
+
 def _canon(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
@@ -92,6 +97,13 @@ class Rule:
     eval_requires: bool = False  # eval rows must hold a held-out compound
     max_train_depth: int | None = None  # productivity
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # the recipe's operator library: the rule's operators, pairs and mcd pool are its (not config:
+    # the study's resolved config, and so its digests, stay as they were)
+    library: OperatorLibrary = field(default=_STUDY, compare=False)
+
+    @property
+    def _lib(self) -> Any:  # an OperatorLibrary, or None for the study's (the field ``ops`` hides the module)
+        return None if self.library.is_study else self.library
 
     # ------------------------------------------------------------ the held-out compounds
 
@@ -112,7 +124,7 @@ class Rule:
             for pair in self.pairs:
                 a, b = (sorted(pair) * 2)[:2]
                 for p, c in ((a, b), (b, a)):
-                    out.update(C.edge_text(p, pos, c) for pos in range(C.arity_of(p)))
+                    out.update(C.edge_text(p, pos, c, self._lib) for pos in range(C.arity_of(p, self._lib)))
             return sorted(out)
         return None
 
@@ -191,7 +203,8 @@ class Rule:
         """mcd: the search's held-out compounds H for ``seed`` (the search runs once per build, cached)."""
         from opgen.splits import mcd
 
-        return frozenset(mcd.pool_and_selection(self.config, seed, self.where.rsplit("split", 1)[0])[1].heldout)
+        return frozenset(mcd.pool_and_selection(self.config, seed, self.where.rsplit("split", 1)[0],
+                                                self.library)[1].heldout)
 
     def wrap(self, gen: Any, role: str, generator: str, where: str) -> Any:
         """``gen`` with its candidates held to this rule (a planned generator: checked, not redrawn)."""
@@ -250,15 +263,16 @@ class Rule:
         return self.config
 
 
-def _op_set(spec: Any, where: str) -> tuple[str, ...]:
+def _op_set(spec: Any, where: str, lib: ops.OperatorLibrary = ops.STUDY) -> tuple[str, ...]:
     try:
-        return ops.resolve_set(spec)
+        return lib.resolve_set(spec)
     except (ValueError, KeyError) as exc:
         raise SplitError(f"{where}: {exc}") from None
 
 
-def resolve(raw: Any, shown: str, seed: int) -> Rule | None:
-    """The recipe's ``split`` mapping → a :class:`Rule` (None when the recipe has none)."""
+def resolve(raw: Any, shown: str, seed: int, lib: ops.OperatorLibrary = ops.STUDY) -> Rule | None:
+    """The recipe's ``split`` mapping → a :class:`Rule` over the operators of ``lib`` (the recipe's
+    library; None when the recipe has none)."""
     if raw is None:
         return None
     where = f"{shown}: split"
@@ -287,14 +301,15 @@ def resolve(raw: Any, shown: str, seed: int) -> Rule | None:
     if raw.get("description"):
         config["description"] = raw["description"]
     if kind == "systematicity":
-        return _systematicity(raw, config, spec, where, seed)
+        return _systematicity(raw, config, spec, where, seed, lib)
     if kind == "heldout-ops":
-        held = _op_set(raw.get("ops", "heldout"), f"{where}.ops")
+        held = _op_set(raw.get("ops", "heldout"), f"{where}.ops", lib)
         config.update({"ops": list(held), "eval": raw.get("eval", "any")})
-        return Rule(kind, config, spec, where, ops=frozenset(held), eval_requires=config["eval"] == "require")
+        return Rule(kind, config, spec, where, ops=frozenset(held), eval_requires=config["eval"] == "require",
+                    library=lib)
     if kind == "productivity":
         config["max_train_depth"] = raw["max_train_depth"]
-        return Rule(kind, config, spec, where, max_train_depth=raw["max_train_depth"])
+        return Rule(kind, config, spec, where, max_train_depth=raw["max_train_depth"], library=lib)
     # mcd
     from opgen.splits import mcd
 
@@ -308,7 +323,7 @@ def resolve(raw: Any, shown: str, seed: int) -> Rule | None:
     if config["train_rows"] + config["eval_rows"] > config["pool"]["rows"]:
         raise SplitError(f"{where}.pool.rows: {config['pool']['rows']} pool rows cannot give train_rows "
                          f"{config['train_rows']} + eval_rows {config['eval_rows']}")
-    return Rule(kind, config, spec, where)
+    return Rule(kind, config, spec, where, library=lib)
 
 
 def _mcd_search(raw: Mapping[str, Any], config: dict[str, Any], where: str) -> None:
@@ -325,18 +340,19 @@ def _mcd_search(raw: Mapping[str, Any], config: dict[str, Any], where: str) -> N
 
 
 def _systematicity(raw: Mapping[str, Any], config: dict[str, Any], spec: C.CompoundSpec, where: str,
-                   seed: int) -> Rule:
+                   seed: int, lib: ops.OperatorLibrary = ops.STUDY) -> Rule:
     if ("pairs" in raw) == ("share" in raw):
         raise SplitError(f"{where}: give exactly one of 'pairs' (named operator pairs) or 'share' (a random "
                          "share of all pairs)")
-    universe = _op_set(raw.get("ops", "all"), f"{where}.ops")
+    universe = _op_set(raw.get("ops", "all"), f"{where}.ops", lib)
+    position = lib.position  # the library's own order (the study's: func_0 .. func_24)
     if "pairs" in raw:
         pairs = []
         for k, pair in enumerate(raw["pairs"]):
             for o in pair:
-                if o not in ops.BY_ID:
-                    raise SplitError(f"{where}.pairs[{k}]: unknown operator {o!r}")
-            pairs.append(tuple(sorted(pair, key=lambda o: ops.BY_ID[o].index)))
+                if o not in position:
+                    raise SplitError(f"{where}.pairs[{k}]: unknown operator {o!r} (not in library {lib.name!r})")
+            pairs.append(tuple(sorted(pair, key=position.__getitem__)))
         if "drawn" in raw:
             config["drawn"] = raw["drawn"]
     else:
@@ -346,18 +362,18 @@ def _systematicity(raw: Mapping[str, Any], config: dict[str, Any], spec: C.Compo
         n = max(1, round(raw["share"] * len(everything)))
         rng = Rng("opgen-split", "systematicity", seed, _canon(list(universe)), str(raw["share"]))
         drawn = rng.sample(everything, n)
-        pairs = sorted(drawn, key=lambda p: (ops.BY_ID[p[0]].index, ops.BY_ID[p[1]].index))
+        pairs = sorted(drawn, key=lambda p: (position[p[0]], position[p[1]]))
         # the resolved form names the pairs (what a rebuild reads back) and records how they were drawn
         config["drawn"] = {"share": raw["share"], "ops": list(universe), "seed": seed}
-    unique = sorted(set(pairs), key=lambda p: (ops.BY_ID[p[0]].index, ops.BY_ID[p[1]].index))
+    unique = sorted(set(pairs), key=lambda p: (position[p[0]], position[p[1]]))
     config["pairs"] = [list(p) for p in unique]
     config["eval"] = raw.get("eval", "require")
     return Rule("systematicity", config, spec, where, pairs=frozenset(frozenset(p) for p in unique),
-                eval_requires=config["eval"] == "require")
+                eval_requires=config["eval"] == "require", library=lib)
 
 
-def rule_from_config(config: Mapping[str, Any]) -> Rule:
-    """A rule from its resolved config (as a manifest or a pool option holds it)."""
-    rule = resolve(dict(config), "split", 0)
+def rule_from_config(config: Mapping[str, Any], lib: ops.OperatorLibrary = ops.STUDY) -> Rule:
+    """A rule from its resolved config (as a manifest or a pool option holds it), over ``lib``."""
+    rule = resolve(dict(config), "split", 0, lib)
     assert rule is not None
     return rule

@@ -234,18 +234,22 @@ def _canon(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
-_CACHE: dict[tuple[str, int], tuple[list[Any], Selection]] = {}
+_CACHE: dict[tuple[str, int, str], tuple[list[Any], Selection]] = {}
 
 
-def pool_and_selection(config: Mapping[str, Any], seed: int, where: str = "") -> tuple[list[Any], Selection]:
+def pool_and_selection(config: Mapping[str, Any], seed: int, where: str = "",
+                       lib: Any = None) -> tuple[list[Any], Selection]:
     """The pool's items (distinct programs, in draw order) and the search's selection; cached per
-    (config, seed), so the train and eval splits of one build share the work."""
-    key = (_canon(config), seed)
-    if key in _CACHE:
-        return _CACHE[key]
+    (config, seed, library), so the train and eval splits of one build share the work. ``lib``: the
+    recipe's operator library (an opgen.ops.OperatorLibrary; None: the study's)."""
     from opgen import expr as E
     from opgen import generate as G
     from opgen import ops
+
+    lib = ops.STUDY if lib is None else lib
+    key = (_canon(config), seed, "" if lib.is_study else lib.digest)
+    if key in _CACHE:
+        return _CACHE[key]
 
     pool = config["pool"]
     try:
@@ -253,9 +257,14 @@ def pool_and_selection(config: Mapping[str, Any], seed: int, where: str = "") ->
         opts = cls.resolve({**pool.get("options", {})}, f"{where}split.pool.options")
     except G.GeneratorError as exc:
         raise McdError(str(exc)) from None
-    digest = "opgen-split-pool:" + _canon({"pool": pool, "version": cls.VERSION})
+    if not lib.is_study and not getattr(cls, "ANY_LIBRARY", False):
+        raise McdError(f"{where}split.pool.generator: {pool['generator']!r} draws the study's own operators only "
+                       f"(library {lib.name!r} is not the study's)")
+    # another library's pool is another pool: its digest names the library (the study's stays as it was)
+    digest = "opgen-split-pool:" + _canon({"pool": pool, "version": cls.VERSION,
+                                           **({} if lib.is_study else {"library": lib.digest})})
     ctx = G.Context(digest=digest, split="mcd-pool", seed=seed, role="train", where=f"{where}split.pool.options",
-                    op_sets={"train": ops.TRAIN_IDS, "heldout": ops.HELDOUT_IDS, "all": ops.ALL_IDS})
+                    op_sets={"train": lib.train_ids, "heldout": lib.heldout_ids, "all": lib.ids}, library=lib)
     try:
         gen = cls(opts, ctx)
     except G.GeneratorError as exc:

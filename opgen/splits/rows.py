@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -41,8 +42,10 @@ def parquet_files(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
-def row_programs(path: Path) -> Iterator[tuple[list[E.Expr], list[str], int]]:
-    """Each row's (trees, inputs, depth) in file order."""
+def row_programs(path: Path, lib: Any = None) -> Iterator[tuple[list[E.Expr], list[str], int]]:
+    """Each row's (trees, inputs, depth) in file order, parsed over ``lib`` (an
+    opgen.ops.OperatorLibrary; None: the library each row names, the study's for a row naming none,
+    another one when this process knows it by its digest: opgen.score.libs)."""
     try:
         pf = pq.ParquetFile(path)
     except (OSError, ValueError) as exc:
@@ -59,7 +62,8 @@ def row_programs(path: Path) -> Iterator[tuple[list[E.Expr], list[str], int]]:
                 tasks = gt["tasks"] if isinstance(gt, dict) else None
                 if not isinstance(tasks, list) or not tasks:
                     raise ValueError("no tasks")
-                trees = [_parse(t["expr"], memo) for t in tasks]
+                row_lib = lib if lib is not None else _named_library(gt, path, n)
+                trees = [_parse(t["expr"], memo, row_lib) for t in tasks]
                 inputs = [str(t.get("input", "")) for t in tasks]
             except (ValueError, KeyError, TypeError) as exc:
                 raise SplitRowsError(f"{path}: row {n}: ground_truth has no parseable tasks[].expr ({exc})") from None
@@ -67,22 +71,41 @@ def row_programs(path: Path) -> Iterator[tuple[list[E.Expr], list[str], int]]:
             n += 1
 
 
-def units_of(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT) -> list[C.RowUnits]:
+def units_of(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT, lib: Any = None) -> list[C.RowUnits]:
     """The atoms and compounds of every row of ``paths`` (files or folders), in order."""
     out: list[C.RowUnits] = []
     with E.recursion_headroom():
         for path in parquet_files(paths):
-            out += [C.row_units(trees, inputs, spec) for trees, inputs, _ in row_programs(path)]
+            out += [C.row_units(trees, inputs, spec) for trees, inputs, _ in row_programs(path, lib)]
     return out
 
 
-def _parse(text: str, memo: dict[str, E.Expr]) -> E.Expr:
+def _named_library(gt: Any, path: Path, n: int) -> Any:
+    """The library a row's ground truth names (None: the study's), known to this process by digest."""
+    named = gt.get("library") if isinstance(gt, dict) else None
+    if not isinstance(named, dict):
+        return None
+    from opgen.score import libs
+
+    digest = named.get("digest")
+    try:
+        found = libs.get(digest) if isinstance(digest, str) else None
+    except KeyError:
+        found = None
+    if found is None:
+        raise SplitRowsError(f"{path}: row {n}: ground_truth.library names library {named.get('name')!r} "
+                             f"(digest {str(digest)[:12]}, spec {named.get('spec')!r}), which this process has "
+                             "not loaded; give it (--library)")
+    return None if found.is_study else found
+
+
+def _parse(text: str, memo: dict[str, E.Expr], lib: Any = None) -> E.Expr:
     tree = memo.get(text)
     if tree is None:
-        tree = memo[text] = E.parse(text)
+        tree = memo[text] = E.parse(text, lib)
     return tree
 
 
-def depths_of(paths: Sequence[Path]) -> list[int]:
+def depths_of(paths: Sequence[Path], lib: Any = None) -> list[int]:
     with E.recursion_headroom():
-        return [d for path in parquet_files(paths) for _, _, d in row_programs(path)]
+        return [d for path in parquet_files(paths) for _, _, d in row_programs(path, lib)]
