@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from det_recipe import det_recipe
 
 from opgen import generate as G
 from opgen import rows
@@ -80,22 +81,7 @@ def test_stats_prints_counts_and_histograms(eval_suite, runner, cli):
 
 
 # ---------------------------------------------------------------- determinism across workers and hash seeds
-
-DET_RECIPE = """\
-name: det
-seed: 5
-defaults: {role: eval}
-splits:
-  atoms:
-    generator: atomic
-    shard_rows: 700
-    kind: sft
-    options: {ops: [func_3, func_9], rows: 3000, input_len: [3, 3]}
-  trees:
-    generator: trees
-    prompt_format: shown
-    options: {ops: all, depths: [1, 2, 3], rows: 900}
-"""
+# (the recipe, DET, lives in tests/det_recipe.py: tests/test_split_tally.py builds it too)
 
 
 def _build(recipe: Path, out: Path, workers: int, hashseed: str) -> dict[str, str]:
@@ -108,7 +94,7 @@ def _build(recipe: Path, out: Path, workers: int, hashseed: str) -> dict[str, st
 @pytest.mark.slow
 def test_files_are_byte_identical_across_worker_counts_and_hash_seeds(tmp_path):
     recipe = tmp_path / "det.yaml"
-    recipe.write_text(DET_RECIPE)
+    recipe.write_text(det_recipe())
     one = _build(recipe, tmp_path / "a", 1, "0")
     two = _build(recipe, tmp_path / "b", 2, "12345")
     assert one == two

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from det_recipe import det_recipe
 
 from opgen import build as B
 from opgen import expr as E
@@ -15,25 +16,8 @@ from opgen.splits import certificate as SC
 from opgen.splits import compounds as C
 from opgen.splits import rows as SR
 
-# Cross-shard duplicates: 3,000 tasks drawn from 2 * 26**3 possible ones in 5 shards (phase 3 redraws).
-RECIPE = """\
-name: tally
-seed: 5
-defaults: {role: eval}
-splits:
-  atoms:
-    generator: atomic
-    shard_rows: 700
-    kind: sft
-    options: {ops: [func_3, func_9], rows: 3000, input_len: [3, 3]}
-  trees:
-    generator: trees
-    prompt_format: shown
-    options: {ops: all, depths: [1, 2, 3], rows: 300}
-  chains:
-    generator: chains
-    options: {ops: heldout, depths: [1, 4], rows: 200}
-"""
+# Cross-shard duplicates (phase 3 redraws), and a chains split beside the trees.
+RECIPE = det_recipe("tally", trees_rows=300, chains=True)
 
 
 def _read_back(out, name):
