@@ -40,8 +40,13 @@ def _foreign_file(path: Path) -> Path:
     return tm.write_rows(path, rows)
 
 
-@pytest.fixture(params=["manifest", "rows"])
-def evaluated(request, runner, cli, tmp_path):
+@pytest.fixture(scope="module", params=["manifest", pytest.param("rows", marks=pytest.mark.slow)])
+def evaluated(request, tmp_path_factory):
+    """One replay eval per probe-role source, shared by the tests that read it (they only read)."""
+    from click.testing import CliRunner
+    from opgen.cli import cli
+
+    runner, tmp_path = CliRunner(), tmp_path_factory.mktemp(f"rollup-{request.param}")
     (tmp_path / "data").mkdir()
     trees = tm.write_trees(tmp_path / "data" / "trees.parquet")
     (tmp_path / "probes").mkdir()
