@@ -33,6 +33,7 @@ def eval_suite(tmp_path_factory):
     return out, result.output
 
 
+@pytest.mark.slow
 def test_default_build_is_the_eval_suite_with_exact_counts(eval_suite):
     out, output = eval_suite
     man = json.loads((out / "manifest.json").read_text())
@@ -56,6 +57,7 @@ def test_default_build_is_the_eval_suite_with_exact_counts(eval_suite):
     assert "9,728 rows" in output and "heldout_chains_d1-20" in output
 
 
+@pytest.mark.slow
 def test_every_held_out_eval_program_holds_a_held_out_operator(eval_suite):
     out, _ = eval_suite
     for name in ("heldout_trees_d1-8", "heldout_chains_d1-20"):
@@ -71,6 +73,7 @@ def test_validate_passes_on_every_built_file(eval_suite, runner, cli):
     assert result.output.count("ok ") == 4
 
 
+@pytest.mark.slow
 def test_stats_prints_counts_and_histograms(eval_suite, runner, cli):
     out, _ = eval_suite
     result = runner.invoke(cli, ["stats", str(out / "heldout_chains_d1-20.parquet")])
@@ -128,6 +131,7 @@ splits:
 """
 
 
+@pytest.mark.slow
 def test_a_leaking_recipe_fails_and_writes_nothing(runner, cli, tmp_path):
     recipe = tmp_path / "leak.yaml"
     recipe.write_text(LEAK)
@@ -189,6 +193,7 @@ class Boom(G.Generator):
         return G.get("atomic")(G.get("atomic").resolve({"ops": ["func_3"], "rows": 30}), self.ctx).candidate(i, j)
 
 
+@pytest.mark.slow
 def test_a_failed_build_leaves_no_complete_looking_file_and_keeps_the_previous_build(tmp_path, monkeypatch):
     from opgen import build as B
     from opgen import recipe as R

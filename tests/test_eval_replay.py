@@ -39,6 +39,7 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+@pytest.mark.slow
 def test_replay_grades_correct_answers_one_and_wrong_ones_zero(runner, cli, tmp_path, trees):
     src = _write_jsonl(tmp_path / "answers.jsonl", _responses())
     res = _eval(runner, cli, "--model", str(src), "--data", str(trees), "--out", str(tmp_path / "out"))

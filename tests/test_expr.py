@@ -76,6 +76,7 @@ def test_render_program_is_the_native_main_solution():
     assert E.render_program(tree, "main_solution_2").startswith("def main_solution_2(x):\n")
 
 
+@pytest.mark.slow
 @PROPS
 @given(trees)
 def test_render_parse_render_is_identity(tree):

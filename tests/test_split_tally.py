@@ -25,7 +25,7 @@ def _read_back(out, name):
     return SC.histogram_section(SR.units_of(files, C.DEFAULT), C.DEFAULT)
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_the_tally_equals_the_rows_read_back_redraws_included(tmp_path, monkeypatch, workers):
     (tmp_path / "r.yaml").write_text(RECIPE)
     redrawn = []
@@ -46,6 +46,7 @@ def test_the_tally_equals_the_rows_read_back_redraws_included(tmp_path, monkeypa
         assert man["splits"][name]["compounds"] == _read_back(out, name), name
 
 
+@pytest.mark.slow
 def test_bundled_suite_tally_equals_read_back(tmp_path):
     out = tmp_path / "suite"
     B.build([R.load("eval-suite")], out, limit=200)
