@@ -379,6 +379,7 @@ def _values(tree, x: str) -> list[str]:
     return [E.evaluate(n, x) for n in E.walk(tree)]
 
 
+@pytest.mark.slow
 @settings(max_examples=200)
 @given(trees, inputs, st.integers(0, 40))
 def test_output_too_long_exactly_when_some_value_exceeds_the_limit(tree, x, limit):

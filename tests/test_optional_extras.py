@@ -109,7 +109,8 @@ def test_score_without_matplotlib_says_so_once_and_writes_its_results(build, tmp
     assert r.returncode == 0 and "matplotlib" not in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("models", [pytest.param(1, marks=pytest.mark.slow), 2])
+@pytest.mark.slow
+@pytest.mark.parametrize("models", [1, 2])
 def test_eval_without_matplotlib_says_so_once_and_writes_every_result(build, tmp_path, models):
     import json
 

@@ -59,6 +59,7 @@ def scored(tmp_path):
 SLOW = pytest.mark.slow
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [("KILL", -9), pytest.param("INT", 130, marks=SLOW),
                                        pytest.param("TERM", 143, marks=SLOW)])
 def test_a_rescore_killed_before_its_commit_leaves_the_old_report_whole(scored, tmp_path, sig, code):

@@ -25,7 +25,8 @@ def _read_back(out, name):
     return SC.histogram_section(SR.units_of(files, C.DEFAULT), C.DEFAULT)
 
 
-@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
 def test_the_tally_equals_the_rows_read_back_redraws_included(tmp_path, monkeypatch, workers):
     (tmp_path / "r.yaml").write_text(RECIPE)
     redrawn = []
