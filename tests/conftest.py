@@ -1,7 +1,9 @@
-"""Suite-wide settings: reproducible property tests, a CLI runner, a build's imports."""
+"""Suite-wide settings: reproducible property tests, a CLI runner, a build's imports, the adapter
+and server tests' graded build."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -47,3 +49,19 @@ def modules_after_build(tmp_path):
         return json.loads(out)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def _graded_build(tmp_path_factory):
+    from integration_fixtures import graded_build
+
+    return graded_build(tmp_path_factory.mktemp("graded"))
+
+
+@pytest.fixture
+def graded(_graded_build):
+    """(rows, responses, `opgen score`'s per-row scores, build dir) of tests/integration_fixtures.py's
+    RECIPE: built and scored once a session; each test gets its own copy of the rows (the build
+    directory is shared: read it, never write to it)."""
+    rows, responses, scores, out = _graded_build
+    return copy.deepcopy(rows), list(responses), list(scores), out

@@ -1,5 +1,6 @@
 """A small two-split build (program rows, train + test) and responses to grade, shared by the
-adapter and server tests: one build, one `opgen score` run per module."""
+adapter and server tests: one build and one `opgen score` run per session (``graded_build``, behind
+the ``graded`` fixture in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
@@ -73,3 +75,16 @@ def opgen_score(tmp: Path, data: Path, responses: list[str], name: str = "s") ->
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     return [json.loads(x) for x in (out / "scores.jsonl").read_text().splitlines()]
+
+
+def graded_build(tmp: Path) -> tuple[list[dict], list[str], list[float], Path]:
+    """RECIPE built in ``tmp``, its two splits' rows concatenated (train, then test), their
+    ``responses_for`` and `opgen score`'s per-row scores of them: (rows, responses, scores, build dir)."""
+    out = build(tmp)
+    rows = rows_of(out, "train") + rows_of(out, "test")
+    responses = responses_for(rows)
+    data = tmp / "all.parquet"
+    first = json.loads((out / "manifest.json").read_text())["splits"]["train"]["files"][0]["path"]
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(out / first)), data)
+    scores = [r["score"] for r in sorted(opgen_score(tmp, data, responses), key=lambda r: r["index"])]
+    return rows, responses, scores, out

@@ -57,7 +57,8 @@ def _opgen_build(runner, cli, *args: str) -> None:
 
 
 @pytest.mark.parametrize(("recipe", "split", "size", "seed"), [
-    ("eval-suite", "heldout_trees_d1-8", 40, 3), ("probes", "probe_1b", 24, None), ("sft-eco", None, 20, 1)])
+    ("eval-suite", "heldout_trees_d1-8", 40, 3), ("probes", "probe_1b", 24, None),
+    pytest.param("sft-eco", None, 20, 1, marks=pytest.mark.slow)])
 def test_in_memory_rows_equal_the_built_files(runner, cli, tmp_path, recipe, split, size, seed):
     ds = opgen.create_dataset(recipe, split, size=size, seed=seed) if split else None
     if ds is None:

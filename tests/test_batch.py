@@ -139,6 +139,7 @@ def test_chunks_are_bounded_in_items_and_characters(monkeypatch):
     assert B._chunks([], 3) == []
 
 
+@pytest.mark.slow
 def test_a_grading_process_that_hangs_is_replaced(box, monkeypatch):
     items = _items(100)
     want = _want(items, box)
@@ -155,6 +156,7 @@ def test_a_grading_process_that_hangs_is_replaced(box, monkeypatch):
     assert B.grade_many(items, sandbox=box, processes=2) == want
 
 
+@pytest.mark.slow
 def test_opgen_score_writes_the_same_bytes_with_and_without_grading_processes(tmp_path):
     """End to end through the CLI: a file of 96 responses (a batch for the pool) graded with
     OPGEN_GRADE_PROCESSES=1 and =2 gives byte-identical artifacts."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from det_recipe import det_recipe
 
 from opgen import generate as G
 from opgen import rows
@@ -32,6 +33,7 @@ def eval_suite(tmp_path_factory):
     return out, result.output
 
 
+@pytest.mark.slow
 def test_default_build_is_the_eval_suite_with_exact_counts(eval_suite):
     out, output = eval_suite
     man = json.loads((out / "manifest.json").read_text())
@@ -55,6 +57,7 @@ def test_default_build_is_the_eval_suite_with_exact_counts(eval_suite):
     assert "9,728 rows" in output and "heldout_chains_d1-20" in output
 
 
+@pytest.mark.slow
 def test_every_held_out_eval_program_holds_a_held_out_operator(eval_suite):
     out, _ = eval_suite
     for name in ("heldout_trees_d1-8", "heldout_chains_d1-20"):
@@ -70,6 +73,7 @@ def test_validate_passes_on_every_built_file(eval_suite, runner, cli):
     assert result.output.count("ok ") == 4
 
 
+@pytest.mark.slow
 def test_stats_prints_counts_and_histograms(eval_suite, runner, cli):
     out, _ = eval_suite
     result = runner.invoke(cli, ["stats", str(out / "heldout_chains_d1-20.parquet")])
@@ -80,22 +84,7 @@ def test_stats_prints_counts_and_histograms(eval_suite, runner, cli):
 
 
 # ---------------------------------------------------------------- determinism across workers and hash seeds
-
-DET_RECIPE = """\
-name: det
-seed: 5
-defaults: {role: eval}
-splits:
-  atoms:
-    generator: atomic
-    shard_rows: 700
-    kind: sft
-    options: {ops: [func_3, func_9], rows: 3000, input_len: [3, 3]}
-  trees:
-    generator: trees
-    prompt_format: shown
-    options: {ops: all, depths: [1, 2, 3], rows: 900}
-"""
+# (the recipe, DET, lives in tests/det_recipe.py: tests/test_split_tally.py builds it too)
 
 
 def _build(recipe: Path, out: Path, workers: int, hashseed: str) -> dict[str, str]:
@@ -108,7 +97,7 @@ def _build(recipe: Path, out: Path, workers: int, hashseed: str) -> dict[str, st
 @pytest.mark.slow
 def test_files_are_byte_identical_across_worker_counts_and_hash_seeds(tmp_path):
     recipe = tmp_path / "det.yaml"
-    recipe.write_text(DET_RECIPE)
+    recipe.write_text(det_recipe())
     one = _build(recipe, tmp_path / "a", 1, "0")
     two = _build(recipe, tmp_path / "b", 2, "12345")
     assert one == two
@@ -142,6 +131,7 @@ splits:
 """
 
 
+@pytest.mark.slow
 def test_a_leaking_recipe_fails_and_writes_nothing(runner, cli, tmp_path):
     recipe = tmp_path / "leak.yaml"
     recipe.write_text(LEAK)
@@ -203,6 +193,7 @@ class Boom(G.Generator):
         return G.get("atomic")(G.get("atomic").resolve({"ops": ["func_3"], "rows": 30}), self.ctx).candidate(i, j)
 
 
+@pytest.mark.slow
 def test_a_failed_build_leaves_no_complete_looking_file_and_keeps_the_previous_build(tmp_path, monkeypatch):
     from opgen import build as B
     from opgen import recipe as R

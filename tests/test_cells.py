@@ -76,6 +76,7 @@ def test_shared_atomic_pool_is_10000_tasks_400_per_operator():
     assert all(t.depth == 1 for t in pool)
 
 
+@pytest.mark.slow
 def test_every_sft_cell_holds_the_same_atomic_tasks(cells):
     reference = idset(C.atomic_pool())
     for name, gen in cells.items():
@@ -84,6 +85,7 @@ def test_every_sft_cell_holds_the_same_atomic_tasks(cells):
         assert idset(atomic) == reference, name
 
 
+@pytest.mark.slow
 def test_atomic_pool_does_not_depend_on_the_recipe_but_on_its_seed():
     a = make("sft_cell", {}, digest="one")
     b = make("sft_cell", {"width": [2, 3]}, digest="two")
@@ -117,6 +119,7 @@ def test_groups_are_independent_and_within_width(cells):
     assert set(widths) == {1, 2, 3, 4}
 
 
+@pytest.mark.slow
 def test_compositions_are_train_only_and_of_the_asked_depths(cells):
     for name, depths in (("sft-v1", {2, 3, 4}), ("sft-c4", {2}), ("sft-c4b", {2, 3, 4})):
         comps = tasks_of(cells[name], "composition")
@@ -171,6 +174,7 @@ def test_matched_step_hashes_equal(streams):
     assert len(set(hi)) == 400
 
 
+@pytest.mark.slow
 def test_matched_rows_consumed_step_by_step_hold_the_same_tasks(streams):
     iso, grp = streams
     for s in (0, 1, 207, 208, 399):

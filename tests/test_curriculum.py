@@ -66,6 +66,7 @@ def test_mastered_prompts_are_dropped_and_never_drawn_again():
     assert first[0]["extra_info"]["row_id"] not in {r["extra_info"]["row_id"] for r in later}
 
 
+@pytest.mark.slow
 def test_the_same_reward_stream_gives_the_same_states_and_rows():
     def run():
         log = []

@@ -96,6 +96,7 @@ def _check_disjoint(train_dirs: list[Path], eval_dirs: list[Path]) -> dict:
             "heldout_programs_in_training": heldout_shared}
 
 
+@pytest.mark.slow
 def test_no_eval_or_probe_task_is_a_training_task_limited(runner, cli, tmp_path):
     """The fast loop's version: the first rows of the cells that build fast (no composition pool),
     against the eval suite's first three depths and the probes; every input on its role's side."""
@@ -131,6 +132,7 @@ def test_no_eval_or_probe_task_is_a_training_task_of_any_bundled_cell(runner, cl
 # ---------------------------------------------------------------- no recipe depends on another
 
 
+@pytest.mark.slow
 def test_eval_and_probe_builds_load_no_other_recipe(runner, cli, tmp_path, monkeypatch):
     """The eval suite and the probes are built from their own recipe alone: no training recipe is
     loaded, nothing is replayed (the removed leakage.avoid replayed eleven cells per build)."""
@@ -268,6 +270,7 @@ def id_evals(tmp_path_factory):
     return got
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", ID_SPLITS)
 def test_id_evals_have_the_distribution_of_the_recipe_drawn_without_a_leakage_rule(split, id_evals):
     """Per depth, the built ID eval's operator frequencies, literal share and input lengths are

@@ -102,6 +102,7 @@ def test_engine_args_apply_to_vllm_only(runner, cli, tmp_path, model_dir):
     assert res.exit_code == 2 and "applies to --backend vllm only" in res.output
 
 
+@pytest.mark.slow
 def test_chat_template_kwargs_reach_llm_chat_typed_and_are_recorded(runner, cli, tmp_path, model_dir, fake_vllm):
     res = _eval(runner, cli, tmp_path, model_dir, "--chat-template-kwarg", "enable_thinking=false",
                 "--chat-template-kwarg", "reasoning-effort=low", "--chat-template-kwarg", "tags=[a, 2]")

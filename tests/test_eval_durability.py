@@ -95,6 +95,7 @@ def test_two_evals_at_once_one_refuses_and_the_other_completes(cli, runner, serv
     assert [r["index"] for r in _lines(out / MODEL / "d_generations.jsonl")] == list(range(30))
 
 
+@pytest.mark.slow
 def test_a_row_that_keeps_failing_costs_only_itself_and_resume_retries_it(cli, runner, server, tmp_path, no_sleep):
     data = _rows(tmp_path / "d.parquet", 100)
     # row 37: 429 until the retries run out; row 61: 200 with a body that is not JSON; the rest

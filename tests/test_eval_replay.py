@@ -39,6 +39,7 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+@pytest.mark.slow
 def test_replay_grades_correct_answers_one_and_wrong_ones_zero(runner, cli, tmp_path, trees):
     src = _write_jsonl(tmp_path / "answers.jsonl", _responses())
     res = _eval(runner, cli, "--model", str(src), "--data", str(trees), "--out", str(tmp_path / "out"))
@@ -176,6 +177,7 @@ def _recall_text(op: str, source: str | None = None) -> str:
     return f" {ops.get(op).gloss}\n```python\n{source or ops.get(op).source}```"
 
 
+@pytest.mark.slow
 def test_decomposed_assembles_recalled_definitions_into_the_gold_answer(runner, cli, tmp_path, trees):
     from opgen import expr, ops
 
@@ -288,6 +290,7 @@ def test_unreadable_ground_truth_fails_scoring_with_the_row_named(runner, cli, t
     assert not (tmp_path / "out" / "a" / "metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_resume_with_a_smaller_limit_grades_only_the_limited_rows(runner, cli, tmp_path, trees):
     src = _write_jsonl(tmp_path / "answers.jsonl", _responses())
     out = tmp_path / "out"

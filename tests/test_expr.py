@@ -76,6 +76,7 @@ def test_render_program_is_the_native_main_solution():
     assert E.render_program(tree, "main_solution_2").startswith("def main_solution_2(x):\n")
 
 
+@pytest.mark.slow
 @PROPS
 @given(trees)
 def test_render_parse_render_is_identity(tree):
@@ -378,6 +379,7 @@ def _values(tree, x: str) -> list[str]:
     return [E.evaluate(n, x) for n in E.walk(tree)]
 
 
+@pytest.mark.slow
 @settings(max_examples=200)
 @given(trees, inputs, st.integers(0, 40))
 def test_output_too_long_exactly_when_some_value_exceeds_the_limit(tree, x, limit):

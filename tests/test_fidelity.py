@@ -39,6 +39,7 @@ splits:
 """
 
 
+@pytest.mark.slow
 def test_atomic_interlace_tasks_and_long_literal_probes_are_labelled_atomic(runner, cli, tmp_path):
     res, out = build(runner, cli, tmp_path, LABELS)
     assert res.exit_code == 0, res.output
@@ -62,6 +63,7 @@ splits:
 """
 
 
+@pytest.mark.slow
 def test_data_source_per_family_and_depth(runner, cli, tmp_path):
     res, out = build(runner, cli, tmp_path, PER_DEPTH)
     assert res.exit_code == 0, res.output
@@ -84,6 +86,7 @@ def _write_jsonl(path: Path, records) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_id_ood_total_rollup_in_summary_metrics_and_sweep(runner, cli, tmp_path):
     # tm.TREES are train-operator programs; a second file holds held-out-operator programs
     trees = tm.write_trees(tmp_path / "trees.parquet")
@@ -138,6 +141,7 @@ splits:
 """
 
 
+@pytest.mark.slow
 def test_degenerate_measures_in_rows_and_manifest(runner, cli, tmp_path):
     from opgen import expr as E
 
@@ -162,6 +166,7 @@ def test_degenerate_measures_in_rows_and_manifest(runner, cli, tmp_path):
     assert man["splits"]["ident"]["degenerate"]["non_degenerate_rows"] == 0
 
 
+@pytest.mark.slow
 def test_require_effect_rejects_calls_that_change_nothing(runner, cli, tmp_path):
     recipe = DEGENERATE.replace("options: {ops: heldout, depths: [1, 2, 3], per_depth: 40}",
                                 "options: {ops: heldout, depths: [1, 2, 3], per_depth: 40, require_effect: true}")
@@ -198,6 +203,7 @@ def _ra_identity(row: dict) -> str:
     return "Assemble:\n```python\ndef main_solution(x):\n    return x\n```" if gt else ""
 
 
+@pytest.mark.slow
 def test_non_degenerate_accuracy_beside_plain_accuracy(runner, cli, tmp_path):
     res, out = build(runner, cli, tmp_path, DEGENERATE)
     assert res.exit_code == 0, res.output
@@ -236,6 +242,7 @@ splits:
 """
 
 
+@pytest.mark.slow
 def test_every_row_carries_per_call_distances(runner, cli, tmp_path):
     from opgen import expr as E
 
@@ -252,6 +259,7 @@ def test_every_row_carries_per_call_distances(runner, cli, tmp_path):
     assert all(e["call_chars"] == [e["tail_chars"]] for e in lit)
 
 
+@pytest.mark.slow
 def test_arity_error_rate_by_distance_bucket(runner, cli, tmp_path):
     res, out = build(runner, cli, tmp_path, DISTANCES)
     assert res.exit_code == 0, res.output
@@ -286,6 +294,7 @@ def test_arity_error_rate_by_distance_bucket(runner, cli, tmp_path):
     assert res.exit_code == 2 and "--distance-edges" in res.output
 
 
+@pytest.mark.slow
 def test_probe_families_span_the_buckets_they_test(runner, cli, tmp_path):
     from opgen.score.metrics import DISTANCE_EDGES, bucket_of
 
@@ -312,6 +321,7 @@ def test_probe_families_span_the_buckets_they_test(runner, cli, tmp_path):
 # ---------------------------------------------------------------- item 3: composition demos dedup by program
 
 
+@pytest.mark.slow
 def test_study_composition_pools_hold_distinct_programs(runner, cli, tmp_path):
     from opgen.generate import cells as C
 
@@ -359,6 +369,7 @@ splits:
 """
 
 
+@pytest.mark.slow
 def test_a_single_build_says_it_checked_nothing(runner, cli, tmp_path):
     res, out = build(runner, cli, tmp_path, EVAL_SAME, "e")
     assert res.exit_code == 0, res.output
@@ -369,6 +380,7 @@ def test_a_single_build_says_it_checked_nothing(runner, cli, tmp_path):
     assert "held-out composition checked in 2 train splits" in res.output
 
 
+@pytest.mark.slow
 def test_leakage_across_builds_reports_every_kind(runner, cli, tmp_path):
     # Builds cannot leak any more (eval inputs are drawn on the other side, opgen.rng.input_side),
     # so the checker is shown leaking files: an eval build checked against itself as training
@@ -413,6 +425,7 @@ splits:
 """
 
 
+@pytest.mark.slow
 def test_leakage_avoid_programs_is_an_explicit_opt_in(runner, cli, tmp_path):
     (tmp_path / "demos.yaml").write_text(DEMOS)
     res, train = build(runner, cli, tmp_path, DEMOS, "demos")
@@ -476,6 +489,7 @@ def test_leakage_command_usage_errors(runner, cli, tmp_path):
 # ---------------------------------------------------------------- item 2: closed-book forward, templates, stage 1
 
 
+@pytest.mark.slow
 def test_native_stage2_is_closed_book_forward_with_native_names(runner, cli, tmp_path):
     out = tmp_path / "ns2"
     res = runner.invoke(cli, ["build", "native-stage2", "--out", str(out), "--limit", "40"])
@@ -505,6 +519,7 @@ splits:
 """
 
 
+@pytest.mark.slow
 def test_a_users_template_sets_the_prompt_wording(runner, cli, tmp_path):
     (tmp_path / "fwd.txt").write_text("Code:\n{program}\nInput: {input}\nCall {call}; literal {{braces}}.")
     res, out = build(runner, cli, tmp_path, TEMPLATED)

@@ -105,6 +105,7 @@ def test_cluster_by_operator_set_reads_the_data_files(runner, cli, sweep):
     assert any(Path(i["path"]).name == "trees.parquet" for i in doc["inputs"])
 
 
+@pytest.mark.slow
 def test_same_seed_same_bytes_other_seed_other_intervals(runner, cli, sweep):
     args = ["--sweep", str(sweep / "out"), "--runs", str(sweep / "runs.csv"), "--cluster-by", "prompt",
             "--resamples", "100", "--no-plots", "--forms", "linear_log,power"]

@@ -26,6 +26,7 @@ def _fit(tmp_path, *extra):
     return res, out
 
 
+@pytest.mark.slow
 def test_five_run_layout_with_a_power_law_without_d_plots_and_says_what_it_left_out(tmp_path):
     pytest.importorskip("matplotlib")
     res, out = _fit(tmp_path)

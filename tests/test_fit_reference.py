@@ -55,7 +55,12 @@ def test_the_executed_code_is_the_reference_text():
     assert 'for subset in ("b1b2", "b3b4"): sub = {t: curve for (s, t), curve in runs.items() if s == subset}' in flat
 
 
-@pytest.fixture(scope="module", params=sorted(LAYOUTS))
+# The fast loop fits two layouts (one with losses); the others are slow.
+FAST_LAYOUTS = ("3_runs_with_loss", "4_runs")
+
+
+@pytest.fixture(scope="module", params=[name if name in FAST_LAYOUTS else pytest.param(name, marks=pytest.mark.slow)
+                                        for name in sorted(LAYOUTS)])
 def fitted(request, tmp_path_factory):
     from click.testing import CliRunner
     from opgen.cli import cli

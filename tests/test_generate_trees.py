@@ -70,11 +70,11 @@ def test_rows_drawn_in_bulk_are_the_rows_drawn_one_by_one(options):
 
 
 @pytest.mark.parametrize("options", [
-    {"ops": "all", "depths": [1], "rows": 3000},
-    {"ops": "train", "depths": [1, 2], "rows": 3000},
+    pytest.param({"ops": "all", "depths": [1], "rows": 3000}, marks=pytest.mark.slow),
+    pytest.param({"ops": "train", "depths": [1, 2], "rows": 3000}, marks=pytest.mark.slow),
     {"ops": "all", "depths": [1, 2, 3, 5, 8], "per_depth": 300},
     {"ops": ["func_21", "func_2", "func_7"], "depths": [1, 2, 3], "per_depth": 500, "alphabet": "abe"},
-    {"ops": "all", "depths": [2, 4], "per_depth": 300, "require_effect": True},
+    pytest.param({"ops": "all", "depths": [2, 4], "per_depth": 300, "require_effect": True}, marks=pytest.mark.slow),
 ])
 def test_the_unchanged_count_noted_while_drawing_is_the_measure_row_by_row(options):
     from opgen.generate.measure import task_unchanged_calls, unchanged_calls

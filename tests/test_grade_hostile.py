@@ -356,6 +356,7 @@ def test_flags_are_booleans():
             compute_score("d", ra_answer(GOLD), json.dumps(GOLD), static=bad)
 
 
+@pytest.mark.slow
 def test_a_stall_costs_its_own_budget_and_its_neighbours_are_graded(box, monkeypatch):
     """30,000 distinct keyword arguments (~40 s in CPython 3.11's compiler) in a batch of honest
     answers: it is graded timeout; its grading process is replaced; the others are right."""
@@ -402,6 +403,7 @@ def test_every_stall_shape_mixed_into_a_batch(box, monkeypatch):
     assert B.grade_many(items[:5], sandbox=box, processes=2) == got[:5]
 
 
+@pytest.mark.slow
 def test_opgen_score_survives_hostile_responses(cli, runner, tmp_path, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq

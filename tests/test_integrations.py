@@ -8,30 +8,12 @@ from __future__ import annotations
 
 import json
 
-import pyarrow.parquet as pq
 import pytest
-from integration_fixtures import build, opgen_score, responses_for, rows_of
+from integration_fixtures import build, rows_of
 
 import opgen
 from opgen.integrations import common
 from opgen.integrations import trl as otrl
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """(rows, responses, opgen score's per-row scores) for the build's two splits, concatenated."""
-    tmp = tmp_path_factory.mktemp("adapt")
-    out = build(tmp)
-    rows = rows_of(out, "train") + rows_of(out, "test")
-    responses = responses_for(rows)
-    import pyarrow as pa
-
-    data = tmp / "all.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(out / json.loads(
-        (out / "manifest.json").read_text())["splits"]["train"]["files"][0]["path"])), data)
-    records = opgen_score(tmp, data, responses)
-    scores = [r["score"] for r in sorted(records, key=lambda r: r["index"])]
-    return rows, responses, scores, out
 
 
 def test_the_fixture_spans_every_score(graded):

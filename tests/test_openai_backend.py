@@ -169,6 +169,7 @@ def test_unreachable_server_is_a_clear_failure(cli, runner, tmp_path):
     assert res.exit_code == 1 and "ConnectionRefusedError" in res.output
 
 
+@pytest.mark.slow
 def test_several_servers_share_the_work_and_order_is_kept(cli, runner, tmp_path):
     trees = tm.write_trees(tmp_path / "trees.parquet", n=24)
     with FakeServer(MODEL) as a, FakeServer(MODEL) as b:

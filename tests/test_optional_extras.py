@@ -88,6 +88,7 @@ def test_eval_backend_without_its_extra_names_it(build, tmp_path, backend, missi
     assert "Traceback" not in r.stderr and f"opgen[{extra}]" in r.stderr
 
 
+@pytest.mark.slow
 def test_score_without_matplotlib_says_so_once_and_writes_its_results(build, tmp_path):
     import json
 
@@ -108,6 +109,7 @@ def test_score_without_matplotlib_says_so_once_and_writes_its_results(build, tmp
     assert r.returncode == 0 and "matplotlib" not in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("models", [1, 2])
 def test_eval_without_matplotlib_says_so_once_and_writes_every_result(build, tmp_path, models):
     import json

@@ -59,6 +59,7 @@ def scored(tmp_path):
 SLOW = pytest.mark.slow
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [("KILL", -9), pytest.param("INT", 130, marks=SLOW),
                                        pytest.param("TERM", 143, marks=SLOW)])
 def test_a_rescore_killed_before_its_commit_leaves_the_old_report_whole(scored, tmp_path, sig, code):
@@ -92,6 +93,7 @@ def test_a_signal_during_the_swap_is_taken_after_it_and_says_so(scored, tmp_path
     assert _leftovers(tmp_path, "scores") == []
 
 
+@pytest.mark.slow
 def test_a_rescore_killed_between_its_renames_is_recovered_by_the_next(scored, tmp_path):
     data, out = scored
     wrong = _responses(tmp_path / "wrong.jsonl", wrong=True)
@@ -104,6 +106,7 @@ def test_a_rescore_killed_between_its_renames_is_recovered_by_the_next(scored, t
     assert _leftovers(tmp_path, "scores") == []
 
 
+@pytest.mark.slow
 def test_score_refuses_a_folder_it_did_not_write(tmp_path):
     data = tm.write_trees(tmp_path / "trees.parquet")
     out = tmp_path / "project"
@@ -169,6 +172,7 @@ def _tidy_table(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_fit_commits_its_report_whole_and_refuses_a_foreign_folder(runner, cli, tmp_path):
     table = _tidy_table(tmp_path / "t.csv")
     args = ["fit", "--tidy", str(table), "--resamples", "20", "--no-plots", "--out"]

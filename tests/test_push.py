@@ -278,6 +278,7 @@ def test_dry_run_is_deterministic(hand_build: Path, tmp_path: Path):
     assert files_under(a) == files_under(b)
 
 
+@pytest.mark.slow
 def test_family_with_two_row_kinds_becomes_two_configs(tmp_path: Path):
     build = make_build(tmp_path / "build", [("train", "cell", "sft", 5, 1), ("eval", "cell", "rl", 3, 1)])
     tree = tmp_path / "tree"
@@ -604,6 +605,7 @@ def test_token_from_the_login_cache(hand_build: Path, tmp_path: Path, monkeypatc
     assert fake_hub.tokens == ["hf_cached_token"]
 
 
+@pytest.mark.slow
 def test_tree_is_identical_across_hash_seeds(hand_build: Path, tmp_path: Path):
     trees = []
     for seed in ("0", "12345"):
@@ -616,6 +618,7 @@ def test_tree_is_identical_across_hash_seeds(hand_build: Path, tmp_path: Path):
     assert trees[0] == trees[1]
 
 
+@pytest.mark.slow
 def test_hub_conventions_default_config_role_splits_and_dataset_info(built: Path, tmp_path: Path):
     # datasets, offline, on the dry-run tree: no config (the default), each config, split="test"/"train".
     tree = tmp_path / "tree"

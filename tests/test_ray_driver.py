@@ -126,6 +126,7 @@ def test_chunks_are_whole_batches_balanced_by_prompt_length(tmp_path):
     assert make_chunks([], 2, 8) == []
 
 
+@pytest.mark.slow
 def test_two_replicas_equal_the_local_run(sweep, tmp_path):
     local = tmp_path / "local"
     _local(sweep, local, _cfg(score=True))
@@ -174,6 +175,7 @@ def test_every_replica_lost_stops_with_the_chunks_kept(sweep, tmp_path, monkeypa
     assert list((tmp_path / "out" / CHUNKS_DIR).rglob("*.jsonl"))
 
 
+@pytest.mark.slow
 def test_an_aborted_sweep_resumes_only_the_missing_rows(sweep, tmp_path, monkeypatch):
     local = tmp_path / "local"
     _local(sweep, local, _cfg(score=True))
@@ -259,6 +261,7 @@ def test_each_chunk_is_graded_as_it_arrives_and_the_report_follows_the_last(swee
     assert report.chunks_graded == report.chunks
 
 
+@pytest.mark.slow
 def test_a_resume_under_a_smaller_limit_grades_the_limited_rows_as_the_local_loop(sweep, tmp_path):
     local, out = tmp_path / "local", tmp_path / "dist"
     for where in (local, out):
@@ -292,6 +295,7 @@ def test_an_unreadable_ground_truth_stops_the_sweep_naming_the_row(tmp_path):
     assert not (tmp_path / "out" / "answers" / "broken" / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_metric_definitions_reach_the_sweeps_grader_as_the_local_loops(sweep, tmp_path):
     from opgen.score.metrics import MetricDefs
 

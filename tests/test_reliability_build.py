@@ -77,6 +77,7 @@ def test_a_second_build_into_a_locked_directory_refuses_naming_the_holder(tmp_pa
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_two_racing_builds_one_refuses_and_the_other_is_consistent(tmp_path):
     out = tmp_path / "o"
     first = subprocess.Popen(OPGEN + ["build", "native-stage1", "--out", str(out), "--limit", "60", "--workers", "1"],
@@ -102,7 +103,8 @@ def test_two_racing_builds_one_refuses_and_the_other_is_consistent(tmp_path):
 # ---------------------------------------------------------------- 2. signals and workers
 
 
-@pytest.mark.parametrize("sig, code", [("KILL", -9), ("TERM", 143), ("INT", 130)])
+@pytest.mark.parametrize("sig, code", [pytest.param("KILL", -9, marks=pytest.mark.slow),
+                                       pytest.param("TERM", 143, marks=pytest.mark.slow), ("INT", 130)])
 def test_a_signalled_build_leaves_no_workers_and_the_previous_build(tmp_path, sig, code):
     recipe = tmp_path / "sharded.yaml"
     recipe.write_text(SHARDED)
@@ -127,8 +129,10 @@ def test_a_signalled_build_leaves_no_workers_and_the_previous_build(tmp_path, si
 # ---------------------------------------------------------------- 3. interrupted swaps
 
 
-@pytest.mark.parametrize("swap, point", [("exchange", "before-swap"), ("exchange", "after-swap"),
-                                         ("rename", "before-swap"), ("rename", "between-renames"),
+@pytest.mark.parametrize("swap, point", [pytest.param("exchange", "before-swap", marks=pytest.mark.slow),
+                                         pytest.param("exchange", "after-swap", marks=pytest.mark.slow),
+                                         pytest.param("rename", "before-swap", marks=pytest.mark.slow),
+                                         pytest.param("rename", "between-renames", marks=pytest.mark.slow),
                                          ("rename", "after-swap")])
 def test_a_kill_during_the_swap_leaves_the_old_or_the_new_build(tmp_path, swap, point):
     out = tmp_path / "o"
@@ -149,6 +153,7 @@ def test_a_kill_during_the_swap_leaves_the_old_or_the_new_build(tmp_path, swap, 
 # ---------------------------------------------------------------- 4. reuse, foreign directories, --only
 
 
+@pytest.mark.slow
 def test_a_reused_directory_holds_only_the_new_build(runner, cli, tmp_path):
     out = tmp_path / "o"
     assert runner.invoke(cli, ["build", "eval-suite", "--out", str(out), "--limit", "5"]).exit_code == 0
@@ -168,6 +173,7 @@ def test_a_foreign_directory_is_refused_even_when_forced(runner, cli, tmp_path):
         assert [p.name for p in out.iterdir()] == ["notes.txt"]
 
 
+@pytest.mark.slow
 def test_a_build_holding_unlisted_files_is_replaced_only_when_forced(runner, cli, tmp_path):
     out = tmp_path / "o"
     assert runner.invoke(cli, ["build", "native-stage1", "--out", str(out), "--limit", "5"]).exit_code == 0
@@ -180,6 +186,7 @@ def test_a_build_holding_unlisted_files_is_replaced_only_when_forced(runner, cli
     _state(out)
 
 
+@pytest.mark.slow
 def test_only_updates_the_manifest_in_place(runner, cli, tmp_path):
     out = tmp_path / "o"
     full = ["build", "native-stage2", "--out", str(out), "--limit", "30", "--workers", "1"]
@@ -202,6 +209,7 @@ def test_only_updates_the_manifest_in_place(runner, cli, tmp_path):
     assert json.loads((out / "manifest.json").read_text()) == after
 
 
+@pytest.mark.slow
 def test_validate_flags_files_the_manifest_does_not_list(runner, cli, tmp_path):
     out = tmp_path / "o"
     assert runner.invoke(cli, ["build", "native-stage1", "--out", str(out), "--limit", "20"]).exit_code == 0

@@ -70,6 +70,7 @@ def test_build_checks_free_space_up_front(runner, cli, tmp_path):
         assert sorted(p.name for p in fs.iterdir()) == ["o.opgen-lock"]
 
 
+@pytest.mark.slow
 def test_a_build_that_runs_out_of_space_leaves_nothing(runner, cli, tmp_path, monkeypatch):
     from opgen import outdir
 
@@ -116,6 +117,7 @@ def test_eval_into_a_full_folder_is_a_message(runner, cli, tmp_path, trees):
         assert not list((fs / "out").rglob("metrics.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ro", [False, True])
 def test_push_dry_run_into_a_full_or_read_only_place_writes_nothing(runner, cli, tmp_path, ro):
     build = tmp_path / "b"
@@ -144,6 +146,7 @@ def test_leakage_report_into_a_read_only_place_is_refused_before_the_check(runne
 # ---------------------------------------------------------------- corrupt and foreign files
 
 
+@pytest.mark.slow
 def test_validate_reports_a_corrupt_file_and_goes_on(runner, cli, tmp_path):
     out = tmp_path / "o"
     assert runner.invoke(cli, ["build", "native-stage1", "--out", str(out), "--limit", "3000"]).exit_code == 0
@@ -233,6 +236,7 @@ def test_decomposed_replay_without_recalls_fails_before_the_normal_pass(runner, 
 # ---------------------------------------------------------------- small ones
 
 
+@pytest.mark.slow
 def test_eval_outputs_respect_the_umask_and_draw_no_bars_off_a_terminal(runner, cli, tmp_path, trees):
     old = os.umask(0o022)
     try:

@@ -44,6 +44,7 @@ def test_a_recipe_in_another_encoding_is_a_named_error(runner, cli, tmp_path, da
     assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output
 
 
+@pytest.mark.slow
 def test_the_exhausted_uniqueness_advice_fits_the_split(runner, cli, tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("name: r\nsplits:\n  s:\n    generator: trees\n    role: eval\n    unique: task\n"

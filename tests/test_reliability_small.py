@@ -61,6 +61,7 @@ def test_a_prompt_template_over_the_cap_is_refused(runner, cli, tmp_path):
     assert r.exit_code == 2 and "is not a regular file" in r.output
 
 
+@pytest.mark.slow
 def test_a_bundled_recipe_given_by_its_path_from_elsewhere_suggests_its_name(tmp_path):
     r = subprocess.run([sys.executable, "-m", "opgen", "build", "datasets/probes.yaml", "--out", str(tmp_path / "o"),
                         "--limit", "2"], capture_output=True, text=True, cwd=tmp_path)
@@ -93,6 +94,7 @@ def corrupt(tmp_path) -> tuple[Path, Path]:
     return data, bad
 
 
+@pytest.mark.slow
 def test_replay_of_a_corrupt_generation_parquet_is_a_named_error(runner, cli, tmp_path, corrupt):
     data, bad = corrupt
     r = runner.invoke(cli, ["eval", "--backend", "replay", "--model", str(bad), "--data", str(data),
@@ -102,6 +104,7 @@ def test_replay_of_a_corrupt_generation_parquet_is_a_named_error(runner, cli, tm
     assert r.exception is None or isinstance(r.exception, SystemExit)
 
 
+@pytest.mark.slow
 def test_eval_of_a_corrupt_data_parquet_is_a_named_error(runner, cli, tmp_path, corrupt):
     _, bad = corrupt
     (tmp_path / "r.jsonl").write_text('{"index": 0, "response": "x"}\n')

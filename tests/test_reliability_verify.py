@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from opgen import content, write
 from opgen import manifest as M
@@ -32,6 +33,7 @@ def _rewrite(out: Path, name: str, table: pa.Table, **kw) -> None:
     (out / "manifest.json").write_text(M.dumps(man))
 
 
+@pytest.mark.slow
 def test_the_manifest_records_versions_and_content_digests(runner, cli, tmp_path):
     man = _build(runner, cli, tmp_path / "o")
     assert man["versions"] == M.versions() and set(man["versions"]) == {"opgen", "pyarrow", "numpy", "python"}
@@ -52,6 +54,7 @@ def test_the_content_digest_ignores_the_encoder_and_sees_every_value():
     assert content.digest_tables([t.select(["s", "n", "l", "b"])]) != d  # column order is part of the rows
 
 
+@pytest.mark.slow
 def test_verify_passes_a_fresh_build_with_identical_bytes(runner, cli, tmp_path):
     man = _build(runner, cli, tmp_path / "o")
     r = runner.invoke(cli, ["verify", str(tmp_path / "o")])
@@ -59,6 +62,7 @@ def test_verify_passes_a_fresh_build_with_identical_bytes(runner, cli, tmp_path)
     assert r.output.count("bytes identical") == len(man["splits"])
 
 
+@pytest.mark.slow
 def test_verify_compares_content_across_writers_and_bytes_within_one(runner, cli, tmp_path):
     out = tmp_path / "o"
     _build(runner, cli, out)
@@ -88,6 +92,7 @@ def test_verify_fails_rows_that_differ_from_the_rebuild(runner, cli, tmp_path):
     assert "ok   stage1_l1_test" in r.output
 
 
+@pytest.mark.slow
 def test_verify_rebuilds_an_only_update_by_its_groups(runner, cli, tmp_path):
     out = tmp_path / "o"
     _build(runner, cli, out)
@@ -101,6 +106,7 @@ def test_verify_names_a_directory_without_a_manifest(runner, cli, tmp_path):
     assert r.exit_code == 2 and "manifest.json" in r.output
 
 
+@pytest.mark.slow
 def test_the_digest_taken_while_writing_equals_the_files_with_redraws_and_workers(tmp_path):
     from opgen import build as B
     from opgen import recipe as R
@@ -118,6 +124,7 @@ def test_the_digest_taken_while_writing_equals_the_files_with_redraws_and_worker
         json.loads((tmp_path / "o2" / "manifest.json").read_text())
 
 
+@pytest.mark.slow
 def test_digesting_while_building_imports_neither_pyarrow_compute_nor_pandas(modules_after_build):
     # pyarrow.compute costs ~40 ms of start-up and pandas 0.2 s; the digest reads Arrow buffers directly
     assert modules_after_build("eval-suite", 30, ("pyarrow.compute", "pandas")) == []

@@ -71,6 +71,7 @@ def test_malformed_ground_truth_raises():
         compute_score("d", "x", "{")
 
 
+@pytest.mark.slow
 def test_forked_process_gets_its_own_pool_and_the_parent_keeps_its():
     import os
 

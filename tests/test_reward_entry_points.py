@@ -31,6 +31,7 @@ def _columns():
     return sources, texts, truths, extras
 
 
+@pytest.mark.slow
 def test_batch_equals_one_call_per_sample_in_order():
     sources, texts, truths, extras = _columns()
     got = compute_score_batch(data_sources=sources, solution_strs=texts, ground_truths=truths, extra_infos=extras)
@@ -63,6 +64,7 @@ def test_float_is_the_score_and_a_bad_sample_scores_zero_alone(capsys):
         compute_score_float("opgen/x", "x", PROGRAM, policy="nope")
 
 
+@pytest.mark.slow
 def test_async_awaits_to_the_same_dict():
     async def many():
         return await asyncio.gather(*(compute_score_async(ds, text, gt, extra_info={"answer_format": "ra"})

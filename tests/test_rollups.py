@@ -40,8 +40,13 @@ def _foreign_file(path: Path) -> Path:
     return tm.write_rows(path, rows)
 
 
-@pytest.fixture(params=["manifest", "rows"])
-def evaluated(request, runner, cli, tmp_path):
+@pytest.fixture(scope="module", params=["manifest", "rows"])
+def evaluated(request, tmp_path_factory):
+    """One replay eval per probe-role source, shared by the tests that read it (they only read)."""
+    from click.testing import CliRunner
+    from opgen.cli import cli
+
+    runner, tmp_path = CliRunner(), tmp_path_factory.mktemp(f"rollup-{request.param}")
     (tmp_path / "data").mkdir()
     trees = tm.write_trees(tmp_path / "data" / "trees.parquet")
     (tmp_path / "probes").mkdir()
@@ -63,6 +68,7 @@ def evaluated(request, runner, cli, tmp_path):
     return tmp_path / "out", request.param
 
 
+@pytest.mark.slow
 def test_probes_scored_beside_eval_files_never_enter_id_ood_total(evaluated):
     out, how = evaluated
     metrics = json.loads((out / "step1" / "metrics.json").read_text())
@@ -75,6 +81,7 @@ def test_probes_scored_beside_eval_files_never_enter_id_ood_total(evaluated):
     assert scope["left_out"] == {"probe_1f": "probe"}
 
 
+@pytest.mark.slow
 def test_the_sweep_rolls_up_eval_rows_and_reports_probes_per_condition(evaluated):
     out, how = evaluated
     rows = json.loads((out / "sweep.json").read_text())

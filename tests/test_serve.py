@@ -14,14 +14,12 @@ import time
 import urllib.error
 import urllib.request
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from integration_fixtures import RECIPE, build, opgen_score, responses_for, rows_of
+from integration_fixtures import RECIPE, rows_of
 
 from opgen.integrations import openrlhf
 
@@ -81,19 +79,6 @@ def server(curriculum_log):
     yield url
     proc.terminate()
     proc.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve")
-    out = build(tmp)
-    rows = rows_of(out, "train") + rows_of(out, "test")
-    responses = responses_for(rows)
-    data = tmp / "all.parquet"
-    first = json.loads((out / "manifest.json").read_text())["splits"]["train"]["files"][0]["path"]
-    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(out / first)), data)
-    scores = [r["score"] for r in sorted(opgen_score(tmp, data, responses), key=lambda r: r["index"])]
-    return rows, responses, scores, out
 
 
 def test_health_binds_loopback_and_reports_full_isolation(server):

@@ -56,15 +56,6 @@ def servers():
             proc.kill()
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    from integration_fixtures import build, responses_for, rows_of
-
-    out = build(tmp_path_factory.mktemp("ray-serve"))
-    rows = rows_of(out, "train") + rows_of(out, "test")
-    return rows, responses_for(rows)
-
-
 def test_health_through_the_serve_proxy(servers):
     import json
 
@@ -81,7 +72,7 @@ def test_tasks_and_score_bodies_equal_the_plain_servers(servers, graded):
     from test_serve import post
 
     plain, ray = servers
-    rows, responses = graded
+    rows, responses, _, _ = graded
     items = [{"ground_truth": r["reward_model"]["ground_truth"], "response": x, "extra_info": r["extra_info"]}
              for r, x in zip(rows, responses)]
     requests = [("/tasks", {"recipe": RECIPE, "split": "test", "n": 4, "seed": 3}),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from det_recipe import det_recipe
 
 from opgen import build as B
 from opgen import expr as E
@@ -15,25 +16,8 @@ from opgen.splits import certificate as SC
 from opgen.splits import compounds as C
 from opgen.splits import rows as SR
 
-# Cross-shard duplicates: 3,000 tasks drawn from 2 * 26**3 possible ones in 5 shards (phase 3 redraws).
-RECIPE = """\
-name: tally
-seed: 5
-defaults: {role: eval}
-splits:
-  atoms:
-    generator: atomic
-    shard_rows: 700
-    kind: sft
-    options: {ops: [func_3, func_9], rows: 3000, input_len: [3, 3]}
-  trees:
-    generator: trees
-    prompt_format: shown
-    options: {ops: all, depths: [1, 2, 3], rows: 300}
-  chains:
-    generator: chains
-    options: {ops: heldout, depths: [1, 4], rows: 200}
-"""
+# Cross-shard duplicates (phase 3 redraws), and a chains split beside the trees.
+RECIPE = det_recipe("tally", trees_rows=300, chains=True)
 
 
 def _read_back(out, name):
@@ -41,6 +25,7 @@ def _read_back(out, name):
     return SC.histogram_section(SR.units_of(files, C.DEFAULT), C.DEFAULT)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_tally_equals_the_rows_read_back_redraws_included(tmp_path, monkeypatch, workers):
     (tmp_path / "r.yaml").write_text(RECIPE)
@@ -62,6 +47,7 @@ def test_the_tally_equals_the_rows_read_back_redraws_included(tmp_path, monkeypa
         assert man["splits"][name]["compounds"] == _read_back(out, name), name
 
 
+@pytest.mark.slow
 def test_bundled_suite_tally_equals_read_back(tmp_path):
     out = tmp_path / "suite"
     B.build([R.load("eval-suite")], out, limit=200)

@@ -121,6 +121,7 @@ def direct_pairs(tree: E.Expr) -> set[frozenset[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_systematicity_recipe_builds_with_a_certificate_and_a_card(tmp_path: Path):
     out, man = build(tmp_path, SYSTEMATICITY, "sys")
     held = {frozenset(("func_3", "func_9")), frozenset(("func_15", "func_17"))}
@@ -155,6 +156,7 @@ def test_systematicity_recipe_builds_with_a_certificate_and_a_card(tmp_path: Pat
         [f["sha256"] for f in man["splits"]["train"]["files"]]
 
 
+@pytest.mark.slow
 def test_mcd_recipe_builds_within_its_atom_bound(tmp_path: Path):
     out, man = build(tmp_path, MCD, "mcd")
     cert = man["split_certificates"]["mcd-e2e"]
@@ -200,6 +202,7 @@ def _edge_texts(t: E.Expr) -> set[str]:
     return out
 
 
+@pytest.mark.slow
 def test_training_cells_on_an_mcd_split_compose_only_the_search_train_side(tmp_path: Path):
     out, man = build(tmp_path, MCD_CELLS, "mcd-cells")
     cert = man["split_certificates"]["mcd-cells-e2e"]
@@ -228,6 +231,7 @@ def test_training_cells_on_an_mcd_split_compose_only_the_search_train_side(tmp_p
     assert again.pop("only")["certificate"] == "recomputed" and again == cert
 
 
+@pytest.mark.slow
 def test_mcd_cells_refuse_options_the_search_sets(tmp_path: Path):
     bad = MCD_CELLS.replace("compositions: {rows: 400}", "compositions: {rows: 400, depths: [2]}")
     (tmp_path / "bad.yaml").write_text(bad)
@@ -243,6 +247,7 @@ def test_mcd_cells_refuse_options_the_search_sets(tmp_path: Path):
     assert r.returncode != 0 and "splits.test.generator" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_annealed_mcd_recipe_builds_and_its_certificate_names_the_search(tmp_path: Path):
     text = MCD.replace("max_atom_divergence: 0.05", "max_atom_divergence: 0.05\n  search: anneal\n  steps: 80")
     out, man = build(tmp_path, text, "mcd-anneal")
@@ -275,6 +280,7 @@ def test_productivity_depths_on_the_wrong_side_are_refused(tmp_path: Path):
     assert "splits.train.options.depths: [3]" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_split_errors_name_the_field(tmp_path: Path):
     recipe = tmp_path / "bad.yaml"
     recipe.write_text(SYSTEMATICITY.replace("func_9]", "func_99]"))
@@ -288,6 +294,7 @@ def test_split_errors_name_the_field(tmp_path: Path):
     assert r.returncode != 0 and "splits.test.generator" in r.stderr
 
 
+@pytest.mark.slow
 def test_heldout_ops_split_of_an_sft_cell_composes_no_heldout_operator(tmp_path: Path):
     out, man = build(tmp_path, SFT_HELDOUT, "sft")
     held = set(ops.HELDOUT_IDS)
@@ -301,6 +308,7 @@ def test_heldout_ops_split_of_an_sft_cell_composes_no_heldout_operator(tmp_path:
     assert "FAIL" not in opgen("verify", str(out)).stdout
 
 
+@pytest.mark.slow
 def test_share_of_pairs_is_named_in_the_manifest_and_rebuilds(tmp_path: Path):
     text = SYSTEMATICITY.replace("pairs: [[func_3, func_9], [func_15, func_17]]", "share: 0.05, ops: train") \
         .replace("ops: [func_3, func_9, func_15, func_17]", "ops: train")
@@ -321,6 +329,7 @@ def _eval_suite_without_avoid(tmp: Path, with_split: bool) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_heldout_ops_split_leaves_the_eval_suite_rows_byte_for_byte(tmp_path: Path):
     shas = []
     for with_split in (False, True):
@@ -357,6 +366,7 @@ def _edit_manifest(out: Path, fn) -> None:
     path.write_text(json.dumps(man, indent=2))
 
 
+@pytest.mark.slow
 def test_only_keeps_the_certificate_when_the_rebuilt_rows_are_identical(tmp_path: Path):
     out, man = build(tmp_path, SYSTEMATICITY, "sys")
     before = man["split_certificates"]["sys-e2e"]
@@ -370,6 +380,7 @@ def test_only_keeps_the_certificate_when_the_rebuilt_rows_are_identical(tmp_path
     assert "| updated by --only | test rebuilt; certificate kept" in (tree / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_only_recomputes_the_certificate_from_the_kept_files_when_the_rows_differ(tmp_path: Path):
     out, man = build(tmp_path, SYSTEMATICITY, "sys")
     true = man["split_certificates"]["sys-e2e"]

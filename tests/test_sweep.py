@@ -63,6 +63,7 @@ def sweep_run(runner, cli, tmp_path):
     return go, tmp_path
 
 
+@pytest.mark.slow
 def test_sweep_table_has_one_row_per_checkpoint_in_step_order(sweep_run):
     go, tmp = sweep_run
     res = go(tmp / "out")
@@ -82,6 +83,7 @@ def test_sweep_table_has_one_row_per_checkpoint_in_step_order(sweep_run):
     assert float(rows[0]["acc[test]"]) == pytest.approx(2 / N)
 
 
+@pytest.mark.slow
 def test_sweep_json_matches_the_table_and_plots_are_pngs(sweep_run):
     go, tmp = sweep_run
     go(tmp / "out")

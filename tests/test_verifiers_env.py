@@ -13,27 +13,11 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from integration_fixtures import build, opgen_score, responses_for, rows_of
 
 import opgen
 from opgen.integrations import common
 from opgen.integrations import verifiers as ovf
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("vf")
-    out = build(tmp)
-    rows = rows_of(out, "train") + rows_of(out, "test")
-    responses = responses_for(rows)
-    data = tmp / "all.parquet"
-    first = json.loads((out / "manifest.json").read_text())["splits"]["train"]["files"][0]["path"]
-    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(out / first)), data)
-    scores = [r["score"] for r in sorted(opgen_score(tmp, data, responses), key=lambda r: r["index"])]
-    return rows, responses, scores
 
 
 def _trace(text: str):
@@ -41,7 +25,7 @@ def _trace(text: str):
 
 
 def test_rubric_function_on_the_documented_call_equals_opgen_score(graded):
-    rows, responses, scores = graded
+    rows, responses, scores, _ = graded
     got = []
     for i, (row, text) in enumerate(zip(rows, responses)):
         task = SimpleNamespace(**ovf.task_fields(row, i))
@@ -59,14 +43,14 @@ def test_rubric_function_on_the_documented_call_equals_opgen_score(graded):
 
 
 def test_gold_check_passes_gold_rows_and_skips_native_ones(graded):
-    rows, _, _ = graded
+    rows, _, _, _ = graded
     assert all(ovf.gold_scores_1(SimpleNamespace(**ovf.task_fields(r))) for r in rows)
     native = SimpleNamespace(ground_truth=json.dumps({"ref_output": "1"}), extra_info={}, data_source="")
     assert ovf.gold_scores_1(native) is None
 
 
 def test_task_fields_and_bad_rows_name_the_row(graded):
-    rows, _, _ = graded
+    rows, _, _, _ = graded
     f = ovf.task_fields(rows[0])
     assert f["prompt"] == rows[0]["prompt"] and f["ground_truth"] == rows[0]["reward_model"]["ground_truth"]
     assert f["id"] == str(rows[0]["extra_info"]["row_id"])
@@ -89,7 +73,7 @@ def test_verifiers_loads_the_environment_by_its_id_and_its_rubric_gives_opgen_gr
     import asyncio
 
     vf = _vf()
-    rows, responses, scores = graded
+    rows, responses, scores, _ = graded
     # verifiers' own loader, as vf-eval resolves `opgen-verifiers`; the taskset builds the rows itself
     config = vf.resolve_env_config({"taskset": {"id": "opgen-verifiers", "recipe": "rl-r1", "split": "train",
                                                 "size": 2, "seed": 0}})

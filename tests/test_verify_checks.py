@@ -48,6 +48,7 @@ def _checks(result) -> list[dict]:
     return rep["checks"] + [c for s in rep["splits"] for c in s["checks"]]
 
 
+@pytest.mark.slow
 def test_a_file_re_encoded_after_the_build_fails_verify_as_validate_refuses_it(runner, cli, out):
     name = "stage1_l1_test"
     pq.write_table(pq.read_table(out / f"{name}.parquet"), out / f"{name}.parquet", compression="snappy")
@@ -84,6 +85,7 @@ def test_a_top_level_seed_that_is_not_the_recipes_fails(runner, cli, out):
     assert r.exit_code == 1 and "FAIL manifest (seed)" in r.output
 
 
+@pytest.mark.slow
 def test_a_recipe_sha256_that_is_not_the_files_fails(runner, cli, out):
     _edit(out, lambda m: m["recipes"][0].update(sha256="0" * 64))
     r = _verify(runner, cli, out)
@@ -131,6 +133,7 @@ def test_a_malformed_manifest_field_is_a_named_error(runner, cli, out, edit, fie
     assert f"field '{field}'" in r.output and "Traceback" not in r.output
 
 
+@pytest.mark.slow
 def test_the_report_names_every_check_that_ran(runner, cli, out):
     r = _verify(runner, cli, out, "--json")
     assert r.exit_code == 0, r.output
@@ -145,6 +148,7 @@ def test_the_report_names_every_check_that_ran(runner, cli, out):
     assert "14 checks passed, 0 failed, 0 skipped" in text
 
 
+@pytest.mark.slow
 def test_verify_shows_progress_on_stderr_when_asked(out):
     r = subprocess.run([sys.executable, "-m", "opgen", "verify", str(out), "--progress"], capture_output=True,
                        text=True)
@@ -155,6 +159,7 @@ def test_verify_shows_progress_on_stderr_when_asked(out):
     assert quiet.returncode == 0 and quiet.stderr == ""
 
 
+@pytest.mark.slow
 def test_validate_shows_progress_on_stderr_when_asked(out):
     r = subprocess.run([sys.executable, "-m", "opgen", "validate", str(out), "--progress"], capture_output=True,
                        text=True)
