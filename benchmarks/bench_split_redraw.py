@@ -29,7 +29,8 @@ a Bonferroni bound over the scenario's cells (two-sided 0.05). Cells, per task d
 histogram (share of tasks), operator frequencies (share of the depth's nodes, ``+`` and methods
 included), literal share (of leaves), program length (characters of the expression), distinct
 operators per program, and per-operator positions (an operator's share of its occurrences at each
-distance from the root).
+distance from the root); ``composed_depth`` is the depth histogram of the tasks that compose
+(depth 2 or more), apart from a pool's atomic tasks. Figures: docs/splits.md, "What the redraw leaves".
 """
 
 from __future__ import annotations
