@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from opgen.distributed.driver import Grader, ReplicaLost, ReplicaWorker, Task
 from opgen.errors import OpgenError
 from opgen.infer.backends import backend_spec
 from opgen.infer.base import BackendError, EngineOptions
+from opgen.infer.config import RayOptions
 
 PLACEMENT_TIMEOUT_S = 120
 
@@ -33,17 +33,7 @@ class RayError(RuntimeError, OpgenError):
     exit_code = 1
 
 
-@dataclass(frozen=True)
-class RayOptions:
-    address: str | None = None  # None: start a local cluster (127.0.0.1 only)
-    replicas: int | None = None  # None: one per GPU group of the cluster, else 1 (openai: one per base URL)
-    replica_gpus: float | None = None  # None: the tensor-parallel size on a GPU cluster, else 0
-    replica_cpus: float = 1.0
-    num_cpus: int | None = None  # the local cluster's CPUs (None: this machine's)
-    chunk_rows: int = 1024
-    depth: int = 2  # chunks in flight per replica (one generating, one waiting)
-
-
+# RayOptions lives with the other option records (opgen.infer.config); re-exported here.
 # the driver's settings of these reach every replica, on any node (VLLM_BATCH_INVARIANT=1 among
 # them); secrets (an API key, HF_TOKEN) are not sent through Ray: set them where the nodes start
 FORWARDED_ENV = ("VLLM_",)

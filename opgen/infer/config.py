@@ -9,7 +9,7 @@ a researcher builds them in Python (docs/eval.md, From Python). A bad value rais
 
 Composed of the records that already describe their part: `opgen.infer.base.Sampling` and
 `EngineOptions`, `opgen.infer.openai_backend.OpenAIOptions`, `opgen.score.settings.GradeSettings`,
-`opgen.score.metrics.MetricDefs`, `opgen.distributed.ray_executor.RayOptions`.
+`opgen.score.metrics.MetricDefs`, `RayOptions` (defined here; `opgen.distributed.ray_executor` re-exports it).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from opgen.score.settings import DEFAULT as DEFAULT_GRADING
 from opgen.score.settings import GradeSettings
 
 if TYPE_CHECKING:
-    from opgen.distributed.ray_executor import RayOptions
     from opgen.infer.openai_backend import OpenAIOptions
     from opgen.score.metrics import MetricDefs
 
@@ -170,6 +169,18 @@ def model_names(models: tuple[Path, ...]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class RayOptions:
+    """How `--executor ray` runs: the cluster, the replicas and their resources, the chunks."""
+    address: str | None = None  # None: start a local cluster (127.0.0.1 only)
+    replicas: int | None = None  # None: one per GPU group of the cluster, else 1 (openai: one per base URL)
+    replica_gpus: float | None = None  # None: the tensor-parallel size on a GPU cluster, else 0
+    replica_cpus: float = 1.0
+    num_cpus: int | None = None  # the local cluster's CPUs (None: this machine's)
+    chunk_rows: int = 1024
+    depth: int = 2  # chunks in flight per replica (one generating, one waiting)
+
+
+@dataclass(frozen=True)
 class EvalRun:
     """One `opgen eval`: every model (--model) on every data file (--data) under ``out`` (--out),
     each evaluated per ``config``, on ``executor`` (--executor; ``ray``: ``ray`` its options, the
@@ -198,8 +209,6 @@ class EvalRun:
             raise EvalConfigError("executor", "--executor", f"{self.executor!r} is not one of "
                                   f"{', '.join(map(repr, EXECUTORS))}")
         if self.executor == "ray":
-            from opgen.distributed.ray_executor import RayOptions
-
             object.__setattr__(self, "ray", self.ray if self.ray is not None else RayOptions())
             _kind("ray", self.ray, RayOptions)
         elif self.ray is not None:
