@@ -143,11 +143,11 @@ def test_ray_build_equals_local_build_byte_for_byte(tmp_path):
     """The determinism recipe of test_build: several shards, and rows redrawn across them."""
     tm.require("ray")
     from click.testing import CliRunner
+    from det_recipe import det_recipe
     from opgen.cli import cli
-    from test_build import DET_RECIPE
 
     recipe = tmp_path / "det.yaml"
-    recipe.write_text(DET_RECIPE)
+    recipe.write_text(det_recipe())
     runner = CliRunner()
     local = runner.invoke(cli, ["build", str(recipe), "--out", str(tmp_path / "local"), "--workers", "2",
                                 "--no-progress"], catch_exceptions=False)
