@@ -172,17 +172,14 @@ def _warm() -> None:
             grade_in_process(gt, answer, sandbox=limits)  # type: ignore[arg-type]
 
 
-def _grade_task(task: tuple, limits: tuple, settings: GradeSettings | dict) -> tuple:
+def _grade_task(task: tuple, limits: tuple, settings: GradeSettings) -> tuple:
     """One response's outcome in a grading process: ``("grade", dict)``, ``("run", sent, keys)`` when
-    its program must run, or ``("failed", text)`` when grading it raised (a scorer fault). ``settings``:
-    the grading settings, or their wire form as :meth:`GradeSettings.to_wire` sent them."""
+    its program must run, or ``("failed", text)`` when grading it raised (a scorer fault)."""
     from opgen.score.grade import grade_in_process
 
     try:
         ground_truth, response, answer_format, assistant_prefix, structured, ran = task
         box = _Limits(limits[0], limits[1], limits[2], ran=ran)
-        if not isinstance(settings, GradeSettings):
-            settings = GradeSettings.from_wire(settings)
         return ("grade", grade_in_process(ground_truth, response, settings=settings,
                                           sandbox=box,  # type: ignore[arg-type]
                                           answer_format=answer_format, assistant_prefix=assistant_prefix,
@@ -220,12 +217,14 @@ def _serve_loop(out_fd: int) -> None:
         if body is None:
             return
         tasks, limits, wire = marshal.loads(body)
+        fault: tuple[str, str] | None = None
         try:
-            settings: GradeSettings | dict = GradeSettings.from_wire(wire)  # the chunk's, read once
-        except Exception:  # each response then reports the fault (_grade_task reads it again)
-            settings = wire
+            settings = GradeSettings.from_wire(wire)  # the chunk's, read once
+        except Exception as exc:  # a scorer fault: every response of the chunk reports it
+            fault = ("failed", f"{type(exc).__name__}: {str(exc)[:300]}")
         for task in tasks:  # one reply per response, as soon as it is graded, with this process's CPU
-            outcome = _grade_task(task, limits, settings)  # time so far (the next response's starting mark)
+            # time so far (the next response's starting mark)
+            outcome = fault if fault is not None else _grade_task(task, limits, settings)
             _write(out_fd, (time.process_time(), outcome))
 
 
@@ -533,7 +532,7 @@ class _Batch:
         self.formats = formats
         self.done: list = [None] * len(items)
         self.runners: ThreadPoolExecutor | None = None  # made when a program must first run
-        self.width, self.inline = 1, False
+        self.inline = False
 
     def finish(self, i: int, g: dict) -> None:
         self.done[i] = g if self.answered is None else self.answered(i, g)
@@ -583,8 +582,8 @@ class _Batch:
         elif self.inline:  # one response (a grade() call): run it here, no thread to start
             self.run(i, outcome)
         else:  # called from grade()'s thread only: the pool is made once, when first needed
-            if self.runners is None:
-                self.runners = ThreadPoolExecutor(self.width)
+            if self.runners is None:  # two requests per sandbox worker at a time
+                self.runners = ThreadPoolExecutor(2 * self.sandbox.workers)
             return self.runners.submit(self.run, i, outcome)
         return None
 
@@ -617,7 +616,6 @@ class _Batch:
             return self.done
         size = max(1, min(CHUNK, -(-len(todo) // (4 * n_proc))))
         spans = [todo[a:b] for a, b in _chunks([self.items[i] for i in todo], size)]
-        self.width = 2 * self.sandbox.workers if self.sandbox is not None else 1
         self.inline = len(todo) == 1
         running: list[Future] = []
         try:
