@@ -120,15 +120,10 @@ Library = E.Library
 _LIBRARY: contextvars.ContextVar[Library] = contextvars.ContextVar("opgen_formats_library", default=None)
 
 
-def _study_or(lib: Library) -> Library:
-    """None for the study's library (its caches and texts), else ``lib``."""
-    return None if lib is None or lib.operators is ops.OPERATORS else lib
-
-
 @contextlib.contextmanager
 def using_library(lib: Library) -> Iterator[None]:
     """Answer formats' gold and check functions see ``lib`` inside (None: the study's)."""
-    token = _LIBRARY.set(_study_or(lib))
+    token = _LIBRARY.set(ops.unless_study(lib))
     try:
         yield
     finally:
@@ -453,7 +448,7 @@ class Formatter:
         """``library``: the rows' operator library (None or the study's: the study's texts);
         ``library_tag``: a JSON member (``, "library": {...}``) every ground truth ends with ("" for the study)."""
         check_pair(prompt_format, answer_format)
-        self.lib = _study_or(library)
+        self.lib = ops.unless_study(library)
         self.gt_end = library_tag + "}"
         self.spec = prompt_spec(prompt_format)
         self.prompt_format = prompt_format

@@ -242,6 +242,12 @@ def _study_library() -> OperatorLibrary:
     return STUDY
 
 
+def unless_study(lib: OperatorLibrary | None) -> OperatorLibrary | None:
+    """``lib``, or None for the study's own: what every function taking ``lib: Library`` reads
+    (None: the study's operators, caches and texts, byte-identical to before libraries)."""
+    return None if lib is None or lib.is_study else lib
+
+
 def _importable(fn: object) -> bool:
     """Whether pickle can send ``fn`` by reference: its module is imported and names it."""
     import sys

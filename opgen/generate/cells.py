@@ -59,12 +59,7 @@ def atomic_task(op_id: str, rng: Rng, first: E.Expr | None = None, *, side: int,
     program = E.Call(op.id, args, sample_params(op, rng))
     with E.recursion_headroom():
         # one call on at most a few hundred characters: no operator can pass the cap
-        return Task(program, x, E.evaluate(program, x, lib=_lib_arg(lib)))
-
-
-def _lib_arg(lib: ops.OperatorLibrary) -> ops.OperatorLibrary | None:
-    """What opgen.expr takes for ``lib``: None for the study's (its own fast lookups)."""
-    return None if lib.is_study else lib
+        return Task(program, x, E.evaluate(program, x, lib=ops.unless_study(lib)))
 
 
 def unary(op_ids: Sequence[str], lib: ops.OperatorLibrary = ops.STUDY) -> tuple[str, ...]:
@@ -82,7 +77,7 @@ def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, side: int, fixed:
     drawn on ``side``. None when a level has no operator left that fits."""
     fixed = dict(fixed or {})
     pool = [o for o in unary(op_ids, lib) if o not in fixed.values()]
-    evaluate_lib = _lib_arg(lib)
+    evaluate_lib = ops.unless_study(lib)
     x = side_text(rng, *INPUT_LEN, side)
     value = x
     node: E.Expr = E.Var()

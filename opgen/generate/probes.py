@@ -50,8 +50,7 @@ def recall_prefix(op_ids: Sequence[str], lib: ops.OperatorLibrary = ops.STUDY) -
     target's block."""
     block = F.answer_spec("ra").recall_block
     assert block is not None
-    arg = None if lib.is_study else lib
-    return "".join(block(o, arg) + "\n" for o in op_ids)
+    return "".join(block(o, ops.unless_study(lib)) + "\n" for o in op_ids)
 
 
 def measures(program: E.Expr, target: str) -> dict[str, object]:

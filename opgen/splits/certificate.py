@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from opgen import ops
 from opgen.splits import compounds as C
 from opgen.splits import divergence as D
 from opgen.splits import rows as R
@@ -100,7 +101,7 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
     for r in recipes:
         for s in r.splits:
             spec_of[s.name] = r.split.spec if r.split is not None else C.DEFAULT
-            lib_of[s.name] = None if r.library.is_study else r.library
+            lib_of[s.name] = ops.unless_study(r.library)
     units: dict[str, list[C.RowUnits]] = {}
     depths: dict[str, list[int]] = {}
     for name, paths in files.items():
@@ -185,7 +186,7 @@ def _partly_rebuilt(r: Any, names: Sequence[str], rebuilt: Sequence[str], man: M
                          f"{', '.join(absent)} to certify the split with; rebuild the whole recipe")
     others = [n for n in names if n not in units]
     for n in others:
-        units[n] = R.units_of(list(kept[n]), r.split.spec, None if r.library.is_study else r.library)
+        units[n] = R.units_of(list(kept[n]), r.split.spec, ops.unless_study(r.library))
     why = "no certificate in the previous build" if not isinstance(old_cert, dict) else \
         "the rebuilt splits' files differ from the previous build's"
     only = {"rebuilt": list(rebuilt), "certificate": "recomputed",

@@ -17,7 +17,7 @@ from typing import Any
 from opgen import expr as E
 from opgen import ops, schemacheck
 from opgen.errors import OpgenError
-from opgen.ops import OperatorLibrary
+from opgen.ops import OperatorLibrary, unless_study
 from opgen.rng import Rng
 from opgen.splits import compounds as C
 from opgen.tasks import Item
@@ -103,7 +103,7 @@ class Rule:
 
     @property
     def _lib(self) -> Any:  # an OperatorLibrary, or None for the study's (the field ``ops`` hides the module)
-        return None if self.library.is_study else self.library
+        return unless_study(self.library)
 
     # ------------------------------------------------------------ the held-out compounds
 

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from opgen import expr as E
+from opgen import ops
 from opgen.errors import OpgenError
 from opgen.splits import compounds as C
 
@@ -96,7 +97,7 @@ def _named_library(gt: Any, path: Path, n: int) -> Any:
         raise SplitRowsError(f"{path}: row {n}: ground_truth.library names library {named.get('name')!r} "
                              f"(digest {str(digest)[:12]}, spec {named.get('spec')!r}), which this process has "
                              "not loaded; give it (--library)")
-    return None if found.is_study else found
+    return ops.unless_study(found)
 
 
 def _parse(text: str, memo: dict[str, E.Expr], lib: Any = None) -> E.Expr:
