@@ -22,7 +22,7 @@ from opgen.distributed.driver import Grader, ReplicaLost, ReplicaWorker, Task
 from opgen.errors import OpgenError
 from opgen.infer.backends import backend_spec
 from opgen.infer.base import BackendError, EngineOptions
-from opgen.infer.config import RayOptions
+from opgen.infer.config import RayOptions  # defined with the other option records; read from here too
 
 PLACEMENT_TIMEOUT_S = 120
 
@@ -33,7 +33,6 @@ class RayError(RuntimeError, OpgenError):
     exit_code = 1
 
 
-# RayOptions lives with the other option records (opgen.infer.config); re-exported here.
 # the driver's settings of these reach every replica, on any node (VLLM_BATCH_INVARIANT=1 among
 # them); secrets (an API key, HF_TOKEN) are not sent through Ray: set them where the nodes start
 FORWARDED_ENV = ("VLLM_",)

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from opgen.score.metrics import MetricDefs
 
 
-
 class EvalConfigError(ValueError, OpgenError):
     """An ``EvalConfig``/``EvalRun`` field that cannot be: ``field`` (the record's), ``option`` (the
     `opgen eval` option it comes from), ``reason`` (names the option); ``usage``: a combination of
@@ -171,6 +170,7 @@ def model_names(models: tuple[Path, ...]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class RayOptions:
     """How `--executor ray` runs: the cluster, the replicas and their resources, the chunks."""
+
     address: str | None = None  # None: start a local cluster (127.0.0.1 only)
     replicas: int | None = None  # None: one per GPU group of the cluster, else 1 (openai: one per base URL)
     replica_gpus: float | None = None  # None: the tensor-parallel size on a GPU cluster, else 0
