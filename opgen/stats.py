@@ -109,7 +109,7 @@ def _op_order(op_id: str, position: dict[str, int]) -> tuple:
     return (0, position[op_id], "") if op_id in position else (1, 0, op_id)
 
 
-def _order(key: str, value: object) -> tuple:
+def _order(value: object) -> tuple:
     return (0, value) if isinstance(value, int) else (1, str(value))
 
 
@@ -123,7 +123,7 @@ def render(stats: dict, width: int = 40) -> str:
         top = max(table.values())
         label_w = max(len(str(v)) for v in table)
         # operators as collect() ordered them (their library's order); other tables sorted by value
-        for value in (table if key == "op" else sorted(table, key=lambda v: _order(key, v))):
+        for value in (table if key == "op" else sorted(table, key=_order)):
             c = table[value]
             bar = "█" * max(1, round(width * c / top))
             lines.append(f"  {str(value).rjust(label_w)}  {str(c).rjust(7)}  {bar}")
