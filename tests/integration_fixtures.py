@@ -77,14 +77,21 @@ def opgen_score(tmp: Path, data: Path, responses: list[str], name: str = "s") ->
     return [json.loads(x) for x in (out / "scores.jsonl").read_text().splitlines()]
 
 
+def scored_rows(tmp: Path, out: Path, rows: list[dict], name: str, schema_split: str) -> tuple[list[str], list[float]]:
+    """``rows`` (of the build ``out``) written to ``tmp/<name>.parquet`` with ``schema_split``'s
+    schema, their ``responses_for`` and `opgen score`'s per-row scores of them."""
+    responses = responses_for(rows)
+    data = tmp / f"{name}.parquet"
+    first = json.loads((out / "manifest.json").read_text())["splits"][schema_split]["files"][0]["path"]
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(out / first)), data)
+    scores = [r["score"] for r in sorted(opgen_score(tmp, data, responses), key=lambda r: r["index"])]
+    return responses, scores
+
+
 def graded_build(tmp: Path) -> tuple[list[dict], list[str], list[float], Path]:
     """RECIPE built in ``tmp``, its two splits' rows concatenated (train, then test), their
     ``responses_for`` and `opgen score`'s per-row scores of them: (rows, responses, scores, build dir)."""
     out = build(tmp)
     rows = rows_of(out, "train") + rows_of(out, "test")
-    responses = responses_for(rows)
-    data = tmp / "all.parquet"
-    first = json.loads((out / "manifest.json").read_text())["splits"]["train"]["files"][0]["path"]
-    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(out / first)), data)
-    scores = [r["score"] for r in sorted(opgen_score(tmp, data, responses), key=lambda r: r["index"])]
+    responses, scores = scored_rows(tmp, out, rows, "all", "train")
     return rows, responses, scores, out

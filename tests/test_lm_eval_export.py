@@ -8,15 +8,13 @@ TaskManager loads them and builds the documents.
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 import sys
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from integration_fixtures import build, opgen_score, responses_for, rows_of
+from integration_fixtures import build, rows_of, scored_rows
 
 
 class _Loader(yaml.SafeLoader):
@@ -35,11 +33,7 @@ def exported(tmp_path_factory):
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     rows = rows_of(out, "test")
-    responses = responses_for(rows)
-    data = tmp / "test.parquet"
-    first = json.loads((out / "manifest.json").read_text())["splits"]["test"]["files"][0]["path"]
-    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(out / first)), data)
-    scores = [r["score"] for r in sorted(opgen_score(tmp, data, responses), key=lambda r: r["index"])]
+    responses, scores = scored_rows(tmp, out, rows, "test", "test")
     return tasks, rows, responses, scores
 
 

@@ -139,27 +139,35 @@ def test_a_stopped_sweep_resumed_on_one_replica_gives_the_same_files(setup, monk
     assert report["rows_generated"] == 2 * 9 - skipped
 
 
+def _built_locally_and_on_ray(tmp: Path, recipe: Path, workers: int, pattern: str) -> list[Path]:
+    """``recipe`` built into tmp/local on ``workers`` local workers and into tmp/ray under
+    ``--executor ray``: the files matching ``pattern`` (relative paths), the same names and bytes on both."""
+    from click.testing import CliRunner
+    from opgen.cli import cli
+
+    runner = CliRunner()
+    local = runner.invoke(cli, ["build", str(recipe), "--out", str(tmp / "local"), "--workers", str(workers),
+                                "--no-progress"], catch_exceptions=False)
+    assert local.exit_code == 0, local.output
+    ray = runner.invoke(cli, ["build", str(recipe), "--out", str(tmp / "ray"), "--no-progress",
+                              "--executor", "ray", "--ray-num-cpus", "2"], catch_exceptions=False)
+    assert ray.exit_code == 0, ray.output
+    files = sorted(p.relative_to(tmp / "local") for p in (tmp / "local").rglob(pattern) if p.is_file())
+    assert files == sorted(p.relative_to(tmp / "ray") for p in (tmp / "ray").rglob(pattern) if p.is_file())
+    for f in files:
+        assert (tmp / "ray" / f).read_bytes() == (tmp / "local" / f).read_bytes(), f
+    return files
+
+
 def test_ray_build_equals_local_build_byte_for_byte(tmp_path):
     """The determinism recipe of test_build: several shards, and rows redrawn across them."""
     tm.require("ray")
-    from click.testing import CliRunner
     from det_recipe import det_recipe
-    from opgen.cli import cli
 
     recipe = tmp_path / "det.yaml"
     recipe.write_text(det_recipe())
-    runner = CliRunner()
-    local = runner.invoke(cli, ["build", str(recipe), "--out", str(tmp_path / "local"), "--workers", "2",
-                                "--no-progress"], catch_exceptions=False)
-    assert local.exit_code == 0, local.output
-    ray = runner.invoke(cli, ["build", str(recipe), "--out", str(tmp_path / "ray"), "--no-progress",
-                              "--executor", "ray", "--ray-num-cpus", "2"], catch_exceptions=False)
-    assert ray.exit_code == 0, ray.output
-    files = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*") if p.is_file())
+    files = _built_locally_and_on_ray(tmp_path, recipe, 2, "*")
     assert len([f for f in files if f.name.startswith("atoms")]) == 5  # 3,000 rows in shards of 700
-    assert files == sorted(p.relative_to(tmp_path / "ray") for p in (tmp_path / "ray").rglob("*") if p.is_file())
-    for f in files:
-        assert (tmp_path / "ray" / f).read_bytes() == (tmp_path / "local" / f).read_bytes(), f
 
 
 def test_ray_build_of_a_user_library_equals_local_build(tmp_path):
@@ -167,8 +175,6 @@ def test_ray_build_of_a_user_library_equals_local_build(tmp_path):
     its operators rebuilt from their sources): a cell and an atomic split, byte-equal to local."""
     tm.require("ray")
     import user_libraries as U
-    from click.testing import CliRunner
-    from opgen.cli import cli
 
     U.write_six(tmp_path)
     recipe = tmp_path / "six-cells.yaml"
@@ -176,18 +182,8 @@ def test_ray_build_of_a_user_library_equals_local_build(tmp_path):
                       "  atoms: {generator: atomic, role: train, shard_rows: 40, options: {per_op: 30}}\n"
                       "  cell: {generator: sft_cell, role: train, unique: none, shard_rows: 40,\n"
                       "         options: {atomic: {pool: p, per_op: 10}, width: [1, 3]}}\n")
-    runner = CliRunner()
-    local = runner.invoke(cli, ["build", str(recipe), "--out", str(tmp_path / "local"), "--workers", "1",
-                                "--no-progress"], catch_exceptions=False)
-    assert local.exit_code == 0, local.output
-    ray = runner.invoke(cli, ["build", str(recipe), "--out", str(tmp_path / "ray"), "--no-progress",
-                              "--executor", "ray", "--ray-num-cpus", "2"], catch_exceptions=False)
-    assert ray.exit_code == 0, ray.output
-    files = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*.parquet"))
+    files = _built_locally_and_on_ray(tmp_path, recipe, 1, "*.parquet")
     assert len(files) > 2  # several shards: several Ray tasks
-    assert files == sorted(p.relative_to(tmp_path / "ray") for p in (tmp_path / "ray").rglob("*.parquet"))
-    for f in files:
-        assert (tmp_path / "ray" / f).read_bytes() == (tmp_path / "local" / f).read_bytes(), f
     man = json.loads((tmp_path / "ray" / "manifest.json").read_text())
     assert man["library"]["name"] == "six" and man["library"]["spec"] == "six.yaml"
 
