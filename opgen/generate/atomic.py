@@ -7,7 +7,17 @@ interlace operator's second string input is a literal (an atomic task has one in
 from __future__ import annotations
 
 from opgen import expr as E
-from opgen.generate import LENGTH_RANGE, OP_SET, REQUIRE_EFFECT, Generator, check_range, effect_ok, sample_params, text
+from opgen.generate import (
+    LENGTH_RANGE,
+    OP_SET,
+    REQUIRE_EFFECT,
+    Generator,
+    check_range,
+    effect_ok,
+    register_generator,
+    sample_params,
+    text,
+)
 from opgen.rng import LOWERCASE
 from opgen.tasks import Item, Task
 
@@ -68,4 +78,4 @@ class Atomic(Generator):
         return effect_ok(self, Item((Task(program, x, out),)))
 
 
-GENERATORS = {"atomic": Atomic}
+register_generator(Atomic)

@@ -11,6 +11,7 @@ from opgen.generate import (
     DepthPlan,
     Generator,
     check_range,
+    register_generator,
     sample_params,
     text,
 )
@@ -92,4 +93,4 @@ class Chains(Generator):
         return Item((with_unchanged(Task(program, x, value), same),))
 
 
-GENERATORS = {"chains": Chains}
+register_generator(Chains)

@@ -27,6 +27,7 @@ from opgen.generate import (
     Generator,
     check_range,
     effect_ok,
+    register_generator,
     sample_params,
     text_drawer,
     text_vectorizer,
@@ -439,4 +440,4 @@ _precheck = E.precheck_op
 
 
 
-GENERATORS = {"trees": Trees}
+register_generator(Trees)

@@ -13,7 +13,6 @@ rule, where generation tested tree edges. A failed check fails the build.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,7 @@ from opgen import ops
 from opgen.splits import compounds as C
 from opgen.splits import divergence as D
 from opgen.splits import rows as R
-from opgen.splits.kinds import Rule, SplitError
-
-_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\.[a-z]+|\+")  # an operator id (any library's), a method, +
+from opgen.splits.kinds import Read, Rule, SplitError
 
 
 def histogram_section(units: Sequence[C.RowUnits], spec: C.CompoundSpec) -> dict[str, Any]:
@@ -36,10 +33,6 @@ def histogram_section(units: Sequence[C.RowUnits], spec: C.CompoundSpec) -> dict
 
 def _num(v: float) -> float | int:
     return int(v) if float(v).is_integer() else round(float(v), 6)
-
-
-def _tokens(compound: str) -> set[str]:
-    return set(_TOKEN.findall(compound))
 
 
 def certify(rule: Rule, train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits], train_depths: Sequence[int],
@@ -61,7 +54,7 @@ def certify(rule: Rule, train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits]
                      "divergence needs both (opgen split-stats compares builds)"})
     problems: list[str] = []
     check: dict[str, Any] = {"read_from": "the written rows (ground_truth → typed trees → compound texts)"}
-    CHECKS[rule.kind](rule, cert, check, problems, train, evals, train_depths, eval_depths, dict(claims or {}))
+    rule.impl.check(rule, cert, check, problems, Read(train, evals, train_depths, eval_depths, dict(claims or {})))
     check["ok"] = not problems
     check["problems"] = problems
     cert["check"] = check
@@ -130,10 +123,8 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
         eval_names = [s.name for s in r.splits if s.role == "eval"]
         for n in (*train_names, *eval_names):
             depths[n] = R.depths_of(list(files[n]), lib_of.get(n))
-        claims = None
-        if r.split.kind == "mcd":
-            claims = mcd_claims(r, [man["splits"].get(n) or ((previous or {}).get("splits") or {}).get(n) or {}
-                                    for n in names])
+        claims = r.split.impl.claims(r.split, r, [man["splits"].get(n) or ((previous or {}).get("splits") or {}).get(n)
+                                                  or {} for n in names])
         cert = certify(r.split, [u for n in train_names for u in units[n]], [u for n in eval_names for u in units[n]],
                        [d for n in train_names for d in depths[n]], [d for n in eval_names for d in depths[n]], claims)
         cert = {"train_splits": train_names, "eval_splits": eval_names, **cert}
@@ -145,25 +136,6 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
         certs[r.name] = cert
     if certs:
         man["split_certificates"] = certs
-
-
-def mcd_claims(recipe: Any, sections: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """What an mcd recipe's search claims (its ``mcd_side`` splits' manifest section, else the search
-    itself, re-run from the recipe), and whether the training splits are the search's own rows."""
-    found = next((s["mcd"] for s in sections if s.get("mcd")), None)
-    if found is None:
-        from opgen.splits import mcd
-
-        sel = mcd.pool_and_selection(recipe.split.config, recipe.seed, f"{recipe.path}: ", recipe.library)[1]
-        found = {"pool_rows": recipe.split.config["pool"]["rows"], "train_rows": len(sel.train),
-                 "eval_rows": len(sel.eval), "heldout_compounds": list(sel.heldout),
-                 "atom_divergence": sel.atom_divergence, "compound_divergence": sel.compound_divergence,
-                 "random_split": {"atom_divergence": sel.random_atom_divergence,
-                                  "compound_divergence": sel.random_compound_divergence}, "rounds": sel.rounds,
-                 **({"search": sel.method, "anneal_steps": sel.anneal_steps, "anneal_accepted": sel.anneal_accepted}
-                    if sel.method != "greedy" else {})}
-    cells = sorted({s.generator for s in recipe.splits if s.role == "train" and s.generator != "mcd_side"})
-    return {**found, "train_generators": cells}
 
 
 def _partly_rebuilt(r: Any, names: Sequence[str], rebuilt: Sequence[str], man: Mapping[str, Any],
@@ -192,104 +164,3 @@ def _partly_rebuilt(r: Any, names: Sequence[str], rebuilt: Sequence[str], man: M
     only = {"rebuilt": list(rebuilt), "certificate": "recomputed",
             "why": f"{why}; the kept splits ({', '.join(others)}) were read back from the folder"}
     return None, only, {**files, **{n: kept[n] for n in others}}
-
-
-def _check_heldout(rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems: list[str],
-                   train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits], *_: Any) -> None:
-    """systematicity and heldout-ops: no training row holds a held-out compound."""
-    listed = rule.heldout_compounds()
-    held_ops = set(rule.ops)
-
-    def holds(u: C.RowUnits) -> bool:
-        if listed is not None:
-            return bool(set(u.compounds) & set(listed))
-        return any(_tokens(c) & held_ops for c in u.compounds)
-
-    cert["heldout_compounds"] = listed if listed is not None else \
-        f"every compound with one of {', '.join(rule.config['ops'])}"
-    bad = [i for i, u in enumerate(train) if holds(u)]
-    check["train_rows_with_heldout_compound"] = len(bad)
-    check["examples"] = bad[:5]
-    if bad:
-        problems.append(f"{len(bad)} training rows hold a held-out compound (rows {bad[:5]})")
-    with_h = sum(1 for u in evals if holds(u))
-    cert["heldout_share_of_eval_rows"] = round(with_h / len(evals), 6) if evals else 0.0
-    if rule.eval_requires:
-        check["eval_rows_without_heldout_compound"] = len(evals) - with_h
-        if with_h < len(evals):
-            problems.append(f"{len(evals) - with_h} eval rows hold no held-out compound (eval: require)")
-    if rule.kind == "systematicity" and train:
-        composed = set().union(*(_tokens(c) for u in train for c in u.compounds))
-        position = rule.library.position  # the library's own order (the study's: func_0 .. func_24)
-        needed = sorted({o for p in rule.pairs for o in p}, key=position.__getitem__)
-        missing = [o for o in needed if o not in composed]
-        check["pair_operators_composed_in_training"] = {o: o in composed for o in needed}
-        if missing:
-            # a fact of this build, not a failure: another training build of the same split (the SFT
-            # cell beside an RL pool of unary chains) may compose them
-            check.setdefault("warnings", []).append(
-                f"operators {', '.join(missing)} of the held-out pairs are never composed (with any operator) "
-                "in this build's training rows: a systematicity split tests known operators in new combinations")
-
-
-def _check_productivity(rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems: list[str],
-                        train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits], train_depths: Sequence[int],
-                        eval_depths: Sequence[int], *_: Any) -> None:
-    """productivity: every training row at most max_train_depth deep, every eval row deeper."""
-    d = rule.max_train_depth
-    assert d is not None
-    deep = [i for i, x in enumerate(train_depths) if x > d]
-    shallow = [i for i, x in enumerate(eval_depths) if x <= d]
-    cert["heldout_compounds"] = f"programs deeper than {d}"
-    cert["depths"] = {"train_max": max(train_depths, default=None), "eval_min": min(eval_depths, default=None)}
-    check["train_rows_deeper_than_max"] = len(deep)
-    check["eval_rows_not_deeper"] = len(shallow)
-    if deep:
-        problems.append(f"{len(deep)} training rows are deeper than {d} (rows {deep[:5]})")
-    if shallow:
-        problems.append(f"{len(shallow)} eval rows are not deeper than {d} (rows {shallow[:5]})")
-
-
-def _check_mcd(rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems: list[str],
-               train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits], train_depths: Sequence[int],
-               eval_depths: Sequence[int], claims: dict[str, Any]) -> None:
-    """mcd: the search's held-out compounds in no training row; its divergences those of the rows."""
-    held = list(claims.get("heldout_compounds", []))
-    cert["heldout_compounds"] = held
-    hs = set(held)
-    bad = [i for i, u in enumerate(train) if hs & set(u.compounds)]
-    check["train_rows_with_heldout_compound"] = len(bad)
-    if bad:
-        problems.append(f"{len(bad)} training rows hold a compound the search held out (rows {bad[:5]})")
-    with_h = sum(1 for u in evals if hs & set(u.compounds))
-    cert["heldout_share_of_eval_rows"] = round(with_h / len(evals), 6) if evals else 0.0
-    cert["search"] = {k: claims.get(k) for k in ("pool_rows", "atom_divergence", "compound_divergence",
-                                                 "random_split", "rounds")} | \
-        {k: claims[k] for k in ("search", "anneal_steps", "anneal_accepted") if k in claims}
-    bound = rule.config["max_atom_divergence"]
-    cells = list(claims.get("train_generators") or [])
-    if cells:
-        # training cells on the search's train side (atomic rows beside its compositions): their D_A and
-        # D_C are measured above from their rows; the bound and the search's D_C are of its own selection
-        cert["train_cells"] = cells
-        check.setdefault("warnings", []).append(
-            f"the training splits are built by {', '.join(cells)} on the search's train side: D_A and D_C are "
-            "measured from their rows (atomic rows included); max_atom_divergence bounds the search's own "
-            f"selection (search.atom_divergence {claims.get('atom_divergence')})")
-        return
-    if train and evals:
-        whole = len(train) == claims.get("train_rows") and len(evals) == claims.get("eval_rows")
-        if whole and cert["atom_divergence"] > bound + 1e-9:
-            problems.append(f"atom divergence {cert['atom_divergence']} exceeds max_atom_divergence {bound}")
-        if not whole:
-            check.setdefault("warnings", []).append(
-                f"a part of the selection was built (--limit): {len(train)} of {claims.get('train_rows')} train "
-                f"and {len(evals)} of {claims.get('eval_rows')} eval rows; the search's divergences are of the whole")
-        elif claims.get("compound_divergence") is not None and \
-                abs(cert["compound_divergence"] - claims["compound_divergence"]) > 1e-5:
-            problems.append(f"the rows' compound divergence {cert['compound_divergence']} is not the "
-                            f"search's {claims['compound_divergence']}")
-
-
-CHECKS: dict[str, Any] = {"systematicity": _check_heldout, "heldout-ops": _check_heldout,
-                          "productivity": _check_productivity, "mcd": _check_mcd}

@@ -221,6 +221,18 @@ def _anneal(pick: Any, score: Any, holders: Sequence[np.ndarray], n: int, vocab_
     return best, best_held, accepted
 
 
+def section(pool_rows: int, s: Selection) -> dict[str, Any]:
+    """What a selection claims, as the manifest's ``mcd`` section and the certificate read it."""
+    return {"pool_rows": pool_rows, "train_rows": len(s.train), "eval_rows": len(s.eval),
+            "heldout_compounds": list(s.heldout), "atom_divergence": s.atom_divergence,
+            "compound_divergence": s.compound_divergence,
+            "random_split": {"atom_divergence": s.random_atom_divergence,
+                             "compound_divergence": s.random_compound_divergence},
+            "rounds": s.rounds,
+            **({"search": s.method, "anneal_steps": s.anneal_steps, "anneal_accepted": s.anneal_accepted}
+               if s.method != "greedy" else {})}
+
+
 def random_split(n: int, train_rows: int, eval_rows: int, seed_parts: Sequence[object]) -> tuple[list[int], list[int]]:
     """The search's starting split: the first rows of the same seeded permutation."""
     perm = Rng("opgen-split", "mcd", *seed_parts).shuffled(range(n))
