@@ -298,7 +298,7 @@ def measure(rec: R.Recipe, cfg: R.SplitConfig,
     if "first_valid" not in vars(gen):  # Rule.wrap sets it on the instance
         raise SystemExit(f"{cfg.where}: the split's generator is not held to the mcd rule (nothing to measure)")
     n = min(rows or gen.count(), gen.count())
-    held = sorted(rec.split.mcd_heldout(rec.seed))
+    held = sorted(rec.split.impl.selection(rec.split, rec.seed)[1].heldout)
     sample = draw(gen, n)
     cells, sparse = compare(sample)
     return sample, cells, sparse, held

@@ -2,13 +2,14 @@
 
 After a build's rows are written and before its manifest is, :func:`annotate` stores per split the
 weighted atom and compound histograms (``splits.<name>.compounds``): counted by the builder as it
-generated the rows (a :class:`~opgen.splits.compounds.Tally`), or, for the splits of a recipe that
-names a ``split``, read back from the written rows (opgen.splits.rows: ground truth → typed
-trees). For each recipe that names a ``split`` it
-stores its certificate under ``split_certificates.<recipe>``: D_A, D_C, the held-out compounds,
-their share of eval rows, and the check that no training row holds one. The check reads the
-rows, not the generator's filter: it matches compound *texts* of the parsed rows against the
-rule, where generation tested tree edges. A failed check fails the build.
+generated the rows (a :class:`~opgen.splits.compounds.Tally`, edges), or, for the splits of a
+recipe that names a ``split``, read back from the written rows (opgen.splits.rows: ground truth →
+typed trees) under the split's compound spec. For each recipe that names a ``split`` it stores its
+certificate under ``split_certificates.<recipe>``: its definitions (the compound spec in words,
+the divergences' formulas), D_A and D_C, their random-split baseline at the same spec and sizes
+and the excess over it, the held-out compounds (those eval rows test apart from those they do
+not), and the kind's check (no training row holds a held-out compound...). The check reads the
+rows, not the generator's filter; a failed check fails the build.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from opgen import ops
+from opgen import ops, write
 from opgen.splits import compounds as C
 from opgen.splits import divergence as D
 from opgen.splits import rows as R
+from opgen.splits import table as T
 from opgen.splits.kinds import Read, Rule, SplitError
 
 
@@ -35,30 +37,72 @@ def _num(v: float) -> float | int:
     return int(v) if float(v).is_integer() else round(float(v), 6)
 
 
-def certify(rule: Rule, train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits], train_depths: Sequence[int],
-            eval_depths: Sequence[int], claims: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The certificate of ``rule`` over the rows read back from a build (``claims``: an mcd search's)."""
+# D_A above which a split presented as compound-only is flagged (DBCA's CFQ splits: D_A <= 0.02).
+COMPOUND_ONLY_ATOM_BOUND = 0.02
+
+
+def definitions(spec: C.CompoundSpec) -> dict[str, str]:
+    """What the certificate's numbers mean, in words (the card shows them)."""
+    return {"compounds": spec.describe(),
+            "atom_divergence": "D_A = 1 - C_0.5(F_A(train) || F_A(eval)), Chernoff coefficient of the normalized "
+                               "atom weights",
+            "compound_divergence": "D_C = 1 - C_0.1(F_C(train) || F_C(eval)) over the DBCA-weighted compounds, "
+                                   "P(G'|G) taken over the train and eval rows together",
+            "baseline": f"{T.BASELINE_SEEDS} random splits at the same compound spec and sizes; excess = measured - "
+                        "their mean"}
+
+
+def certify(rule: Rule, train: R.Rows, evals: R.Rows, claims: Mapping[str, Any] | None = None,
+            seed_parts: Sequence[object] = ()) -> dict[str, Any]:
+    """The certificate of ``rule`` over the rows read back from a build (``claims``: an mcd search's;
+    ``seed_parts``: what seeds the baseline's random splits besides the rule)."""
     spec = rule.spec
-    cert: dict[str, Any] = {"kind": rule.kind, "config": rule.config, "train_rows": len(train),
-                            "eval_rows": len(evals)}
-    if train and evals:
-        measured = D.compare(train, evals, spec)
+    claims = dict(claims or {})
+    cert: dict[str, Any] = {"kind": rule.kind, "config": rule.config, "definitions": definitions(spec),
+                            "train_rows": len(train.units), "eval_rows": len(evals.units)}
+    problems: list[str] = []
+    check: dict[str, Any] = {"read_from": "the written rows (ground_truth → typed trees → compound texts)"}
+    if train.units and evals.units:
+        measured = D.compare(train.units, evals.units, spec)
         cert.update({"atom_divergence": measured["atom_divergence"],
                      "compound_divergence": measured["compound_divergence"],
                      "unseen_compounds": measured["heldout_compounds"],
                      "unseen_compound_share_of_eval_rows": measured["heldout_share_of_eval_rows"],
                      "eval_atoms_unseen_in_train": measured["atoms"]["eval_unseen_in_train"]})
+        cert["baseline"] = _baseline(rule, train.units, evals.units, claims, seed_parts)
+        cert["excess_over_baseline"] = {
+            k: round(cert[k] - cert["baseline"][k]["mean"], 6) for k in ("atom_divergence", "compound_divergence")}
+        if rule.impl.compound_only and cert["atom_divergence"] > COMPOUND_ONLY_ATOM_BOUND:
+            unseen = measured["atoms"]["eval_unseen_in_train"]
+            check.setdefault("warnings", []).append(
+                f"atom divergence {cert['atom_divergence']:.4f} exceeds {COMPOUND_ONLY_ATOM_BOUND}: eval rows use "
+                f"{measured['atoms']['eval']} atoms, training rows {measured['atoms']['train']}"
+                + (f" ({', '.join(unseen[:8])} never in training)" if unseen else "")
+                + f" — a {rule.kind} split is presented as compound-only (known atoms in new combinations), and "
+                "this one also shifts which atoms are tested")
     else:
-        cert.update({"atom_divergence": None, "compound_divergence": None,
-                     "note": "the build has no " + ("train" if not train else "eval") + " split of this recipe: "
-                     "divergence needs both (opgen split-stats compares builds)"})
-    problems: list[str] = []
-    check: dict[str, Any] = {"read_from": "the written rows (ground_truth → typed trees → compound texts)"}
-    rule.impl.check(rule, cert, check, problems, Read(train, evals, train_depths, eval_depths, dict(claims or {})))
+        cert.update({"atom_divergence": None, "compound_divergence": None, "baseline": None,
+                     "note": "the build has no " + ("train" if not train.units else "eval") + " split of this "
+                     "recipe: divergence needs both (opgen split-stats compares builds)"})
+    rule.impl.check(rule, cert, check, problems, Read(train.units, evals.units, train.depths, evals.depths, claims,
+                                                      train.facts, evals.facts))
     check["ok"] = not problems
     check["problems"] = problems
     cert["check"] = check
     return cert
+
+
+def _baseline(rule: Rule, train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits], claims: Mapping[str, Any],
+              seed_parts: Sequence[object]) -> dict[str, Any]:
+    """Random splits at the same spec and sizes: of the search's pool when the build's rows are the
+    search's own selection (mcd), else of the certificate's own train and eval rows together."""
+    pooled = claims.get("baseline")
+    if isinstance(pooled, Mapping) and not claims.get("train_generators") and \
+            (len(train), len(evals)) == (claims.get("train_rows"), claims.get("eval_rows")):
+        return {**pooled, "of": "the search's pool"}
+    table = T.Table.of([*train, *evals], rule.spec)
+    out = T.random_baseline(table, len(train), len(evals), ("certificate", rule.kind, *seed_parts))
+    return {**out, "of": "this certificate's train and eval rows, pooled"}
 
 
 def tally_section(tally: C.Tally) -> dict[str, Any]:
@@ -85,48 +129,47 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
 
     ``--only`` (``previous``: the build it updates; ``kept``: the files of the splits it keeps): a
     split recipe whose splits were partly rebuilt keeps the previous certificate when every rebuilt
-    split's files are byte-identical to what the previous manifest recorded, and is otherwise
-    certified again from the rebuilt rows and the kept splits' files, read back from the folder.
-    Either way the certificate says so under ``only``. Recipes none of whose splits were rebuilt
-    keep their certificate (the caller's merge carries it over)."""
+    split's files and every kept split's files are byte-identical (sha256) to what the previous
+    manifest recorded, and is otherwise certified again from the rebuilt rows and the kept splits'
+    files, read back from the folder. Either way the certificate says so under ``only``. Recipes
+    none of whose splits were rebuilt keep their certificate (the caller's merge carries it over)."""
     spec_of: dict[str, C.CompoundSpec] = {}
+    rule_of: dict[str, Rule] = {}
     lib_of: dict[str, Any] = {}  # a split's operator library (None: the study's)
     for r in recipes:
         for s in r.splits:
-            spec_of[s.name] = r.split.spec if r.split is not None else C.DEFAULT
+            spec_of[s.name] = r.split.spec if r.split is not None else C.EDGES
             lib_of[s.name] = ops.unless_study(r.library)
-    units: dict[str, list[C.RowUnits]] = {}
-    depths: dict[str, list[int]] = {}
+            if r.split is not None:
+                rule_of[s.name] = r.split
+    read: dict[str, R.Rows] = {}
     for name, paths in files.items():
-        spec = spec_of.get(name, C.DEFAULT)
+        spec = spec_of.get(name, C.EDGES)
         counted = (tallies or {}).get(name)
         if counted is not None and counted.spec == spec:
             man["splits"][name]["compounds"] = tally_section(counted)
             continue
-        units[name] = R.units_of(list(paths), spec, lib_of.get(name))
-        man["splits"][name]["compounds"] = histogram_section(units[name], spec)
+        read[name] = _read(paths, spec, lib_of.get(name), rule_of.get(name))
+        man["splits"][name]["compounds"] = histogram_section(read[name].units, spec)
     certs: dict[str, Any] = {}
     for r in recipes:
         if r.split is None:
             continue
         names = [s.name for s in r.splits]
-        rebuilt = [n for n in names if n in units]
+        rebuilt = [n for n in names if n in read]
         if not rebuilt:
             continue  # --only rebuilt none of it: the previous certificate stays (merged by the caller)
         only = None
         if len(rebuilt) < len(names):
-            kept_cert, only, files = _partly_rebuilt(r, names, rebuilt, man, units, files, previous or {}, kept or {})
+            kept_cert, only = _partly_rebuilt(r, names, rebuilt, man, read, previous or {}, kept or {})
             if kept_cert is not None:
                 certs[r.name] = kept_cert
                 continue
         train_names = [s.name for s in r.splits if s.role == "train"]
         eval_names = [s.name for s in r.splits if s.role == "eval"]
-        for n in (*train_names, *eval_names):
-            depths[n] = R.depths_of(list(files[n]), lib_of.get(n))
         claims = r.split.impl.claims(r.split, r, [man["splits"].get(n) or ((previous or {}).get("splits") or {}).get(n)
                                                   or {} for n in names])
-        cert = certify(r.split, [u for n in train_names for u in units[n]], [u for n in eval_names for u in units[n]],
-                       [d for n in train_names for d in depths[n]], [d for n in eval_names for d in depths[n]], claims)
+        cert = certify(r.split, _joined(read, train_names), _joined(read, eval_names), claims, (r.name, r.seed))
         cert = {"train_splits": train_names, "eval_splits": eval_names, **cert}
         if only is not None:
             cert["only"] = only
@@ -138,29 +181,44 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
         man["split_certificates"] = certs
 
 
+def _read(paths: Sequence[Path], spec: C.CompoundSpec, lib: Any, rule: Rule | None) -> R.Rows:
+    fact = None if rule is None else (lambda trees: rule.impl.row_fact(rule, trees))
+    return R.read(list(paths), spec, lib, fact)
+
+
+def _joined(read: Mapping[str, R.Rows], names: Sequence[str]) -> R.Rows:
+    return R.Rows([u for n in names for u in read[n].units], [d for n in names for d in read[n].depths],
+                  [f for n in names for f in read[n].facts])
+
+
 def _partly_rebuilt(r: Any, names: Sequence[str], rebuilt: Sequence[str], man: Mapping[str, Any],
-                    units: dict[str, list[C.RowUnits]], files: Mapping[str, Sequence[Path]],
-                    prev: Mapping[str, Any], kept: Mapping[str, Sequence[Path]],
-                    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, Mapping[str, Sequence[Path]]]:
+                    read: dict[str, R.Rows], prev: Mapping[str, Any], kept: Mapping[str, Sequence[Path]],
+                    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """--only rebuilt some of a split recipe's splits: (the previous certificate, kept, when the
-    rebuilt files are those recorded; else None and the ``only`` note, with the kept splits' rows
-    read back into ``units`` and their files added)."""
+    rebuilt files are those recorded and the kept files are still the bytes the manifest recorded;
+    else None and the ``only`` note, with the kept splits' rows read back into ``read``)."""
     old_cert = (prev.get("split_certificates") or {}).get(r.name)
-    same = all(_recorded_files(man["splits"][n]) == _recorded_files((prev.get("splits") or {}).get(n))
-               for n in rebuilt)
-    if isinstance(old_cert, dict) and same:
-        return {**old_cert, "only": {
-            "rebuilt": list(rebuilt), "certificate": "kept",
-            "why": "the rebuilt splits' files are byte-identical (sha256) to the previous build's"}}, None, files
-    absent = [n for n in names if n not in units and n not in kept]
+    prev_splits = prev.get("splits") or {}
+    absent = [n for n in names if n not in read and n not in kept]
     if absent:
         raise SplitError(f"{r.path}: split: --only rebuilt {', '.join(rebuilt)} but the build holds no "
                          f"{', '.join(absent)} to certify the split with; rebuild the whole recipe")
-    others = [n for n in names if n not in units]
+    others = [n for n in names if n not in read]
+    same = all(_recorded_files(man["splits"][n]) == _recorded_files(prev_splits.get(n)) for n in rebuilt)
+    changed = [str(p) for n in others for p, (_, digest) in zip(kept[n], _recorded_files(prev_splits.get(n)) or [])
+               if write.sha256_of(Path(p)) != digest]
+    changed += [f"{n} (its files are not the manifest's)" for n in others
+                if len(kept[n]) != len(_recorded_files(prev_splits.get(n)) or [])]
+    if isinstance(old_cert, dict) and same and not changed:
+        return {**old_cert, "only": {
+            "rebuilt": list(rebuilt), "certificate": "kept",
+            "why": "the rebuilt splits' files are byte-identical (sha256) to the previous build's, and so are the "
+                   "kept splits' files to the manifest's"}}, None
     for n in others:
-        units[n] = R.units_of(list(kept[n]), r.split.spec, ops.unless_study(r.library))
-    why = "no certificate in the previous build" if not isinstance(old_cert, dict) else \
-        "the rebuilt splits' files differ from the previous build's"
+        read[n] = _read(kept[n], r.split.spec, ops.unless_study(r.library), r.split)
+    why = ("no certificate in the previous build" if not isinstance(old_cert, dict) else
+           f"kept files differ from what the manifest recorded (sha256): {', '.join(changed)}" if changed else
+           "the rebuilt splits' files differ from the previous build's")
     only = {"rebuilt": list(rebuilt), "certificate": "recomputed",
             "why": f"{why}; the kept splits ({', '.join(others)}) were read back from the folder"}
-    return None, only, {**files, **{n: kept[n] for n in others}}
+    return None, only

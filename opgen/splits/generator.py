@@ -17,7 +17,9 @@ from opgen.tasks import Item
 
 class McdSide(Generator):
     NAME = "mcd_side"
-    VERSION = 1
+    # 2: DBCA compounds of up to 3 nodes with atoms per occurrence (compounds.DEFAULT) and the exchange
+    # search by default: the selections of split-mcd and sft-eco-mcd changed (changes/splits.md)
+    VERSION = 2
     REDRAWABLE = False  # the selection is planned: a row is what the search chose
     MANIFEST_KEY = "mcd"
     ANY_LIBRARY = True  # the pool is drawn from ctx.library (opgen.splits.mcd.pool_and_selection)

@@ -35,7 +35,9 @@ OP_SET: dict[str, Any] = {"oneOf": [{"enum": ["train", "heldout", "all"]},
                                     {"type": "array", "items": OP_ID, "minItems": 1}]}
 COMPOUNDS = {"type": "object", "additionalProperties": False,
              "properties": {"max_size": {"type": "integer", "minimum": 2, "maximum": C.MAX_SIZE_LIMIT},
-                            "leaves": {"type": "boolean"}, "inputs": {"type": "boolean"}}}
+                            "leaves": {"type": "boolean"}, "inputs": {"type": "boolean"},
+                            "params": {"type": "boolean"}, "atoms_per": {"enum": list(C.COUNTS)},
+                            "compounds_per": {"enum": list(C.COUNTS)}}}
 PAIR = {"type": "array", "items": OP_ID, "minItems": 2, "maxItems": 2}
 # The generators that plan their rows from composition pools: a split reaches their pools
 # through ``compositions.split`` (opgen/generate/cells.py), not through a redraw.
@@ -114,6 +116,8 @@ class Read:
     train_depths: Sequence[int]
     eval_depths: Sequence[int]
     claims: Mapping[str, Any]  # what the kind's search claimed (mcd), else empty
+    train_facts: Sequence[Any] = ()  # the kind's row_fact of each row (systematicity: its path pairs)
+    eval_facts: Sequence[Any] = ()
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,8 @@ class SplitKind:
     summary: str  # one line: what training and eval rows hold
     fields: Mapping[str, Any]
     required: tuple[str, ...] = ()
+    # presented as testing known atoms in new combinations: its certificate warns when D_A is not small
+    compound_only: bool = True
 
     def schema(self) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": False, "required": ["kind", *self.required],
@@ -161,6 +167,11 @@ class SplitKind:
     def heldout_compounds(self, rule: Rule) -> list[str] | None:
         return None
 
+    def row_fact(self, rule: Rule, trees: Sequence[E.Expr]) -> Any:
+        """What the kind's check reads from a written row's trees beyond its atoms, compounds and
+        depth (None: nothing)."""
+        return None
+
     def claims(self, rule: Rule, recipe: Any, sections: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """What a search behind the split claimed, for the certificate's check (none but mcd's)."""
         return {}
@@ -192,7 +203,53 @@ class FilterKind(SplitKind):
             raise SplitError(f"{where}: generator {generator!r} plans its rows and cannot redraw one that breaks "
                              f"the {self.name} split; use a generator that draws rows (trees, chains, atomic, "
                              f"rl_pool) or sft_cell / matched_stream compositions")
+        if role == "eval":
+            self.probe(rule, gen, admit, generator, where)
         return filtered(gen, admit)
+
+    def probe(self, rule: Rule, gen: Any, admit: Callable[[Item], bool], generator: str, where: str) -> None:
+        """Before any row is drawn: an eval split whose rows must meet the rule can meet it at all. The
+        first row of each depth the split draws (every row when it plans none) must find a candidate
+        the rule admits within the generator's attempts, else the split is refused naming why."""
+        plan = getattr(gen, "plan", None)
+        rows: list[tuple[int, Any]] = [(0, None)]
+        if plan is not None and hasattr(plan, "depth") and gen.count():
+            firsts: dict[int, int] = {}
+            for i in range(min(gen.count(), PROBE_ROWS)):
+                firsts.setdefault(plan.depth(i), i)
+            rows = [(i, d) for d, i in sorted(firsts.items())]
+        counted = gen.rejections.copy()  # the probe's draws are not the build's: its counts stay as they were
+        try:
+            self._probe_rows(rule, gen, admit, generator, where, rows)
+        finally:
+            gen.rejections.clear()
+            gen.rejections.update(counted)
+
+    def _probe_rows(self, rule: Rule, gen: Any, admit: Callable[[Item], bool], generator: str, where: str,
+                    rows: Sequence[tuple[int, Any]]) -> None:
+        for i, depth in rows:
+            j = 0
+            while j < gen.max_attempts:
+                try:
+                    j, item = gen.first_valid(i, j)
+                except (ValueError, OpgenError):
+                    break  # no candidate meets the generator's own constraints: the build says so
+                if admit(item):
+                    break
+                j += 1
+            else:
+                at = f"row {i}" + (f" (depth {depth})" if depth is not None else "")
+                raise SplitError(f"{where}: no candidate of {at} of this eval split ({generator}) meets the "
+                                 f"{self.name} split's eval rule in {gen.max_attempts} draws: "
+                                 f"{self.impossible(rule, depth)}")
+
+    def impossible(self, rule: Rule, depth: int | None) -> str:
+        """Why an eval split's rows cannot meet the rule, in words (for :meth:`probe`'s refusal)."""
+        return "its rows cannot hold what the split requires of eval rows"
+
+
+# Rows of an eval split :meth:`FilterKind.probe` scans for the depths it draws (a depth plan cycles or blocks).
+PROBE_ROWS = 4096
 
 
 def filtered(gen: Any, admit: Callable[[Item], bool]) -> Any:
@@ -218,18 +275,18 @@ def filtered(gen: Any, admit: Callable[[Item], bool]) -> Any:
     return gen
 
 
-def check_heldout(cert: dict[str, Any], check: dict[str, Any], problems: list[str], read: Read,
-                  holds: Callable[[C.RowUnits], bool], eval_requires: bool) -> None:
-    """The check of a kind that holds compounds out of training: no training row holds one (and,
-    under ``eval: require``, every eval row does)."""
-    bad = [i for i, u in enumerate(read.train) if holds(u)]
+def check_heldout(cert: dict[str, Any], check: dict[str, Any], problems: list[str], train_holds: Sequence[bool],
+                  eval_holds: Sequence[bool], eval_requires: bool) -> None:
+    """The check of a kind that holds compounds out of training (whether each training and each eval
+    row holds one): no training row holds one (and, under ``eval: require``, every eval row does)."""
+    bad = [i for i, h in enumerate(train_holds) if h]
     check["train_rows_with_heldout_compound"] = len(bad)
     check["examples"] = bad[:5]
     if bad:
         problems.append(f"{len(bad)} training rows hold a held-out compound (rows {bad[:5]})")
-    with_h = sum(1 for u in read.evals if holds(u))
-    cert["heldout_share_of_eval_rows"] = round(with_h / len(read.evals), 6) if read.evals else 0.0
+    with_h, n_eval = sum(map(bool, eval_holds)), len(eval_holds)
+    cert["heldout_share_of_eval_rows"] = round(with_h / n_eval, 6) if n_eval else 0.0
     if eval_requires:
-        check["eval_rows_without_heldout_compound"] = len(read.evals) - with_h
-        if with_h < len(read.evals):
-            problems.append(f"{len(read.evals) - with_h} eval rows hold no held-out compound (eval: require)")
+        check["eval_rows_without_heldout_compound"] = n_eval - with_h
+        if with_h < n_eval:
+            problems.append(f"{n_eval - with_h} eval rows hold no held-out compound (eval: require)")

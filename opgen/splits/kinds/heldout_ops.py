@@ -45,9 +45,18 @@ class HeldoutOps(FilterKind):
               read: Read) -> None:
         held = set(rule.data.ops)
         cert["heldout_compounds"] = f"every compound with one of {', '.join(rule.config['ops'])}"
-        check_heldout(cert, check, problems, read, lambda u: any(tokens(c) & held for c in u.compounds),
+
+        def holds(u: C.RowUnits) -> set[str]:  # the held-out operators the row composes
+            return set().union(*(tokens(c) & held for c in u.compounds))
+
+        in_eval = [holds(u) for u in read.evals]
+        check_heldout(cert, check, problems, [bool(holds(u)) for u in read.train], [bool(h) for h in in_eval],
                       rule.data.eval_requires)
+        tested = set().union(*in_eval)
+        position = rule.library.position
+        cert["heldout_tested"] = sorted(tested, key=position.__getitem__)  # held-out operators eval rows compose
+        cert["heldout_untested"] = sorted(held - tested, key=position.__getitem__)
 
 
 KIND = HeldoutOps("heldout-ops", "training rows never compose a held-out operator; eval rows have no rule",
-                  {"ops": OP_SET, "eval": {"enum": ["require", "any"]}})
+                  {"ops": OP_SET, "eval": {"enum": ["require", "any"]}}, compound_only=False)

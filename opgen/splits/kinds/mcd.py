@@ -20,25 +20,34 @@ from opgen.tasks import Item
 
 # The name a cell's compositions on an mcd split get in its manifest when the recipe gives none.
 MCD_POOL_NAME = "mcd-train"
+# The fields of one search only (a recipe naming one for another search is refused).
+SEARCH_FIELDS = {"candidates": ("greedy", "anneal"), "steps": ("anneal",), "temperature": ("anneal",),
+                 "target_compound_divergence": ("exchange",)}
 
 
 class Mcd(SplitKind):
     def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: C.CompoundSpec, where: str,
                 seed: int, lib: OperatorLibrary) -> Rule:
+        method = raw.get("search", mcd.DEFAULT_SEARCH)
         config.update({"pool": {"generator": raw["pool"]["generator"], "options": raw["pool"].get("options", {}),
                                 "rows": raw["pool"]["rows"]},
                        "train_rows": raw["train_rows"], "eval_rows": raw["eval_rows"],
                        "max_atom_divergence": raw.get("max_atom_divergence", mcd.DEFAULT_ATOM_BOUND),
-                       "candidates": raw.get("candidates", mcd.DEFAULT_CANDIDATES),
-                       "rounds": raw.get("rounds", mcd.DEFAULT_ROUNDS)})
-        # the annealed search's fields go in the resolved config only when it is chosen, so a greedy
-        # split's resolved config (its search's seed stream) stays as it was
-        if raw.get("search", "greedy") == "anneal":
-            config.update({"search": "anneal", "steps": raw.get("steps", mcd.DEFAULT_STEPS),
+                       "search": method, "rounds": raw.get("rounds", mcd.DEFAULT_ROUNDS)})
+        # each search's own fields, in the resolved config only when that search is chosen
+        for key, searches in SEARCH_FIELDS.items():
+            if key in raw and method not in searches:
+                named = " and ".join({"anneal": "annealed"}.get(s, s) for s in searches)
+                takes = "searches take" if len(searches) > 1 else "search takes"
+                raise SplitError(f"{where}.{key}: only the {named} {takes} it (search: {method})")
+        if method in ("greedy", "anneal"):
+            config["candidates"] = raw.get("candidates", mcd.DEFAULT_CANDIDATES)
+        if method == "anneal":
+            config.update({"steps": raw.get("steps", mcd.DEFAULT_STEPS),
                            "temperature": raw.get("temperature", mcd.DEFAULT_TEMPERATURE)})
-        elif "steps" in raw or "temperature" in raw:
-            raise SplitError(f"{where}.{'steps' if 'steps' in raw else 'temperature'}: only the annealed search "
-                             "takes it (search: anneal)")
+        for key in ("target_compound_divergence", "replicate"):
+            if key in raw:
+                config[key] = raw[key]
         if config["train_rows"] + config["eval_rows"] > config["pool"]["rows"]:
             raise SplitError(f"{where}.pool.rows: {config['pool']['rows']} pool rows cannot give train_rows "
                              f"{config['train_rows']} + eval_rows {config['eval_rows']}")
@@ -120,11 +129,15 @@ class Mcd(SplitKind):
         check["train_rows_with_heldout_compound"] = len(bad)
         if bad:
             problems.append(f"{len(bad)} training rows hold a compound the search held out (rows {bad[:5]})")
-        with_h = sum(1 for u in read.evals if hs & set(u.compounds))
+        in_eval = [hs.intersection(u.compounds) for u in read.evals]
+        with_h = sum(1 for h in in_eval if h)
         cert["heldout_share_of_eval_rows"] = round(with_h / len(read.evals), 6) if read.evals else 0.0
-        cert["search"] = {k: claims.get(k) for k in ("pool_rows", "atom_divergence", "compound_divergence",
-                                                     "random_split", "rounds")} | \
-            {k: claims[k] for k in ("search", "anneal_steps", "anneal_accepted") if k in claims}
+        tested = set().union(*in_eval)
+        cert["heldout_tested"] = sorted(tested)
+        cert["heldout_untested"] = sorted(hs - tested)
+        cert["search"] = {k: claims[k] for k in ("search", "pool_rows", "atom_divergence", "compound_divergence",
+                                                 "baseline", "rounds", "anneal_steps", "anneal_accepted",
+                                                 "target_compound_divergence") if k in claims}
         bound = rule.config["max_atom_divergence"]
         cells = list(claims.get("train_generators") or [])
         if cells:
@@ -159,9 +172,13 @@ KIND = Mcd(
      "train_rows": {"type": "integer", "minimum": 1},
      "eval_rows": {"type": "integer", "minimum": 1},
      "max_atom_divergence": {"type": "number", "minimum": 0, "maximum": 1},
+     "search": {"enum": list(mcd.SEARCHES)},
+     "rounds": {"type": "integer", "minimum": 0, "description": "search rounds at most"},
      "candidates": {"type": "integer", "minimum": 1, "description": "compounds tried per greedy round"},
-     "rounds": {"type": "integer", "minimum": 0, "description": "greedy rounds at most"},
-     "search": {"enum": ["greedy", "anneal"]},
      "steps": {"type": "integer", "minimum": 0, "description": "annealing moves after the greedy rounds"},
-     "temperature": {"type": "number", "minimum": 0, "description": "annealing's starting temperature (D_C)"}},
+     "temperature": {"type": "number", "minimum": 0, "description": "annealing's starting temperature (D_C)"},
+     "target_compound_divergence": {"type": "number", "minimum": 0, "maximum": 1,
+                                    "description": "stop once D_C reaches this (a divergence sweep's level)"},
+     "replicate": {"type": "integer", "minimum": 0,
+                   "description": "another search over the same pool (its seed; the pool stays)"}},
     ("pool", "train_rows", "eval_rows"))
