@@ -21,6 +21,7 @@ from . import options
 @click.option("--leaves", is_flag=True, help="Count the input x and literal kinds as atoms (and compound ends).")
 @click.option("--inputs", is_flag=True, help="Count each task's input length class as an atom.")
 @click.option("--params", is_flag=True, help="Count each parameterised call's parameters as an atom (func_1=2).")
+@click.option("--depths", is_flag=True, help="Count each task's depth as an atom (depth:3).")
 @click.option("--atoms-per", type=click.Choice(["occurrence", "row"]), default="occurrence", show_default=True,
               help="An atom adds 1 per node, or once per row holding it.")
 @click.option("--compounds-per", type=click.Choice(["row", "occurrence"]), default="row", show_default=True,
@@ -28,7 +29,7 @@ from . import options
 @click.option("--baseline-seeds", type=click.IntRange(0, 100), default=5, show_default=True,
               help="Random splits of the same rows pooled, at the same sizes, to compare with (0: none).")
 def split_stats(train: Path, eval_: Path, as_json: bool, max_size: int, leaves: bool, inputs: bool, params: bool,
-                atoms_per: str, compounds_per: str, baseline_seeds: int) -> None:
+                depths: bool, atoms_per: str, compounds_per: str, baseline_seeds: int) -> None:
     """Atom divergence D_A = 1 - C_0.5 and compound divergence D_C = 1 - C_0.1 (Chernoff coefficients of
     the normalized histograms, DBCA) of TRAIN against EVAL, beside random splits of the same rows, and
     the held-out compounds (in eval, in no training row) with their share of eval rows. TRAIN and
@@ -39,7 +40,7 @@ def split_stats(train: Path, eval_: Path, as_json: bool, max_size: int, leaves: 
     for p, hint in ((train, "TRAIN"), (eval_, "EVAL")):
         if not p.exists():
             raise click.BadParameter(f"{p}: no such file or folder", param_hint=hint)
-    spec = C.CompoundSpec(max_size, leaves, inputs, params, atoms_per, compounds_per)
+    spec = C.CompoundSpec(max_size, leaves, inputs, params, depths, atoms_per, compounds_per)
     result = report.split_stats([train], [eval_], spec, baseline_seeds)  # SplitRowsError: exit 1
     if as_json:
         click.echo(json.dumps(result, indent=2))

@@ -67,3 +67,38 @@ def test_the_split_generator_is_registered_by_its_kind_not_found_in_a_folder():
     assert "mcd_side" in G.registry() and G.get("mcd_side").__module__ == "opgen.splits.generator"
     assert not (Path(G.__file__).parent / "splits.py").exists()
     assert sorted(G.BUNDLED) == sorted(m.name for m in pkgutil.iter_modules(G.__path__) if m.name != "measure")
+
+
+SELF_PAIR = """\
+name: selfpair
+seed: 1
+split: {kind: systematicity, pairs: [[func_3, func_3]]RULE}
+defaults: {generator: chains, kind: rl, prompt_format: closed_book, answer_format: ra, unique: task}
+splits:
+  train: {role: train, options: {ops: train, depths: [2, 3], per_depth: 200}}
+  test: {role: eval, options: {ops: [func_3, func_9, func_15, func_17], depths: DEPTHS, per_depth: 10}}
+"""
+
+
+@pytest.mark.parametrize(("rule", "depths", "at"), [("", "[2, 3, 4]", "row 0 (depth 2)"),
+                                                    (", rule: adjacent", "[3, 4]", "row 0 (depth 3)")])
+def test_an_impossible_pair_is_refused_before_any_row_is_built(tmp_path: Path, rule: str, depths: str, at: str):
+    """[func_3, func_3] on chains that never repeat an operator back to back: no depth-2 row can hold it
+    on one path, no row at all under the adjacent rule; refused naming the split, the row and why."""
+    recipe = tmp_path / "self.yaml"
+    recipe.write_text(SELF_PAIR.replace("RULE", rule).replace("DEPTHS", depths))
+    r = subprocess.run([sys.executable, "-m", "opgen", "build", str(recipe), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert f"splits.test: no candidate of {at} of this eval split (chains)" in r.stderr
+    assert "pairs [func_3, func_3]" in r.stderr and "a pair of an operator with itself (func_3)" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "o").exists()
+    # the same pair where the split can compose it: built, and the certificate lists it as tested
+    recipe.write_text(SELF_PAIR.replace("RULE", "").replace("DEPTHS", "[3, 4]"))
+    r = subprocess.run([sys.executable, "-m", "opgen", "build", str(recipe), "--out", str(tmp_path / "ok")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    import json
+
+    cert = json.loads((tmp_path / "ok" / "manifest.json").read_text())["split_certificates"]["selfpair"]
+    assert cert["heldout_tested"] == ["func_3(..func_3)"] and cert["heldout_untested"] == []

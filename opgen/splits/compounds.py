@@ -9,11 +9,12 @@ A row's programs are typed trees (:mod:`opgen.expr`). Their **nodes** are labell
 
 **Atoms** are the labels of a row's nodes (with ``inputs`` on, also ``"input:<class>"`` for each
 task's input length class; with ``params`` on, each parameterised call's parameters, ``func_1=2``,
-``func_13='-'``, ``func_5=text``). **Compounds** are connected fragments of two to ``max_size``
-nodes of one tree, written with argument positions (argument slots): the edge ``func_5(func_3(x))``
-is the compound ``func_5(func_3)``; ``func_12(x, func_3(x))`` has ``func_12(_,func_3)`` (``_``
-marks an argument not in the fragment); ``func_5(func_3(func_1(x, 2)))`` also has
-``func_5(func_3(func_1))`` (three nodes, the default ``max_size``).
+``func_13='-'``, ``func_5=text``; with ``depths`` on, each task's depth, ``depth:3``).
+**Compounds** are connected fragments of two to ``max_size`` nodes of one tree, written with
+argument positions (argument slots): the edge ``func_5(func_3(x))`` is the compound
+``func_5(func_3)``; ``func_12(x, func_3(x))`` has ``func_12(_,func_3)`` (``_`` marks an argument
+not in the fragment); ``func_5(func_3(func_1(x, 2)))`` also has ``func_5(func_3(func_1))`` (three
+nodes, the default ``max_size``).
 
 Weights follow DBCA (Keysers et al., ICLR 2020, section 2.1): an occurrence ``g`` of compound ``G``
 that lies inside a bigger occurrence ``g'`` (of compound ``G'``) in the same row is discounted by
@@ -59,6 +60,7 @@ class CompoundSpec:
     leaves: bool = False  # x and literal kinds are nodes (atoms, and ends of compounds)
     inputs: bool = False  # each task's input length class is an atom
     params: bool = False  # each parameterised call's parameters are an atom (func_1=2)
+    depths: bool = False  # each task's depth is an atom (depth:3): D_A's bound then holds depths alike too
     atoms_per: str = "occurrence"  # an atom adds 1 per node ("occurrence") or per row holding it ("row")
     compounds_per: str = "row"  # a compound adds its largest weight in a row ("row") or every occurrence's
 
@@ -71,7 +73,7 @@ class CompoundSpec:
 
     def as_dict(self) -> dict[str, Any]:
         return {"max_size": self.max_size, "leaves": self.leaves, "inputs": self.inputs, "params": self.params,
-                "atoms_per": self.atoms_per, "compounds_per": self.compounds_per}
+                "depths": self.depths, "atoms_per": self.atoms_per, "compounds_per": self.compounds_per}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None, where: str = "compounds") -> CompoundSpec:
@@ -88,7 +90,7 @@ class CompoundSpec:
     def describe(self) -> str:
         """The spec in words, as reports name it."""
         base = "parent→child edges" if self.max_size == 2 else f"connected fragments of 2 to {self.max_size} nodes"
-        extra = [k for k in ("leaves", "inputs", "params") if getattr(self, k)]
+        extra = [k for k in ("leaves", "inputs", "params", "depths") if getattr(self, k)]
         return (f"{base} with argument slots, DBCA weights; compounds per {self.compounds_per}, atoms per "
                 f"{self.atoms_per}" + (f"; {', '.join(extra)} as atoms" if extra else ""))
 
@@ -288,6 +290,8 @@ def row_units(trees: Sequence[E.Expr], inputs: Sequence[str] = (), spec: Compoun
         atoms += [input_class(x) for x in inputs]
     if spec.params:
         atoms += [param_atom(n) for tree in trees for n in E.walk(tree) if isinstance(n, E.Call) and n.params]
+    if spec.depths:
+        atoms += [f"depth:{E.depth(tree)}" for tree in trees]
     counts = Counter(atoms)
     names = tuple(sorted(counts))
     return RowUnits(tuple(_intern(a) for a in names), tuple((_intern(t), m) for t, m in found),
@@ -396,7 +400,7 @@ class Tally:
     def __post_init__(self) -> None:
         if needs_discount(self.spec):
             raise CompoundError("compounds.max_size: a tally needs compounds of two nodes (no discount)")
-        if self.spec.params or "occurrence" in (self.spec.atoms_per, self.spec.compounds_per):
+        if self.spec.params or self.spec.depths or "occurrence" in (self.spec.atoms_per, self.spec.compounds_per):
             raise CompoundError("compounds: a tally counts each atom and compound once per row, without params")
 
     def add(self, trees: Sequence[E.Expr], inputs: Sequence[str], sign: int = 1) -> None:

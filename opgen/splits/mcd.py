@@ -70,11 +70,13 @@ def search(units: Sequence[C.RowUnits] | T.Table, train_rows: int, eval_rows: in
            spec: C.CompoundSpec = C.DEFAULT, max_atom_divergence: float = DEFAULT_ATOM_BOUND,
            candidates: int = DEFAULT_CANDIDATES, rounds: int = DEFAULT_ROUNDS, method: str = DEFAULT_SEARCH,
            steps: int = DEFAULT_STEPS, temperature: float = DEFAULT_TEMPERATURE,
-           target: float | None = None, baseline: Mapping[str, Any] | None = None) -> Selection:
+           target: float | None = None, baseline: Mapping[str, Any] | None = None,
+           strata: Sequence[int] | None = None) -> Selection:
     """The search (module docstring) over ``units`` (a pool's rows, or their :class:`~T.Table`).
     ``target``: the exchange search stops once D_C reaches it (the divergence sweep's levels);
     ``baseline``: the pool's random splits at these sizes when known (else measured, seeded by
-    ``seed_parts``)."""
+    ``seed_parts``); ``strata``: a class per row (its depth) that the exchange search moves rows
+    within, so train and eval keep the class counts of the random split it starts from."""
     if method not in SEARCHES:
         raise McdError(f"search: {method!r} is not a search (known: {', '.join(SEARCHES)})")
     table = units if isinstance(units, T.Table) else T.Table.of(units, spec)
@@ -94,7 +96,9 @@ def search(units: Sequence[C.RowUnits] | T.Table, train_rows: int, eval_rows: in
                        f"max_atom_divergence {max_atom_divergence}; use a larger pool or a looser bound")
     accepted = 0
     if method == "exchange":
-        train, ev, done = _exchange(comps, atoms, perm, train_rows, eval_rows, max_atom_divergence, rounds, target)
+        classes = None if strata is None else np.asarray(strata, dtype=np.int64)
+        train, ev, done = _exchange(comps, atoms, perm, train_rows, eval_rows, max_atom_divergence, rounds, target,
+                                    classes)
         held = _unseen(table, train, ev)
     else:
         (train, ev), held, done, accepted = _greedy(table, comps, atoms, perm, train_rows, eval_rows,
@@ -142,8 +146,10 @@ def _move_deltas(w: T.Weights, hist: tuple[np.ndarray, np.ndarray], alpha: float
 
 
 def _exchange(comps: T.Weights, atoms: T.Weights, perm: np.ndarray, train_rows: int, eval_rows: int,
-              bound: float, rounds: int, target: float | None) -> tuple[np.ndarray, np.ndarray, int]:
+              bound: float, rounds: int, target: float | None,
+              strata: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     n = perm.size
+    classes = np.zeros(n, dtype=np.int64) if strata is None else strata
     side = np.zeros(n, dtype=np.int8)
     side[perm[:train_rows]] = 1
     side[perm[train_rows:train_rows + eval_rows]] = 2
@@ -166,11 +172,9 @@ def _exchange(comps: T.Weights, atoms: T.Weights, perm: np.ndarray, train_rows: 
             # a row out of ``frm`` into ``to``, paired with a row back: the sides keep their sizes
             out = _ranked(comps, atoms, hc, ha, c_tot, a_tot, frm, to, weight, side, rank)
             back = _ranked(comps, atoms, hc, ha, c_tot, a_tot, to, frm, weight, side, rank)
-            k = min(batch, out[0].size, back[0].size)
-            gain = out[1][:k] + back[1][:k]
-            k = int(np.sum(gain > 0))
-            if k and (best is None or float(gain[:k].sum()) > best[0]):
-                best = (float(gain[:k].sum()), out[0][:k], back[0][:k], frm, to)
+            pairs = _paired(out, back, classes, rank, batch)
+            if pairs is not None and (best is None or pairs[0] > best[0]):
+                best = (*pairs, frm, to)
         if best is None:
             if batch == 1:
                 done -= 1
@@ -195,6 +199,28 @@ def _exchange(comps: T.Weights, atoms: T.Weights, perm: np.ndarray, train_rows: 
         batch = max(1, batch // 2)
     train, ev = np.flatnonzero(side == 1), np.flatnonzero(side == 2)
     return train[np.argsort(rank[train])], ev[np.argsort(rank[ev])], done
+
+
+def _paired(out: tuple[np.ndarray, np.ndarray], back: tuple[np.ndarray, np.ndarray], classes: np.ndarray,
+            rank: np.ndarray, batch: int) -> tuple[float, np.ndarray, np.ndarray] | None:
+    """Up to ``batch`` (row out, row back) pairs of one class each (the best out with the best back of
+    its class, and so on), those whose summed gains are positive, best first: (total gain, outs, backs)."""
+    gains, outs, backs = [], [], []
+    for c in np.unique(classes[out[0]]):
+        o, b = out[0][classes[out[0]] == c], back[0][classes[back[0]] == c]
+        k = min(batch, o.size, b.size)
+        if k:
+            gains.append(out[1][classes[out[0]] == c][:k] + back[1][classes[back[0]] == c][:k])
+            outs.append(o[:k])
+            backs.append(b[:k])
+    if not gains:
+        return None
+    gain, o_all, b_all = np.concatenate(gains), np.concatenate(outs), np.concatenate(backs)
+    order = np.lexsort((rank[o_all], -gain))[:batch]
+    order = order[gain[order] > 0]
+    if not order.size:
+        return None
+    return float(gain[order].sum()), o_all[order], b_all[order]
 
 
 # How far past a target D_C a batch may take the split before the batch is halved (the sweep's levels).
@@ -425,6 +451,14 @@ def pool(config: Mapping[str, Any], seed: int, where: str = "", lib: Any = None)
     return items, table
 
 
+def _depths(items: Sequence[Any]) -> list[int]:
+    """Each pool row's depth (its deepest task's): the classes the exchange search keeps matched."""
+    from opgen import expr as E
+
+    with E.recursion_headroom():
+        return [max(E.depth(t.program) for t in it.tasks) for it in items]
+
+
 def _pool_baseline(config: Mapping[str, Any], seed: int, table: T.Table) -> Mapping[str, Any]:
     """Random splits of the pool at the config's sizes: one measure for every search over the pool
     (the splits of a divergence sweep share it), seeded by the pool and the sizes."""
@@ -452,7 +486,8 @@ def pool_and_selection(config: Mapping[str, Any], seed: int, where: str = "",
                      config.get("max_atom_divergence", DEFAULT_ATOM_BOUND),
                      config.get("candidates", DEFAULT_CANDIDATES), config.get("rounds", DEFAULT_ROUNDS), method,
                      config.get("steps", DEFAULT_STEPS), config.get("temperature", DEFAULT_TEMPERATURE),
-                     config.get("target_compound_divergence"), _pool_baseline(config, seed, table))
+                     config.get("target_compound_divergence"), _pool_baseline(config, seed, table),
+                     _depths(items) if method == "exchange" and config.get("match_depths", True) else None)
         if len(_SELECTIONS) >= _SELECTIONS_KEPT:
             _SELECTIONS.clear()
         _SELECTIONS[key] = sel

@@ -36,7 +36,8 @@ OP_SET: dict[str, Any] = {"oneOf": [{"enum": ["train", "heldout", "all"]},
 COMPOUNDS = {"type": "object", "additionalProperties": False,
              "properties": {"max_size": {"type": "integer", "minimum": 2, "maximum": C.MAX_SIZE_LIMIT},
                             "leaves": {"type": "boolean"}, "inputs": {"type": "boolean"},
-                            "params": {"type": "boolean"}, "atoms_per": {"enum": list(C.COUNTS)},
+                            "params": {"type": "boolean"}, "depths": {"type": "boolean"},
+                            "atoms_per": {"enum": list(C.COUNTS)},
                             "compounds_per": {"enum": list(C.COUNTS)}}}
 PAIR = {"type": "array", "items": OP_ID, "minItems": 2, "maxItems": 2}
 # The generators that plan their rows from composition pools: a split reaches their pools

@@ -22,7 +22,7 @@ from opgen.tasks import Item
 MCD_POOL_NAME = "mcd-train"
 # The fields of one search only (a recipe naming one for another search is refused).
 SEARCH_FIELDS = {"candidates": ("greedy", "anneal"), "steps": ("anneal",), "temperature": ("anneal",),
-                 "target_compound_divergence": ("exchange",)}
+                 "target_compound_divergence": ("exchange",), "match_depths": ("exchange",)}
 
 
 class Mcd(SplitKind):
@@ -45,6 +45,8 @@ class Mcd(SplitKind):
         if method == "anneal":
             config.update({"steps": raw.get("steps", mcd.DEFAULT_STEPS),
                            "temperature": raw.get("temperature", mcd.DEFAULT_TEMPERATURE)})
+        if method == "exchange":
+            config["match_depths"] = raw.get("match_depths", True)
         for key in ("target_compound_divergence", "replicate"):
             if key in raw:
                 config[key] = raw[key]
@@ -179,6 +181,8 @@ KIND = Mcd(
      "temperature": {"type": "number", "minimum": 0, "description": "annealing's starting temperature (D_C)"},
      "target_compound_divergence": {"type": "number", "minimum": 0, "maximum": 1,
                                     "description": "stop once D_C reaches this (a divergence sweep's level)"},
+     "match_depths": {"type": "boolean", "description": "exchange: move rows only for rows of the same depth, "
+                      "so train and eval keep a random split's depth mix (default true)"},
      "replicate": {"type": "integer", "minimum": 0,
                    "description": "another search over the same pool (its seed; the pool stays)"}},
     ("pool", "train_rows", "eval_rows"))
