@@ -1,7 +1,7 @@
 """What the mcd redraw rule leaves (benchmarks/bench_split_redraw.py; docs/splits.md, "What the redraw
-leaves"): a trees split on split-mcd's search keeps about 48% of its candidates, and the rows it keeps
-hold about a fifth fewer interlace calls (func_7) than the generator draws without the rule, while
-concatenation keeps its share. The figures move only when the generator, the search or the rule
+leaves"): a trees split on split-mcd's search keeps about 43% of its candidates, and the rows it keeps
+hold about a quarter fewer interlace calls (func_7) and an eighth more concatenations than the
+generator draws without the rule. The figures move only when the generator, the search or the rule
 does; the tolerances say how far before this fails."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from opgen import recipe as R
 from opgen.splits import compounds as C
 
 ROWS = 600
-ACCEPTANCE, ACCEPTANCE_TOL = 0.48, 0.05  # 20,000 rows: 0.4830 (docs/splits.md)
-INTERLACE_DROP, INTERLACE_DROP_TOL = 0.21, 0.12  # relative drop of func_7's share of nodes; 20,000 rows: 0.214
-PLUS_SHIFT_TOL = 0.12  # "+"'s share of nodes moves less than this (relative); 20,000 rows: under 0.04
+ACCEPTANCE, ACCEPTANCE_TOL = 0.43, 0.05  # 20,000 rows: 0.4346 (docs/splits.md)
+INTERLACE_DROP, INTERLACE_DROP_TOL = 0.26, 0.12  # relative drop of func_7's share of nodes; 20,000 rows: 0.264
+PLUS_RISE, PLUS_RISE_TOL = 0.125, 0.10  # relative rise of "+"'s share of nodes; 20,000 rows: 0.125
 
 
 def test_mcd_redraw_keeps_its_acceptance_share_and_its_concatenation_skew():
@@ -49,7 +49,7 @@ def test_mcd_redraw_keeps_its_acceptance_share_and_its_concatenation_skew():
     drop = 1 - share(kept, interlace) / share(plain, interlace)
     assert abs(drop - INTERLACE_DROP) <= INTERLACE_DROP_TOL, drop
     assert by_key["op_share|all|func_7"].z < 0
-    assert abs(1 - share(kept, plus) / share(plain, plus)) < PLUS_SHIFT_TOL
+    assert abs(share(kept, plus) / share(plain, plus) - 1 - PLUS_RISE) <= PLUS_RISE_TOL
     # by design: no kept row holds a held-out compound; a row whose first candidate held none is unchanged
     assert not any(set(held).intersection(C.row_units([t.program for t in it.tasks]).compounds) for it in kept)
     redrawn = sum(E.render(a.tasks[0].program) != E.render(b.tasks[0].program)
