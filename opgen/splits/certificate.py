@@ -78,8 +78,8 @@ def certify(rule: Rule, train: R.Rows, evals: R.Rows, claims: Mapping[str, Any] 
                 f"atom divergence {cert['atom_divergence']:.4f} exceeds {COMPOUND_ONLY_ATOM_BOUND}: eval rows use "
                 f"{measured['atoms']['eval']} atoms, training rows {measured['atoms']['train']}"
                 + (f" ({', '.join(unseen[:8])} never in training)" if unseen else "")
-                + f" — a {rule.kind} split is presented as compound-only (known atoms in new combinations), and "
-                "this one also shifts which atoms are tested")
+                + f" — the split ({rule.kind}) is presented as compound-only (known atoms in new combinations), "
+                "and this one also shifts which atoms are tested")
     else:
         cert.update({"atom_divergence": None, "compound_divergence": None, "baseline": None,
                      "note": "the build has no " + ("train" if not train.units else "eval") + " split of this "
