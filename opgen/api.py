@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 # Generator is re-exported for user generators: subclass it, register it, name it in a recipe.
 __all__ = ["Dataset", "Generator", "Scores", "build_splits", "create_dataset", "load_recipe", "register_generator",
-           "score_answers"]
+           "rows_list", "score_answers"]
 
 
 def _count(name: str, value: Any, least: int, cli: str) -> None:
@@ -190,17 +190,25 @@ class Scores:
         return [sum(g["score"] for g in gs) / len(gs) if gs else None for gs in self.grades]
 
 
+def rows_list(rows: Any) -> list[dict]:
+    """A :class:`Dataset`, a pyarrow.Table, a datasets.Dataset or a list of row dicts -> a list of
+    dicts (TypeError naming the first row that is not a dict)."""
+    if hasattr(rows, "to_pylist"):  # opgen.Dataset, pyarrow.Table
+        return list(rows.to_pylist())
+    if hasattr(rows, "to_list") and hasattr(rows, "features"):  # datasets.Dataset
+        return list(rows.to_list())
+    out = list(rows)
+    for i, r in enumerate(out):
+        if not isinstance(r, Mapping):
+            raise TypeError(f"row {i}: a row is a dict (a parquet row), not {type(r).__name__}")
+    return [dict(r) for r in out]
+
+
 def _rows_of(rows: Any):
     from opgen.score.report import Row
 
-    if isinstance(rows, Dataset):
-        rows = rows.table
-    if hasattr(rows, "to_pylist") and hasattr(rows, "num_rows"):  # a pyarrow.Table
-        rows = rows.to_pylist()
     out = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, Mapping):
-            raise TypeError(f"row {i}: a row is a dict (a parquet row), not {type(row).__name__}")
+    for i, row in enumerate(rows_list(rows)):
         gt = (row.get("reward_model") or {}).get("ground_truth")
         if not isinstance(gt, str):
             raise ValueError(f"row {i}: reward_model.ground_truth is missing or not a string")

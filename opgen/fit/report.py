@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from opgen.files import write_json_atomic
 from opgen.fit import models as M
 
 SIG_DIGITS = 12  # printed precision: far below any interval, and stable across BLAS builds' last bits
@@ -90,8 +91,6 @@ PLOTS_EXTRA = "plots"  # the pyproject extra that installs matplotlib
 
 
 def _commit(final: Path, result: Mapping, outputs: Sequence[Path]) -> None:
-    from opgen.infer.evaluate import write_json_atomic
-
     doc = dict(result, outputs=sorted(p.name for p in outputs))
     validate(doc)
     write_json_atomic(final, doc)

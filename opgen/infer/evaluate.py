@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from opgen._version import __version__
 from opgen.errors import OpgenError
+from opgen.files import write_json_atomic
 from opgen.infer import decomposed as decomp
 from opgen.infer.backends import backend_spec, make_backend
 from opgen.infer.base import Backend
@@ -56,13 +57,6 @@ def out_entry(out: Path):
                                 for n in inner)
 
     return own
-
-
-def write_json_atomic(path: Path, obj: object) -> None:
-    from opgen import files
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    files.atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
 
 
 def _generation_settings(cfg: EvalConfig, model: Path) -> dict:
