@@ -397,6 +397,7 @@ def read_tidy(path: Path) -> Observations:
     obs = Observations("tidy", counts=True, cluster_by="cluster" if "cluster" in cols else None)
     obs.files[str(path)] = sha256_of(path)
     empty: list[int] = []
+    seen: dict[tuple, int] = {}  # a cell's key -> the row that gave it
     for i, r in enumerate(rows, 2):
         where = f"{path}: row {i}"
         run = (r.get("run") or "").strip()
@@ -411,18 +412,33 @@ def read_tidy(path: Path) -> Observations:
         n = _number(r.get("n_total"), where, "n_total", integer=True, allow_none=False)
         if not (0 <= k <= n):
             raise FitInputError(f"{where}: n_correct = {k} must lie in [0, n_total = {n}]")
+        split = (r.get("split") or "").strip() or "all"
+        cluster = (r.get("cluster") or "").strip() if obs.cluster_by else None
+        key = (split, run, 0 if seed is None else seed, step, compute, cluster)
+        if key in seen:  # pooling them would count the same answers twice, or hide a mislabelled row
+            raise FitInputError(f"{where}: the same cell as row {seen[key]} ({_cell_name(key)}); a tidy table has "
+                                f"one row per (run, seed, step or compute, split[, cluster]): add their counts into "
+                                f"one row, or tell them apart (a cluster column, another seed)")
+        seen[key] = i
         if n == 0:  # no answers: no rate at all (not 0%)
             empty.append(i)
             continue
-        split = (r.get("split") or "").strip() or "all"
-        cluster = (r.get("cluster") or "").strip() if obs.cluster_by else None
-        obs.add((split, run, 0 if seed is None else seed, step, compute, cluster), k, n)
+        obs.add(key, k, n)
         _merge_run(obs.runs, run, _run_info(r, where), where)
     if empty:
         shown = ", ".join(map(str, empty[:10])) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
         obs.notes.append(f"{path}: {len(empty)} row(s) with n_total = 0 (no answers) left out, not counted as 0%: "
                          f"row {shown}")
     return obs
+
+
+def _cell_name(key: tuple) -> str:
+    split, run, seed, step, compute, cluster = key
+    parts = [f"run {run!r}", f"seed {seed}", f"split {split!r}"]
+    parts += [f"step {step}"] if step is not None else []
+    parts += [f"compute {compute:g}"] if compute is not None else []
+    parts += [f"cluster {cluster!r}"] if cluster is not None else []
+    return ", ".join(parts)
 
 
 # ----------------------------------------------------------------------------- the reference layout

@@ -323,6 +323,7 @@ def summary_lines(result: Mapping) -> Sequence[str]:
                     if p["ci_low"] is not None:
                         s += f"[{p['ci_low']:.3g},{p['ci_high']:.3g}]" + ("" if p["bounded"] else "!")
                     ps.append(s)
-                parts.append(f"{form}: " + " ".join(ps))
+                shape = f" [{f['shape']}]" if f.get("shape") else ""
+                parts.append(f"{form}{shape}: " + " ".join(ps))
             lines.append(f"{split}/{r['run']} ({r['n_points']} pts): " + "; ".join(parts))
     return lines
