@@ -177,12 +177,13 @@ def passes(loaded, cfg: EvalConfig):
 def evaluate_model(model: Path, name: str, data_files: Sequence[Path], out: Path, cfg: EvalConfig) -> dict:
     """Evaluate one model on every data file; returns (and writes) its metrics.json."""
     model_dir = out / name
-    model_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = model_dir / "metrics.json"
     metrics_path.unlink(missing_ok=True)  # present only once this evaluation is complete
     loaded = load_data(data_files, cfg)
     metrics = metrics_header(model, name, cfg)
     with make_backend(cfg.backend, model, cfg.sampling, cfg.engine, openai=cfg.openai) as backend:
+        # made once the data and the model are there: an eval that fails up front leaves no empty folder
+        model_dir.mkdir(parents=True, exist_ok=True)
         for data, rows, suffix, plan, skipped in passes(loaded, cfg):
             dn = data_name(data)
             if not suffix:
