@@ -394,7 +394,7 @@ def push(build_dir: Path, repo_id: str, *, private: bool = False, revision: str 
             info = api.create_commit(
                 repo_id, operations, repo_type="dataset", revision=revision,
                 commit_message=f"opgen {plan_.manifest['opgen_version']}: {recipes} "
-                               f"({len(plan_.configs)} configs, {rows} rows)",
+                               f"({len(plan_.configs)} config{'' if len(plan_.configs) == 1 else 's'}, {rows:,} rows)",
                 commit_description=f"manifest.json sha256 {plan_.manifest_sha256}",
             )
         except Exception as exc:  # HTTP, network, validation: one commit means no half-published tree
