@@ -96,3 +96,30 @@ def test_an_operator_set_the_library_lacks_names_the_library(runner, cli, tmp_pa
             f"name a set it has, or a list of its operator ids") in res.output
     assert "no unary operator" not in res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml", "trainonly.yaml"]
+
+
+def test_split_stats_names_an_unusable_eval_before_reading_the_training_rows(runner, cli, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    train = tmp_path / "train.parquet"  # its rows would fail only once read: they are never read
+    pq.write_table(pa.table({"reward_model": [{"ground_truth": "not json"}]}), train)
+    bad = tmp_path / "eval.parquet"
+    bad.write_text("not parquet")
+    res = runner.invoke(cli, ["split-stats", str(train), str(bad)])
+    assert res.exit_code == 1 and f"{bad}: not a parquet file" in res.output, res.output
+    assert "row 0" not in res.output
+
+
+def test_a_push_without_room_to_stage_is_refused_before_any_copy(runner, cli, built, tmp_path, monkeypatch):
+    import tempfile
+
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    monkeypatch.delenv("HF_OIDC_RESOURCE", raising=False)
+    with mounted(tmp_path / "tmp", "1m") as small:
+        monkeypatch.setattr(tempfile, "tempdir", str(small))  # TMPDIR: 1 MiB, less than a copy needs
+        res = runner.invoke(cli, ["push", str(built), "--repo-id", "me/x"])
+        assert res.exit_code == 1, res.output
+        assert f"{small}: " in res.output and "a push stages a verified copy of the build" in res.output
+        assert "nothing was uploaded" in res.output and list(small.iterdir()) == []

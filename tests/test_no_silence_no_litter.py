@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 import tiny_model as tm
 from integration_fixtures import build
+from opgen.cli import options
 
 import opgen
-from opgen.cli import options
 
 
 @pytest.fixture(scope="module")
