@@ -10,6 +10,7 @@ part of a command an option belongs to (``opgen eval``'s scorer options read "Sc
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 import time
@@ -145,8 +146,16 @@ class Ticker:
 
     def _say(self) -> None:
         self.said = True
-        sys.stderr.write(self.line() + "\n")
-        sys.stderr.flush()
+        text = self.line() + "\n"
+        try:
+            fd = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):  # a captured stream (click's test runner)
+            sys.stderr.write(text)
+            sys.stderr.flush()
+            return
+        # straight to the descriptor: this thread takes no lock of sys.stderr's, so a worker forked
+        # while it writes (opgen build --workers) never inherits one held
+        os.write(fd, text.encode("utf-8", "replace"))
 
     def _run(self) -> None:
         wait = PROGRESS_AFTER_S
