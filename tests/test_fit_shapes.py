@@ -5,11 +5,11 @@ refused by name, and an unusable --out refused before any input is read."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from pathlib import Path
 
+import fit_fixtures as F
 import pytest
 
 pytest.importorskip("scipy")
@@ -21,24 +21,16 @@ def _fit(runner, cli, *args):
     return runner.invoke(cli, ["fit", *args], catch_exceptions=False)
 
 
-def _tidy(path: Path, rows, header=("run", "step", "split", "n_correct", "n_total", "tokens", "loss")) -> Path:
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
-
-
 def test_duplicated_tidy_rows_are_an_error_naming_both(runner, cli, tmp_path):
     rows = [["a", s, "all", 3 + j, 10] for j, s in enumerate(STEPS)] + [["a", 40, "all", 9, 10]]
-    path = _tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
+    path = F.write_tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
     res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o"), "--compute", "step")
     assert res.exit_code == 2, res.output
     assert f"{path}: row 7: the same cell as row 4 (run 'a', seed 0, split 'all', step 40)" in res.output
     assert "Traceback" not in res.output and not (tmp_path / "o").exists()
     # told apart by a cluster column, the same two rows are two cells
     rows = [["a", s, "all", "c1", 3 + j, 10] for j, s in enumerate(STEPS)] + [["a", 40, "all", "c2", 9, 10]]
-    path = _tidy(tmp_path / "c.csv", rows, ("run", "step", "split", "cluster", "n_correct", "n_total"))
+    path = F.write_tidy(tmp_path / "c.csv", rows, ("run", "step", "split", "cluster", "n_correct", "n_total"))
     res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "c"), "--compute", "step",
                "--resamples", "0", "--no-plots", "--forms", "linear_log")
     assert res.exit_code == 0, res.output
@@ -48,7 +40,7 @@ def test_each_fitted_curve_has_its_shape_and_a_falling_one_is_said(runner, cli, 
     rows = [["up", s, "all", 20 + 10 * j, 100] for j, s in enumerate(STEPS)]
     rows += [["down", s, "all", 70 - 12 * j, 100] for j, s in enumerate(STEPS)]
     rows += [["level", s, "all", 50, 100] for s in STEPS]
-    path = _tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
+    path = F.write_tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
     res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o"), "--compute", "step",
                "--resamples", "20", "--no-plots")
     assert res.exit_code == 0, res.output
@@ -73,7 +65,7 @@ def _levels_rising_with_loss(tmp_path: Path) -> Path:
     for i, (run, loss) in enumerate((("a", 3.0), ("b", 3.2), ("c", 3.5), ("d", 3.9))):
         for j, s in enumerate(STEPS):
             rows.append([run, s, "all", 10 + 12 * i + 4 * j, 100, 10 ** (9 + i), loss])
-    return _tidy(tmp_path / "rising.csv", rows)
+    return F.write_tidy(tmp_path / "rising.csv", rows)
 
 
 def test_an_exponential_growing_with_loss_says_so_without_reference(runner, cli, tmp_path):
@@ -104,7 +96,7 @@ def test_the_reference_exponential_and_its_alternative_carry_their_shape(runner,
 
 def test_an_unusable_out_is_refused_before_any_input_is_read(runner, cli, tmp_path):
     rows = [["a", s, "all", 3 + j, 10] for j, s in enumerate(STEPS)]
-    path = _tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
+    path = F.write_tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
     foreign = tmp_path / "project"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
