@@ -88,7 +88,7 @@ def test_a_row_whose_search_ends_names_the_depth_the_attempts_and_the_option(run
     res = _build(runner, cli, recipe, tmp_path / "out")
     assert res.exit_code == 1, res.output
     assert f"{recipe}: splits.t.options: row 0, depth 40: no candidate met the constraints in 20 attempts " \
-           f"(max_attempts; rejections so far: " in res.output
+           f"(max_attempts); rejections among its first 20 candidates: " in res.output
     assert "output_too_long: 20" in res.output and "loosen max_output_chars, or ask for fewer rows" in res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["impossible.yaml"]
     with pytest.raises(Unsatisfiable, match="row 0, depth 40: no candidate met the constraints in 20 attempts"):
@@ -109,3 +109,14 @@ def test_an_output_cap_below_every_input_is_refused_up_front(runner, cli, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["impossible.yaml"]
     with pytest.raises(Unsatisfiable, match="max_output_chars: 2 is below every input"):
         opgen.create_dataset(_recipe(options, generator), "t")
+
+
+def test_the_message_counts_the_failing_rows_own_rejections(tmp_path):
+    """Rows of depth 1 reject many candidates (no_x, no_operator_call) on the way; the message counts
+    only the failing row's, so it names the option that row runs into."""
+    options = {"ops": "heldout", "depths": [1, 40], "per_depth": 200, "max_attempts": 20}
+    with pytest.raises(Unsatisfiable) as err:
+        opgen.create_dataset(_recipe(options), "t")
+    msg = str(err.value)
+    assert "row 200, depth 40" in msg and "output_too_long: 20" in msg
+    assert "no_x" not in msg and "require_x" not in msg and "loosen max_output_chars," in msg

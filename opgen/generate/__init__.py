@@ -148,20 +148,37 @@ class Generator:
                 return j, found
             if not self.REDRAWABLE:
                 break
-        raise self.no_candidate(i)
+        raise self.no_candidate(i, start)
 
     def first_valid_many(self, start: int, stop: int) -> list[tuple[int, Item]]:
         """``[first_valid(i) for i in range(start, stop)]``; a generator may draw them in bulk."""
         return [self.first_valid(i) for i in range(start, stop)]
 
-    def no_candidate(self, i: int) -> Unsatisfiable:
-        seen = ", ".join(f"{k}: {v:,}" for k, v in sorted(self.rejections.items())) or "none"
-        culprits = [REJECTION_OPTION[k] for k, _ in self.rejections.most_common() if k in REJECTION_OPTION]
+    def no_candidate(self, i: int, start: int = 0) -> Unsatisfiable:
+        """The error of row ``i`` whose search from candidate ``start`` ended. Its rejections are
+        counted again over its first candidates (``self.rejections`` holds every row's): the cost is
+        paid once, when the build stops, never while rows are drawn."""
+        n = min(self.max_attempts, REJECTIONS_SHOWN)
+        mine = self.row_rejections(i, start, n)
+        seen = ", ".join(f"{k}: {v:,}" for k, v in sorted(mine.items())) or "none counted"
+        culprits = [REJECTION_OPTION[k] for k, _ in mine.most_common() if k in REJECTION_OPTION]
         loosen = ", ".join(dict.fromkeys(culprits)) or "the options"
         return Unsatisfiable(
             f"{self.ctx.where or f'split {self.ctx.split!r}'}: row {i}{self.row_context(i)}: no candidate met the "
-            f"constraints in {self.max_attempts:,} attempts (max_attempts; rejections so far: {seen}); "
-            f"loosen {loosen}, or ask for fewer rows")
+            f"constraints in {self.max_attempts:,} attempts (max_attempts); rejections among its first "
+            f"{n:,} candidates: {seen}; loosen {loosen}, or ask for fewer rows")
+
+    def row_rejections(self, i: int, start: int, n: int) -> Counter[str]:
+        """What rejected candidates ``start .. start + n - 1`` of row ``i`` (drawn again, counted apart)."""
+        saved, self.rejections = self.rejections, Counter()
+        try:
+            for j in range(start, start + n):
+                self.candidate(i, j)
+        except GeneratorError:  # a candidate past a size bound: what was counted until then
+            pass
+        finally:
+            mine, self.rejections = self.rejections, saved
+        return mine
 
     def row_context(self, i: int) -> str:
         """What an error about row ``i`` adds after the row (a depth, a condition), e.g. ``", depth 40"``."""
@@ -387,10 +404,12 @@ def effect_ok(gen: Generator, item: Item | None) -> Item | None:
     return item
 
 
+# Candidates of a row whose rejections an Unsatisfiable message counts (drawn again when it is raised).
+REJECTIONS_SHOWN = 100
 # The option a rejection reason answers to, named when a row's search gives up (Unsatisfiable).
 REJECTION_OPTION = {
     "output_too_long": "max_output_chars", "no_x": "require_x", "no_operator_call": "require_call",
-    "no_effect": "require_effect",
+    "no_effect": "require_effect", "split": "the recipe's split: (what it holds out)",
 }  # input_side counts redraws of an input within a candidate (about half of all draws): no culprit
 
 

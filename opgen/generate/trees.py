@@ -235,7 +235,7 @@ class Trees(Generator):
         for j, found in self._candidates(i, start, stop):
             if found is not None:
                 return j, found
-        raise self.no_candidate(i)
+        raise self.no_candidate(i, start)
 
     def _candidates(self, i: int, start: int, stop: int):
         """``(j, candidate j of row i or None)`` for j in [start, stop); a rejected shape yields nothing."""
