@@ -158,15 +158,17 @@ class Generator:
         """The error of row ``i`` whose search from candidate ``start`` ended. Its rejections are
         counted again over its first candidates (``self.rejections`` holds every row's): the cost is
         paid once, when the build stops, never while rows are drawn."""
-        n = min(self.max_attempts, REJECTIONS_SHOWN)
+        tried = self.max_attempts if self.REDRAWABLE else 1  # a planned row has one candidate
+        n = min(tried, REJECTIONS_SHOWN)
         mine = self.row_rejections(i, start, n)
         seen = ", ".join(f"{k}: {v:,}" for k, v in sorted(mine.items())) or "none counted"
         culprits = [REJECTION_OPTION[k] for k, _ in mine.most_common() if k in REJECTION_OPTION]
         loosen = ", ".join(dict.fromkeys(culprits)) or "the options"
         return Unsatisfiable(
             f"{self.ctx.where or f'split {self.ctx.split!r}'}: row {i}{self.row_context(i)}: no candidate met the "
-            f"constraints in {self.max_attempts:,} attempts (max_attempts); rejections among its first "
-            f"{n:,} candidates: {seen}; loosen {loosen}, or ask for fewer rows")
+            f"constraints in {tried:,} attempt{'' if tried == 1 else 's'} "
+            f"({'max_attempts' if self.REDRAWABLE else 'a planned row has one candidate'}); rejections among its "
+            f"first {n:,} candidate{'' if n == 1 else 's'}: {seen}; loosen {loosen}, or ask for fewer rows")
 
     def row_rejections(self, i: int, start: int, n: int) -> Counter[str]:
         """What rejected candidates ``start .. start + n - 1`` of row ``i`` (drawn again, counted apart)."""
