@@ -8,7 +8,7 @@
 
 On an mcd split a training split whose generator draws rows (``rl_pool``, ``trees``, ``chains``, ...)
 draws again around the search's held-out compounds H (docs/splits.md, "Training cells on a split";
-``Rule.wrap`` in opgen/splits/kinds.py, counted under ``rejections.split``). No bundled recipe has
+``Rule.wrap`` in opgen/splits/kinds/, counted under ``rejections.split``). No bundled recipe has
 such a split (``split-mcd`` takes both sides from the search, ``sft-eco-mcd``'s cell takes its
 compositions from the search's train side), so the scenarios pair the bundled recipes' mcd splits
 with the bundled drawing cells a user would put on them:

@@ -28,8 +28,9 @@ from . import options
               help="A compound adds its largest weight in a row (DBCA's w(G, u)), or every occurrence's.")
 @click.option("--baseline-seeds", type=click.IntRange(0, 100), default=5, show_default=True,
               help="Random splits of the same rows pooled, at the same sizes, to compare with (0: none).")
+@options.progress()
 def split_stats(train: Path, eval_: Path, as_json: bool, max_size: int, leaves: bool, inputs: bool, params: bool,
-                depths: bool, atoms_per: str, compounds_per: str, baseline_seeds: int) -> None:
+                depths: bool, atoms_per: str, compounds_per: str, baseline_seeds: int, progress: bool | None) -> None:
     """Atom divergence D_A = 1 - C_0.5 and compound divergence D_C = 1 - C_0.1 (Chernoff coefficients of
     the normalized histograms, DBCA) of TRAIN against EVAL, beside random splits of the same rows, and
     the held-out compounds (in eval, in no training row) with their share of eval rows. TRAIN and

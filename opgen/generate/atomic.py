@@ -12,6 +12,7 @@ from opgen.generate import (
     OP_SET,
     REQUIRE_EFFECT,
     Generator,
+    check_cap,
     check_range,
     effect_ok,
     register_generator,
@@ -48,6 +49,7 @@ class Atomic(Generator):
         self.total = o["per_op"] * len(self.members) if o["per_op"] is not None else o["rows"]
         self.in_lo, self.in_hi = check_range(self, "input_len")
         self.lit_lo, self.lit_hi = check_range(self, "literal_len")
+        check_cap(self)
         lo, hi, alphabet = self.in_lo, self.in_hi, o["alphabet"]
         self._input = self.side_input(lambda rng: text(rng, lo, hi, alphabet))
 

@@ -18,7 +18,11 @@ SHOWN = 20  # held-out compounds listed in text (all of them in --json)
 def split_stats(train: Sequence[Path], evals: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT,
                 baseline_seeds: int = T.BASELINE_SEEDS) -> dict[str, Any]:
     """D_A, D_C and the held-out compounds of TRAIN against EVAL (files or folders), beside random
-    splits of the same rows pooled, at the same sizes (``baseline_seeds`` of them; 0: none)."""
+    splits of the same rows pooled, at the same sizes (``baseline_seeds`` of them; 0: none). Every
+    file of both is found and opened before any row is read: an unusable EVAL is named before
+    TRAIN's rows are parsed."""
+    for f in R.parquet_files([*train, *evals]):
+        R.rows_file(f)
     tu, eu = R.units_of(train, spec), R.units_of(evals, spec)
     out = D.compare(tu, eu, spec)
     out = {"train": [str(p) for p in train], "eval": [str(p) for p in evals], **out}
