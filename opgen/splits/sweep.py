@@ -109,6 +109,8 @@ def run(recipe: R.Recipe, out: Path, *, per_level: int = DEFAULT_PER_LEVEL, boun
     """Build the sweep into ``out`` (module docstring); returns the report also written there."""
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
+    say(f"drawing the pool of {recipe.split.config['pool']['rows']:,} rows, its random splits and the highest D_C "
+        "the exchange search reaches...")
     swept = plan(recipe, bound, step, levels)
     say(f"pool of {recipe.split.config['pool']['rows']:,} rows: random splits D_C "
         f"{swept.random['compound_divergence']['mean']:.4f}, the exchange search reaches {swept.maximum:.4f}; "
