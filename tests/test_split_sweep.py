@@ -99,3 +99,18 @@ def test_a_sweep_refuses_a_recipe_without_an_mcd_split_before_any_work(tmp_path:
     assert not (tmp_path / "s").exists()
     r = opgen("split-sweep", "split-mcd", "--out", str(tmp_path / "s"), "--levels", "0.5,x")
     assert r.returncode == 2 and "--levels" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_each_split_of_a_sweep_is_the_recipe_at_a_level_with_the_seed_it_was_given():
+    from opgen import recipe as R
+    from opgen.splits import sweep
+
+    recipe = R.load("split-mcd", 7)
+    data = sweep.variant(recipe, "0.30", 2, 0.02)
+    assert data["seed"] == 7 and data["name"] == "split-mcd-0.30-2"
+    assert data["split"] | {} == {**data["split"], "search": "exchange", "replicate": 2, "max_atom_divergence": 0.02,
+                                  "target_compound_divergence": 0.3}
+    random = sweep.variant(recipe, sweep.RANDOM, 0, 0.02)["split"]
+    assert random["rounds"] == 0 and "target_compound_divergence" not in random
+    resolved = R.resolve(data, "x.yaml").split.config  # a recipe opgen builds as it is
+    assert resolved["target_compound_divergence"] == 0.3 and resolved["replicate"] == 2

@@ -78,6 +78,7 @@ def variant(recipe: R.Recipe, level: str | None, replicate: int, bound: float) -
     elif level is not None:
         split["target_compound_divergence"] = float(level)
     data["split"] = split
+    data["seed"] = recipe.seed  # the seed the sweep was given (--seed), written into each split's recipe
     data["name"] = f"{recipe.name}-{level or 'max'}-{replicate}"
     data.pop("library", None)  # the sweep's recipes are resolved over the library the original resolved
     return data
