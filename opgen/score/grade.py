@@ -252,6 +252,9 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
     correct = [r.ok and r.value == t.output for r, t in zip(main, truth.tasks)]
     result["tasks"] = [{"entry": t.entry, "status": r.status, "correct": c, "detail": r.detail}
                        for t, r, c in zip(truth.tasks, main, correct)]
+    if settings.returned:  # execution feedback (opgen.episode): what each program returned
+        for entry, r in zip(result["tasks"], main):
+            entry["returned"] = r.value if r.ok else None
     if proved is not None and tree is not None:
         # The proved tree's library definitions are known not to rebind anything: only the rest
         # of the tree is walked (no scan of the text).

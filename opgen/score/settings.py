@@ -43,7 +43,9 @@ class GradeSettings:
     runs programs on their own, ``native`` binds first what the native benchmark's module had
     imported; ``static``: programs of library code only are evaluated without running them
     (False: every program runs in the sandbox; the same grades); ``diagnose``: the recall
-    diagnostics (False: none are computed)."""
+    diagnostics (False: none are computed); ``returned``: each task's entry carries ``returned``,
+    what the program returned (None when it raised or did not run), for execution feedback
+    (opgen.episode; False: no entry has it, as before)."""
 
     policy: str = "output"
     group: str = "fraction"
@@ -51,6 +53,7 @@ class GradeSettings:
     namespace: str = "strict"
     static: bool = True
     diagnose: bool = True
+    returned: bool = False
     # The operator library (docs/scoring.md, "Your own operator library"): None for the study's,
     # else an opgen.ops.OperatorLibrary (a spec string is loaded with opgen.library.load). The
     # study's library given explicitly is stored as None: its wire form and grades are unchanged.
