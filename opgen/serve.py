@@ -272,7 +272,7 @@ class Service:
         seed, offset = _whole("seed", body.get("seed", 0)), _whole("offset", body.get("offset", 0))
         if offset + n > self.limits.max_offset:
             raise HTTPError(413, f"offset + n: {offset + n}, more than the limit of {self.limits.max_offset}")
-        options = body.get("options") or {}
+        options = {} if body.get("options") is None else body["options"]
         if not isinstance(options, dict):
             raise HTTPError(422, "options: an object of the split generator's options")
         rows = self.rows(recipe, split, seed, options, offset + n)
@@ -413,7 +413,7 @@ class Service:
         index = _whole("index", body.get("index", 0))
         if index + 1 > self.limits.max_offset:
             raise HTTPError(413, f"index: {index}, beyond the limit of {self.limits.max_offset - 1}")
-        options = body.get("options") or {}
+        options = {} if body.get("options") is None else body["options"]
         if not isinstance(options, dict):
             raise HTTPError(422, "options: an object of the split generator's options")
         split = body.get("split", "train" if recipe == "rl-r1" else None)
