@@ -244,12 +244,13 @@ def from_config(config: Any, **kw: Any) -> Curriculum:
     raw = config.get("settings") or {}
     if not isinstance(raw, Mapping):
         raise CurriculumError("curriculum settings: a mapping")
+    settings = settings_of(raw)
     specs = config.get("buckets")
     if not isinstance(specs, Mapping) or not specs:
         raise CurriculumError("curriculum config: buckets must be a non-empty mapping of name -> "
                               "{recipe, split, ladder or axes}")
     buckets = [bucket_of(str(name), spec) for name, spec in specs.items()]
-    return Curriculum(buckets, settings_of(raw), **kw)
+    return Curriculum(buckets, settings, **kw)
 
 
 # ---------------------------------------------------------------- the controller
