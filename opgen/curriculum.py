@@ -163,7 +163,7 @@ def settings_of(raw: Mapping[str, Any]) -> Settings:
         if key in _REMOVED:
             instead = _REMOVED[key]
             hint = f"use {instead} (RLVE's rule)" if instead else "rows never repeat, so none is dropped"
-            raise CurriculumError(f"curriculum settings.{key}: removed in opgen 0.5; {hint}")
+            raise CurriculumError(f"curriculum settings.{key}: removed (RLVE windows replaced the band rule); {hint}")
         if key not in known:
             raise CurriculumError(f"curriculum settings: unknown key {key!r} (known: {', '.join(sorted(known))})")
     try:

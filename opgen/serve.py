@@ -267,7 +267,8 @@ class Service:
     def tasks(self, body: Mapping) -> bytes:
         fields(body, ("recipe", "split", "n", "seed", "offset", "options"))
         recipe, split = body.get("recipe"), body.get("split")
-        served_recipe(recipe)
+        served_recipe(recipe)  # a name or an object, or 422
+        assert isinstance(recipe, (str, dict))
         n = count_n(body.get("n", 16), self.limits.max_tasks)
         seed, offset = _whole("seed", body.get("seed", 0)), _whole("offset", body.get("offset", 0))
         if offset + n > self.limits.max_offset:
@@ -410,6 +411,8 @@ class Service:
                 raise HTTPError(422, "row: an object with prompt, reward_model.ground_truth and extra_info")
             return row
         recipe = body.get("recipe", "rl-r1")
+        if not isinstance(recipe, (str, dict)):
+            raise HTTPError(422, "recipe: a bundled recipe's name or a recipe object is required")
         index = _whole("index", body.get("index", 0))
         if index + 1 > self.limits.max_offset:
             raise HTTPError(413, f"index: {index}, beyond the limit of {self.limits.max_offset - 1}")

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from opgen.errors import OpgenError
 
@@ -90,18 +90,18 @@ class Builder:
         head = reader.line(deadline, lambda: self._closed)
         if head is None:
             self._expired()
-        header = json.loads(head)  # type: ignore[arg-type]
+        header = json.loads(head)
         if not header.get("ok"):
             raise BuildRefused(int(header.get("status", 422)), str(header.get("error")))
-        out = []
+        out: list[bytes] = []
         for _ in range(int(header["rows"])):
             line = reader.line(deadline, lambda: self._closed)
             if line is None:
                 self._expired()
-            out.append(line)  # type: ignore[arg-type]
+            out.append(line)
         return out
 
-    def _expired(self) -> None:
+    def _expired(self) -> NoReturn:
         self._kill()
         if self._closed:
             raise BuildRefused(503, "the server is stopping")
