@@ -67,6 +67,7 @@ def test_feedback_never_holds_an_expected_output_unless_configured(rows):
 def test_feedback_modes_say_what_happened(rows):
     row = rows[1]
     grade = opgen.score_answer(row, RAISES)
+    assert all("returned" not in t for t in grade["tasks"])  # single-turn grades are as they were
     gt = row["reward_model"]["ground_truth"]
     assert "ValueError: boom" in feedback_text({**grade, "tasks": [{**t, "returned": None} for t in grade["tasks"]]},
                                                gt, EpisodeSettings(feedback="exception"))

@@ -80,9 +80,10 @@ class GradeSettings:
 
     def to_wire(self) -> dict:
         """The record as a dict of plain values (str and bool; the library as the plain dict of
-        :func:`opgen.score.libs.to_wire`, present only for a user library: the study's wire form is
-        the options alone), what a grading process receives."""
-        wire: dict = {name: getattr(self, name) for name in self.names() if name != "library"}
+        :func:`opgen.score.libs.to_wire`, present only for a user library, and ``returned`` only when
+        set: the default wire form is the options it always was), what a grading process receives."""
+        wire: dict = {name: getattr(self, name) for name in self.names()
+                      if name != "library" and (name != "returned" or self.returned)}
         if self.library is not None:
             from opgen.score import libs
 
