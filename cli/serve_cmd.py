@@ -65,9 +65,6 @@ def serve(host: str, port: int, token: str | None, max_batch: int, max_body_mb: 
             from None
     from opgen.serve import Limits, is_loopback, run, run_ray
 
-    if not is_loopback(host) and not token:
-        raise click.BadParameter(f"{host} is not a loopback address: give a bearer token (--token or "
-                                 "OPGEN_SERVE_TOKEN), which every request must then carry", param_hint="--host")
     limits = Limits(max_body_bytes=max_body_mb << 20, max_batch=max_batch, max_response_chars=max_response_chars,
                     max_tasks=max_tasks, task_timeout_s=tasks_timeout, task_cache_bytes=task_cache_mb << 20,
                     header_timeout_s=header_timeout, body_timeout_s=body_timeout,
@@ -86,6 +83,9 @@ def serve(host: str, port: int, token: str | None, max_batch: int, max_body_mb: 
         return
     if replicas != 1:
         raise click.UsageError("--replicas is for --ray")
+    if not is_loopback(host) and not token:
+        raise click.BadParameter(f"{host} is not a loopback address: give a bearer token (--token or "
+                                 "OPGEN_SERVE_TOKEN), which every request must then carry", param_hint="--host")
     curriculum, save = None, None
     if curriculum_file is not None:
         if curriculum_state is None and curriculum_log is not None:
