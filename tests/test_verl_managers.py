@@ -1,10 +1,10 @@
 """opgen's reward entry points under verl's own reward managers, driven with a small DataProto.
 
-Every manager here is verl's unchanged class: the reward loop's ``naive`` manager (verl 0.9.1,
-through ``RewardLoopWorker`` as the trainer builds it), and the legacy ``batch`` and ``prime``
-managers and ``main_eval``'s per-row scorer, whose files in verl 0.9.1 are byte-identical to
-verl 0.7.0's (docs/verl.md, "Reward managers"). Marked ``verl``: they run in scripts/setup-verl.sh's
-venv and skip elsewhere (fail with OPGEN_REQUIRE_HEAVY=1).
+Every manager here is verl's unchanged class: the reward loop's ``naive``, ``dapo``, ``gdpo`` and
+``rate_limited`` managers (verl 0.9.1, through ``RewardLoopWorker`` as the trainer builds it), and
+the legacy ``batch`` and ``prime`` managers and ``main_eval``'s per-row scorer, whose files in
+verl 0.9.1 are byte-identical to verl 0.7.0's (docs/verl.md, "Reward managers"). Marked ``verl``:
+they run in scripts/setup-verl.sh's venv and skip elsewhere (fail with OPGEN_REQUIRE_HEAVY=1).
 """
 
 from __future__ import annotations
@@ -180,3 +180,17 @@ def test_keys_stack_through_verls_reward_loop_output(rows, tok, tok_dir):
     for key in infos[0]:
         column = np.array([info[key] for info in infos])
         assert column.dtype.kind == ("U" if key == "error" else "f"), (key, column.dtype)
+
+
+@pytest.mark.parametrize("manager", ["naive", "dapo", "gdpo", "rate_limited"])
+def test_every_reward_loop_manager_scores_gold_1_and_wrong_0(rows, tok, tok_dir, manager):
+    # verl 0.9.1's reward loop registers five managers; each calls compute_score with keywords (awaited
+    # when it is a coroutine) and reads result["score"]. `remote` is the same call on Ray actors.
+    import opgen.reward
+
+    worker = _reward_worker(tok_dir, [f"reward.reward_manager.name={manager}"])
+    assert type(worker.reward_manager).__module__.endswith(manager if manager != "rate_limited" else "limited")
+    gold, wrong = _gold_wrong(rows)
+    outputs = _loop_scores(worker, rows + rows, gold + wrong, tok)
+    assert [o["reward_score"] for o in outputs] == _expected(rows)
+    assert {tuple(o["reward_extra_info"]) for o in outputs} == {opgen.reward.KEYS}
