@@ -90,16 +90,22 @@ def _vf(tool: str) -> Path:
 
 
 @pytest.mark.trl
-def test_vf_eval_resolves_the_documented_command_line(tmp_path):
+def test_vf_eval_resolves_the_documented_command_lines(tmp_path):
     exe = _vf("vf-eval")
-    (cmd,) = commands("vf-eval")
-    got = subprocess.run([str(exe), *cmd[1:], "--dry-run", "--output-dir", str(tmp_path)], capture_output=True,
-                         text=True, timeout=300, cwd=tmp_path)
-    assert got.returncode == 0, got.stdout + got.stderr
-    (config,) = tmp_path.glob("*/configs/resolved/eval.json")
-    resolved = json.loads(config.read_text())
-    assert resolved["env"]["taskset"]["id"] == "opgen-verifiers" and resolved["push"] is False
-    assert resolved["env"]["agent"]["runtime"]["type"] == "subprocess"
+    lines = commands("vf-eval")
+    assert len(lines) == 2  # the single-turn taskset, and the multi-turn environment over it
+    envs = []
+    for k, cmd in enumerate(lines):
+        out = tmp_path / str(k)
+        got = subprocess.run([str(exe), *cmd[1:], "--dry-run", "--output-dir", str(out)], capture_output=True,
+                             text=True, timeout=300, cwd=tmp_path)
+        assert got.returncode == 0, got.stdout + got.stderr
+        (config,) = out.glob("*/configs/resolved/eval.json")
+        resolved = json.loads(config.read_text())
+        assert resolved["env"]["taskset"]["id"] == "opgen-verifiers" and resolved["push"] is False
+        assert resolved["env"]["agent"]["runtime"]["type"] == "subprocess"
+        envs.append(resolved["env"]["id"])
+    assert envs == ["", "opgen-episodes"]
     old = subprocess.run([str(exe), "opgen-verifiers", "--taskset.recipe", "rl-r1", "--no-push", "--dry-run",
                           "--output-dir", str(tmp_path / "old")], capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
