@@ -194,3 +194,39 @@ def test_every_reward_loop_manager_scores_gold_1_and_wrong_0(rows, tok, tok_dir,
     outputs = _loop_scores(worker, rows + rows, gold + wrong, tok)
     assert [o["reward_score"] for o in outputs] == _expected(rows)
     assert {tuple(o["reward_extra_info"]) for o in outputs} == {opgen.reward.KEYS}
+
+
+def test_verls_agent_loop_plays_an_opgen_episode(rows, tok, tok_dir):
+    # verl 0.9.1's multi-turn rollouts are agent loops: opgen's (opgen.integrations.verl_agent) is built
+    # as verl builds one, its model a scripted server manager: wrong at turn 1, the gold answer at turn 2.
+    import asyncio
+
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry
+    from verl.workers.rollout.replica import TokenOutput
+
+    from opgen.integrations.verl_agent import OpgenEpisodeAgentLoop
+
+    assert _agent_loop_registry["opgen_episode"]["_target_"].endswith("verl_agent.OpgenEpisodeAgentLoop")
+    row = rows[0]
+    gold, wrong = _gold_wrong([row])
+    said: list[list[int]] = []
+
+    class Model:  # the server manager's generate, as the agent loop calls it
+        async def generate(self, request_id, prompt_ids, sampling_params, **kw):
+            said.append(list(prompt_ids))
+            text = wrong[0] if len(said) == 1 else gold[0]
+            return TokenOutput(token_ids=tok.encode(text, add_special_tokens=False) + [tok.eos_token_id])
+
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4096, "response_length": 8192}}})
+    events = asyncio.new_event_loop()  # the agent loop runs its tokenizer work on the loop current when made
+    asyncio.set_event_loop(events)
+    loop = OpgenEpisodeAgentLoop(DictConfigWrap(config), Model(), tok, None, None, DictConfigWrap(OmegaConf.create({})))
+    out = events.run_until_complete(loop.run({}, raw_prompt=row["prompt"], reward_model=row["reward_model"],
+                                             extra_info={**row["extra_info"], "episode": {"max_turns": 3}}))
+    assert out.reward_score == 0.5 and out.extra_fields["turn_scores"] == [0.0, 1.0]
+    assert len(said) == 2 and said[1][:len(said[0])] == said[0]  # turn 2 continues turn 1's context
+    text = tok.decode(out.response_ids)
+    assert "not the expected output" in text or "did not return" in text or "failed" in text  # the feedback
+    model_tokens = sum(out.response_mask)
+    assert 0 < model_tokens < len(out.response_mask)  # the feedback turn is context, not trained on
