@@ -230,3 +230,42 @@ def test_verls_agent_loop_plays_an_opgen_episode(rows, tok, tok_dir):
     assert "not the expected output" in text or "did not return" in text or "failed" in text  # the feedback
     model_tokens = sum(out.response_mask)
     assert 0 < model_tokens < len(out.response_mask)  # the feedback turn is context, not trained on
+
+
+def _verl_doc() -> str:
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parent.parent / "docs" / "verl.md").read_text()
+
+
+def _doc_commands(module: str) -> list[list[str]]:
+    """The overrides of every ``python -m verl.trainer.<module>`` line in docs/verl.md (``...`` dropped)."""
+    import re
+    import shlex
+
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", _verl_doc(), flags=re.S):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            if line.strip().startswith(f"python -m verl.trainer.{module}"):
+                found.append([a for a in shlex.split(line)[3:] if a != "..."])
+    return found
+
+
+def test_the_docs_verl_command_lines_compose_with_verls_own_config(heavy):
+    # docs/verl.md's command lines, composed by Hydra against verl's own config (a renamed key fails)
+    import re
+
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    (agent,) = _doc_commands("main_ppo")
+    config = _compose(_verl_config_dir(), "ppo_trainer", agent)
+    assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "opgen_episode"
+    loops = OmegaConf.create(re.search(r"```yaml\n# agent_loops.yaml\n(.*?)```", _verl_doc(), flags=re.S).group(1))
+    assert [x["name"] for x in loops] == ["opgen_episode"]
+    assert get_class(loops[0]["_target_"]).__name__ == "OpgenEpisodeAgentLoop"
+    (evaluation,) = _doc_commands("main_eval")
+    config = _compose(_verl_config_dir(), "evaluation", evaluation)
+    assert config.reward.custom_reward_function.name == "compute_score_float"
+    with pytest.raises(Exception, match="agent_loop_confg"):  # the check can fail
+        _compose(_verl_config_dir(), "ppo_trainer", ["actor_rollout_ref.rollout.agent.agent_loop_confg=x"])
