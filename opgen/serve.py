@@ -743,6 +743,7 @@ def build_app(limits: Limits | None = None, allow_weak_sandbox: bool | None = No
 
     shared(allow_weak_sandbox=allow_weak_sandbox)
     service = Service(limits, allow_weak_sandbox, token=token, curriculum=curriculum, save=save)
+    service.builder.start()
     return create_app(service)
 
 

@@ -70,6 +70,11 @@ class Builder:
             with self._count:
                 self._waiting -= 1
 
+    def start(self) -> None:
+        """Start the worker now (a server does at start: the first build then waits for no interpreter)."""
+        with self._lock:
+            self._worker()
+
     def _worker(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
             self._proc = subprocess.Popen([sys.executable, "-m", "opgen.taskbuild"], stdin=subprocess.PIPE,
@@ -172,6 +177,8 @@ def _serve() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything else written to stdout goes to stderr, never into the rows
+    import opgen.api
+    import opgen.build  # noqa: F401
     for raw in sys.stdin.buffer:
         try:
             header, rows = _answer(json.loads(raw))
