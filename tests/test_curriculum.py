@@ -192,7 +192,7 @@ def test_real_rows_follow_the_window_and_the_dataset_iterates():
 
 
 def _serve(args: list[str]):
-    from test_serve_hardening import _start
+    from test_serve import start_server as _start
 
     return _start(args)
 

@@ -112,7 +112,7 @@ def test_bad_settings_and_rows_name_the_field():
 
 @pytest.fixture(scope="module")
 def server():
-    from test_serve_hardening import _start
+    from test_serve import start_server as _start
 
     proc, url = _start(["--max-tasks", "32"])
     yield url

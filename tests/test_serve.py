@@ -7,6 +7,7 @@ rows of `opgen build`; every bad request a 4xx with a message, and nothing over 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -45,6 +46,29 @@ def get(url: str):
         return r.status, r.read().decode()
 
 
+def start_server(args: list[str], env: dict | None = None):
+    """``opgen serve ARGS`` on a free 127.0.0.1 port, once it answers: (process, base URL)."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "opgen", "serve", "--port", str(port), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5):
+                break
+        except urllib.error.HTTPError:
+            break  # answering (401 with a token)
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                raise RuntimeError("opgen serve did not start: " + (proc.stdout.read() if proc.stdout else "")) \
+                    from None
+            time.sleep(0.3)
+    return proc, url
+
+
 @pytest.fixture(scope="module")
 def curriculum_log(tmp_path_factory):
     return tmp_path_factory.mktemp("cur") / "state.jsonl"
@@ -54,28 +78,14 @@ def curriculum_log(tmp_path_factory):
 def server(curriculum_log):
     import yaml
 
-    port = _free_port()
     config = curriculum_log.parent / "curriculum.yaml"
     config.write_text(yaml.safe_dump({
         "settings": {"tau_num": 2, "tau_acc": 0.9, "width": 1},
         "buckets": {"trees": {"recipe": RECIPE, "split": "train",
                               "ladder": [{"depths": [1], "per_depth": 6}, {"depths": [3], "per_depth": 6}]}}}))
-    proc = subprocess.Popen([sys.executable, "-m", "opgen", "serve", "--port", str(port), "--max-batch", "64",
-                             "--max-body-mb", "1", "--max-response-chars", "20000", "--max-tasks", "32",
-                             "--curriculum", str(config), "--curriculum-log", str(curriculum_log)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while True:
-        try:
-            get(url + "/health")
-            break
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                raise RuntimeError("opgen serve did not start: " + (proc.stdout.read() if proc.stdout else "")) \
-                    from None
-            time.sleep(0.3)
+    proc, url = start_server(["--max-batch", "64", "--max-body-mb", "1", "--max-response-chars", "20000",
+                              "--max-tasks", "32", "--curriculum", str(config), "--curriculum-log",
+                              str(curriculum_log)])
     yield url
     proc.terminate()
     proc.wait(timeout=30)

@@ -17,8 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -26,13 +24,8 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 from integration_fixtures import RECIPE
+from test_serve import start_server as _start
 from user_libraries import SIX
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(url: str, body=None, *, method: str = "POST", headers: dict | None = None, timeout: float = 60.0,
@@ -53,28 +46,6 @@ def request(url: str, body=None, *, method: str = "POST", headers: dict | None =
         return reply.status, json.loads(raw or b"{}")
     except ValueError:
         return reply.status, raw.decode(errors="replace")
-
-
-def _start(args: list[str], env: dict | None = None):
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "opgen", "serve", "--port", str(port), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=5):
-                break
-        except urllib.error.HTTPError:
-            break  # answering (401 with a token)
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                raise RuntimeError("opgen serve did not start: " + (proc.stdout.read() if proc.stdout else "")) \
-                    from None
-            time.sleep(0.3)
-    return proc, url
 
 
 @pytest.fixture(scope="module")
