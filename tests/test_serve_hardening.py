@@ -126,14 +126,21 @@ def test_a_trickling_client_is_cut_off(server):
         assert cut and time.monotonic() - t0 < 8
 
 
-def test_options_no_draw_can_satisfy_get_a_4xx_while_the_server_keeps_answering(server):
+SLOW = {"recipe": RECIPE, "split": "train", "n": 1, "seed": 5, "offset": 60_000,
+        "options": {"depths": [3], "per_depth": 65_536}}  # 60,001 rows to build: far over a 4 s deadline
+
+
+def test_options_no_draw_can_satisfy_get_a_4xx_at_once(server):
+    t0 = time.monotonic()
+    status, reply = request(server + "/tasks", {"recipe": RECIPE, "split": "train", "n": 1, "seed": 5,
+                                                "options": {"depths": [40]}}, timeout=60)
+    assert 400 <= status < 500 and "split 'train'" in reply["error"], reply
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_build_over_its_deadline_gets_413_while_the_server_keeps_answering(server):
     got: dict = {}
-
-    def impossible():
-        got["reply"] = request(server + "/tasks", {"recipe": RECIPE, "split": "train", "n": 1, "seed": 5,
-                                                   "options": {"depths": [40]}}, timeout=60)
-
-    t = threading.Thread(target=impossible)
+    t = threading.Thread(target=lambda: got.setdefault("reply", request(server + "/tasks", SLOW, timeout=60)))
     t0 = time.monotonic()
     t.start()
     time.sleep(0.5)
@@ -141,11 +148,14 @@ def test_options_no_draw_can_satisfy_get_a_4xx_while_the_server_keeps_answering(
         assert request(server + "/health", method="GET", timeout=5)[0] == 200
     t.join(60)
     status, reply = got["reply"]
-    assert 400 <= status < 500 and "split 'train'" in reply["error"], reply
+    assert status == 413 and "did not finish within 4 s" in reply["error"], reply
     assert time.monotonic() - t0 < 30
-    # the build worker was replaced: the next build works
+    # the build worker was killed and replaced: the next build works
     status, reply = request(server + "/tasks", {"recipe": RECIPE, "split": "train", "n": 2, "seed": 5})
     assert status == 200 and len(reply["rows"]) == 2
+    killed = [x for x in request(server + "/metrics", method="GET")[1].splitlines()
+              if x.startswith("opgen_builds_killed_total ")]
+    assert killed and int(killed[0].split()[1]) >= 1
 
 
 @pytest.mark.parametrize(("body", "status", "message"), [
@@ -179,9 +189,7 @@ def test_wrongly_typed_task_fields_get_a_4xx_never_a_500(server, body):
 
 def test_sigterm_stops_the_server_while_a_build_runs():
     proc, url = _start(["--tasks-timeout", "120"])
-    t = threading.Thread(target=lambda: request(url + "/tasks", {"recipe": RECIPE, "split": "train", "n": 1,
-                                                                  "options": {"depths": [40]}}, timeout=60),
-                         daemon=True)
+    t = threading.Thread(target=lambda: request(url + "/tasks", SLOW, timeout=60), daemon=True)
     t.start()
     time.sleep(1.0)
     t0 = time.monotonic()
