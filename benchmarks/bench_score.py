@@ -206,7 +206,7 @@ def bench_alpha(mix: list[tuple[dict, str]], workers: int, repeat: int) -> dict[
     benchmark's own generated text, the tests' reference path (grade_many's grading processes run
     the installed code and cannot be switched)."""
     from opgen.score import static as S
-    from opgen.score.grade import grade_in_process
+    from opgen.score.judge import grade_in_process
 
     on = S._alpha
     out: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}

@@ -15,7 +15,7 @@ from bench_score import mixed_rows, typical_rows
 
 from opgen.score import batch as B
 from opgen.score import grade
-from opgen.score.grade import grade_in_process
+from opgen.score.judge import grade_in_process
 from opgen.score.sandbox import Sandbox
 from opgen.score.settings import GradeSettings
 

@@ -15,7 +15,7 @@ neighbours at most its own budget.
 A response the static path cannot prove comes back as the request its program needs (the sandbox
 units, compiled in the grading process, :func:`opgen.score.sandbox.compile_units`); this process sends
 it to the sandbox's workers as bytes and hands the results to a grading process, which finishes the
-grade (recall verdicts, structure) exactly as :func:`opgen.score.grade.grade_in_process` does with a real
+grade (recall verdicts, structure) exactly as :func:`opgen.score.judge.grade_in_process` does with a real
 sandbox (tests/test_batch.py compares them). Messages both ways are ``marshal`` payloads of plain
 values (no pickle: nothing a grading process sends can run code here).
 
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import opgen.score.grade  # noqa: F401 - read through sys.modules in grade_many
+from opgen.score import judge
 from opgen.score.sandbox import FairPool, Result, Sandbox, SandboxError, Unit, assemble, compile_units
 from opgen.score.settings import DEFAULT, GradeSettings
 
@@ -87,10 +87,8 @@ class Item:
 
     @classmethod
     def of_row(cls, ground_truth: dict | str, response: str, extra_info: Mapping | None) -> Item:
-        """The item of a response to a row with this ``extra_info`` (:func:`grade.row_fields`)."""
-        from opgen.score.grade import row_fields
-
-        return cls(ground_truth, response, *row_fields(extra_info))
+        """The item of a response to a row with this ``extra_info`` (:func:`judge.row_fields`)."""
+        return cls(ground_truth, response, *judge.row_fields(extra_info))
 
 
 def default_processes() -> int:
@@ -158,8 +156,6 @@ def _warm() -> None:
     from opgen import expr as E
     from opgen import formats as F
     from opgen import ops
-    from opgen.score.grade import grade_in_process
-
     limits = _Limits(2.0, 512, 100_000)
     for op in ops.OPERATORS:
         params = tuple(p.lo if p.kind == "int" else p.choices[0] if p.kind == "choice" else "ab" for p in op.params)
@@ -169,18 +165,16 @@ def _warm() -> None:
         gt = {"tasks": [{"entry": "main_solution", "expr": E.render(tree), "input": "abc", "output": "",
                          "ops": [op.id], "depth": 1}]}
         with contextlib.suppress(Exception):
-            grade_in_process(gt, answer, sandbox=limits)  # type: ignore[arg-type]
+            judge.grade_in_process(gt, answer, sandbox=limits)  # type: ignore[arg-type]
 
 
 def _grade_task(task: tuple, limits: tuple, settings: GradeSettings) -> tuple:
     """One response's outcome in a grading process: ``("grade", dict)``, ``("run", sent, keys)`` when
     its program must run, or ``("failed", text)`` when grading it raised (a scorer fault)."""
-    from opgen.score.grade import grade_in_process
-
     try:
         ground_truth, response, answer_format, assistant_prefix, structured, ran = task
         box = _Limits(limits[0], limits[1], limits[2], ran=ran)
-        return ("grade", grade_in_process(ground_truth, response, settings=settings,
+        return ("grade", judge.grade_in_process(ground_truth, response, settings=settings,
                                           sandbox=box,  # type: ignore[arg-type]
                                           answer_format=answer_format, assistant_prefix=assistant_prefix,
                                           format_structured=structured))
@@ -506,7 +500,7 @@ class _Batch:
 
     def __init__(self, items: Sequence[Item], sandbox: Sandbox | None, pool: _Pool, settings: GradeSettings,
                  answered: Callable[[int, dict], object] | None):
-        G = sys.modules["opgen.score.grade"]  # (``opgen.score.grade`` the attribute is the function)
+        G = judge
         self.G, self.items, self.sandbox, self.pool = G, items, sandbox, pool
         self.wire = settings.to_wire()  # what each message to a grading process carries
         self.answered, self.mode = answered, settings.mode
@@ -515,7 +509,7 @@ class _Batch:
         self.texts = [G.response_text(item.response) for item in items]
         # The ground truths are the caller's data, checked (and raised about) here, before any
         # grading; each is kept for a grade made here (too_large, timeout, killed) only where needed.
-        self.truths: dict[int, object] = {}
+        self.truths: dict[int, judge.Truth] = {}
         formats: dict[str, bool | None] = {}
         for i, item in enumerate(items):
             truth = G.load_truth(item.ground_truth)
@@ -537,7 +531,7 @@ class _Batch:
     def finish(self, i: int, g: dict) -> None:
         self.done[i] = g if self.answered is None else self.answered(i, g)
 
-    def truth(self, i: int) -> object:
+    def truth(self, i: int) -> judge.Truth:
         if i not in self.truths:
             self.truths[i] = self.G.load_truth(self.items[i].ground_truth)
         return self.truths[i]
@@ -674,11 +668,11 @@ def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "out
     takes; None: the study's); a row of another library grades 0 with ``library_mismatch``.
 
     Total: whatever the response's text, the result is a grade (``too_large`` over
-    :data:`opgen.score.grade.MAX_RESPONSE_CHARS`; ``timeout``/``killed`` when grading it overran its budget or crashed
+    :data:`opgen.score.judge.MAX_RESPONSE_CHARS`; ``timeout``/``killed`` when grading it overran its budget or crashed
     a grading process). The text is parsed, compiled and statically evaluated only in a grading
     process (below), never in this one. A bad setting or ground truth (the
     caller's, not the model's) raises ValueError/:class:`GroundTruthError`."""
-    G = sys.modules["opgen.score.grade"]
+    G = judge
     record = GradeSettings.resolve(settings, policy=policy, group=group, mode=mode, namespace=namespace,
                                    static=static, diagnose=diagnose, library=library)
     mode = record.mode

@@ -22,7 +22,7 @@ from typing import Any
 from opgen.errors import OpgenError
 from opgen.score import metrics as M
 from opgen.score.batch import Item, grade_many
-from opgen.score.grade import ERRORS, GroundTruthError, load_truth
+from opgen.score.judge import ERRORS, GroundTruthError, load_truth
 from opgen.score.sandbox import Sandbox
 from opgen.score.settings import DEFAULT, GradeSettings
 

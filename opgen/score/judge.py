@@ -217,8 +217,8 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
     # Programs of library code only get the sandbox's results without running (opgen/score/static.py),
     # and the program's tree from the same recognition.
     proved = None
-    if settings.static and units:  # (the study's call as it always was: tests wrap S.evaluate)
-        proved = S.evaluate(units, sandbox) if library is None else S.evaluate(units, sandbox, library)
+    if settings.static and units:
+        proved = S.evaluate(units, sandbox, library)
     if proved is not None:
         results = proved.results
         tree = proved.trees[-1] if answer.code is not None else None
