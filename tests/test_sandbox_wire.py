@@ -1,6 +1,6 @@
 """The wire format has one home (opgen/score/jail/wire.py, which the worker imports as a script's
-package and so cannot import opgen): what one end encodes, the other decodes, and both ends use one
-set of caps."""
+package and so cannot import opgen): what one end encodes, the other decodes, both ends use one set
+of caps, and the grading processes (opgen/score/batch.py) use the same framing."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from opgen.score import batch as B
 from opgen.score import sandbox as S
 from opgen.score.jail import steps, wire
 from opgen.score.jail.worker import Worker
@@ -35,8 +36,9 @@ def test_the_bytes_on_the_wire():
 
 
 def test_one_framing_for_every_message_in_score():
-    # sandbox.py keeps no copy of the layout or a reader of its own.
-    for module in (S,):
+    # The grading processes' messages are the same frames; neither batch.py nor sandbox.py keeps a
+    # copy of the layout or a reader of its own.
+    for module in (B, S):
         text = Path(module.__file__).read_text(encoding="utf-8")
         for copy in ("import struct", '">I"', '"<Q"', '">Q"', '">BII"', "def _read_exact", "600", '"hello"'):
             assert copy not in text, (module.__name__, copy)

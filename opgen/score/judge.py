@@ -126,6 +126,44 @@ def _empty(truth: Truth, mode: str) -> dict:
             "recall": D.RecallReport().counts()}
 
 
+# The grade's shape, key by key in order (the report writes grades in this order): every grade has
+# GRADE_KEYS (a forward grade, a failure: _empty's); a program grade adds missing, duplicated, extra.
+GRADE_KEYS = ("mode", "score", "acc", "format_ok", "error", "detail", "structure_ok", "n_tasks", "tasks_correct",
+              "tasks", "recalls", "recall")
+PROGRAM_KEYS = (*GRADE_KEYS, "missing", "duplicated", "extra")
+TASK_KEYS = ("entry", "status", "correct", "detail")
+RECALL_KEYS = ("op", "verdict", "chimera_of", "detail")
+COUNT_KEYS = tuple(D.RecallReport().counts())
+_SHAPES = (GRADE_KEYS, PROGRAM_KEYS)
+
+
+def grade_to_wire(g: dict) -> tuple | dict:
+    """A grade as a grading process sends it: ``(shape, values...)`` in key order, its tasks and
+    recalls as tuples of values, its recall counts as a tuple (about 40% of the dict's marshalled
+    bytes, and no key strings for the scorer to unmarshal); a grade of any other shape as the dict
+    itself. :func:`grade_from_wire` gives back an equal dict, key order included."""
+    keys = tuple(g)
+    if keys not in _SHAPES or tuple(g["recall"]) != COUNT_KEYS or \
+            any(tuple(t) != TASK_KEYS for t in g["tasks"]) or any(tuple(r) != RECALL_KEYS for r in g["recalls"]):
+        return g
+    values = [g[k] for k in keys]
+    values[9] = tuple(tuple(t.values()) for t in g["tasks"])
+    values[10] = tuple(tuple(r.values()) for r in g["recalls"])
+    values[11] = tuple(g["recall"].values())
+    return (_SHAPES.index(keys), *values)
+
+
+def grade_from_wire(wire: tuple | dict) -> dict:
+    """The grade dict of :func:`grade_to_wire`'s value (a dict is passed through)."""
+    if type(wire) is dict:
+        return wire
+    g = dict(zip(_SHAPES[wire[0]], wire[1:]))
+    g["tasks"] = [dict(zip(TASK_KEYS, t)) for t in g["tasks"]]
+    g["recalls"] = [dict(zip(RECALL_KEYS, r)) for r in g["recalls"]]
+    g["recall"] = dict(zip(COUNT_KEYS, g["recall"]))
+    return g
+
+
 def _grade_forward(truth: Truth, response: str, group: str) -> dict:
     result = _empty(truth, "forward")
     # A JSON value nested deeper than the parser's limit is an error class of its own, decided the
