@@ -25,13 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_score import typical_rows  # noqa: E402
+from bench_score import typical_rows, write_score_inputs  # noqa: E402
 
 ONE_ROUND = r'''
 import json, os, resource, sys, time
@@ -119,13 +116,7 @@ def main() -> None:
     results: dict[str, list[dict]] = {name: [] for name in trees}
     clis: dict[str, list[dict]] = {name: [] for name in trees}
     with tempfile.TemporaryDirectory() as tmp:
-        rows = typical_rows(args.n, seed=5)
-        data, responses = Path(tmp) / "d.parquet", Path(tmp) / "r.jsonl"
-        pq.write_table(pa.Table.from_pylist([{"data_source": "opgen/bench", "reward_model": {
-            "style": "rule", "ground_truth": json.dumps(gt)}, "extra_info": {
-                "answer_format": "ra", "split": "bench", "ops": gt["tasks"][0]["ops"],
-                "depth": gt["tasks"][0]["depth"]}} for gt, _ in rows]), data)
-        responses.write_text("".join(json.dumps({"index": i, "response": a}) + "\n" for i, (_, a) in enumerate(rows)))
+        data, responses = write_score_inputs(typical_rows(args.n, seed=5), Path(tmp))
         for round_ in range(args.rounds):
             order = list(trees.items()) if round_ % 2 == 0 else list(trees.items())[::-1]
             for name, tree in order:
