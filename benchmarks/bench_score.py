@@ -290,6 +290,7 @@ def worker_faults(rows: list[tuple[dict, str]], n: int = 300) -> float:
              for gt, a in rows[:50]]
     with Sandbox(workers=1) as box:
         serving = box._all[0].pid  # the serving worker's host pid (its hello says it)
+        assert serving > 1, "the serving worker's pid is not known here"
         for u in units:
             box.run_units([u])
         before = minflt(serving)

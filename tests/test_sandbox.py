@@ -210,7 +210,9 @@ def test_a_lost_worker_is_replaced_and_its_request_retried():
 
     with Sandbox(workers=1, timeout_s=1.0) as b:
         # The hello names the serving worker's pid on the host (inside its namespaces).
-        os.kill(b._all[0].pid, signal.SIGKILL)
+        pid = b._all[0].pid
+        assert pid > 1 and pid != os.getpid()
+        os.kill(pid, signal.SIGKILL)
         ran = b.run_request([("def f(x):\n    return x\n", [("f", ("abc",))], False)])
         assert (ran.results[0].value, ran.retries) == ("abc", 1)  # a dead worker is not the request's fault
         assert b.run([job("return x")])[0].value == "abc"

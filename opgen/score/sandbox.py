@@ -402,7 +402,7 @@ class _Worker:
             raise SandboxError(f"cannot start a sandbox worker ({argv[0]} {argv[3]}): {exc}") from None
         self.proc, self.wfd, self.rfd, self.reader = helper.proc, helper.wfd, helper.rfd, helper.reader
         self.isolation: dict = said.isolation
-        self.pid = said.pid  # the serving worker's, on the host (inside its namespaces)
+        self.pid = said.pid  # the serving worker's, on the host (inside its namespaces); -1 if unknown
 
     def send(self, data: bytes) -> None:
         wire.write_all(self.wfd, data)
@@ -609,8 +609,9 @@ class Sandbox:
         with self._lock:
             self._sent += 1
             serial = self._sent
-        fault("sandbox-sent", worker.pid)
-        fault(f"sandbox-sent-{serial}", worker.pid)
+        if worker.pid > 1:  # (-1: not known; never a group, init or every process)
+            fault("sandbox-sent", worker.pid)
+            fault(f"sandbox-sent-{serial}", worker.pid)
 
     def _checked(self, raw: object, n_calls: int) -> list[Result]:
         # The caps are the worker's job; checked once more here, on the trusted side, so that no

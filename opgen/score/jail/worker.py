@@ -367,7 +367,8 @@ def _warm_up() -> None:
 
 
 def _host_pid() -> int:
-    """This process's pid on the host (the scorer's namespace), read while /proc is there."""
+    """This process's pid on the host (the scorer's namespace), read while /proc is there; -1 when
+    it cannot be known (inside a PID namespace ``os.getpid()`` is 1, not a pid anyone may signal)."""
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
@@ -375,7 +376,7 @@ def _host_pid() -> int:
                     return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         pass
-    return os.getpid()
+    return os.getpid() if os.getpid() > 1 else -1
 
 
 def serve_stage(jail: Jail) -> None:
