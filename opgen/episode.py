@@ -94,7 +94,7 @@ def sandbox_grader(allow_weak_sandbox: bool | None = None) -> Grader:
     """Single-turn scoring's grade of one response (:func:`opgen.score.batch.grade`), with what each
     program returned."""
     from opgen.score.batch import grade
-    from opgen.score.grade import row_fields
+    from opgen.score.judge import row_fields
     from opgen.score.sandbox import shared
     from opgen.score.settings import GradeSettings
 

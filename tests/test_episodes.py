@@ -68,6 +68,10 @@ def test_feedback_modes_say_what_happened(rows):
     row = rows[1]
     grade = opgen.score_answer(row, RAISES)
     assert all("returned" not in t for t in grade["tasks"])  # single-turn grades are as they were
+    from opgen.score.judge import grade_from_wire, grade_to_wire
+
+    told = {**grade, "tasks": [{**t, "returned": "zz"} for t in grade["tasks"]]}
+    assert grade_from_wire(grade_to_wire(told)) == told  # a grading process sends what each program returned
     gt = row["reward_model"]["ground_truth"]
     assert "ValueError: boom" in feedback_text({**grade, "tasks": [{**t, "returned": None} for t in grade["tasks"]]},
                                                gt, EpisodeSettings(feedback="exception"))

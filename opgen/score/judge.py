@@ -142,7 +142,7 @@ def grade_to_wire(g: dict) -> tuple | dict:
     bytes: no key strings); a grade of another shape as the dict itself. :func:`grade_from_wire`
     gives back an equal dict, key order included (tests/test_batch.py ties the two)."""
     shape = _SHAPES.get(tuple(g))
-    if shape is None:
+    if shape is None or any(len(t) != 4 for t in g["tasks"]):  # tasks with ``returned`` (settings.returned)
         return g
     out = (shape, g["mode"], g["score"], g["acc"], g["format_ok"], g["error"], g["detail"], g["structure_ok"],
            g["n_tasks"], g["tasks_correct"],
