@@ -292,7 +292,7 @@ def score_answers(rows: Any, responses: Sequence[Any], *, mode: str = "auto",
     operator library the rows were built from (an ``OperatorLibrary`` or a spec; None: the study's);
     a row naming another one raises :class:`opgen.score.libs.LibraryMismatch` before any grading."""
     from opgen.score import libs
-    from opgen.score.grade import GroundTruthError, load_truth
+    from opgen.score.judge import GroundTruthError, load_truth
     from opgen.score.report import grade_records, settings_fields, summarize
     from opgen.score.sandbox import Sandbox
     from opgen.score.settings import GradeSettings
