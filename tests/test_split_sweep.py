@@ -67,9 +67,11 @@ def test_a_sweep_on_a_small_pool_rises_level_by_level_and_every_split_is_certifi
     assert r.returncode == 0, r.stderr
     report = json.loads((out / "sweep.json").read_text())
     levels = [lv["level"] for lv in report["levels"]]
-    assert levels[0] == "random" and len(levels) >= 3
+    assert levels[0] == "random" and levels[-1] == "max" and len(levels) >= 4
     means = [lv["compound_divergence"]["mean"] for lv in report["levels"]]
-    assert means == sorted(means) and len(set(means)) == len(means) and report["monotone"]
+    assert means[:-1] == sorted(means[:-1]) and len(set(means[:-1])) == len(means) - 1 and report["monotone"]
+    assert means[-1] >= means[-2] - 1e-6 and report["highest"]["compound_divergence"] == pytest.approx(
+        report["maximum_untargeted"], abs=0.02)
     assert all(lv["splits"] == 3 for lv in report["levels"])
     assert "highest D_C reached" in r.stdout and "CFQ" in r.stdout
     assert (out / "sweep.svg").read_text().startswith("<svg")
@@ -80,7 +82,7 @@ def test_a_sweep_on_a_small_pool_rises_level_by_level_and_every_split_is_certifi
         cert = man["split_certificates"][next(iter(man["split_certificates"]))]
         assert cert["check"]["ok"] and cert["atom_divergence"] <= 0.02 + 1e-9
         assert cert["compound_divergence"] == split["compound_divergence"] and cert["baseline"]["seeds"] >= 3
-        if split["level"] != "random":  # the target reached (a split stops at it, or where D_A binds)
+        if split["level"] not in ("random", "max"):  # the target reached (a split stops at it, or where D_A binds)
             assert cert["compound_divergence"] >= float(split["level"]) - 0.05
         # re-verified from the files: the divergences measured again, and no held-out compound in training
         again = json.loads(opgen("split-stats", str(build / "train.parquet"), str(build / "test.parquet"),

@@ -91,7 +91,7 @@ def search(units: Sequence[C.RowUnits] | T.Table, train_rows: int, eval_rows: in
     atoms = table.atom_weights()
     start_train, start_eval = perm[:train_rows], perm[train_rows:train_rows + eval_rows]
     r_da = T.divergence(atoms.hist(table.member(start_train)), atoms.hist(table.member(start_eval)), D.ATOM_ALPHA)
-    if r_da > max_atom_divergence:
+    if r_da > max_atom_divergence and method != "exchange":  # the exchange search first brings it within
         raise McdError(f"even a random split of this pool has atom divergence {r_da:.4f}, above "
                        f"max_atom_divergence {max_atom_divergence}; use a larger pool or a looser bound")
     accepted = 0
@@ -161,6 +161,8 @@ def _exchange(comps: T.Weights, atoms: T.Weights, perm: np.ndarray, train_rows: 
         return w.hist(side == 1), w.hist(side == 2)
 
     hc, ha = hists(comps), hists(atoms)
+    if T.divergence(*ha, D.ATOM_ALPHA) > bound:
+        hc, ha = _within_bound(comps, atoms, side, classes, rank, a_tot, bound, min(train_rows, eval_rows), hists)
     dc = T.divergence(*hc, D.COMPOUND_ALPHA)
     batch, weight, done = max(1, min(train_rows, eval_rows) // 20), 1.0, 0
     for done in range(1, rounds + 1):
@@ -199,6 +201,60 @@ def _exchange(comps: T.Weights, atoms: T.Weights, perm: np.ndarray, train_rows: 
         batch = max(1, batch // 2)
     train, ev = np.flatnonzero(side == 1), np.flatnonzero(side == 2)
     return train[np.argsort(rank[train])], ev[np.argsort(rank[ev])], done
+
+
+def _within_bound(comps: T.Weights, atoms: T.Weights, side: np.ndarray, classes: np.ndarray, rank: np.ndarray,
+                  a_tot: np.ndarray, bound: float, smaller: int,
+                  hists: Any) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """A random start whose D_A breaks the bound, brought within it by the moves that lower D_A most
+    (``side`` changed in place); an McdError when they cannot. Returns the new histograms."""
+    ha: tuple[np.ndarray, np.ndarray] = hists(atoms)
+    da = T.divergence(ha[0], ha[1], D.ATOM_ALPHA)
+    batch = max(1, smaller // 20)
+    for _ in range(REPAIR_ROUNDS):
+        if da <= bound:
+            return hists(comps), ha
+        best: tuple[float, np.ndarray, np.ndarray, int, int] | None = None
+        for frm, to in ((1, 0), (2, 0), (1, 2)):
+            out = _ranked_atoms(atoms, ha, a_tot, frm, to, side, rank)
+            back = _ranked_atoms(atoms, ha, a_tot, to, frm, side, rank)
+            pairs = _paired(out, back, classes, rank, batch)
+            if pairs is not None and (best is None or pairs[0] > best[0]):
+                best = (*pairs, frm, to)
+        if best is None:
+            break
+        _, rows_out, rows_back, frm, to = best
+        side[rows_out], side[rows_back] = to, frm
+        ha2: tuple[np.ndarray, np.ndarray] = hists(atoms)
+        da2 = T.divergence(ha2[0], ha2[1], D.ATOM_ALPHA)
+        if da2 < da - 1e-12:
+            ha, da, batch = ha2, da2, min(batch * 2, max(1, smaller // 4))
+            continue
+        side[rows_out], side[rows_back] = frm, to
+        if batch == 1:
+            break
+        batch = max(1, batch // 2)
+    if da <= bound:
+        return hists(comps), ha
+    raise McdError(f"even a random split of this pool has atom divergence above max_atom_divergence {bound}, and "
+                   f"moving rows brought it down to {da:.4f} only; use a larger pool or a looser bound")
+
+
+# Rounds the exchange search may spend bringing a random start's D_A within the bound.
+REPAIR_ROUNDS = 200
+
+
+def _ranked_atoms(atoms: T.Weights, ha: tuple[np.ndarray, np.ndarray], a_tot: np.ndarray, frm: int, to: int,
+                  side: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of side ``frm`` whose move to ``to`` lowers D_A most, best first (as :func:`_ranked`)."""
+    rows = np.flatnonzero(side == frm)
+    if rows.size == 0:
+        return rows, np.zeros(0)
+    score = np.round(-_move_deltas(atoms, ha, D.ATOM_ALPHA, frm, to, a_tot)[rows], 12)
+    ok = np.isfinite(score)
+    rows, score = rows[ok], score[ok]
+    order = np.lexsort((rank[rows], -score))
+    return rows[order], score[order]
 
 
 def _paired(out: tuple[np.ndarray, np.ndarray], back: tuple[np.ndarray, np.ndarray], classes: np.ndarray,

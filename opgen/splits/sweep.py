@@ -38,6 +38,7 @@ CFQ = {"MCD1": 0.694, "MCD2": 0.713, "MCD3": 0.704}
 DEFAULT_STEP = 0.1
 DEFAULT_PER_LEVEL = 3
 RANDOM = "random"
+MAX = "max"  # the level of the untargeted search: the highest D_C the search reaches, built too
 
 
 class SweepError(ValueError, OpgenError):
@@ -48,7 +49,7 @@ class SweepError(ValueError, OpgenError):
 
 @dataclass(frozen=True)
 class Plan:
-    levels: list[str]  # "random", then "0.10", "0.20", ...
+    levels: list[str]  # "random", then "0.10", "0.20", ..., then "max"
     random: dict[str, Any]  # the pool's random-split baseline
     maximum: float  # the highest D_C the exchange search reached, untargeted
 
@@ -65,9 +66,9 @@ def _split_of(recipe: R.Recipe) -> dict[str, Any]:
     return split
 
 
-def variant(recipe: R.Recipe, level: str | None, replicate: int, bound: float) -> dict[str, Any]:
+def variant(recipe: R.Recipe, level: str, replicate: int, bound: float) -> dict[str, Any]:
     """The recipe of one split of the sweep: the exchange search at ``level`` (no rounds at the random
-    level; no target for None), the ``replicate``-th search over the same pool."""
+    level; no target at the max level), the ``replicate``-th search over the same pool."""
     _split_of(recipe)
     data = _raw(recipe)
     split = {k: v for k, v in data["split"].items()
@@ -75,11 +76,11 @@ def variant(recipe: R.Recipe, level: str | None, replicate: int, bound: float) -
     split.update(search="exchange", max_atom_divergence=bound, replicate=replicate)
     if level == RANDOM:
         split["rounds"] = 0
-    elif level is not None:
+    elif level != MAX:
         split["target_compound_divergence"] = float(level)
     data["split"] = split
     data["seed"] = recipe.seed  # the seed the sweep was given (--seed), written into each split's recipe
-    data["name"] = f"{recipe.name}-{level or 'max'}-{replicate}"
+    data["name"] = f"{recipe.name}-{level}-{replicate}"
     data.pop("library", None)  # the sweep's recipes are resolved over the library the original resolved
     return data
 
@@ -93,7 +94,7 @@ def plan(recipe: R.Recipe, bound: float, step: float = DEFAULT_STEP, levels: Seq
         bad = [x for x in levels if not 0 < x <= 1]
         if bad:
             raise SweepError(f"--levels: {bad[0]} is not a compound divergence in (0, 1]")
-    top = R.resolve(variant(recipe, None, 0, bound), recipe.path, seed=recipe.seed, library=recipe.library)
+    top = R.resolve(variant(recipe, MAX, 0, bound), recipe.path, seed=recipe.seed, library=recipe.library)
     _, sel = mcd.pool_and_selection(top.split.config, recipe.seed, f"{recipe.path}: ", recipe.library)
     random_ = dict(sel.baseline)
     if levels is None:
@@ -101,7 +102,7 @@ def plan(recipe: R.Recipe, bound: float, step: float = DEFAULT_STEP, levels: Seq
         chosen = [round(k * step, 6) for k in range(first, int(math.floor(sel.compound_divergence / step + 1e-9)) + 1)]
     else:
         chosen = sorted(set(levels))
-    return Plan([RANDOM, *(f"{x:.2f}" for x in chosen)], random_, sel.compound_divergence)
+    return Plan([RANDOM, *(f"{x:.2f}" for x in chosen), MAX], random_, sel.compound_divergence)
 
 
 def run(recipe: R.Recipe, out: Path, *, per_level: int = DEFAULT_PER_LEVEL, bound: float = mcd.DEFAULT_ATOM_BOUND,
@@ -153,13 +154,15 @@ def summarize(recipe: R.Recipe, swept: Plan, rows: list[dict[str, Any]], per_lev
     levels: list[dict[str, Any]] = [
         {"level": lv, "splits": len(rs), "compound_divergence": T.spread([r["compound_divergence"] for r in rs]),
          "atom_divergence": T.spread([r["atom_divergence"] for r in rs])} for lv, rs in by_level.items()]
-    means = [lv["compound_divergence"]["mean"] for lv in levels]
+    means = [lv["compound_divergence"]["mean"] for lv in levels if lv["level"] != MAX]
+    top = [lv["compound_divergence"]["mean"] for lv in levels if lv["level"] == MAX]
     best = max(rows, key=lambda r: r["compound_divergence"])
     return {"recipe": recipe.path, "pool_rows": recipe.split.config["pool"]["rows"],
             "train_rows": recipe.split.config["train_rows"], "eval_rows": recipe.split.config["eval_rows"],
             "compounds": recipe.split.spec.describe(), "max_atom_divergence": bound, "per_level": per_level,
             "random": swept.random, "maximum_untargeted": swept.maximum, "levels": levels,
-            "monotone": all(a < b for a, b in zip(means, means[1:])),
+            # the targeted levels rise level by level, and the untargeted splits reach at least the last
+            "monotone": all(a < b for a, b in zip(means, means[1:])) and all(t >= means[-1] - 1e-6 for t in top),
             "highest": {"compound_divergence": best["compound_divergence"],
                         "atom_divergence": best["atom_divergence"], "level": best["level"]},
             "cfq_mcd": CFQ, "splits": rows}
