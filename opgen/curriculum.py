@@ -210,7 +210,8 @@ def _build_rows(bucket: Bucket, level: int, seed: int, size: int) -> list[dict]:
     split["options"] = {**(split.get("options") or {}), **dict(bucket.ladder[level])}
     raw["splits"] = {bucket.split: split}
     level_seed = rng.counter_key("curriculum", seed, bucket.name, level) % (1 << 31)
-    return api.create_dataset(raw, bucket.split, seed=level_seed, size=size or None).to_pylist()
+    return api.create_dataset(raw, bucket.split, seed=level_seed, size=size or None,
+                              library=loaded.library).to_pylist()
 
 
 def from_config(config: Mapping[str, Any], log: Callable[[dict], None] | None = None) -> Curriculum:

@@ -31,6 +31,7 @@ from typing import Any
 from opgen.choices import GRADE_CHOICES
 from opgen.errors import OpgenError
 from opgen.integrations.common import AdapterError
+from opgen.library import LibraryError
 
 # The grading options a request may set (strings): GradeSettings's text options (opgen.choices);
 # grade_batch builds the GradeSettings record from them.
@@ -78,6 +79,9 @@ class Service:
     # ---------------------------------------------------------------- grading
 
     def _settings(self, body: Mapping) -> dict:
+        if "library" in body:  # a request names no code to load (docs/security.md)
+            raise HTTPError(422, "library: a request names no library; the server grades with the one it was started "
+                                 "with (OPGEN_LIBRARY) or finds a ground truth's by its digest in its library store")
         out: dict[str, Any] = {k: body[k] for k in SETTINGS if k in body}
         for k, v in out.items():
             if not isinstance(v, str):
@@ -321,7 +325,7 @@ def create_app(service: Service | None = None):
             except HTTPError as exc:
                 status = exc.status
                 response = JSONResponse({"error": exc.message}, status_code=status)
-            except (AdapterError, TypeError) as exc:
+            except (AdapterError, LibraryError, TypeError) as exc:  # LibraryError: a row's library is not had
                 status = 422
                 response = JSONResponse({"error": str(exc)}, status_code=status)
             except Exception as exc:  # a fault of the server's, not the request's: say so, keep serving

@@ -24,6 +24,8 @@ SHARED = {
     "--progress": ["build", "eval", "validate", "verify", "score", "fit", "leakage"],
     "--no-plots": ["score", "fit"],
     "--json": ["validate", "stats", "verify", "ops list", "ops eval"],
+    "--library": ["build", "score", "eval", "validate", "stats", "leakage", "verify", "push", "split-stats",
+                  "ops check"],
 }
 
 

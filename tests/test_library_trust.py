@@ -26,7 +26,6 @@ import pyarrow.parquet as pq
 import pytest
 import user_libraries as U
 from click.testing import CliRunner
-
 from opgen.cli import cli
 
 FAKE_DIGEST = "e" * 64  # what a hostile row claims; nothing checks it before the old code loads the spec

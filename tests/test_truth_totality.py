@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-
 from opgen.cli import cli
 
 DEEP = "[" * 100_000 + "]" * 100_000

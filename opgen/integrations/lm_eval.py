@@ -71,11 +71,17 @@ def _yaml(obj: dict) -> str:
 
 def export(build_dir: Path, out_dir: Path, *, max_gen_toks: int = 2048, group: str = "opgen") -> list[Path]:
     """Write the task files of a build (docs above); returns the paths written. Parquet paths are
-    absolute, so the task folder may live anywhere."""
+    absolute, so the task folder may live anywhere. The build's operator library must be one the
+    tasks' grader will find (opgen.library.library_of as compute_score_batch asks it: ``OPGEN_LIBRARY``,
+    else by digest in the user's store): UnknownLibrary before anything is written, never tasks
+    whose every answer would be refused."""
     from opgen.hub import hub_name, read_manifest
+    from opgen.library import given, library_of, ref_of_manifest
 
     build_dir, out_dir = Path(build_dir).resolve(), Path(out_dir)
     manifest, _ = read_manifest(build_dir)
+    where = build_dir / "manifest.json"
+    library_of(ref_of_manifest(manifest, str(where)), given(None, env=True), f"{where}: ")
     out_dir.mkdir(parents=True, exist_ok=True)
     written, names = [], []
     for split, info in manifest["splits"].items():

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from opgen import formats as F
+from opgen.ops import STUDY, OperatorLibrary
 
 # Every scan below over model text is linear in its length: no regex with a backtracking construct
 # runs over unbounded model text (the old ``re`` patterns for fences and headers were quadratic on
@@ -170,13 +171,13 @@ class ProgramAnswer:
 
 
 def parse_program_answer(text: str, entries: tuple[str, ...] = ("main_solution",),
-                         library: object = None) -> ProgramAnswer:
+                         library: OperatorLibrary = STUDY) -> ProgramAnswer:
     """The RA structure when present, else the last python block that defines every entry point.
-    ``library``: None for the study's (recall headers name ``func_N``), else a user library (an
-    ``opgen.ops.OperatorLibrary``): a recall header then names any identifier."""
+    ``library``: the rows' library; the study's recall headers name ``func_N``, another library's
+    any identifier."""
     body = strip_think(text)
     blocks = [b for b in code_blocks(body) if b.lang in _CODE_LANGS]
-    headers = _headers(body, library is not None)
+    headers = _headers(body, not library.is_study)
     recalls: list[Recall] = []
     assemble: str | None = None
     starts = [b.start for b in blocks]
