@@ -147,8 +147,8 @@ def canonical_text(lib: OperatorLibrary) -> str:
     head = (f"# opgen operator library {lib.name!r}, digest {lib.digest}.\n"
             "# The canonical file of a build's library: opgen reads it as data and never runs it. To grade or\n"
             "# rebuild with it, vouch for it: opgen ops add THIS_FILE (or give it: --library THIS_FILE).\n")
-    text = head + yaml.dump({"name": lib.name, "operators": entries}, Dumper=_Dumper, sort_keys=False,
-                            allow_unicode=True, width=1000)
+    text: str = head + yaml.dump({"name": lib.name, "operators": entries}, Dumper=_Dumper, sort_keys=False,
+                                 allow_unicode=True, width=1000)
     try:  # the text read back as data, as digest_of_file reads it
         got = ops.content_digest([_described(f) for f in _checked(yaml.safe_load(text)["operators"], where)])
     except LibraryError as exc:
@@ -159,11 +159,11 @@ def canonical_text(lib: OperatorLibrary) -> str:
     return text
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # yaml ships no types
     """Multi-line strings (sources) as literal blocks, where YAML can hold them so."""
 
 
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+def _str(dumper: Any, value: str) -> Any:
     style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
