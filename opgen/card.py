@@ -14,7 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from opgen import ops  # the study's (the bundled recipes' descriptions below); a card's own: Plan.library
+from opgen import (
+    ops,  # the study's (the bundled recipes' descriptions below); a card's own: Plan.library
+    truth,
+)
 from opgen._version import __version__
 from opgen.hubplan import Plan, Split
 from opgen.ops import OperatorLibrary
@@ -229,12 +232,12 @@ def _example(s: Split, row: dict) -> str:
     if row.get("response"):
         parts += ["**gold answer** (`response`; `messages` holds the user and assistant turns):",
                   _fence(_clip(row["response"]))]
-    truth = (row.get("reward_model") or {}).get("ground_truth")
-    if truth:
+    raw = (row.get("reward_model") or {}).get("ground_truth")
+    if raw:
         try:
-            shown = json.dumps(json.loads(truth), indent=2, ensure_ascii=False)
-        except json.JSONDecodeError:
-            shown = truth
+            shown = json.dumps(truth.read(raw), indent=2, ensure_ascii=False)
+        except truth.GroundTruthError:  # not a JSON object (another project's row), or nested too deep: as text
+            shown = raw
         parts += ["**`reward_model.ground_truth`** (JSON text; the scorer runs `ref_code` / each task's program):",
                   _fence(_clip(shown), "json")]
     return "\n\n".join(parts)

@@ -237,7 +237,7 @@ def program_ops(ground_truth: object) -> tuple[str, ...] | None:
 
     try:
         gt = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: no scope
         return None
     if not isinstance(gt, Mapping):
         return None
