@@ -13,7 +13,7 @@ import numpy as np
 
 from opgen import truth
 from opgen.errors import OpgenError
-from opgen.library import library_of, ref_of_rows
+from opgen.library import library_of_rows
 from opgen.ops import STUDY, OperatorLibrary
 from opgen.truth import GroundTruthError
 
@@ -290,13 +290,9 @@ def program_share(ev: FileKeys, pool: np.ndarray) -> dict[str, dict[str, float |
 
 def rows_library(train_paths, eval_paths, chosen: OperatorLibrary | None = None) -> OperatorLibrary:
     """The operator library the rows of these build folders and files name (one for all of them;
-    opgen.library.library_of: ``chosen``, the study's or the user's store's): what
+    opgen.library.library_of_rows: ``chosen``, the study's or the user's store's): what
     ``--heldout-ops heldout`` means and the report's order."""
-    files = [*parquet_files(train_paths, "train"), *parquet_files(eval_paths, "eval")]
-    try:
-        return library_of(ref_of_rows(files), chosen)
-    except GroundTruthError as exc:
-        raise LeakageInputError(str(exc)) from None
+    return library_of_rows([*parquet_files(train_paths, "train"), *parquet_files(eval_paths, "eval")], chosen)
 
 
 def check_files(train_paths, eval_paths, heldout_ops: tuple[str, ...] | None = None,

@@ -11,16 +11,15 @@ import pyarrow.parquet as pq
 
 from opgen import truth
 from opgen.errors import OpgenError
-from opgen.library import STUDY, OperatorLibrary, library_of, ref_of_rows
+from opgen.library import STUDY, OperatorLibrary, library_of_rows
 from opgen.manifest import length_stats
-from opgen.truth import GroundTruthError
 
 
 def collect(paths: list[Path], library: OperatorLibrary | None = None) -> dict:
     """Counts and histograms of ``paths``; operators in their library's order (the library the rows
     name, found by opgen.library.library_of: ``library``, the one the user gave, the study's or the
     user's store's)."""
-    lib = _library(paths, library)
+    lib = library_of_rows(paths, library)
     counts: dict[str, Counter] = {"depth": Counter(), "k": Counter(), "op": Counter(), "structure": Counter(),
                                   "condition": Counter(), "split": Counter(), "data_source": Counter()}
     lengths: list[int] = []
@@ -36,15 +35,6 @@ def collect(paths: list[Path], library: OperatorLibrary | None = None) -> dict:
     out["split"] = _split(paths, lib)
     out["library"] = {"name": lib.name, "digest": lib.digest}
     return out
-
-
-def _library(paths: list[Path], chosen: OperatorLibrary | None) -> OperatorLibrary:
-    """The rows' operator library (opgen.library.library_of); a first row too deep to read is a
-    StatsError naming it (a library that cannot be had: UnknownLibrary)."""
-    try:
-        return library_of(ref_of_rows(paths), chosen)
-    except GroundTruthError as exc:
-        raise StatsError(str(exc)) from None
 
 
 def _split(paths: list[Path], lib: OperatorLibrary) -> dict | None:

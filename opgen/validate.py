@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from opgen import expr as E
 from opgen import formats, rows, truth
-from opgen.library import STUDY, OperatorLibrary, library_of, ref_of_rows, ref_of_truth
+from opgen.library import STUDY, OperatorLibrary, library_of, library_of_rows, ref_of_truth
 from opgen.outdir import listed_files
 from opgen.resources import schema_path
 from opgen.tasks import Item, Task
@@ -230,10 +230,9 @@ def validate_file(path: Path, run_foreign: Callable | None = None,
     lib = STUDY
     if kind != "foreign":
         try:
-            ref = ref_of_rows([Path(path)])
-        except truth.GroundTruthError:
-            ref = None  # the first row's own check says what is wrong with it
-        lib = library_of(ref, library, f"{path}: ")
+            lib = library_of_rows([Path(path)], library)
+        except truth.GroundTruthError:  # the first row's own check says what is wrong with it
+            lib = library_of(None, library, f"{path}: ")
     try:
         _validate_rows(pf, kind, report, run_foreign, on_rows, lib)
     except (OSError, pa.ArrowException, ValueError) as exc:  # a corrupt page: this file fails, the others run

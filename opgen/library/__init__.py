@@ -35,11 +35,11 @@ from opgen.library.files import (
     load,
 )
 from opgen.library.identity import Ref, parse_ref, ref_of
-from opgen.library.lookup import given, library_of, ref_of_manifest, ref_of_rows, ref_of_truth
+from opgen.library.lookup import given, library_of, library_of_rows, ref_of_manifest, ref_of_rows, ref_of_truth
 from opgen.ops import STUDY, OperatorLibrary
 from opgen.outdir import LIBRARY_FILE
 
 __all__ = ["LIBRARY_FILE", "PARAM_KINDS", "STUDY", "LibraryError", "LibraryMismatch", "OperatorLibrary", "Ref",
            "UnknownLibrary", "build", "canonical_text", "compile_operators", "digest_of_file", "from_import",
-           "from_yaml", "given", "library_of", "load", "parse_ref", "ref_of", "ref_of_manifest", "ref_of_rows",
-           "ref_of_truth", "store"]
+           "from_yaml", "given", "library_of", "library_of_rows", "load", "parse_ref", "ref_of", "ref_of_manifest",
+           "ref_of_rows", "ref_of_truth", "store"]

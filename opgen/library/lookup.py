@@ -82,6 +82,12 @@ def library_of(ref: Ref | None, chosen: OperatorLibrary | None, where: str = "")
     return found
 
 
+def library_of_rows(paths: Sequence[Path], chosen: OperatorLibrary | None = None) -> OperatorLibrary:
+    """:func:`library_of` the library the rows of ``paths`` (parquet files) name (:func:`ref_of_rows`):
+    what a command reading files asks. A first row too deep to read is a GroundTruthError."""
+    return library_of(ref_of_rows(paths), chosen, f"{paths[0]}: " if len(paths) == 1 else "")
+
+
 def ref_of_truth(gt: Mapping[str, object], where: str = "ground_truth") -> Ref | None:
     """The library a ground truth (a JSON object, :func:`opgen.truth.read`) names; None when it
     names none. A malformed ``library`` member is a :class:`opgen.truth.GroundTruthError`."""

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from opgen.ops import OperatorLibrary
+from opgen.library import OperatorLibrary, library_of_rows
 from opgen.splits import compounds as C
 from opgen.splits import divergence as D
 from opgen.splits import rows as R
@@ -19,7 +19,7 @@ def split_stats(train: Sequence[Path], evals: Sequence[Path], spec: C.CompoundSp
                 library: OperatorLibrary | None = None) -> dict[str, Any]:
     """D_A, D_C and the held-out compounds of TRAIN against EVAL (files or folders), over the
     library their rows name (``library``: the one the user gave; else the study's or the store's)."""
-    lib = R.library_of_files([*train, *evals], library)
+    lib = library_of_rows(R.parquet_files([*train, *evals]), library)
     out = D.compare(R.units_of(train, spec, lib), R.units_of(evals, spec, lib), spec)
     out = {"train": [str(p) for p in train], "eval": [str(p) for p in evals], **out}
     return out

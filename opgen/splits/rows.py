@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from opgen import expr as E
 from opgen import truth
 from opgen.errors import OpgenError
-from opgen.library import STUDY, OperatorLibrary, library_of, ref_of_rows, ref_of_truth
+from opgen.library import STUDY, OperatorLibrary, ref_of_truth
 from opgen.splits import compounds as C
 
 
@@ -83,16 +83,6 @@ def units_of(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT, lib: Opera
         for path in parquet_files(paths):
             out += [C.row_units(trees, inputs, spec) for trees, inputs, _ in row_programs(path, lib)]
     return out
-
-
-def library_of_files(paths: Sequence[Path], chosen: OperatorLibrary | None = None) -> OperatorLibrary:
-    """The library the rows of ``paths`` (files or folders) name (opgen.library: the one given,
-    the study's, or the user's store's)."""
-    files = parquet_files(paths)
-    try:
-        return library_of(ref_of_rows(files), chosen, f"{files[0]}: " if len(files) == 1 else "")
-    except truth.GroundTruthError as exc:
-        raise SplitRowsError(str(exc)) from None
 
 
 def _parse(text: str, memo: dict[str, E.Expr], lib: OperatorLibrary) -> E.Expr:
