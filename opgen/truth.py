@@ -69,12 +69,24 @@ def read(raw: object, where: str = "ground_truth") -> dict[str, Any]:
         except (ValueError, RecursionError) as exc:
             raise GroundTruthError(f"{where} is not JSON: {str(exc)[:120]}") from None
     else:
-        value = raw
-        if too_deep(value):
+        if too_deep(raw):
             raise GroundTruthError(f"{where} nests deeper than {MAX_DEPTH} levels")
+        # an object (a dataframe's row may hold numpy arrays): read as its JSON text is read
+        try:
+            text = json.dumps(raw, default=_plain)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise GroundTruthError(f"{where} is not a JSON value: {str(exc)[:120]}") from None
+        return read(text, where)
     if not isinstance(value, dict):
         raise GroundTruthError(f"{where} must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def _plain(value: object) -> object:
+    tolist = getattr(value, "tolist", None)  # numpy values, from a dataframe's row
+    if tolist is None:
+        raise TypeError(f"it holds a {type(value).__name__}")
+    return tolist()
 
 
 _TEXT_FIELDS = ("entry", "expr", "input", "output")
@@ -91,9 +103,10 @@ def check(gt: Mapping[str, Any], where: str = "ground_truth") -> None:
             raise GroundTruthError(f"{where} has neither 'tasks' nor the native 'ref_output'")
         return
     tasks = gt["tasks"]
-    if not isinstance(tasks, list) or not tasks:
-        raise GroundTruthError(f"{where}.tasks must be a non-empty list of tasks, got "
-                               f"{'an empty list' if tasks == [] else type(tasks).__name__}")
+    if not isinstance(tasks, list):
+        raise GroundTruthError(f"{where}.tasks must be a non-empty list of tasks, got {type(tasks).__name__}")
+    if not tasks:
+        raise GroundTruthError(f"{where}.tasks is empty")
     for i, t in enumerate(tasks):
         at = f"{where}.tasks[{i}]"
         if not isinstance(t, dict):
