@@ -45,7 +45,7 @@ from opgen import content, formats, leakage, ops, outdir, write
 from opgen import expr as E
 from opgen import manifest as M
 from opgen.errors import USAGE, OpgenError
-from opgen.generate import Generator, GeneratorError
+from opgen.generate import Generator, GeneratorError, Unsatisfiable
 from opgen.library import LibraryError, LibraryMismatch, canonical_text, ref_of, store
 from opgen.ops import OperatorLibrary
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
@@ -810,6 +810,8 @@ def _phases(shards: Shards, workers: int, progress: bool, mapper: Any) -> tuple[
                 try:
                     produced: list[ShardFacts] = _run(pool, _produce, list(range(len(units))), bar, mapper,
                                                       counter, [u.stop - u.start for u in units])
+                except Unsatisfiable:  # named, its class kept (opgen serve answers it with a 4xx)
+                    raise
                 except GeneratorError as exc:
                     raise BuildError(str(exc)) from None
                 finally:
@@ -933,6 +935,8 @@ def _redraw(plan: Plan, i: int, start: int, taken: Callable[[int], bool]) -> tup
         while j < stop:
             try:
                 j, item = gen.first_valid(i, j)
+            except Unsatisfiable:
+                raise
             except GeneratorError as exc:
                 raise BuildError(str(exc)) from None
             facts = buf.add(i, item)

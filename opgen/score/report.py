@@ -94,6 +94,8 @@ def parse_responses(text: str, n_rows: int, source: object) -> dict[int, list[st
             raise ScoreInputError(f"{where}: index {index} does not exist (the data has {n_rows} rows)")
         if index in out:
             raise ScoreInputError(f"{where}: duplicate index {index}")
+        if "responses" in obj and "response" in obj:  # which one was meant? never one of them silently
+            raise ScoreInputError(f"{where}: both 'response' and 'responses'; give one of them")
         if "responses" in obj:
             got = obj["responses"]
             if not isinstance(got, list) or not got or not all(isinstance(s, str) for s in got):

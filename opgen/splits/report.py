@@ -18,8 +18,13 @@ SHOWN = 20  # held-out compounds listed in text (all of them in --json)
 def split_stats(train: Sequence[Path], evals: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT,
                 library: OperatorLibrary | None = None) -> dict[str, Any]:
     """D_A, D_C and the held-out compounds of TRAIN against EVAL (files or folders), over the
-    library their rows name (``library``: the one the user gave; else the study's or the store's)."""
-    lib = library_of_rows(R.parquet_files([*train, *evals]), library)
+    library their rows name (``library``: the one the user gave; else the study's or the store's).
+    Every file of both is found and opened before any row is read: an unusable EVAL is named
+    before TRAIN's rows are parsed."""
+    files = R.parquet_files([*train, *evals])
+    for f in files:
+        R.rows_file(f)
+    lib = library_of_rows(files, library)
     out = D.compare(R.units_of(train, spec, lib), R.units_of(evals, spec, lib), spec)
     out = {"train": [str(p) for p in train], "eval": [str(p) for p in evals], **out}
     return out

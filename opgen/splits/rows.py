@@ -42,15 +42,21 @@ def parquet_files(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
-def row_programs(path: Path, lib: OperatorLibrary) -> Iterator[tuple[list[E.Expr], list[str], int]]:
-    """Each row's (trees, inputs, depth) in file order, parsed over ``lib``, the library the rows
-    name (opgen.library.library_of of the files' rows): a row naming another one is an error."""
+def rows_file(path: Path) -> pq.ParquetFile:
+    """``path`` opened as a parquet file of opgen rows (its footer only: no row is read)."""
     try:
         pf = pq.ParquetFile(path)
     except (OSError, ValueError) as exc:
         raise SplitRowsError(f"{path}: not a parquet file ({exc})") from None
     if pf.schema_arrow.get_field_index("reward_model") < 0:
         raise SplitRowsError(f"{path}: no 'reward_model' column: not opgen rows")
+    return pf
+
+
+def row_programs(path: Path, lib: OperatorLibrary) -> Iterator[tuple[list[E.Expr], list[str], int]]:
+    """Each row's (trees, inputs, depth) in file order, parsed over ``lib``, the library the rows
+    name (opgen.library.library_of of the files' rows): a row naming another one is an error."""
+    pf = rows_file(path)
     n = 0
     memo: dict[str, E.Expr] = {}  # rows repeat programs (atomic tasks above all): parse each once
     for batch in pf.iter_batches(batch_size=4096, columns=["reward_model"]):
