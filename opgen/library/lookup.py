@@ -140,10 +140,10 @@ def _first_row_ref(path: Path) -> Ref | None:
 
     where = f"{path}: row 0: ground_truth"
     try:
-        pf = pq.ParquetFile(path)
-        if pf.schema_arrow.get_field_index("reward_model") < 0:
-            return None
-        batch = next(pf.iter_batches(batch_size=1, columns=["reward_model"]), None)
+        with pq.ParquetFile(path) as pf:
+            if pf.schema_arrow.get_field_index("reward_model") < 0:
+                return None
+            batch = next(pf.iter_batches(batch_size=1, columns=["reward_model"]), None)
     except (OSError, ValueError):
         return None
     rms = batch.column(0).to_pylist() if batch is not None else []
