@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from opgen import content
 from opgen import manifest as M
 from opgen.errors import USAGE, OpgenError
@@ -203,6 +205,7 @@ def _recipes(man: dict, where: Path, library: OperatorLibrary):
             raise VerifyError(f"{where}: field 'recipes[{n}].resolved.library': a manifest names its library by name "
                               "and digest in 'library' only; a recorded recipe naming one is not opgen's (nothing "
                               "it names is loaded)")
+        _refuse_imports(res, f"{where}: field 'recipes[{n}].resolved")
         data = {k: v for k, v in res.items() if v is not None}
         if isinstance(data.get("splits"), dict):
             data["splits"] = {name: _recipe_split(s) for name, s in data["splits"].items()}
@@ -211,6 +214,33 @@ def _recipes(man: dict, where: Path, library: OperatorLibrary):
         except R.RecipeError as exc:
             raise VerifyError(f"{where}: recipes[{n}] no longer resolves with this opgen: {exc}") from None
     return recipes
+
+
+def _refuse_imports(resolved: dict, where: str) -> None:
+    """A recorded recipe, and each training recipe file its ``leakage.avoid_programs`` names, must
+    name its generators by registered name: verify imports no module a manifest names (a
+    ``package.module:Class`` generator is refused, as a library path is; the avoided recipes are
+    replayed over the manifest's library, never one they name: opgen.leakage.training_programs)."""
+    from opgen import generate as G
+
+    def check(splits: object, at: str) -> None:
+        for name, split in (splits or {}).items() if isinstance(splits, dict) else ():
+            gen = split.get("generator") if isinstance(split, dict) else None
+            if isinstance(gen, str) and ":" in gen and gen not in G.registry():
+                raise VerifyError(f"{at}.splits.{name}.generator: {gen!r} is an import path; verify imports no "
+                                  "module a manifest names (register the generator and rebuild with opgen build)")
+
+    check(resolved.get("splits"), where)
+    leak = resolved.get("leakage")
+    for k, avoid in enumerate(leak.get("avoid_programs") or [] if isinstance(leak, dict) else []):
+        path = Path(str(avoid))
+        if not path.is_file():
+            continue  # a bundled recipe's name
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise VerifyError(f"{where}.leakage.avoid_programs[{k}]: {path}: cannot read it ({exc})") from None
+        check(data.get("splits") if isinstance(data, dict) else None, f"{where}.leakage.avoid_programs[{k}]: {path}")
 
 
 # ---- the build-wide checks ------------------------------------------------------------------

@@ -507,3 +507,33 @@ def test_a_user_library_rows_name_it_by_name_and_digest_only(tmp_path, store):
     assert "library" not in json.dumps(man["recipes"])
     assert L.digest_of_file(build / "library.yaml") == lib.digest
     assert L.store.get(lib.digest).digest == lib.digest  # the build registered what it was given
+
+
+def _evil_generator_module(sentinel: Path) -> str:
+    return (f"import pathlib\npathlib.Path({str(sentinel)!r}).write_text('the generator module was imported')\n"
+            "from opgen.generate import Generator\nclass Gen(Generator):\n    NAME = 'evil'\n")
+
+
+@pytest.mark.parametrize("where", ["recipe", "avoid"])
+def test_verify_imports_no_generator_a_manifest_names(study_build, tmp_path, store, monkeypatch, where):
+    """A manifest's recorded recipe (or a training recipe its leakage.avoid_programs names) may name a
+    generator by import path: verify rebuilds from the manifest and must import nothing it names."""
+    sentinel = tmp_path / "SENTINEL"
+    folder = tmp_path / "downloaded"
+    shutil.copytree(study_build, folder)
+    (folder / "evil_gen.py").write_text(_evil_generator_module(sentinel))
+    man = json.loads((folder / "manifest.json").read_text())
+    resolved = man["recipes"][0]["resolved"]
+    if where == "recipe":
+        next(iter(resolved["splits"].values()))["generator"] = "evil_gen:Gen"
+    else:
+        (folder / "train.yaml").write_text("name: t\nsplits:\n  a: {generator: 'evil_gen:Gen', role: train}\n")
+        resolved["leakage"]["avoid_programs"] = [str(folder / "train.yaml")]
+    (folder / "manifest.json").write_text(json.dumps(man, indent=2))
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    sys.modules.pop("evil_gen", None)
+    res = CliRunner().invoke(cli, ["verify", "."])
+    sys.modules.pop("evil_gen", None)
+    assert not sentinel.exists(), sentinel.read_text()
+    assert res.exit_code == 2 and "import path" in res.output, res.output
