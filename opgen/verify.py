@@ -223,14 +223,20 @@ def _refuse_imports(resolved: dict, where: str) -> None:
     replayed over the manifest's library, never one they name: opgen.leakage.training_programs)."""
     from opgen import generate as G
 
-    def check(splits: object, at: str) -> None:
-        for name, split in (splits or {}).items() if isinstance(splits, dict) else ():
-            gen = split.get("generator") if isinstance(split, dict) else None
-            if isinstance(gen, str) and ":" in gen and gen not in G.registry():
-                raise VerifyError(f"{at}.splits.{name}.generator: {gen!r} is an import path; verify imports no "
-                                  "module a manifest names (register the generator and rebuild with opgen build)")
+    def check(recipe: object, at: str) -> None:  # every "generator" in it: the splits', an mcd pool's
+        stack = [recipe]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                gen = node.get("generator")
+                if isinstance(gen, str) and ":" in gen and gen not in G.registry():
+                    raise VerifyError(f"{at}: generator {gen!r} is an import path; verify imports no module a "
+                                      "manifest names (register the generator and rebuild with opgen build)")
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
 
-    check(resolved.get("splits"), where)
+    check(resolved, where)
     leak = resolved.get("leakage")
     for k, avoid in enumerate(leak.get("avoid_programs") or [] if isinstance(leak, dict) else []):
         path = Path(str(avoid))
@@ -240,7 +246,7 @@ def _refuse_imports(resolved: dict, where: str) -> None:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise VerifyError(f"{where}.leakage.avoid_programs[{k}]: {path}: cannot read it ({exc})") from None
-        check(data.get("splits") if isinstance(data, dict) else None, f"{where}.leakage.avoid_programs[{k}]: {path}")
+        check(data, f"{where}.leakage.avoid_programs[{k}]: {path}")
 
 
 # ---- the build-wide checks ------------------------------------------------------------------
