@@ -537,3 +537,21 @@ def test_verify_imports_no_generator_a_manifest_names(study_build, tmp_path, sto
     sys.modules.pop("evil_gen", None)
     assert not sentinel.exists(), sentinel.read_text()
     assert res.exit_code == 2 and "import path" in res.output, res.output
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_a_recipe_object_naming_a_library_is_refused_before_any_load(poison, spec):
+    """A recipe given as data (a request's, a dict in code) loads no library it names: /tasks
+    answers 4xx, and the API asks for library= (only a recipe file the user gives loads its own)."""
+    pytest.importorskip("starlette")
+    import opgen
+    from opgen.recipe import RecipeError
+    from opgen.serve import Service, create_app
+
+    recipe = {"name": "r", "library": _spec(poison, spec),
+              "splits": {"a": {"generator": "atomic", "role": "train", "options": {"per_op": 1}}}}
+    status, reply = _asgi_post(create_app(Service(allow_weak_sandbox=True)), "/tasks", {"recipe": recipe, "n": 1})
+    assert 400 <= status < 500 and "library" in reply["error"], (status, reply)
+    with pytest.raises(RecipeError, match="library="):
+        opgen.create_dataset(recipe, "a")
+    assert not poison.sentinel.exists(), poison.sentinel.read_text()
