@@ -22,7 +22,7 @@ EXEMPT: set[str] = set()
 def _error_classes() -> dict[str, type]:
     found = {}
     for m in pkgutil.walk_packages(opgen.__path__, "opgen."):
-        if m.name in ("opgen.__main__", "opgen.score.worker"):  # a script: no opgen inside the jail
+        if m.name in ("opgen.__main__", "opgen.score.jail.__main__"):  # scripts
             continue
         mod = importlib.import_module(m.name)
         for name, cls in vars(mod).items():

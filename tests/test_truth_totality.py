@@ -80,7 +80,7 @@ def _entry(name: str, gt: object) -> object:
 @pytest.mark.parametrize("entry", ["compute_score", "compute_score_async", "compute_score_batch", "grade"])
 @pytest.mark.parametrize("case", list(BAD))
 def test_a_hostile_ground_truth_is_the_documented_value_error(entry, case):
-    from opgen.score.grade import GroundTruthError
+    from opgen.truth import GroundTruthError
 
     with pytest.raises(GroundTruthError) as err:
         _entry(entry, BAD[case])

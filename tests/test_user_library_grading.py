@@ -136,7 +136,7 @@ def test_a_study_recall_is_diagnosed_and_a_wrong_body_is_wrong(lib_files):
 
 
 def test_static_path_with_costs_and_sandbox_without(lib_files):
-    from opgen.score.grade import grade_in_process
+    from opgen.score.judge import grade_in_process
     from opgen.score.settings import GradeSettings
 
     class NoSandbox:  # the static path's limits; running anything is this test's failure
@@ -210,7 +210,7 @@ def test_a_row_library_is_found_by_digest_never_loaded_from_its_spec(lib_files, 
     with pytest.raises(L.LibraryMismatch, match="row 0"):
         score_answers([_row(0, gt, used, "test")], [gold], library=str(lib_files / "six.yaml"))
     # a record built by hand for another library (the low-level path): the grade's error class
-    from opgen.score.grade import grade_in_process
+    from opgen.score.judge import grade_in_process
     from opgen.score.settings import GradeSettings
 
     g = grade_in_process(study_gt, gold, settings=GradeSettings(library=lib))

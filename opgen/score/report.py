@@ -23,7 +23,7 @@ from opgen.errors import OpgenError
 from opgen.library import LibraryMismatch, OperatorLibrary
 from opgen.score import metrics as M
 from opgen.score.batch import Item, grade_many
-from opgen.score.grade import ERRORS, GroundTruthError
+from opgen.score.judge import ERRORS, GroundTruthError
 from opgen.score.sandbox import Sandbox
 from opgen.score.settings import DEFAULT, GradeSettings
 
@@ -355,6 +355,8 @@ def summarize(records: list[dict], n_rows: int, answered: int,
         "arity_by_tail_calls": M.arity_by_tail_calls(records, defs.drift_call),
         "pass_at_k": M.pass_at_k_table(by_row, defs.pass_k) if max(samples, default=0) > 1 else {},
         "errors": {e: errors[e] for e in ERRORS if errors.get(e)},
+        # responses graded again after the grading process or sandbox worker under them died (grades' ``retries``)
+        "retries": sum(r.get("retries", 0) for r in records),
     }
     summary["role"] = M.file_role(None, records)  # from the rows; write_records_report adds the manifest's
     summary["scope_from"] = dict(sorted(Counter(str(r.get("scope_from")) for r in records).items()))
