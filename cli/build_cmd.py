@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import click
@@ -57,6 +58,7 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
     from opgen import build as B
     from opgen import outdir
     from opgen import recipe as R
+    from opgen.library import StoreWarning
 
     specs = recipes or (DEFAULT_RECIPE,)
     try:
@@ -74,8 +76,15 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
             from opgen.distributed.ray_executor import BuildMapper, RayOptions
 
             mapper = BuildMapper(loaded, only, limit, out, RayOptions(address=ray_address, num_cpus=ray_num_cpus))
-        man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress,
-                      mapper=mapper, force=force)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", StoreWarning)
+            man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress,
+                          mapper=mapper, force=force)
+        for w in said:  # the store's one line as the command's own; any other warning as Python shows it
+            if issubclass(w.category, StoreWarning):
+                click.echo(f"warning: {w.message}", err=True)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     except (KeyboardInterrupt, outdir.Terminated) as exc:
         what = "terminated" if isinstance(exc, outdir.Terminated) else "interrupted"
         kept = "holds this build (the signal came during its final swap)" if isinstance(exc, B.SignalAfterSwap) \

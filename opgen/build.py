@@ -46,7 +46,7 @@ from opgen import expr as E
 from opgen import manifest as M
 from opgen.errors import USAGE, OpgenError
 from opgen.generate import Generator, GeneratorError, Unsatisfiable
-from opgen.library import LibraryError, LibraryMismatch, canonical_text, ref_of, store
+from opgen.library import LibraryError, LibraryMismatch, StoreWarning, canonical_text, ref_of, store
 from opgen.ops import OperatorLibrary
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
 from opgen.rows import Facts, RowBuffer, RowSpec
@@ -605,7 +605,7 @@ def _register(library: OperatorLibrary, out: Path) -> None:
         store.add(library)
     except LibraryError as exc:
         warnings.warn(f"{exc}; the build in {out} is complete, but to grade or check its rows elsewhere register "
-                      f"its library: opgen ops add {out / outdir.LIBRARY_FILE}", stacklevel=3)
+                      f"its library: opgen ops add {out / outdir.LIBRARY_FILE}", StoreWarning, stacklevel=3)
 
 
 def _swap(stage: Path, out: Path) -> None:

@@ -555,3 +555,17 @@ def test_a_recipe_object_naming_a_library_is_refused_before_any_load(poison, spe
     with pytest.raises(RecipeError, match="library="):
         opgen.create_dataset(recipe, "a")
     assert not poison.sentinel.exists(), poison.sentinel.read_text()
+
+
+@pytest.mark.slow
+def test_a_store_that_cannot_be_written_is_one_warning_and_the_build_completes(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPGEN_HOME", "/dev/null/not-a-folder")
+    (tmp_path / "work").mkdir()
+    U.write_six(tmp_path / "work")
+    (tmp_path / "work" / "r.yaml").write_text("name: r\nlibrary: six.yaml\nsplits:\n"
+                                             "  a: {generator: atomic, role: train, options: {per_op: 1}}\n")
+    done = _run(["build", "r.yaml", "--out", str(tmp_path / "out"), "--no-progress"], tmp_path / "work",
+                Path("/dev/null/not-a-folder"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("warning: cannot register library 'six'")
+    assert "opgen ops add" in done.stderr and (tmp_path / "out" / "library.yaml").is_file()

@@ -23,7 +23,7 @@ docs/security.md says who may choose the code opgen runs; docs/operators.md how 
 from __future__ import annotations
 
 from opgen.library import store
-from opgen.library.errors import LibraryError, LibraryMismatch, UnknownLibrary
+from opgen.library.errors import LibraryError, LibraryMismatch, StoreWarning, UnknownLibrary
 from opgen.library.files import (
     PARAM_KINDS,
     build,
@@ -40,6 +40,6 @@ from opgen.ops import STUDY, OperatorLibrary
 from opgen.outdir import LIBRARY_FILE
 
 __all__ = ["LIBRARY_FILE", "PARAM_KINDS", "STUDY", "LibraryError", "LibraryMismatch", "OperatorLibrary", "Ref",
-           "UnknownLibrary", "build", "canonical_text", "compile_operators", "digest_of_file", "from_import",
-           "from_yaml", "given", "library_of", "library_of_rows", "load", "parse_ref", "ref_of", "ref_of_manifest",
-           "ref_of_rows", "ref_of_truth", "store"]
+           "StoreWarning", "UnknownLibrary", "build", "canonical_text", "compile_operators", "digest_of_file",
+           "from_import", "from_yaml", "given", "library_of", "library_of_rows", "load", "parse_ref", "ref_of",
+           "ref_of_manifest", "ref_of_rows", "ref_of_truth", "store"]

@@ -17,6 +17,10 @@ class LibraryMismatch(LibraryError):
     """Rows (or recipes of one build) that name another library than the one given."""
 
 
+class StoreWarning(UserWarning):
+    """A build whose library could not be registered in the user's store (the build is complete)."""
+
+
 class UnknownLibrary(LibraryError):
     """Rows that name a library by a digest that is neither the one given nor in the user's store;
     the message says how to provide it (nothing named by data is ever loaded)."""
