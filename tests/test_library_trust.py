@@ -375,6 +375,7 @@ def _score(row: dict, **kw: object) -> dict:
                                 row["extra_info"], allow_weak_sandbox=True, **kw)
 
 
+@pytest.mark.slow
 def test_a_user_library_build_grades_gold_1_from_elsewhere_and_after_a_move(tmp_path, store, monkeypatch):
     build = _six_build(tmp_path)
     moved = tmp_path / "moved" / "b"

@@ -150,6 +150,7 @@ def _commands(files: dict[str, Path], bad: Path, tmp: Path) -> dict[str, list[st
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["deep", "null", "typed"])
 @pytest.mark.parametrize("command", ["score", "validate", "stats", "leakage", "split-stats"])
 def test_a_hostile_ground_truth_is_a_named_error_in_commands(files, tmp_path, command, case):
@@ -167,3 +168,11 @@ def test_a_hostile_ground_truth_is_a_named_error_in_commands(files, tmp_path, co
     else:
         assert done.returncode in (0, 1), said
         assert done.returncode == 0 or ("row 1" in said and "ground_truth" in said), said
+
+
+@pytest.mark.parametrize("command", ["score", "stats", "split-stats"])
+def test_a_deep_ground_truth_is_one_named_error_in_process(files, tmp_path, command):
+    """The fast loop's representative of the test above: the command run in this process."""
+    res = CliRunner().invoke(cli, _commands(files, files["deep"], tmp_path)[command])
+    assert res.exit_code == 1 and "row 1" in res.output and "nests deeper than 100" in res.output, res.output
+    assert "Traceback" not in res.output
