@@ -108,7 +108,7 @@ def grade_to_wire(g: dict) -> tuple | dict:
     bytes: no key strings); a grade of another shape as the dict itself. :func:`grade_from_wire`
     gives back an equal dict, key order included (tests/test_batch.py ties the two)."""
     shape = _SHAPES.get(tuple(g))
-    if shape is None:
+    if shape is None or any(len(t) != 4 for t in g["tasks"]):  # tasks with ``returned`` (settings.returned)
         return g
     out = (shape, g["mode"], g["score"], g["acc"], g["format_ok"], g["error"], g["detail"], g["structure_ok"],
            g["n_tasks"], g["tasks_correct"],
@@ -259,6 +259,9 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
     correct = [r.ok and r.value == t.output for r, t in zip(main, truth.tasks)]
     result["tasks"] = [{"entry": t.entry, "status": r.status, "correct": c, "detail": r.detail}
                        for t, r, c in zip(truth.tasks, main, correct)]
+    if settings.returned:  # execution feedback (opgen.episode): what each program returned
+        for entry, r in zip(result["tasks"], main):
+            entry["returned"] = r.value if r.ok else None
     if proved is not None and tree is not None:
         # The proved tree's library definitions are known not to rebind anything: only the rest
         # of the tree is walked (no scan of the text).

@@ -44,9 +44,11 @@ class GradeSettings:
     runs programs on their own, ``native`` binds first what the native benchmark's module had
     imported; ``static``: programs of library code only are evaluated without running them
     (False: every program runs in the sandbox; the same grades); ``diagnose``: the recall
-    diagnostics (False: none are computed); ``library``: the operator library grading reads (the
-    study's by default). Entry points put a row's library here (opgen.library.library_of); one
-    built with another library than the study's counts as the user's choice there."""
+    diagnostics (False: none are computed); ``returned``: each task's entry carries ``returned``,
+    what the program returned (None when it raised or did not run), for execution feedback
+    (opgen.episode; False: no entry has it, as before); ``library``: the operator library grading
+    reads (the study's by default). Entry points put a row's library here (opgen.library.library_of);
+    one built with another library than the study's counts as the user's choice there."""
 
     policy: str = "output"
     group: str = "fraction"
@@ -54,6 +56,7 @@ class GradeSettings:
     namespace: str = "strict"
     static: bool = True
     diagnose: bool = True
+    returned: bool = False
     # The operator library (docs/scoring.md, "Your own operator library"); the study's wire form
     # names none, so its grades and payloads are those of before libraries.
     library: OperatorLibrary = STUDY
@@ -88,9 +91,10 @@ class GradeSettings:
 
     def to_wire(self) -> dict:
         """The record as a dict of plain values (str and bool; the library as the plain dict of
-        :func:`opgen.library.wire.to_wire`, present only for a user library: the study's wire form
-        is the options alone), what a grading process receives."""
-        out: dict = {name: getattr(self, name) for name in self.names() if name != "library"}
+        :func:`opgen.library.wire.to_wire`, present only for a user library, and ``returned`` only
+        when set: the default wire form is the options it always was), what a grading process receives."""
+        out: dict = {name: getattr(self, name) for name in self.names()
+                     if name != "library" and (name != "returned" or self.returned)}
         if not self.library.is_study:
             out["library"] = wire.to_wire(self.library)
         return out
