@@ -29,8 +29,10 @@ from . import options
 @click.option("--baseline-seeds", type=click.IntRange(0, 100), default=5, show_default=True,
               help="Random splits of the same rows pooled, at the same sizes, to compare with (0: none).")
 @options.progress()
+@options.library()
 def split_stats(train: Path, eval_: Path, as_json: bool, max_size: int, leaves: bool, inputs: bool, params: bool,
-                depths: bool, atoms_per: str, compounds_per: str, baseline_seeds: int, progress: bool | None) -> None:
+                depths: bool, atoms_per: str, compounds_per: str, baseline_seeds: int, progress: bool | None,
+                library_spec: str | None) -> None:
     """Atom divergence D_A = 1 - C_0.5 and compound divergence D_C = 1 - C_0.1 (Chernoff coefficients of
     the normalized histograms, DBCA) of TRAIN against EVAL, beside random splits of the same rows, and
     the held-out compounds (in eval, in no training row) with their share of eval rows. TRAIN and
@@ -42,7 +44,8 @@ def split_stats(train: Path, eval_: Path, as_json: bool, max_size: int, leaves: 
         if not p.exists():
             raise click.BadParameter(f"{p}: no such file or folder", param_hint=hint)
     spec = C.CompoundSpec(max_size, leaves, inputs, params, depths, atoms_per, compounds_per)
-    result = report.split_stats([train], [eval_], spec, baseline_seeds)  # SplitRowsError: exit 1
+    result = report.split_stats([train], [eval_], spec, baseline_seeds,
+                                options.chosen_library(library_spec))  # SplitRowsError: exit 1
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:

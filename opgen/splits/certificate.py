@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from opgen import ops, write
+from opgen import write
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.splits import compounds as C
 from opgen.splits import divergence as D
 from opgen.splits import rows as R
@@ -135,11 +136,11 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
     none of whose splits were rebuilt keep their certificate (the caller's merge carries it over)."""
     spec_of: dict[str, C.CompoundSpec] = {}
     rule_of: dict[str, Rule] = {}
-    lib_of: dict[str, Any] = {}  # a split's operator library (None: the study's)
+    lib_of: dict[str, OperatorLibrary] = {}  # a split's operator library
     for r in recipes:
         for s in r.splits:
             spec_of[s.name] = r.split.spec if r.split is not None else C.EDGES
-            lib_of[s.name] = ops.unless_study(r.library)
+            lib_of[s.name] = r.library
             if r.split is not None:
                 rule_of[s.name] = r.split
     read: dict[str, R.Rows] = {}
@@ -149,7 +150,7 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
         if counted is not None and counted.spec == spec:
             man["splits"][name]["compounds"] = tally_section(counted)
             continue
-        read[name] = _read(paths, spec, lib_of.get(name), rule_of.get(name))
+        read[name] = _read(paths, spec, lib_of.get(name, STUDY), rule_of.get(name))
         man["splits"][name]["compounds"] = histogram_section(read[name].units, spec)
     certs: dict[str, Any] = {}
     for r in recipes:
@@ -181,7 +182,7 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
         man["split_certificates"] = certs
 
 
-def _read(paths: Sequence[Path], spec: C.CompoundSpec, lib: Any, rule: Rule | None) -> R.Rows:
+def _read(paths: Sequence[Path], spec: C.CompoundSpec, lib: OperatorLibrary, rule: Rule | None) -> R.Rows:
     fact = None if rule is None else (lambda trees: rule.impl.row_fact(rule, trees))
     return R.read(list(paths), spec, lib, fact)
 
@@ -215,7 +216,7 @@ def _partly_rebuilt(r: Any, names: Sequence[str], rebuilt: Sequence[str], man: M
             "why": "the rebuilt splits' files are byte-identical (sha256) to the previous build's, and so are the "
                    "kept splits' files to the manifest's"}}, None
     for n in others:
-        read[n] = _read(kept[n], r.split.spec, ops.unless_study(r.library), r.split)
+        read[n] = _read(kept[n], r.split.spec, r.library, r.split)
     why = ("no certificate in the previous build" if not isinstance(old_cert, dict) else
            f"kept files differ from what the manifest recorded (sha256): {', '.join(changed)}" if changed else
            "the rebuilt splits' files differ from the previous build's")

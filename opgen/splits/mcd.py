@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from opgen.errors import OpgenError
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import Rng
 from opgen.splits import compounds as C
 from opgen.splits import divergence as D
@@ -445,14 +446,13 @@ _BASELINES: dict[tuple[int, int], Mapping[str, Any]] = {}  # the pool's random s
 _SELECTIONS_KEPT = 64
 
 
-def pool(config: Mapping[str, Any], seed: int, where: str = "", lib: Any = None) -> tuple[list[Any], T.Table]:
+def pool(config: Mapping[str, Any], seed: int, where: str = "",
+         lib: OperatorLibrary = STUDY) -> tuple[list[Any], T.Table]:
     """The pool's items (distinct programs, in draw order) and their table under the config's
-    compound spec; cached per (pool, spec, seed, library)."""
+    compound spec; cached per (pool, spec, seed, library). ``lib``: the recipe's operator library."""
     from opgen import expr as E
     from opgen import generate as G
-    from opgen import ops
 
-    lib = ops.STUDY if lib is None else lib
     spec = C.CompoundSpec.from_dict(config.get("compounds"))
     key = (_canon({"pool": config["pool"], "compounds": spec.as_dict()}), seed, "" if lib.is_study else lib.digest)
     if key in _POOL:
@@ -525,12 +525,11 @@ def _pool_baseline(config: Mapping[str, Any], seed: int, table: T.Table) -> Mapp
 
 
 def pool_and_selection(config: Mapping[str, Any], seed: int, where: str = "",
-                       lib: Any = None) -> tuple[list[Any], Selection]:
+                       lib: OperatorLibrary = STUDY) -> tuple[list[Any], Selection]:
     """The pool's items and the search's selection; cached per (config, seed, library), so the train
-    and eval splits of one build share the work. ``lib``: the recipe's operator library (an
-    opgen.ops.OperatorLibrary; None: the study's)."""
+    and eval splits of one build share the work. ``lib``: the recipe's operator library."""
     items, table = pool(config, seed, where, lib)
-    key = (_canon(config), seed, "" if lib is None or lib.is_study else lib.digest)
+    key = (_canon(config), seed, "" if lib.is_study else lib.digest)
     sel = _SELECTIONS.get(key)
     if sel is None:
         method = config.get("search", DEFAULT_SEARCH)

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from opgen import ops, schemacheck
+from opgen import schemacheck
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.splits import compounds as C
 from opgen.splits.kinds import heldout_ops, mcd, productivity, systematicity
 from opgen.splits.kinds.base import POOL_CELLS, Read, Rule, SplitError, SplitKind
@@ -38,7 +39,7 @@ def get(name: Any, where: str = "split.kind") -> SplitKind:
     return KINDS[name]
 
 
-def resolve(raw: Any, shown: str, seed: int, lib: ops.OperatorLibrary = ops.STUDY) -> Rule | None:
+def resolve(raw: Any, shown: str, seed: int, lib: OperatorLibrary = STUDY) -> Rule | None:
     """The recipe's ``split`` mapping → a :class:`Rule` over the operators of ``lib`` (the recipe's
     library; None when the recipe has none)."""
     if raw is None:
@@ -69,7 +70,7 @@ def resolve(raw: Any, shown: str, seed: int, lib: ops.OperatorLibrary = ops.STUD
     return impl.resolve(raw, config, spec, where, seed, lib)
 
 
-def rule_from_config(config: Mapping[str, Any], lib: ops.OperatorLibrary = ops.STUDY) -> Rule:
+def rule_from_config(config: Mapping[str, Any], lib: OperatorLibrary = STUDY) -> Rule:
     """A rule from its resolved config (as a manifest or a pool option holds it), over ``lib``."""
     rule = resolve(dict(config), "split", 0, lib)
     assert rule is not None

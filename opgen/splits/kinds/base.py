@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opgen import expr as E
-from opgen import ops
 from opgen.errors import OpgenError
-from opgen.ops import OperatorLibrary, unless_study
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.splits import compounds as C
 from opgen.tasks import Item
 
@@ -56,7 +55,7 @@ def tokens(compound: str) -> set[str]:
     return set(_TOKEN.findall(compound))
 
 
-def op_set(spec: Any, where: str, lib: OperatorLibrary = ops.STUDY) -> tuple[str, ...]:
+def op_set(spec: Any, where: str, lib: OperatorLibrary = STUDY) -> tuple[str, ...]:
     try:
         return lib.resolve_set(spec)
     except (ValueError, KeyError) as exc:
@@ -75,15 +74,11 @@ class Rule:
     data: Any = None
     # the recipe's operator library: the rule's operators, pairs and mcd pool are its (not config:
     # the study's resolved config, and so its digests, stay as they were)
-    library: OperatorLibrary = field(default=ops.STUDY, compare=False)
+    library: OperatorLibrary = field(default=STUDY, compare=False)
 
     @property
     def kind(self) -> str:
         return self.impl.name
-
-    @property
-    def lib(self) -> Any:  # an OperatorLibrary, or None for the study's
-        return unless_study(self.library)
 
     def admitter(self, role: str) -> Callable[[Item], bool] | None:
         """The test a candidate row of a split of ``role`` must pass (None: every row passes)."""

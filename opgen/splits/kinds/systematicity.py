@@ -150,7 +150,7 @@ class Systematicity(FilterKind):
                 if rule.data.path:
                     out.add(path_text(p, c))
                 else:
-                    out.update(C.edge_text(p, pos, c, rule.lib) for pos in range(C.arity_of(p, rule.lib)))
+                    out.update(C.edge_text(p, pos, c, rule.library) for pos in range(C.arity_of(p, rule.library)))
         return sorted(out)
 
     def row_fact(self, rule: Rule, trees: Sequence[E.Expr]) -> frozenset[str]:
@@ -158,7 +158,7 @@ class Systematicity(FilterKind):
         data: Pairs = rule.data
         if data.path:
             return frozenset(path_text(a, b) for a, b in path_pairs(trees) if frozenset((a, b)) in data.pairs)
-        return frozenset(C.edge_text(p, pos, c, rule.lib) for t in trees for p, pos, c in C.edges(t)
+        return frozenset(C.edge_text(p, pos, c, rule.library) for t in trees for p, pos, c in C.edges(t)
                          if frozenset((p, c)) in data.pairs)
 
     def check(self, rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems: list[str],
