@@ -240,8 +240,10 @@ def _segments(text: str) -> list[list[str]]:
             continue
         if tok in ("&&", "||", ";", "|", "&"):
             segments.append([])
-        elif tok in (">", ">>", "<", "2>", ">&", "2>&1"):
-            skip = tok not in ("2>&1",)
+        elif tok in (">", ">>", "<", ">&", "&>"):  # a redirection: its target is no argument
+            skip = True
+            if segments[-1] and segments[-1][-1].isdigit():  # 2>...
+                segments[-1].pop()
         else:
             segments[-1].append(tok)
     out = []
@@ -254,8 +256,8 @@ def _segments(text: str) -> list[list[str]]:
 
 
 def _opgen_command(argv: list[str]):
-    """(the click command, the rest of argv, the command's path) after walking groups; raises
-    ValueError naming an unknown command."""
+    """(the click command, its context, the rest of argv, the command's name) after walking the
+    groups; ValueError naming an unknown command."""
     cmd = cli
     ctx = click.Context(cmd, info_name="opgen", **cmd.context_settings)
     path = ["opgen"]
@@ -350,13 +352,10 @@ def check_command(cmd: Command) -> str | None:
 # -------------------------------------------------------------- Python: bound without running
 
 
-def _opgen_object(module: str, attr: str | None = None):
+def _opgen_object(module: str, attr: str) -> object:
+    """What ``from module import attr`` binds (an attribute, or else a submodule)."""
     mod = importlib.import_module(module)
-    if attr is None:
-        return mod
-    if hasattr(mod, attr):
-        return getattr(mod, attr)
-    return importlib.import_module(f"{module}.{attr}")
+    return getattr(mod, attr) if hasattr(mod, attr) else importlib.import_module(f"{module}.{attr}")
 
 
 def _stored_names(tree: ast.AST) -> set[str]:
