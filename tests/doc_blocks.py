@@ -768,13 +768,16 @@ def scratch(folder: Path, python: str = sys.executable) -> dict[str, str]:
                        ("python", f'exec {shlex.quote(python)} "$@"'), ("python3", f'exec {shlex.quote(python)} "$@"')):
         (bin_ / name).write_text(f"#!/bin/sh\n{line}\n")
         (bin_ / name).chmod(0o755)
-    return {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # a library store of the page's own: `opgen ops add` and builds never write the user's
+    return {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ.get('PATH', '')}",
+            "OPGEN_HOME": str(folder / ".opgen-home")}
 
 
 def run_page(page: Path, folder: Path) -> int:
     """Run ``page``'s steps in ``folder`` (the current process's working directory), stopping at
     the first that fails; print what ran. Called in a subprocess by tests/test_docs_commands.py."""
     env = scratch(folder)
+    os.environ.update(env)  # the Python blocks run here: the same PATH and library store as the commands
     namespace: dict[str, object] = {"__name__": "__main__"}
     for step in steps(page):
         print(f"{step.where} {step.kind}: {step.name or step.text.splitlines()[0][:100]}", flush=True)
@@ -793,7 +796,6 @@ def run_page(page: Path, folder: Path) -> int:
                       f"\n--- stderr\n{done.stderr[-4000:]}")
                 return 1
         else:
-            os.environ["PATH"] = env["PATH"]
             try:
                 exec(compile(step.given + "\n" + step.text, step.where, "exec"), namespace)
             except BaseException as exc:  # any failure of the example is the report

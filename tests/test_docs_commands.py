@@ -238,8 +238,10 @@ def test_every_page_runs_as_written(page, tmp_path, request):
         doc_blocks.copy_builds(request.getfixturevalue("readme_builds"), folder, needed)
     done = subprocess.run([sys.executable, doc_blocks.__file__, doc_blocks.rel(page), str(folder)], cwd=folder,
                           capture_output=True, text=True, timeout=4 * doc_blocks.HANG_S)
-    assert done.returncode == 0, \
-        f"{doc_blocks.rel(page)}: {MARKED} if it cannot run here\n{done.stdout[-8000:]}{done.stderr[-4000:]}"
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    first = failed[0][len("FAILED "):] if failed else f"{doc_blocks.rel(page)}: the runner exited {done.returncode}"
+    assert done.returncode == 0, (f"{first}\nfix the page (the docs are wrong) or, if it cannot run here, "
+                                  f"{MARKED}\n--- the page's run\n{done.stdout[-8000:]}{done.stderr[-4000:]}")
 
 
 def test_the_fast_pages_run_in_the_fast_loop():
