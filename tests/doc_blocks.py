@@ -777,6 +777,7 @@ def run_page(page: Path, folder: Path) -> int:
     """Run ``page``'s steps in ``folder`` (the current process's working directory), stopping at
     the first that fails; print what ran. Called in a subprocess by tests/test_docs_commands.py."""
     env = scratch(folder)
+    os.chdir(folder)  # the Python blocks' files too (run by hand from the checkout, it would be the checkout)
     os.environ.update(env)  # the Python blocks run here: the same PATH and library store as the commands
     namespace: dict[str, object] = {"__name__": "__main__"}
     for step in steps(page):
