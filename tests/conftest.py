@@ -79,3 +79,18 @@ def graded(_graded_build):
     directory is shared: read it, never write to it)."""
     rows, responses, scores, out = _graded_build
     return copy.deepcopy(rows), list(responses), list(scores), out
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """After the docs' examples ran (tests/test_docs_commands.py), the ones marked not to run here:
+    parsed and bound, never run."""
+    ran = any(getattr(r, "nodeid", "").startswith("tests/test_docs_commands.py")
+              for reports in terminalreporter.stats.values() for r in reports)
+    if not ran:
+        return
+    import doc_blocks  # only here: it imports the CLI, fit and curriculum (+0.3 s CPU for every session otherwise)
+
+    lines = doc_blocks.not_run()
+    terminalreporter.section(f"documented examples parsed, not run here ({len(lines)})")
+    for line in lines:
+        terminalreporter.write_line(line)

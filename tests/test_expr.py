@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 import string
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
@@ -501,6 +502,23 @@ def test_parsing_from_many_threads_never_trips_cpythons_shared_ast_counter():
     finally:
         gc.set_threshold(*thresholds)
     assert not errors, errors[0]
+
+
+def test_every_parse_in_the_package_takes_the_lock():
+    """The test above holds for ``expr.parse_python``; a bare ``ast.parse`` elsewhere (the static
+    path's operator sources, parsed from the scorer's thread pool) raised that SystemError in a
+    random-order run of the fast loop. The sandbox worker (score/jail, standard library only, one
+    thread) is the one exception."""
+    root = Path(E.__file__).parent
+    bare = []
+    for path in sorted(root.rglob("*.py")):
+        if "jail" in path.relative_to(root).parts or path == Path(E.__file__):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "parse" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "ast":
+                bare.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not bare, f"ast.parse outside expr.parse_python: {bare}"
 
 
 def test_node_constructors_build_what_the_dataclasses_would():

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hang_guard import ends
 from test_grade import ra_answer, truth
 
 from opgen.score import grade
@@ -87,17 +88,11 @@ def test_hostile_kind_scores_zero_with_its_class(box, sentinel, kind):
         pytest.skip(f"{kind} needs the uid drop or the chroot; this sandbox has {box.level}")
     code, expected = load(kind, sentinel)
     before = (sentinel.read_text(), sentinel.stat().st_mtime_ns)
-    t0 = time.monotonic()
-    g = grade(GOLD, f"```python\n{code}\n```", sandbox=box)
-    elapsed = time.monotonic() - t0
+    # It ends (the worker bounds a call and a program's loading; how soon, against two timeouts:
+    # benchmarks/bench_bounds.py), with its class.
+    g = ends(grade, GOLD, f"```python\n{code}\n```", sandbox=box)
     assert g["score"] == 0.0 and g["acc"] == 0.0, g
     assert g["error"] in expected, (g["error"], g["tasks"])
-    # The worker bounds a call and a program's loading: two timeouts, plus the cost of cleaning up;
-    # a kind that stalls the grader itself is bounded by its grading process's wall clock too.
-    from opgen.score import batch as B
-
-    generated = (CORPUS / f"{kind}.py").read_text().splitlines()[1].startswith("# generate:")
-    assert elapsed < 2 * TIMEOUT_S + 5 + (B.RESPONSE_WALL_S if generated else 0), elapsed
     assert (sentinel.read_text(), sentinel.stat().st_mtime_ns) == before
     # The scorer is alive and still right on the next, honest response.
     assert grade(GOLD, ra_answer(GOLD), sandbox=box)["score"] == 1.0
@@ -167,32 +162,31 @@ def test_without_namespaces_rlimits_still_hold(sentinel, kind):
 DEEP = "(" * 100_000 + "x" + ")" * 100_000
 
 
-@pytest.mark.parametrize("response", [
-    ra_answer(GOLD, {"func_3": f"def func_3(s):\n    return {DEEP}\n"}),  # parsed here for the signature
-    ra_answer(GOLD).replace("return func_5(func_3(x), 'ab')", f"return {DEEP}"),  # parsed here for structure
-    '{"output": [' * 200_000,
-    '{"a": ' * 200_000 + '"x"',
-    "{" * 900_000,
-    "```python\n" * 90_000,
-    "Recall func_3: sort\n```python\nx\n```\n" * 20_000,
-    "x" * 1_000_001,
-], ids=["deep_recall", "deep_assemble", "open_json_lists", "deep_json", "braces", "open_fences", "many_recalls",
-        "too_long"])
-def test_pathological_responses_are_graded_quickly(box, response):
-    t0 = time.monotonic()
-    g = grade(GOLD, response, sandbox=box)
+PATHOLOGICAL = {
+    "deep_recall": ra_answer(GOLD, {"func_3": f"def func_3(s):\n    return {DEEP}\n"}),  # parsed for the signature
+    "deep_assemble": ra_answer(GOLD).replace("return func_5(func_3(x), 'ab')", f"return {DEEP}"),  # for structure
+    "open_json_lists": '{"output": [' * 200_000,
+    "deep_json": '{"a": ' * 200_000 + '"x"',
+    "braces": "{" * 900_000,
+    "open_fences": "```python\n" * 90_000,
+    "many_recalls": "Recall func_3: sort\n```python\nx\n```\n" * 20_000,
+    "too_long": "x" * 1_000_001,
+}
+LOOPING_RECALL = ra_answer(GOLD, {"func_5": "def func_5(s, pre):\n    while True:\n        pass\n"})
+
+
+@pytest.mark.parametrize("response", list(PATHOLOGICAL.values()), ids=list(PATHOLOGICAL))
+def test_pathological_responses_are_graded(box, response):
+    g = ends(grade, GOLD, response, sandbox=box)  # how long: benchmarks/bench_bounds.py
     assert g["score"] == 0.0
-    assert time.monotonic() - t0 < 2 * TIMEOUT_S + 5
     assert grade(GOLD, ra_answer(GOLD), sandbox=box)["score"] == 1.0
 
 
-def test_looping_recall_costs_one_timeout_not_one_per_probe(box):
-    answer = ra_answer(GOLD, {"func_5": "def func_5(s, pre):\n    while True:\n        pass\n"})
-    t0 = time.monotonic()
-    g = grade(GOLD, answer, sandbox=box)
+def test_a_looping_recall_is_a_timeout_and_a_wrong_body(box):
+    # one timeout, not one per probe: benchmarks/bench_bounds.py measures it
+    g = ends(grade, GOLD, LOOPING_RECALL, sandbox=box)
     assert g["error"] == "timeout"
     assert {r["op"]: r["verdict"] for r in g["recalls"]}["func_5"] == "wrong_body"
-    assert time.monotonic() - t0 < 3 * TIMEOUT_S + 2
 
 
 def _as_nobody(script: str, timeout: int = 240) -> subprocess.CompletedProcess:

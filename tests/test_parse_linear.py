@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import bisect
 import re
-import time
 
 import pytest
+from hang_guard import ends
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -114,9 +114,8 @@ ADVERSARIAL = {
 
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
-def test_adversarial_megabyte_parses_quickly(name):
-    text = ADVERSARIAL[name]
-    t0 = time.monotonic()
-    P.parse_program_answer(text, ("main_solution_1", "main_solution_2"))
-    # Linear scans of 1-2 MB take well under a second; the old regexes took minutes on several.
-    assert time.monotonic() - t0 < 5.0, name
+def test_adversarial_megabytes_parse(name):
+    # The old regexes took minutes on several; how long the linear scans take:
+    # benchmarks/bench_bounds.py. Here: it ends, with an answer of the parser's shape.
+    parsed = ends(P.parse_program_answer, ADVERSARIAL[name], ("main_solution_1", "main_solution_2"))
+    assert isinstance(parsed, P.ProgramAnswer), name

@@ -295,10 +295,8 @@ def test_one_budget_for_all_calls_of_a_response():
     one timeout per probe (129 s over 67 probes); now the response's budget ends it."""
     code = "import time\ndef f(x):\n    time.sleep(0.45)\n    return x\n"
     with Sandbox(workers=1, timeout_s=0.5, **OPEN) as b:
-        t0 = time.monotonic()
+        # the budget ends it (the last calls fail on it; how long it took: benchmarks/bench_bounds.py)
         rs = b.run_units([Unit(code, tuple(("f", (str(i),)) for i in range(12)))])
-        elapsed = time.monotonic() - t0
-        assert elapsed < 2 * b.budget_s + 1.0, elapsed
         assert rs[0].status == "ok" and rs[-1].status == "timeout" and "budget" in rs[-1].detail, rs
         # The next response has its own budget.
         assert b.run([Job("def f(x):\n    return x\n", "f", ("n",))])[0].value == "n"

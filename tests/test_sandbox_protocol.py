@@ -4,7 +4,6 @@ per unit, and the structure check's render shortcut agreeing with the full compa
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 
@@ -64,10 +63,10 @@ def f(x):
 
 
 def test_repeated_load_reports_do_not_extend_the_wall_clock(box):
-    t0 = time.monotonic()
+    # a wall clock restarted by each forged report would let the call run its 4 s and return;
+    # how long the timeout took: benchmarks/bench_bounds.py
     (r,) = box.run([Job(_FORGER, "f", ("a",))])
-    assert r.status == "timeout", r
-    assert time.monotonic() - t0 < 3.0
+    assert r.status == "timeout" and r.value is None, r
 
 
 def _random_tree(rng: random.Random, depth: int) -> E.Expr:

@@ -46,7 +46,7 @@ def native_imports(library: OperatorLibrary = STUDY) -> tuple[tuple[str, str], .
     Derived from the library's sources: the study's give ``(("math", "gcd"),)``."""
     found: set[tuple[str, str]] = set()
     for op in library.operators:
-        for node in ast.walk(ast.parse(op.source)):
+        for node in ast.walk(E.parse_python(op.source)):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 found.update((node.module, a.name) for a in node.names if a.asname is None)
     return tuple(sorted(found))
@@ -480,7 +480,7 @@ def _same_expression(fn: ast.FunctionDef, expression: str) -> bool:
 @lru_cache(maxsize=4096)  # reference expressions and parameter names: a few per dataset
 def _user_reference(expression: str, var: str) -> str | None:
     try:
-        node = ast.parse(expression.strip(), mode="eval").body
+        node = E.parse_python(expression.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     for sub in ast.walk(node):

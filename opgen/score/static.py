@@ -121,7 +121,7 @@ def _library(library: OperatorLibrary = STUDY) -> tuple[dict[str, str], dict[str
     refs: dict[str, frozenset[str]] = {}
     ids = _ids(library)
     for op in library.operators:
-        module = ast.parse(op.source)
+        module = E.parse_python(op.source)
         if len(module.body) != 1 or not isinstance(module.body[0], ast.FunctionDef):
             continue  # a user operator whose source is more than its definition: never static
         (fn,) = module.body
@@ -143,7 +143,7 @@ def _verbatim(name: str, library: OperatorLibrary = STUDY) -> tuple[tuple[str, s
         if op.id not in refs or not op.source.startswith(head):
             continue  # (the study's sources all start so: a user's may not)
         text = f"def {name}(" + op.source[len(head):]
-        (fn,) = ast.parse(text).body
+        (fn,) = E.parse_python(text).body
         assert isinstance(fn, ast.FunctionDef)
         out.append((text, op.id, fn))
     return tuple(out)
@@ -162,7 +162,7 @@ def _code(body: str, name: str, renaming: tuple[tuple[str, str], ...] = (),
           library: OperatorLibrary = STUDY) -> types.CodeType:
     """The library's code for ``body`` defined as ``name``: compiled from the library's own source,
     its bound names renamed by ``renaming`` (an :class:`_Alpha`'s, proved consistent)."""
-    module = ast.parse(library.get(body).source)
+    module = E.parse_python(library.get(body).source)
     fn = module.body[0]
     assert isinstance(fn, ast.FunctionDef)
     if renaming:
@@ -319,7 +319,7 @@ def _alpha_facts(op_id: str, library: OperatorLibrary = STUDY,
     import symtable
 
     source = library.get(op_id).source
-    (fn,) = ast.parse(source).body
+    (fn,) = E.parse_python(source).body
     assert isinstance(fn, ast.FunctionDef)
     candidates: set[str] = set()
     fixed: set[str] = set()
