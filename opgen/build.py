@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from opgen import content, formats, leakage, ops, outdir, write
+from opgen import content, faults, formats, leakage, ops, outdir, write
 from opgen import expr as E
 from opgen import manifest as M
 from opgen.errors import USAGE, OpgenError
@@ -277,6 +277,7 @@ def _produce_rows(uid: int) -> ShardFacts:
     shards = current()
     unit = shards.units[uid]
     plan = shards.plans[unit.plan]
+    _worker_fault(shards, unit)
     gen = plan.gen
     gen.rejections = Counter()
     buf = RowBuffer(plan.spec)
@@ -335,9 +336,24 @@ def _produce_rows(uid: int) -> ShardFacts:
         writer.close()
         if not final:
             sink.close()
-    outdir.fault("produced", shards.main_pid)
+    faults.signal_at("produced", shards.main_pid)
     return _shard_facts(facts, attempts, gen.rejections, digest.hexdigest() if digest is not None else None, tally,
                         plan.recipe.library.mask_dtype)
+
+
+def _worker_fault(shards: Shards, unit: Unit) -> None:
+    """Test-only (opgen.faults): a shard's worker process signals itself as a shard task starts,
+    ``shard-worker`` once a build (the first to create a marker in the staging directory),
+    ``shard-worker-always`` every time. Never the building process itself (one worker)."""
+    if shards.main_pid == os.getpid():
+        return
+    faults.signal_at("shard-worker-always")
+    if faults.value("shard-worker") is not None:
+        try:
+            os.close(os.open(unit.tmp.parent / ".shard-fault", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        faults.signal_at("shard-worker")
 
 
 def _final_in_produce(shards: Shards, uid: int) -> bool:

@@ -23,7 +23,6 @@ opgen.distributed.ray_executor.RayPool, whose replicas are Ray actors).
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from opgen import faults
 from opgen.errors import OpgenError
 from opgen.infer.backends import make_backend
 from opgen.infer.base import Backend, EngineOptions, Generation, Request, Sampling
@@ -57,11 +57,6 @@ from opgen.score.settings import GradeSettings
 
 if TYPE_CHECKING:
     from opgen.score.metrics import MetricDefs
-
-# test-only fault injection: "kill-replica-after:N" kills the replica that produced the N-th
-# chunk written, right after it is written; "abort-after:N" stops the driver there (a lost node)
-FAULT_ENV = "OPGEN_TEST_FAULT"
-
 
 class ReplicaLost(RuntimeError, OpgenError):
     """A replica died (its process, actor or node); its chunks in flight are lost, not failed."""
@@ -335,14 +330,6 @@ class SweepReport:
         }
 
 
-def _fault() -> tuple[str, int] | None:
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return None
-    kind, _, n = spec.partition(":")
-    return kind, int(n)
-
-
 def _plan_passes(models: Sequence[Path], names: Sequence[str], out: Path, loaded, cfg: EvalConfig,
                  chunk_rows: int) -> tuple[list[dict], list[list[_Pass]], deque[_Unit], list[_Pass]]:
     """Every model's metrics header and passes, the queue of chunks to generate and the passes
@@ -413,7 +400,8 @@ class _Sweep:
         self.inflight: dict[object, tuple[int, _Unit]] = {}
         self.scoring: dict[object, tuple[str, _Pass]] = {}
         self.alive = list(pool.replicas)
-        self.fault = _fault()
+        # test-only (opgen.faults): lose the replica of the N-th chunk written; stop after N chunks
+        self.kill_after, self.abort_after = faults.value("kill-replica-after"), faults.value("abort-after")
         self.written = 0
         self.truths: dict[Path, list] = {}
         self.bar = None
@@ -591,18 +579,17 @@ class _Sweep:
             _postfix(self.bar, self.report, time.perf_counter() - self.t_gen0)
 
     def _inject_fault(self, rid: int) -> None:
-        if self.fault is not None and self.written == self.fault[1]:
-            if self.fault[0] == "kill-replica-after":
-                self.pool.kill(rid)
-            elif self.fault[0] == "abort-after":
-                raise InjectedFault(f"{FAULT_ENV}: stopped after {self.written} chunks")
+        if self.written == self.kill_after:
+            self.pool.kill(rid)
+        if self.written == self.abort_after:
+            raise InjectedFault(f"{faults.ENV}: stopped after {self.written} chunks")
 
     def run(self) -> None:
         """Until nothing is queued, in flight or being scored."""
         first = True
         while self.queue or self.inflight or self.scoring:
             self.submit()
-            if first and self.fault is not None and self.fault == ("kill-replica-after", 0):
+            if first and self.kill_after == 0:
                 for rid in list(self.alive):  # test-only: every replica lost before its first chunk
                     self.pool.kill(rid)
             first = False

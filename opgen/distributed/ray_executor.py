@@ -208,28 +208,11 @@ class TaskLost(RayError):
     """A task's worker died more often than its retries allow."""
 
 
-def _shard_fault(tmp_dir) -> None:
-    """Test-only (``OPGEN_FAULT=shard-worker:KILL``: the first shard task's worker is killed once;
-    ``shard-worker-always:KILL``: every attempt of every shard task)."""
-    import signal
-
-    spec = os.environ.get("OPGEN_FAULT", "")
-    if spec.startswith("shard-worker-always:"):
-        os.kill(os.getpid(), signal.SIGKILL)
-    if spec.startswith("shard-worker:"):
-        try:
-            os.close(os.open(os.path.join(tmp_dir, ".shard-fault"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _shard(state: tuple, fn, arg):
     global _ADOPTED
     from opgen import build as B
 
     token, recipes, only, limit, tmp_dir, seed = state
-    _shard_fault(tmp_dir)
     if _ADOPTED != token:
         B.adopt(recipes, only, limit, tmp_dir, seed)
         _ADOPTED = token
