@@ -35,12 +35,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from opgen import content, faults, formats, leakage, ops, outdir, write
+from opgen import content, faults, formats, leakage, ops, opwatch, outdir, write
 from opgen import expr as E
 from opgen import manifest as M
 from opgen.errors import USAGE, OpgenError
@@ -48,6 +48,9 @@ from opgen.generate import Generator, GeneratorError
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
 from opgen.rows import Facts, RowBuffer, RowSpec
 from opgen.splits import compounds as C
+
+if TYPE_CHECKING:
+    from opgen.workers import Pool
 
 
 class BuildError(RuntimeError, OpgenError):
@@ -307,6 +310,7 @@ def _produce_rows(uid: int) -> ShardFacts:
         sink = pa.OSFile(_staged(unit), "wb")
         writer = pa.ipc.new_stream(sink, buf.schema)
         put = writer.write_table
+    c0 = c1 = unit.start
     try:
         with E.recursion_headroom():
             for c0 in range(unit.start, unit.stop, write.ROW_GROUP_ROWS):
@@ -332,6 +336,9 @@ def _produce_rows(uid: int) -> ShardFacts:
                 del table
                 pool.release_unused()
                 shards.tick(c1 - c0)
+    except BaseException as exc:
+        _blame(plan, exc, range(c0, c1))
+        raise
     finally:
         writer.close()
         if not final:
@@ -354,6 +361,25 @@ def _worker_fault(shards: Shards, unit: Unit) -> None:
         except FileExistsError:
             return
         faults.signal_at("shard-worker")
+
+
+def _blame(plan: Plan, exc: BaseException, rows: Sequence[int], start: int = 0) -> None:
+    """When an operator of ``plan``'s library caused ``exc``, raise an :class:`opgen.opwatch.OperatorFault`
+    naming it, its input, the split and the row, found by drawing ``rows`` again (each from candidate
+    ``start``) under the replay profiler; otherwise return (the caller re-raises ``exc``)."""
+    at = [rows[0]] if rows else [0]
+
+    def again() -> None:
+        buf = RowBuffer(plan.spec)
+        with E.recursion_headroom():
+            for i in rows:
+                at[0] = i
+                buf.add(i, plan.gen.first_valid(i, start)[1])
+
+    library = plan.recipe.library
+    fault = opwatch.name_fault(exc, opwatch.codes_of(library), again, library.name)
+    if fault is not None:
+        raise fault.at(f"{plan.cfg.where}: row {at[0]}") from None
 
 
 def _final_in_produce(shards: Shards, uid: int) -> bool:
@@ -400,16 +426,20 @@ def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]], was: Sequenc
     where: dict[int, int] = {}
     if patches:
         buf = RowBuffer(plan.spec)
-        with E.recursion_headroom():
-            for n, (local, j) in enumerate(patches):
-                got, item = plan.gen.first_valid(unit.start + local, j)
-                assert got == j, "a redrawn candidate must be reproducible"
-                buf.add(unit.start + local, item)
-                if delta is not None:
-                    got, old = plan.gen.first_valid(unit.start + local, was[n])
-                    assert got == was[n], "a phase-1 candidate must be reproducible"
-                    delta.add_item(old, -1)
-                    delta.add_item(item)
+        try:
+            with E.recursion_headroom():
+                for n, (local, j) in enumerate(patches):
+                    got, item = plan.gen.first_valid(unit.start + local, j)
+                    assert got == j, "a redrawn candidate must be reproducible"
+                    buf.add(unit.start + local, item)
+                    if delta is not None:
+                        got, old = plan.gen.first_valid(unit.start + local, was[n])
+                        assert got == was[n], "a phase-1 candidate must be reproducible"
+                        delta.add_item(old, -1)
+                        delta.add_item(item)
+        except BaseException as exc:
+            _blame(plan, exc, [unit.start + patches[n][0]], patches[n][1])
+            raise
         replacement = buf.table()
         where = {local: k for k, (local, _) in enumerate(patches)}
     pool = pa.default_memory_pool()
@@ -445,7 +475,7 @@ def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]], was: Sequenc
     return digest.hexdigest()
 
 
-def _run(pool: Any, fn: Callable[[Any], Any], args: Sequence[Any], bar: Any, mapper: Any = None,
+def _run(pool: Pool | None, fn: Callable[[Any], Any], args: Sequence[Any], bar: Any, mapper: Any = None,
          counter: Any = None, sizes: Sequence[int] | None = None) -> list[Any]:
     """``[fn(a) for a in args]``: here, in the worker pool (its rows counted in ``counter``) or by ``mapper``.
 
@@ -456,19 +486,25 @@ def _run(pool: Any, fn: Callable[[Any], Any], args: Sequence[Any], bar: Any, map
         return list(mapper(fn, list(args), bar))
     if pool is None:
         return [fn(a) for a in args]
-    order = sorted(range(len(args)), key=lambda k: -sizes[k]) if sizes is not None else list(range(len(args)))
-    pending = pool.map_async(fn, [args[k] for k in order], chunksize=1)
-    while not pending.ready():
-        pending.wait(0.1)
+    order = sorted(range(len(args)), key=lambda k: -sizes[k]) if sizes is not None else None
+
+    def poll() -> None:
         if bar is not None:
             bar.update(counter.value - bar.n)
-    if bar is not None:
-        bar.update(counter.value - bar.n)
-    got = pending.get()
-    out: list[Any] = [None] * len(args)
-    for k, value in zip(order, got):
-        out[k] = value
-    return out
+
+    got = pool.map(fn, args, order, _describe_task, poll)
+    poll()
+    return got
+
+
+def _describe_task(task: int | FinishTask) -> str:
+    """A shard task as a dead worker's error names it."""
+    shards = current()
+    unit = shards.units[task if isinstance(task, int) else task.uid]
+    plan = shards.plans[unit.plan]
+    phase = "producing" if isinstance(task, int) else "writing"
+    return (f"{plan.cfg.where}: {phase} shard {unit.shard + 1} of {len(plan.units)} (rows {unit.start:,}-"
+            f"{unit.stop - 1:,})")
 
 
 def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | None = None,
@@ -547,63 +583,79 @@ def adopt(recipes: list[Recipe], only: tuple[str, ...], limit: int | None, tmp_d
 
 def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str, ...] = (),
           limit: int | None = None, seed: int | None = None, progress: bool = False, force: bool = False,
-          mapper: Any = None) -> dict[str, Any]:
+          mapper: Any = None, op_budget: float = opwatch.OP_BUDGET_S) -> dict[str, Any]:
     """Build every split of ``recipes`` into ``out``; return the manifest (also written to out/manifest.json).
 
     ``out`` is replaced whole (see opgen.outdir); with ``only``, the other splits of a previous build
     of the same recipes, seed and limit are kept and the manifest is updated in place.
     ``mapper(fn, args, bar) -> [fn(a) for a in args]`` runs the shard phases elsewhere instead of
-    the worker pool (``mapper.stage(tmp_dir, seed)`` is called first; its workers call ``adopt``);
-    the files are the same either way.
+    the worker pool (``mapper.stage(tmp_dir, seed, op_budget)`` is called first; its workers call
+    ``adopt``); the files are the same either way.
+
+    The library's operators run under an operator watch (opgen.opwatch): one that raises
+    ``SystemExit`` or ``KeyboardInterrupt``, calls ``os._exit``, returns a non-str or runs past
+    ``op_budget`` seconds in one call stops the build with an ``OperatorFault`` naming it, its input,
+    the split and the row. A worker process that dies runs its shard once more in a fresh one, then
+    fails the build naming the shard. Either way ``out`` is left as it was.
 
     A SIGINT or SIGTERM that arrives during the final swap is acted on after it, as
     :class:`InterruptedAfterSwap` or :class:`TerminatedAfterSwap` (``out`` then holds this build).
     """
     t0 = time.perf_counter()
-    plans = plan_build(recipes, only, limit, seed)
+    library = recipes[0].library if recipes else ops.STUDY
     out = Path(os.path.abspath(out))
     if out.is_symlink():
         out = out.resolve()
-    try:
-        outdir.check_writable(out)
-        with outdir.Lock(out):
-            outdir.recover(out)
-            previous = outdir.check_owner(out, force)
-            keep = _kept_splits(previous, recipes, only, limit, seed, force, out)
-            # Rendering sample rows costs up to 0.2 s; only a tight disk is worth it.
-            if outdir.free_bytes(out) < QUICK_BYTES_PER_ROW * sum(p.rows for p in plans):
-                outdir.check_space(out, estimate_bytes(plans))
-            stage = outdir.stage_path(out)
+    with opwatch.watch(opwatch.codes_of(library), op_budget):
+        plans = plan_build(recipes, only, limit, seed)
+        try:
+            man = _build_into(out, recipes, plans, workers, only, limit, seed, progress, force, mapper, op_budget,
+                              t0)
+        except outdir.OutputError as exc:
+            raise BuildError(str(exc)) from None
+        except OSError as exc:
+            where = exc.filename or out
+            raise BuildError(f"{where}: {exc.strerror or exc}; nothing was written to {out}") from None
+    man["_seconds"] = time.perf_counter() - t0  # for the summary only; not in the file
+    return man
+
+
+def _build_into(out: Path, recipes: list[Recipe], plans: list[Plan], workers: int, only: tuple[str, ...],
+                limit: int | None, seed: int | None, progress: bool, force: bool, mapper: Any, op_budget: float,
+                t0: float) -> dict[str, Any]:
+    """``build`` under the output directory's lock: staged, checked, swapped in."""
+    outdir.check_writable(out)
+    with outdir.Lock(out):
+        outdir.recover(out)
+        previous = outdir.check_owner(out, force)
+        keep = _kept_splits(previous, recipes, only, limit, seed, force, out)
+        # Rendering sample rows costs up to 0.2 s; only a tight disk is worth it.
+        if outdir.free_bytes(out) < QUICK_BYTES_PER_ROW * sum(p.rows for p in plans):
+            outdir.check_space(out, estimate_bytes(plans))
+        stage = outdir.stage_path(out)
+        shutil.rmtree(stage, ignore_errors=True)
+        try:
+            stage.mkdir()
+            tmp_dir = stage / write.TMP_DIR
+            tmp_dir.mkdir()
+            shards = Shards(tuple(plans), tuple(_layout(plans, tmp_dir)), os.getpid())
+            if mapper is not None:
+                mapper.stage(tmp_dir, seed, op_budget)
+            kept = None
+            if keep:
+                assert previous is not None  # --only: the kept splits' files, for split certificates
+                kept = {n: [out / f["path"] for f in previous["splits"][n]["files"]] for n in keep}
+            man = _build(recipes, shards, stage, tmp_dir, 1 if mapper else workers, limit, seed,
+                         progress, t0, mapper, previous if keep else None, kept)
+            if keep:
+                assert previous is not None
+                man = _merge(man, previous, keep, out, stage, recipes)
+            man.pop("_seconds")
+            write.atomic_write_text(stage / "manifest.json", M.dumps(man))
+            _swap(stage, out)
+        except BaseException:
             shutil.rmtree(stage, ignore_errors=True)
-            try:
-                stage.mkdir()
-                tmp_dir = stage / write.TMP_DIR
-                tmp_dir.mkdir()
-                shards = Shards(tuple(plans), tuple(_layout(plans, tmp_dir)), os.getpid())
-                if mapper is not None:
-                    mapper.stage(tmp_dir, seed)
-                kept = None
-                if keep:
-                    assert previous is not None  # --only: the kept splits' files, for split certificates
-                    kept = {n: [out / f["path"] for f in previous["splits"][n]["files"]] for n in keep}
-                man = _build(recipes, shards, stage, tmp_dir, 1 if mapper else workers, limit, seed,
-                             progress, t0, mapper, previous if keep else None, kept)
-                if keep:
-                    assert previous is not None
-                    man = _merge(man, previous, keep, out, stage, recipes)
-                man.pop("_seconds")
-                write.atomic_write_text(stage / "manifest.json", M.dumps(man))
-                _swap(stage, out)
-                seconds = time.perf_counter() - t0
-            except BaseException:
-                shutil.rmtree(stage, ignore_errors=True)
-                raise
-    except outdir.OutputError as exc:
-        raise BuildError(str(exc)) from None
-    except OSError as exc:
-        where = exc.filename or out
-        raise BuildError(f"{where}: {exc.strerror or exc}; nothing was written to {out}") from None
-    man["_seconds"] = seconds  # for the summary only; not in the file
+            raise
     return man
 
 
@@ -658,6 +710,7 @@ def estimate_bytes(plans: list[Plan]) -> int:
         if n:
             buf = RowBuffer(plan.spec)
             with E.recursion_headroom():
+                i = 0
                 try:
                     for k in range(n):  # spread over the split: depths and lengths change along it
                         i = k * plan.rows // n
@@ -665,6 +718,9 @@ def estimate_bytes(plans: list[Plan]) -> int:
                     per_row = buf.table().nbytes / n
                 except GeneratorError:
                     pass  # the build itself reports it
+                except BaseException as exc:
+                    _blame(plan, exc, [i])
+                    raise
         for s in range(len(plan.units)):
             rows = min((s + 1) * size, plan.rows) - s * size
             if not (uid == 0 or plan.cfg.unique == "none"):
@@ -787,40 +843,48 @@ def _phases(shards: Shards, workers: int, progress: bool, mapper: Any) -> tuple[
     """Phases 1-3 over every shard: here, in a pool of ``workers`` forked processes, or by ``mapper``."""
     units = shards.units
     n_workers = max(1, min(workers, len(units)))
-    pool = counter = None
+    counter = None
     if n_workers > 1:
-        import multiprocessing as mp
+        import multiprocessing as mp  # 3 ms of start-up a one-worker build does not pay (tests/test_build.py)
 
-        ctx = mp.get_context("fork")
-        counter = ctx.Value("q", 0)
+        counter = mp.get_context("fork").Value("q", 0)
         shards = replace(shards, tick=_SharedTick(counter))
-    try:
-        with _installed(shards):  # before the fork: the workers inherit it
-            if n_workers > 1:
-                pool = ctx.Pool(n_workers, initializer=outdir.worker_init, initargs=(os.getpid(),))
-            bar = None
-            if progress:  # tqdm costs 20 ms of start-up; a build without a bar never imports it
-                from tqdm import tqdm
+    with _installed(shards), _pool(n_workers) as pool:  # installed before the fork: the workers inherit it
+        bar = None
+        if progress:  # tqdm costs 20 ms of start-up; a build without a bar never imports it
+            from tqdm import tqdm
 
-                bar = tqdm(total=sum(p.rows for p in shards.plans), desc="generate", unit="row", file=sys.stderr,
-                           dynamic_ncols=True)
-            here = replace(shards, tick=bar.update) if pool is None and bar is not None else shards
-            with _installed(here):
-                try:
-                    produced: list[ShardFacts] = _run(pool, _produce, list(range(len(units))), bar, mapper,
-                                                      counter, [u.stop - u.start for u in units])
-                except GeneratorError as exc:
-                    raise BuildError(str(exc)) from None
-                finally:
-                    if bar is not None:
-                        bar.close()
-                resolved = _resolve(shards.plans, units, produced)
-                finished: list[Finished] = _run(pool, _finish, finish_tasks(produced, resolved), None, mapper)
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+            bar = tqdm(total=sum(p.rows for p in shards.plans), desc="generate", unit="row", file=sys.stderr,
+                       dynamic_ncols=True)
+        here = replace(shards, tick=bar.update) if pool is None and bar is not None else shards
+        with _installed(here):
+            try:
+                produced: list[ShardFacts] = _run(pool, _produce, list(range(len(units))), bar, mapper,
+                                                  counter, [u.stop - u.start for u in units])
+            except GeneratorError as exc:
+                raise BuildError(str(exc)) from None
+            finally:
+                if bar is not None:
+                    bar.close()
+            resolved = _resolve(shards.plans, units, produced)
+            finished: list[Finished] = _run(pool, _finish, finish_tasks(produced, resolved), None, mapper)
     return resolved, finished
+
+
+@contextmanager
+def _pool(n: int) -> Iterator[Pool | None]:
+    """The build's ``n`` worker processes (None for one: the shards run in this process). A shard
+    whose worker died, and died again in a fresh one, stops the build (``BuildError``)."""
+    if n <= 1:
+        yield None
+        return
+    from opgen.workers import Pool, WorkerDied  # multiprocessing: as in _phases
+
+    with Pool(n) as pool:
+        try:
+            yield pool
+        except WorkerDied as exc:
+            raise BuildError(f"{exc}; the build stopped, and left its output directory as it was") from None
 
 
 def _section(plan: Plan, shards: Shards, results: list[ShardFacts], finished: list[Finished],
@@ -932,9 +996,12 @@ def _redraw(plan: Plan, i: int, start: int, taken: Callable[[int], bool]) -> tup
         while j < stop:
             try:
                 j, item = gen.first_valid(i, j)
+                facts = buf.add(i, item)
             except GeneratorError as exc:
                 raise BuildError(str(exc)) from None
-            facts = buf.add(i, item)
+            except BaseException as exc:
+                _blame(plan, exc, [i], j)
+                raise
             if facts is None:  # shares a program of a training recipe the recipe avoids
                 gen.rejections["avoided"] += 1
                 j += 1
