@@ -77,6 +77,8 @@ register("after-swap", "every command that writes: after the final swap", signal
 register("kill-replica-after", "eval sweep: the replica that produced the N-th chunk written is killed "
          "right after it is written (0: every replica, before the first chunk)", count_value)
 register("abort-after", "eval sweep: the driver stops after N chunks written (a lost node)", count_value)
+register("lose-chunk", "eval sweep: whichever replica is given the N-th chunk of the queue (1, 2, ...) is killed "
+         "as it is (a chunk that kills its replica)", count_value)
 
 
 _PARSED: dict[str, dict[str, Any]] = {}  # the variable's text -> its points' values, parsed once

@@ -175,6 +175,22 @@ def test_every_replica_lost_stops_with_the_chunks_kept(sweep, tmp_path, monkeypa
     assert list((tmp_path / "out" / CHUNKS_DIR).rglob("*.jsonl"))
 
 
+def test_a_chunk_that_loses_a_second_replica_stops_the_sweep_naming_it(sweep, tmp_path, monkeypatch):
+    """A chunk is given again once (issue 32): one in flight when a second replica is lost (a chunk that
+    kills whatever runs it) is a named error, not a walk through every replica; finished chunks are kept."""
+    local = tmp_path / "local"
+    _local(sweep, local, _cfg())
+    monkeypatch.setenv(faults.ENV, "lose-chunk:3")
+    with pytest.raises(dist.ChunkLost, match=r"^chunk \S+ of 0/trees \(\d+ rows\): replicas \d and \d were lost "
+                                             r"while they ran it, and it is not given a third; the \d+ chunks "
+                                             r"finished in this run are stored: rerun with --resume") as info:
+        _run(sweep, tmp_path / "dist", _cfg(), replicas=3, chunk_rows=2)
+    assert info.value.exit_code == 1
+    monkeypatch.delenv(faults.ENV)
+    _run(sweep, tmp_path / "dist", _cfg(resume=True), replicas=3, chunk_rows=2)
+    assert _files(tmp_path / "dist") == _files(local)
+
+
 @pytest.mark.slow
 def test_an_aborted_sweep_resumes_only_the_missing_rows(sweep, tmp_path, monkeypatch):
     local = tmp_path / "local"
