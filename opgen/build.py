@@ -260,20 +260,22 @@ def _shard_facts(facts: list[Facts], attempts: list[int], rejections: Counter[st
 
 
 def _produce(uid: int) -> ShardFacts:
-    # Rows allocate millions of small acyclic objects (trees, tuples, strings); the cyclic
-    # collector would rescan every live one again and again for nothing (10-15% of a build).
-    was_enabled = gc.isenabled()
-    gc.disable()
+    # Rows allocate millions of small objects (trees, tuples, strings), and operators make cycles
+    # (func_23's recursive helper closes over itself, one cycle a call): ~200,000 unreachable
+    # objects per 20,000 rows of depth 1-8. The young generation is collected as it fills (its
+    # garbage freed while still in cache, and no pile of it at the shard's end), but the older ones
+    # are never rescanned while the shard runs: each full pass would walk every object the build
+    # keeps (10-15% of a build when the collector ran after every shard, 35-50% left to itself).
+    # What the shard promoted is collected once at its end, so a shard costs the same whatever
+    # was built before it (benchmarks/bench_build.py --scale).
+    young, *older = gc.get_threshold()
+    gc.set_threshold(young, *(1 << 30 for _ in older))
     try:
         return _produce_rows(uid)
     finally:
-        if was_enabled:
-            gc.enable()
-        # What the collector skipped: operators' own cycles (func_23's recursive helper closes over
-        # itself, one cycle a call). Left to the generational collector after a whole shard, they
-        # and what they hold were still around in later shards: a 500,000-row one-worker build
-        # peaked at ~320 MiB, ~210 MiB with this collection (benchmarks/bench_build.py).
-        gc.collect()
+        gc.set_threshold(young, *older)
+        if gc.isenabled():
+            gc.collect(1)
 
 
 def _produce_rows(uid: int) -> ShardFacts:
