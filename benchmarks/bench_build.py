@@ -194,7 +194,8 @@ def main() -> None:
     ap.add_argument("--no-big", action="store_true", help="skip the 1-vs-2-worker split")
     ap.add_argument("--scale", metavar="ROWS,...", help="only the scale runs: one depth 1-8 split at these row counts")
     ap.add_argument("--workers", type=int, default=2, help="--scale: worker processes")
-    ap.add_argument("--keep", metavar="DIR", help="--scale: build into DIR/<rows> and keep the builds (sha256 checks)")
+    ap.add_argument("--keep", metavar="DIR", help="--scale: keep each build's manifest as DIR/<rows>.json (its files' "
+                                                  "sha256: compare two checkouts' builds)")
     ap.add_argument("--compile", action="append", default=[], metavar="DIR",
                     help="byte-compile this package folder first, as installing a wheel does (repeatable); "
                          "with PYTHONDONTWRITEBYTECODE set, an editable checkout otherwise recompiles every "
@@ -283,12 +284,10 @@ def scale(counts: list[int], workers: int, keep: str | None) -> None:
           f"processes (peak RSS MiB / CPU s)")
     first = None
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(keep) if keep else Path(tmp)
-        root.mkdir(parents=True, exist_ok=True)
         for rows in counts:
             recipe = Path(tmp) / f"scale-{rows}.yaml"
             recipe.write_text(SCALE.format(rows=rows))
-            out = root / str(rows)
+            out = Path(tmp) / str(rows)
             load = open("/proc/loadavg").read().split()[:3]
             d = measure_argv([*OPGEN, "build", str(recipe), "--out", str(out), "--no-progress",
                               "--workers", str(workers)], out)
@@ -299,10 +298,12 @@ def scale(counts: list[int], workers: int, keep: str | None) -> None:
             shown = ", ".join(f"{p['role']} {p['peak_rss_mib']}/{p['cpu_s']}" for p in procs)
             print(f"{d['rows']:>10,} {d['wall']:8.1f} {d['cpu']:8.1f} {per_row:10.1f} {per_row / first:8.3f}  "
                   f"{' '.join(load) + ' -> ' + ' '.join(after):<22} {shown}", flush=True)
-            if not keep:
-                import shutil
+            if keep:
+                Path(keep).mkdir(parents=True, exist_ok=True)
+                (Path(keep) / f"{rows}.json").write_bytes((out / "manifest.json").read_bytes())
+            import shutil
 
-                shutil.rmtree(out)
+            shutil.rmtree(out)
 
 
 if __name__ == "__main__":
