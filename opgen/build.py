@@ -7,7 +7,10 @@ the whole build. Three phases keep both, independent of the number of workers:
    generator's own constraints and is new within its shard, and is rendered into a staged
    (uncompressed Arrow) shard — or straight into parquet for a shard phase 2 can never change (the
    build's first, or one of a split with ``unique: none``); the worker returns each row's keys
-   (unique key, prompt and program hashes) and measures.
+   (unique key, prompt and program hashes) and measures. A build with fewer shards than workers
+   draws each shard in pieces of whole row groups, one per worker, each as if it were the shard's
+   first; the main process keeps a piece that repeats no key of the pieces before it (it is then
+   exactly what one worker would have drawn: see ``_joined``) and draws any other again, after them.
 2. **resolve** (main process, sequential: splits in recipe order, shards and rows in order): a row
    whose unique key an earlier shard or split already holds draws candidates ``j+1, j+2, …`` from
    ``Rng(digest, split, i, j)`` until one is new. Only these rows change; the pass is cheap.
@@ -33,7 +36,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -109,13 +112,33 @@ class Plan:
 
 @dataclass(frozen=True)
 class Unit:
-    """One shard: rows ``start:stop`` of plan ``plan``, written to ``tmp`` until the build succeeds."""
+    """One shard: rows ``start:stop`` of plan ``plan``, written to ``tmp`` until the build succeeds;
+    phase 1 draws it in pieces of ``piece`` rows (:class:`Piece`; 0: at once) when there are more
+    workers than shards."""
 
     plan: int
     shard: int
     start: int
     stop: int
     tmp: Path
+    piece: int = 0  # a multiple of write.ROW_GROUP_ROWS
+
+    def pieces(self) -> list[tuple[int, int]]:
+        """The rows of each piece phase 1 draws: whole row groups (the last may be short), so the
+        row groups, hence the file's bytes, are those of the shard drawn at once."""
+        size = self.piece or max(1, self.stop - self.start)
+        return [(a, min(a + size, self.stop)) for a in range(self.start, self.stop, size)] or [(self.start, self.stop)]
+
+
+class Piece(NamedTuple):
+    """Phase 1's work on piece ``index`` of shard ``uid`` (rows ``start:stop``). ``taken``: the unique
+    keys of the shard's rows before it, or None to draw it as if it were the shard's first."""
+
+    uid: int
+    part: int
+    start: int
+    stop: int
+    taken: np.ndarray | None = None
 
 
 def _no_tick(n: int) -> None:
@@ -259,7 +282,7 @@ def _shard_facts(facts: list[Facts], attempts: list[int], rejections: Counter[st
     )
 
 
-def _produce(uid: int) -> ShardFacts:
+def _produce(task: int | Piece) -> ShardFacts:
     # Rows allocate millions of small objects (trees, tuples, strings), and operators make cycles
     # (func_23's recursive helper closes over itself, one cycle a call): ~200,000 unreachable
     # objects per 20,000 rows of depth 1-8. The young generation is collected as it fills (its
@@ -271,14 +294,20 @@ def _produce(uid: int) -> ShardFacts:
     young, *older = gc.get_threshold()
     gc.set_threshold(young, *(1 << 30 for _ in older))
     try:
-        return _produce_rows(uid)
+        if isinstance(task, Piece):
+            return _produce_rows(task.uid, task.start, task.stop, task.part, task.taken)
+        unit = current().units[task]
+        return _produce_rows(task, unit.start, unit.stop)
     finally:
         gc.set_threshold(young, *older)
         if gc.isenabled():
             gc.collect(1)
 
 
-def _produce_rows(uid: int) -> ShardFacts:
+def _produce_rows(uid: int, start: int, stop: int, piece: int | None = None,
+                  taken: np.ndarray | None = None) -> ShardFacts:
+    """Rows ``start:stop`` of shard ``uid`` (all of them, or its piece ``piece`` after rows whose keys
+    are ``taken``)."""
     shards = current()
     unit = shards.units[uid]
     plan = shards.plans[unit.plan]
@@ -290,7 +319,7 @@ def _produce_rows(uid: int) -> ShardFacts:
     attempts: list[int] = []
     # Duplicates inside this shard are redrawn here at once; the main process then only judges
     # each row against earlier shards and splits (a subset of the keys, so still no duplicates).
-    seen: set[int] = set()
+    seen: set[int] = set() if taken is None else set(taken.tolist())
     # A shard that can never hold a row redrawn in phase 2 (the build's first, or a split without
     # duplicate checks) is encoded as parquet here at once. Any other goes to an uncompressed Arrow
     # stream first, and parquet is encoded once, in phase 3, with the redrawn rows swapped in:
@@ -309,15 +338,15 @@ def _produce_rows(uid: int) -> ShardFacts:
             assert digest is not None
             digest.update(table)
     else:
-        sink = pa.OSFile(_staged(unit), "wb")
+        sink = pa.OSFile(_staged(unit, piece), "wb")
         writer = pa.ipc.new_stream(sink, buf.schema)
         put = writer.write_table
-    c0 = c1 = unit.start
+    c0 = c1 = start
     try:
         with E.recursion_headroom():
-            for c0 in range(unit.start, unit.stop, write.ROW_GROUP_ROWS):
+            for c0 in range(start, stop, write.ROW_GROUP_ROWS):
                 buf.clear()
-                c1 = min(c0 + write.ROW_GROUP_ROWS, unit.stop)
+                c1 = min(c0 + write.ROW_GROUP_ROWS, stop)
                 for i, (j, item) in enumerate(gen.first_valid_many(c0, c1), c0):
                     f = buf.add(i, item, seen)
                     while f is None:
@@ -385,11 +414,78 @@ def _blame(plan: Plan, exc: BaseException, rows: Sequence[int], start: int = 0) 
 
 
 def _final_in_produce(shards: Shards, uid: int) -> bool:
-    return uid == 0 or shards.plans[shards.units[uid].plan].cfg.unique == "none"
+    unit = shards.units[uid]
+    return not unit.piece and (uid == 0 or shards.plans[unit.plan].cfg.unique == "none")
 
 
-def _staged(unit: Unit) -> str:
-    return str(unit.tmp) + ".arrow"
+def _staged(unit: Unit, piece: int | None = None) -> str:
+    return str(unit.tmp) + (".arrow" if piece is None else f".{piece}.arrow")
+
+
+def _phase_1_tasks(units: Sequence[Unit]) -> list[int | Piece]:
+    """A shard (its index), or its pieces."""
+    tasks: list[int | Piece] = []
+    for uid, unit in enumerate(units):
+        if not unit.piece:
+            tasks.append(uid)
+        else:
+            tasks += [Piece(uid, k, a, b) for k, (a, b) in enumerate(unit.pieces())]
+    return tasks
+
+
+def _joined(pool: Pool | None, units: Sequence[Unit], plans: Sequence[Plan], tasks: Sequence[int | Piece],
+            produced: Sequence[ShardFacts]) -> list[ShardFacts]:
+    """Phase 1's account of each shard, its pieces joined in order.
+
+    Each piece was drawn as if it were its shard's first: its rows skipped only candidates that
+    repeat a key of its own earlier rows. When none of its rows holds a key of the shard's earlier
+    pieces, it is exactly what one worker drawing the whole shard would have drawn: the same
+    candidates were rejected for the same reasons, and each row's choice is new among all earlier
+    rows. A piece that repeats such a key is drawn again after them (``taken``), in order, so the
+    shard's rows, rejections and files are the same for any number of workers."""
+    parts: dict[int, list[tuple[Piece, ShardFacts]]] = {}
+    out: list[ShardFacts | None] = [None] * len(units)
+    for task, res in zip(tasks, produced):
+        if isinstance(task, Piece):
+            parts.setdefault(task.uid, []).append((task, res))
+        else:
+            out[task] = res
+    for uid, pieces in parts.items():
+        pieces.sort(key=lambda p: p[0].part)
+        checked = plans[units[uid].plan].cfg.unique != "none"
+        taken = np.empty(0, dtype=np.uint64)
+        kept = []
+        for piece, res in pieces:
+            if checked and piece.part and leakage.member(res.ukey, taken).any():
+                res = _run(pool, _produce, [piece._replace(taken=taken)], None)[0]
+            kept.append(res)
+            if checked:
+                taken = leakage.sorted_union(taken, res.ukey)
+        out[uid] = _join(kept, [p.start - units[uid].start for p, _ in pieces])
+    assert all(r is not None for r in out)
+    return [r for r in out if r is not None]
+
+
+def _join(pieces: list[ShardFacts], offsets: list[int]) -> ShardFacts:
+    """One shard's facts from its pieces' (rows ``offsets[k]:`` of the shard are piece ``k``'s)."""
+    first = pieces[0]
+    columns = {f.name: np.concatenate([getattr(p, f.name) for p in pieces]) for f in fields(ShardFacts)
+               if isinstance(getattr(first, f.name), np.ndarray) and f.name != "prog_rows"}
+    tally = None
+    if first.tally is not None:
+        tally = C.Tally(first.tally.spec)
+        for p in pieces:
+            assert p.tally is not None
+            tally.merge(p.tally)
+    return ShardFacts(
+        **columns,
+        prog_rows=np.concatenate([p.prog_rows + np.int32(off) for p, off in zip(pieces, offsets)]).astype(np.int32),
+        conditions=sum((p.conditions for p in pieces), Counter()),
+        condition_of={off + i: c for p, off in zip(pieces, offsets) for i, c in p.condition_of.items()},
+        rejections=sum((p.rejections for p in pieces), Counter()),
+        content=None,
+        tally=tally,
+    )
 
 
 def finish_tasks(produced: Sequence[ShardFacts], resolved: Resolved) -> list[FinishTask]:
@@ -445,35 +541,40 @@ def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]], was: Sequenc
         replacement = buf.table()
         where = {local: k for k, (local, _) in enumerate(patches)}
     pool = pa.default_memory_pool()
-    staged = _staged(unit)
-    # Read batch by batch into the heap (a memory map would leave the whole staged shard resident).
-    with pa.OSFile(staged) as source:
-        reader = pa.ipc.open_stream(source)
-        writer = write.open_writer(unit.tmp, reader.schema)
-        try:
-            offset = 0
-            for batch in reader:
-                table = pa.Table.from_batches([batch])
-                n = table.num_rows
-                inside = [] if replacement is None else \
-                    sorted((local - offset, k) for local, k in where.items() if offset <= local < offset + n)
-                if inside:  # zero-copy slices around the redrawn rows, copied once into one chunk
-                    pieces: list[pa.Table] = []
-                    at = 0
-                    assert replacement is not None
-                    for row, k in inside:
-                        pieces += [table.slice(at, row - at), replacement.slice(k, 1)]
-                        at = row + 1
-                    pieces.append(table.slice(at))
-                    table = pa.concat_tables(pieces).combine_chunks()
-                write.write_chunk(writer, table)
-                digest.update(table)
-                offset += n
-                del table, batch
-                pool.release_unused()
-        finally:
+    staged = [_staged(unit)] if not unit.piece else [_staged(unit, k) for k in range(len(unit.pieces()))]
+    writer = None
+    offset = 0
+    try:
+        for path in staged:  # the shard's rows in order (its pieces', one after another)
+            # Read batch by batch into the heap (a memory map would leave the whole staged shard resident).
+            with pa.OSFile(path) as source:
+                reader = pa.ipc.open_stream(source)
+                if writer is None:
+                    writer = write.open_writer(unit.tmp, reader.schema)
+                for batch in reader:
+                    table = pa.Table.from_batches([batch])
+                    n = table.num_rows
+                    inside = [] if replacement is None else \
+                        sorted((local - offset, k) for local, k in where.items() if offset <= local < offset + n)
+                    if inside:  # zero-copy slices around the redrawn rows, copied once into one chunk
+                        pieces: list[pa.Table] = []
+                        at = 0
+                        assert replacement is not None
+                        for row, k in inside:
+                            pieces += [table.slice(at, row - at), replacement.slice(k, 1)]
+                            at = row + 1
+                        pieces.append(table.slice(at))
+                        table = pa.concat_tables(pieces).combine_chunks()
+                    write.write_chunk(writer, table)
+                    digest.update(table)
+                    offset += n
+                    del table, batch
+                    pool.release_unused()
+    finally:
+        if writer is not None:
             writer.close()
-    os.remove(staged)
+    for path in staged:
+        os.remove(path)
     return digest.hexdigest()
 
 
@@ -499,14 +600,15 @@ def _run(pool: Pool | None, fn: Callable[[Any], Any], args: Sequence[Any], bar: 
     return got
 
 
-def _describe_task(task: int | FinishTask) -> str:
+def _describe_task(task: int | Piece | FinishTask) -> str:
     """A shard task as a dead worker's error names it."""
     shards = current()
     unit = shards.units[task if isinstance(task, int) else task.uid]
     plan = shards.plans[unit.plan]
-    phase = "producing" if isinstance(task, int) else "writing"
-    return (f"{plan.cfg.where}: {phase} shard {unit.shard + 1} of {len(plan.units)} (rows {unit.start:,}-"
-            f"{unit.stop - 1:,})")
+    phase = "writing" if isinstance(task, FinishTask) else "producing"
+    start, stop = (task.start, task.stop) if isinstance(task, Piece) else (unit.start, unit.stop)
+    return (f"{plan.cfg.where}: {phase} shard {unit.shard + 1} of {len(plan.units)} (rows {start:,}-"
+            f"{stop - 1:,})")
 
 
 def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | None = None,
@@ -640,7 +742,7 @@ def _build_into(out: Path, recipes: list[Recipe], plans: list[Plan], workers: in
             stage.mkdir()
             tmp_dir = stage / write.TMP_DIR
             tmp_dir.mkdir()
-            shards = Shards(tuple(plans), tuple(_layout(plans, tmp_dir)), os.getpid())
+            shards = Shards(tuple(plans), tuple(_layout(plans, tmp_dir, 1 if mapper else workers)), os.getpid())
             if mapper is not None:
                 mapper.stage(tmp_dir, seed, op_budget)
             kept = None
@@ -678,14 +780,19 @@ def _swap(stage: Path, out: Path) -> None:
         raise TerminatedAfterSwap(out) from None
 
 
-def _layout(plans: list[Plan], tmp_dir: Path) -> list[Unit]:
-    """Every plan's shards, in order (their number and rows: ``plan_build``'s)."""
+def _layout(plans: list[Plan], tmp_dir: Path, workers: int = 1) -> list[Unit]:
+    """Every plan's shards, in order (their number and rows: ``plan_build``'s). With fewer shards
+    than ``workers``, phase 1 draws each in pieces, one per worker (never a file's bytes)."""
     units: list[Unit] = []
     for p_idx, plan in enumerate(plans):
         size = plan.cfg.shard_rows
         for s, (uid, name) in enumerate(zip(plan.units, plan.names)):
             assert uid == len(units)
             units.append(Unit(p_idx, s, s * size, min((s + 1) * size, plan.rows), tmp_dir / (name + ".tmp")))
+    if len(units) < workers:  # one piece per worker, in whole row groups
+        groups = write.ROW_GROUP_ROWS
+        units = [replace(u, piece=-(-(u.stop - u.start) // (workers * groups)) * groups) for u in units]
+        units = [u if len(u.pieces()) > 1 else replace(u, piece=0) for u in units]
     return units
 
 
@@ -844,7 +951,8 @@ def _build(recipes: list[Recipe], shards: Shards, out: Path, tmp_dir: Path, work
 def _phases(shards: Shards, workers: int, progress: bool, mapper: Any) -> tuple[Resolved, list[Finished]]:
     """Phases 1-3 over every shard: here, in a pool of ``workers`` forked processes, or by ``mapper``."""
     units = shards.units
-    n_workers = max(1, min(workers, len(units)))
+    tasks = _phase_1_tasks(units)  # a shard, or its pieces
+    n_workers = max(1, min(workers, len(tasks)))
     counter = None
     if n_workers > 1:
         import multiprocessing as mp  # 3 ms of start-up a one-worker build does not pay (tests/test_build.py)
@@ -861,8 +969,8 @@ def _phases(shards: Shards, workers: int, progress: bool, mapper: Any) -> tuple[
         here = replace(shards, tick=bar.update) if pool is None and bar is not None else shards
         with _installed(here):
             try:
-                produced: list[ShardFacts] = _run(pool, _produce, list(range(len(units))), bar, mapper,
-                                                  counter, [u.stop - u.start for u in units])
+                drawn: list[ShardFacts] = _run(pool, _produce, tasks, bar, mapper, counter, [_rows(t) for t in tasks])
+                produced = _joined(pool, units, shards.plans, tasks, drawn)
             except GeneratorError as exc:
                 raise BuildError(str(exc)) from None
             finally:
@@ -871,6 +979,13 @@ def _phases(shards: Shards, workers: int, progress: bool, mapper: Any) -> tuple[
             resolved = _resolve(shards.plans, units, produced)
             finished: list[Finished] = _run(pool, _finish, finish_tasks(produced, resolved), None, mapper)
     return resolved, finished
+
+
+def _rows(task: int | Piece) -> int:
+    if isinstance(task, Piece):
+        return task.stop - task.start
+    unit = current().units[task]
+    return unit.stop - unit.start
 
 
 @contextmanager
