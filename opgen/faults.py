@@ -2,7 +2,9 @@
 
 ``OPGEN_FAULT=<point>:<value>[,<point>:<value>...]`` arms each named point; the code at a point asks
 :func:`value` (or :func:`signal_at`) whether it is armed. Every point is one :class:`Point` in
-:data:`POINTS`: its name, what it does, and the parser of its value (a signal name, a count). A new
+:data:`POINTS`: its name, what it does, and the parser of its value (a signal name, a count); a
+``numbered`` point is armed every time as ``<point>`` or only its N-th time as ``<point>-N`` (the
+code names both: ``signal_at("p")`` and ``signal_at(f"p-{n}")``). A new
 point is one ``register`` line here and one call where it fires; a name that is not registered, or a
 value its parser refuses, is a :class:`FaultSpecError` (exit 2) naming the variable, so a test's typo
 fails instead of silently testing nothing. Never meant for anything but tests (docs/recipes.md).
@@ -49,16 +51,27 @@ class Point:
     does: str
     parse: Callable[[str], Any]
     default: str | None = None  # the value of ``<point>`` written without ``:<value>``
+    numbered: bool = False  # ``<point>-N`` arms only its N-th time (the code counts)
 
 
 POINTS: dict[str, Point] = {}
 
 
-def register(name: str, does: str, parse: Callable[[str], Any], default: str | None = None) -> Point:
+def register(name: str, does: str, parse: Callable[[str], Any], default: str | None = None,
+             numbered: bool = False) -> Point:
     if name in POINTS:
         raise ValueError(f"fault point {name!r} is registered twice")
-    point = POINTS[name] = Point(name, does, parse, default)
+    point = POINTS[name] = Point(name, does, parse, default, numbered)
     return point
+
+
+def point_of(name: str) -> Point | None:
+    """The registered point ``name`` names: itself, or ``<point>-N`` of a numbered one."""
+    if name in POINTS:
+        return POINTS[name]
+    base, _, n = name.rpartition("-")
+    point = POINTS.get(base)
+    return point if point is not None and point.numbered and n.isdigit() else None
 
 
 # signals sent at a point: to the process at that point unless said otherwise
@@ -92,7 +105,7 @@ def armed(spec: str | None = None) -> dict[str, Any]:
     got: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, raw = part.partition(":")
-        point = POINTS.get(name)
+        point = point_of(name)
         if point is None:
             raise FaultSpecError(f"{ENV}={text!r}: no fault point {name!r} (points: {', '.join(sorted(POINTS))})")
         raw = raw if sep else (point.default or "")
@@ -106,7 +119,7 @@ def armed(spec: str | None = None) -> dict[str, Any]:
 
 def value(point: str) -> Any:
     """The value ``$OPGEN_FAULT`` gives ``point``, or None when it does not arm it."""
-    assert point in POINTS, f"fault point {point!r} is not registered"
+    assert point_of(point) is not None, f"fault point {point!r} is not registered"
     return armed().get(point)
 
 

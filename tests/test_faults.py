@@ -43,6 +43,23 @@ def test_every_registered_point_fires_somewhere_in_the_package():
     source = "\n".join(p.read_text() for p in Path(opgen.__file__).parent.rglob("*.py"))
     fired = set(re.findall(r"faults\.(?:signal_at|value)\(\"([a-z-]+)\"", source))
     assert fired == set(faults.POINTS)
+    numbered = set(re.findall(r"faults\.(?:signal_at|value)\(f\"([a-z-]+)-\{", source))
+    assert numbered == {name for name, p in faults.POINTS.items() if p.numbered}
+
+
+def test_a_numbered_point_is_armed_every_time_or_its_n_th_time(monkeypatch):
+    faults.register("test-numbered", "a test's own point", faults.signal_value, "KILL", numbered=True)
+    try:
+        assert faults.armed("test-numbered-2:TERM") == {"test-numbered-2": signal.SIGTERM}
+        assert faults.armed("test-numbered") == {"test-numbered": signal.SIGKILL}
+        with pytest.raises(faults.FaultSpecError, match="no fault point 'test-numbered-x'"):
+            faults.armed("test-numbered-x")
+        with pytest.raises(faults.FaultSpecError, match="no fault point 'produced-2'"):
+            faults.armed("produced-2")  # not a numbered point
+        monkeypatch.setenv(faults.ENV, "test-numbered-2")
+        assert faults.value("test-numbered-2") == signal.SIGKILL and faults.value("test-numbered-1") is None
+    finally:
+        del faults.POINTS["test-numbered"]
 
 
 def test_a_typo_in_the_variable_stops_a_command_with_a_usage_error(runner, cli, tmp_path, monkeypatch):
