@@ -157,8 +157,9 @@ class _CheckSetupError(click.ClickException):
 @click.option("--seed", type=int, default=0, show_default=True, help="Hypothesis's seed (a run is deterministic).")
 @options.op_budget("A call past it breaks the terminates law (and the operator's other laws are skipped).")
 @options.json_output("Print the report as JSON.")
+@options.progress()
 def check_cmd(lib: str | None, library_spec: str | None, examples: int, seed: int, op_budget: float,
-              as_json: bool) -> None:
+              as_json: bool, progress: bool | None) -> None:
     """Check LIB's operators against opgen's laws (docs/operators.md, "opgen ops check"): each call
     terminates within --op-budget and leaves the process alone; each source runs standalone and equals
     the operator; total; deterministic; pure; out_len and cost bounds hold; recursion within the limit.

@@ -158,6 +158,9 @@ def _report(summary: dict, out: Path) -> None:
         click.echo(f"non-degenerate rows: accuracy {nd['acc']:.4f} [{nd['ci_low']:.4f}, {nd['ci_high']:.4f}] "
                    f"over {nd['n']} responses ({summary['degenerate_rows']} on degenerate rows)")
     click.echo("errors: " + json.dumps(summary["errors"]))
+    if summary.get("retries"):
+        click.echo(f"{summary['retries']} responses were graded again: the grading process or sandbox worker "
+                   "under them died (summary.json 'retries'; a response graded 'killed' killed it twice)", err=True)
     warning = missing_import_warning(summary)
     if warning:
         click.echo(warning, err=True)

@@ -47,7 +47,7 @@ from opgen import content, faults, formats, leakage, ops, opwatch, outdir, write
 from opgen import expr as E
 from opgen import manifest as M
 from opgen.errors import USAGE, OpgenError
-from opgen.generate import Generator, GeneratorError
+from opgen.generate import Generator, GeneratorError, Unsatisfiable
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
 from opgen.rows import Facts, RowBuffer, RowSpec
 from opgen.splits import compounds as C
@@ -971,6 +971,8 @@ def _phases(shards: Shards, workers: int, progress: bool, mapper: Any) -> tuple[
             try:
                 drawn: list[ShardFacts] = _run(pool, _produce, tasks, bar, mapper, counter, [_rows(t) for t in tasks])
                 produced = _joined(pool, units, shards.plans, tasks, drawn)
+            except Unsatisfiable:  # named, its class kept (opgen serve answers it with a 4xx)
+                raise
             except GeneratorError as exc:
                 raise BuildError(str(exc)) from None
             finally:
@@ -1114,6 +1116,8 @@ def _redraw(plan: Plan, i: int, start: int, taken: Callable[[int], bool]) -> tup
             try:
                 j, item = gen.first_valid(i, j)
                 facts = buf.add(i, item)
+            except Unsatisfiable:
+                raise
             except GeneratorError as exc:
                 raise BuildError(str(exc)) from None
             except BaseException as exc:

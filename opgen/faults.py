@@ -86,6 +86,10 @@ register("before-swap", "every command that writes: before the final swap", sign
 register("between-renames", "the two-rename swap: the old output moved aside, the new not yet in place",
          signal_value, "KILL")
 register("after-swap", "every command that writes: after the final swap", signal_value, "KILL")
+register("grading-sent", "score: a grading process, as it is given a chunk (every one, or the N-th of the pool)",
+         signal_value, "KILL", numbered=True)
+register("sandbox-sent", "score: a sandbox worker, as it is given a request (every one, or the N-th of the sandbox)",
+         signal_value, "KILL", numbered=True)
 # counts: the driver of an eval sweep (opgen.distributed.driver)
 register("kill-replica-after", "eval sweep: the replica that produced the N-th chunk written is killed "
          "right after it is written (0: every replica, before the first chunk)", count_value)

@@ -58,7 +58,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
     ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows): verl
     stacks every sample's keys as the first sample's, so no key may be absent (docs/verl.md)."""
     from opgen.score.batch import grade
-    from opgen.score.grade import row_fields
+    from opgen.score.judge import row_fields
     from opgen.score.sandbox import shared
     from opgen.score.settings import GradeSettings
 
@@ -93,7 +93,7 @@ def _row_library(record: GradeSettings, ground_truth: object, library: object) -
     import dataclasses
 
     from opgen.score import libs
-    from opgen.score.grade import GroundTruthError, failure, load_truth
+    from opgen.score.judge import GroundTruthError, failure, load_truth
 
     if _explicit_library(library) is not None or (record.library is not None):
         return record, None
@@ -228,7 +228,7 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
 
 
 def _is_forward(ground_truth: object, mode: str) -> bool:
-    from opgen.score.grade import load_truth
+    from opgen.score.judge import load_truth
 
     truth = load_truth(ground_truth)  # type: ignore[arg-type]
     return truth.native or (mode == "forward" or (mode == "auto" and truth.mode == "forward"))

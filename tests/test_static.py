@@ -20,7 +20,7 @@ from opgen.score import static as S
 from opgen.score.sandbox import Sandbox, Unit
 from opgen.score.settings import GradeSettings
 
-G = importlib.import_module("opgen.score.grade")
+G = importlib.import_module("opgen.score.judge")
 
 
 class NoRun:

@@ -134,7 +134,7 @@ def test_a_study_recall_is_diagnosed_and_a_wrong_body_is_wrong(lib_files):
 
 
 def test_static_path_with_costs_and_sandbox_without(lib_files):
-    from opgen.score.grade import grade_in_process
+    from opgen.score.judge import grade_in_process
     from opgen.score.settings import GradeSettings
 
     class NoSandbox:  # the static path's limits; running anything is this test's failure

@@ -11,7 +11,7 @@ Libraries are known by their content digest (:attr:`opgen.ops.OperatorLibrary.di
 :func:`register` keeps one library per digest in a process, the first one registered.
 
 A ground truth names its library as ``"library": {"name", "digest", "spec"}``; one without the key
-is the study's (:func:`opgen.score.grade.truth_library`).
+is the study's (:func:`opgen.score.judge.truth_library`).
 """
 
 from __future__ import annotations

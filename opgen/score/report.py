@@ -22,7 +22,7 @@ from typing import Any
 from opgen.errors import OpgenError
 from opgen.score import metrics as M
 from opgen.score.batch import Item, grade_many
-from opgen.score.grade import ERRORS, GroundTruthError, load_truth
+from opgen.score.judge import ERRORS, GroundTruthError, load_truth
 from opgen.score.sandbox import Sandbox
 from opgen.score.settings import DEFAULT, GradeSettings
 
@@ -93,6 +93,8 @@ def parse_responses(text: str, n_rows: int, source: object) -> dict[int, list[st
             raise ScoreInputError(f"{where}: index {index} does not exist (the data has {n_rows} rows)")
         if index in out:
             raise ScoreInputError(f"{where}: duplicate index {index}")
+        if "responses" in obj and "response" in obj:  # which one was meant? never one of them silently
+            raise ScoreInputError(f"{where}: both 'response' and 'responses'; give one of them")
         if "responses" in obj:
             got = obj["responses"]
             if not isinstance(got, list) or not got or not all(isinstance(s, str) for s in got):
@@ -349,6 +351,8 @@ def summarize(records: list[dict], n_rows: int, answered: int,
         "arity_by_tail_calls": M.arity_by_tail_calls(records, defs.drift_call),
         "pass_at_k": M.pass_at_k_table(by_row, defs.pass_k) if max(samples, default=0) > 1 else {},
         "errors": {e: errors[e] for e in ERRORS if errors.get(e)},
+        # responses graded again after the grading process or sandbox worker under them died (grades' ``retries``)
+        "retries": sum(r.get("retries", 0) for r in records),
     }
     summary["role"] = M.file_role(None, records)  # from the rows; write_records_report adds the manifest's
     summary["scope_from"] = dict(sorted(Counter(str(r.get("scope_from")) for r in records).items()))

@@ -43,7 +43,9 @@ class GradeSettings:
     runs programs on their own, ``native`` binds first what the native benchmark's module had
     imported; ``static``: programs of library code only are evaluated without running them
     (False: every program runs in the sandbox; the same grades); ``diagnose``: the recall
-    diagnostics (False: none are computed)."""
+    diagnostics (False: none are computed); ``returned``: each task's entry carries ``returned``,
+    what the program returned (None when it raised or did not run), for execution feedback
+    (opgen.episode; False: no entry has it, as before)."""
 
     policy: str = "output"
     group: str = "fraction"
@@ -51,6 +53,7 @@ class GradeSettings:
     namespace: str = "strict"
     static: bool = True
     diagnose: bool = True
+    returned: bool = False
     # The operator library (docs/scoring.md, "Your own operator library"): None for the study's,
     # else an opgen.ops.OperatorLibrary (a spec string is loaded with opgen.library.load). The
     # study's library given explicitly is stored as None: its wire form and grades are unchanged.
@@ -77,9 +80,10 @@ class GradeSettings:
 
     def to_wire(self) -> dict:
         """The record as a dict of plain values (str and bool; the library as the plain dict of
-        :func:`opgen.score.libs.to_wire`, present only for a user library: the study's wire form is
-        the options alone), what a grading process receives."""
-        wire: dict = {name: getattr(self, name) for name in self.names() if name != "library"}
+        :func:`opgen.score.libs.to_wire`, present only for a user library, and ``returned`` only when
+        set: the default wire form is the options it always was), what a grading process receives."""
+        wire: dict = {name: getattr(self, name) for name in self.names()
+                      if name != "library" and (name != "returned" or self.returned)}
         if self.library is not None:
             from opgen.score import libs
 

@@ -21,7 +21,7 @@ to a function compiled from the library's source of the body it holds (under tha
 error messages name it as Python would), in a fresh namespace per unit, so recursive operators
 recurse through whatever the program bound to their names, as in the sandbox. No model code is
 compiled or run. Exceptions get the worker's own classes and detail text
-(``worker._classify``), returned values its output cap and ``not_a_string`` rule.
+(``jail.child.classify``), returned values its output cap and ``not_a_string`` rule.
 
 tests/test_static_differential.py grades generated programs (correct, chimeras, arity errors,
 renamed variables, mutated bodies, limits) both ways and requires the same grade dict.
@@ -41,8 +41,8 @@ from functools import cache, lru_cache
 from opgen import expr as E
 from opgen import ops
 from opgen.score import diagnose as D
+from opgen.score.jail.child import classify
 from opgen.score.sandbox import Result, Unit
-from opgen.score.worker import _classify
 
 # The sandbox limits under which the static path applies at all: its evaluations stay far below
 # them (WORK_BUDGET is ~0.1 s of CPU at the slowest per-character operator on a loaded 2-CPU VM).
@@ -591,7 +591,7 @@ class _Run:
         except (RecursionError, MemoryError):
             raise _Decline from None
         except _PORTABLE as exc:
-            status, detail = _classify(exc)
+            status, detail = classify(exc)
             _encodable(detail)
             return Result(status, None, detail)
         except Exception:

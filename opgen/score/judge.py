@@ -126,6 +126,47 @@ def _empty(truth: Truth, mode: str) -> dict:
             "recall": D.RecallReport().counts()}
 
 
+# The grade's shape, key by key in order (the report writes grades in this order): every grade has
+# GRADE_KEYS (a forward grade, a failure: _empty's); a program grade adds missing, duplicated, extra.
+# Its tasks are {entry, status, correct, detail}, its recalls {op, verdict, chimera_of, detail}.
+GRADE_KEYS = ("mode", "score", "acc", "format_ok", "error", "detail", "structure_ok", "n_tasks", "tasks_correct",
+              "tasks", "recalls", "recall")
+PROGRAM_KEYS = (*GRADE_KEYS, "missing", "duplicated", "extra")
+COUNT_KEYS = tuple(D.RecallReport().counts())
+_SHAPES = {GRADE_KEYS: 0, PROGRAM_KEYS: 1}
+
+
+def grade_to_wire(g: dict) -> tuple | dict:
+    """A grade as a grading process sends it: ``(shape, values...)`` in key order, its tasks and
+    recalls as tuples of values, its recall counts as a tuple (under half the dict's marshalled
+    bytes: no key strings); a grade of another shape as the dict itself. :func:`grade_from_wire`
+    gives back an equal dict, key order included (tests/test_batch.py ties the two)."""
+    shape = _SHAPES.get(tuple(g))
+    if shape is None or any(len(t) != 4 for t in g["tasks"]):  # tasks with ``returned`` (settings.returned)
+        return g
+    out = (shape, g["mode"], g["score"], g["acc"], g["format_ok"], g["error"], g["detail"], g["structure_ok"],
+           g["n_tasks"], g["tasks_correct"],
+           tuple([(t["entry"], t["status"], t["correct"], t["detail"]) for t in g["tasks"]]),
+           tuple([(r["op"], r["verdict"], r["chimera_of"], r["detail"]) for r in g["recalls"]]),
+           tuple(g["recall"].values()))
+    return out + (g["missing"], g["duplicated"], g["extra"]) if shape else out
+
+
+def grade_from_wire(wire: tuple | dict) -> dict:
+    """The grade dict of :func:`grade_to_wire`'s value (a dict is passed through)."""
+    if type(wire) is dict:
+        return wire
+    w = wire
+    g = {"mode": w[1], "score": w[2], "acc": w[3], "format_ok": w[4], "error": w[5], "detail": w[6],
+         "structure_ok": w[7], "n_tasks": w[8], "tasks_correct": w[9],
+         "tasks": [{"entry": a, "status": b, "correct": c, "detail": d} for a, b, c, d in w[10]],
+         "recalls": [{"op": a, "verdict": b, "chimera_of": c, "detail": d} for a, b, c, d in w[11]],
+         "recall": dict(zip(COUNT_KEYS, w[12]))}
+    if w[0]:
+        g["missing"], g["duplicated"], g["extra"] = w[13], w[14], w[15]
+    return g
+
+
 def _grade_forward(truth: Truth, response: str, group: str) -> dict:
     result = _empty(truth, "forward")
     # A JSON value nested deeper than the parser's limit is an error class of its own, decided the
@@ -217,8 +258,8 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
     # Programs of library code only get the sandbox's results without running (opgen/score/static.py),
     # and the program's tree from the same recognition.
     proved = None
-    if settings.static and units:  # (the study's call as it always was: tests wrap S.evaluate)
-        proved = S.evaluate(units, sandbox) if library is None else S.evaluate(units, sandbox, library)
+    if settings.static and units:
+        proved = S.evaluate(units, sandbox, library)
     if proved is not None:
         results = proved.results
         tree = proved.trees[-1] if answer.code is not None else None
@@ -252,6 +293,9 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
     correct = [r.ok and r.value == t.output for r, t in zip(main, truth.tasks)]
     result["tasks"] = [{"entry": t.entry, "status": r.status, "correct": c, "detail": r.detail}
                        for t, r, c in zip(truth.tasks, main, correct)]
+    if settings.returned:  # execution feedback (opgen.episode): what each program returned
+        for entry, r in zip(result["tasks"], main):
+            entry["returned"] = r.value if r.ok else None
     if proved is not None and tree is not None:
         # The proved tree's library definitions are known not to rebind anything: only the rest
         # of the tree is walked (no scan of the text).
