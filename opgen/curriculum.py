@@ -525,7 +525,10 @@ def build_chunk(bucket: Bucket, level: int, seed: int) -> list[dict]:
     """A chunk's rows in this process: the level's split (:func:`level_recipe`) with ``seed``."""
     from opgen import api
 
-    return api.create_dataset(level_recipe(bucket, level), bucket.split, seed=seed).to_pylist()
+    # the bucket's recipe file names its library (loaded as the user's own); the level's dict carries
+    # it along as data only, so it is given here (a recipe dict never loads the library it names)
+    library = api.load_recipe(bucket.recipe).library
+    return api.create_dataset(level_recipe(bucket, level), bucket.split, seed=seed, library=library).to_pylist()
 
 
 def save_atomically(path: str, data: Any) -> None:

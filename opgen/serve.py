@@ -199,6 +199,9 @@ class Service:
     # ---------------------------------------------------------------- grading
 
     def _settings(self, body: Mapping) -> dict:
+        if "library" in body:  # a request names no code to load (docs/security.md)
+            raise HTTPError(422, "library: a request names no library; the server grades with the one it was started "
+                                 "with (OPGEN_LIBRARY) or finds a ground truth's by its digest in its library store")
         out: dict[str, Any] = {k: body[k] for k in SETTINGS if k in body}
         for k, v in out.items():
             if not isinstance(v, str):

@@ -405,7 +405,7 @@ def differential(items: list[tuple[str, dict, str]], box: object, threads: int =
     real = S.evaluate
     local = threading.local()
 
-    def counted(units, sandbox, library=None):
+    def counted(units, sandbox, library):
         got = real(units, sandbox, library)
         local.hit = got is not None
         return got

@@ -168,9 +168,9 @@ class Grader:
         answers = report.parse_responses(text, n_rows, source)
         if not set(answers) <= set(rows):
             raise RuntimeError(f"{source}: rows {sorted(set(answers) - set(rows))[:5]} were not sent with the chunk")
-        report.check_truths(Path(data), rows, answers, self.settings.library)
+        settings = report.check_truths(Path(data), rows, answers, self.settings)  # with the rows' library
         # As many grading processes as sandbox workers: the CPUs this grader was given.
-        records = report.grade_records(rows, answers, self.box, settings=self.settings, processes=self.box.workers)
+        records = report.grade_records(rows, answers, self.box, settings=settings, processes=self.box.workers)
         self._records.setdefault(key, []).append(records)
         self._answered[key] = self._answered.get(key, 0) + len(answers)
         return time.perf_counter() - t0

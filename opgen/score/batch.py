@@ -48,6 +48,7 @@ from typing import TypeVar
 
 from opgen import faults
 from opgen import formats as F
+from opgen.library import OperatorLibrary
 from opgen.score import judge, spawn
 from opgen.score.jail import wire
 from opgen.score.sandbox import FairPool, Result, Sandbox, SandboxError, Unit, assemble, compile_units, shared
@@ -816,7 +817,8 @@ def grade_many(items: Sequence[Item], *, sandbox: Sandbox | None, settings: Grad
 def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "output", group: str = "fraction",
           mode: str = "auto", sandbox: Sandbox | None = None, diagnose: bool = True,
           answer_format: str = "", assistant_prefix: str = "", namespace: str = "strict",
-          static: bool = True, settings: GradeSettings | None = None, library: object = None) -> dict:
+          static: bool = True, settings: GradeSettings | None = None,
+          library: OperatorLibrary | str | None = None) -> dict:
     """Grade one response. ``policy``: reward output match only, or output and structure;
     ``group``: a group row's score as the fraction of tasks correct, or 1 only when all are;
     ``mode``: ``auto`` follows the ground truth, ``forward``/``program`` force one (native rows are
@@ -827,8 +829,9 @@ def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "out
     ``static=False`` runs every program in the sandbox (by default programs of library code only are
     evaluated without running: opgen/score/static.py, the same grades). ``settings``: these options
     as one :class:`opgen.score.settings.GradeSettings` instead (then leave the loose ones alone).
-    ``library``: the operator library (an ``OperatorLibrary`` or a spec ``opgen.library.load``
-    takes; None: the study's); a row of another library grades 0 with ``library_mismatch``.
+    ``library``: the operator library the row was built from (an ``OperatorLibrary`` or a spec
+    ``opgen.library.load`` takes); by default the one the ground truth names, from the user's
+    library store (GradeSettings.for_row: UnknownLibrary or LibraryMismatch when it cannot be had).
 
     Total: whatever the response's text, the result is a grade (``too_large`` over
     :data:`opgen.score.judge.MAX_RESPONSE_CHARS`; ``timeout``/``killed`` when grading it overran its budget or crashed
@@ -836,7 +839,7 @@ def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "out
     process (below), never in this one. A bad setting or ground truth (the
     caller's, not the model's) raises ValueError/:class:`GroundTruthError`."""
     record = GradeSettings.resolve(settings, policy=policy, group=group, mode=mode, namespace=namespace,
-                                   static=static, diagnose=diagnose, library=library)
+                                   static=static, diagnose=diagnose, library=library).for_row(ground_truth)
     mode = record.mode
     truth = judge.load_truth(ground_truth)
     text = judge.response_text(response)

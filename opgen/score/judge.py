@@ -13,14 +13,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from opgen import formats as F
-from opgen.errors import OpgenError
+from opgen.library import STUDY, Ref, ref_of_truth
 from opgen.score import diagnose as D
 from opgen.score import parse as P
 from opgen.score import static as S
 from opgen.score.sandbox import Result, Sandbox, Unit
 from opgen.score.settings import DEFAULT, GROUP_POLICIES, MODES, NAMESPACES, POLICIES, GradeSettings
+from opgen.truth import GroundTruthError, parse
 
-__all__ = ["GROUP_POLICIES", "MODES", "NAMESPACES", "POLICIES", "GradeSettings"]  # re-exported (opgen.score.settings)
+# re-exported: the grading options (opgen.score.settings) and the ground truth's error (opgen.truth)
+__all__ = ["GROUP_POLICIES", "MODES", "NAMESPACES", "POLICIES", "GradeSettings", "GroundTruthError"]
 # Far beyond any generation budget (3,072 tokens is about 12,000 characters); longer text is not
 # parsed at all: it is graded ``too_large`` (docs/scoring.md).
 MAX_RESPONSE_CHARS = 1_000_000
@@ -29,22 +31,6 @@ MAX_RESPONSE_CHARS = 1_000_000
 ERRORS = ("", "no_answer", "wrong_output", "syntax", "missing_name", "missing_import", "arity", "exception",
           "timeout", "memory", "output_too_large", "killed", "not_a_string", "nesting", "too_large",
           "library_mismatch")
-
-
-class GroundTruthError(ValueError, OpgenError):
-    """A ground truth that is not the contract's JSON (names the missing or malformed field)."""
-
-    exit_code = 1
-
-
-def truth_library(gt: dict) -> dict | None:
-    """The ground truth's ``library`` key ({"name", "digest", "spec"}), None for the study's rows."""
-    value = gt.get("library")
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("digest"), str):
-        raise GroundTruthError("ground_truth.library must be an object with 'name', 'digest' and 'spec'")
-    return value
 
 
 @dataclass(frozen=True)
@@ -63,9 +49,8 @@ class Truth:
     tasks: tuple[TaskTruth, ...]  # empty for native benchmark rows
     native: bool = False
     ref_output: object = None  # native rows: the value to predict
-    # The row's operator library (ground truth ``library``): its digest and spec, "" for the study's.
-    library_digest: str = ""
-    library_spec: str = ""
+    # The library the ground truth names (its ``library``: name and digest); None: it names none (the study's).
+    library: Ref | None = None
 
     @property
     def recall_order(self) -> tuple[str, ...]:
@@ -83,35 +68,16 @@ def row_fields(extra_info: Mapping | None) -> tuple[str, str]:
     return str(extra.get("answer_format", "") or ""), str(extra.get("assistant_prefix", "") or "")
 
 
-def load_truth(ground_truth: dict | str) -> Truth:
-    gt = ground_truth
-    if isinstance(gt, str):
-        try:
-            gt = json.loads(gt)
-        except ValueError as exc:
-            raise GroundTruthError(f"ground_truth is not JSON: {exc}") from None
-    if not isinstance(gt, dict):
-        raise GroundTruthError(f"ground_truth must be a JSON object, got {type(gt).__name__}")
+def load_truth(ground_truth: object) -> Truth:
+    """The ground truth as the scorer reads it (opgen.truth: JSON nested at most ``MAX_DEPTH`` deep,
+    every field of its type); anything else is a :class:`GroundTruthError` naming the field."""
+    gt = parse(ground_truth)
+    library = ref_of_truth(gt)
     if "tasks" not in gt:
-        if "ref_output" not in gt:
-            raise GroundTruthError("ground_truth has neither 'tasks' nor the native 'ref_output'")
-        return Truth("forward", (), native=True, ref_output=gt["ref_output"])
-    tasks = []
-    for i, t in enumerate(gt["tasks"]):
-        try:
-            tasks.append(TaskTruth(str(t["entry"]), str(t["expr"]), t["input"], t["output"],
-                                   tuple(t.get("ops", ())), int(t.get("depth", -1))))
-        except (KeyError, TypeError) as exc:
-            raise GroundTruthError(f"ground_truth.tasks[{i}] lacks or mistypes {exc}") from None
-    if not tasks:
-        raise GroundTruthError("ground_truth.tasks is empty")
-    mode = gt.get("mode", "program")
-    if mode not in ("program", "forward"):
-        raise GroundTruthError(f"ground_truth.mode must be 'program' or 'forward', got {mode!r}")
-    lib = truth_library(gt)
-    if lib is None:
-        return Truth(mode, tuple(tasks))
-    return Truth(mode, tuple(tasks), library_digest=lib["digest"], library_spec=str(lib.get("spec") or ""))
+        return Truth("forward", (), native=True, ref_output=gt["ref_output"], library=library)
+    tasks = tuple(TaskTruth(t["entry"], t["expr"], t["input"], t["output"], tuple(t.get("ops", ())),
+                            t.get("depth", -1)) for t in gt["tasks"])
+    return Truth(gt.get("mode", "program"), tasks, library=library)
 
 
 def _canonical(value: object) -> str:
@@ -235,7 +201,7 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
                    assistant_prefix: str, structured: bool | None = None) -> dict:
     result = _empty(truth, "program")
     entries = tuple(t.entry for t in truth.tasks)
-    library = settings.library  # None: the study's
+    library = settings.library
     # Generated text never holds a teacher-forced prefix (probe 1b); the answer is prefix + text.
     # The prefix's recall blocks were given, not recalled: they are left out of the diagnostics.
     given: tuple[str, ...] = ()
@@ -355,12 +321,11 @@ def grade_in_process(ground_truth: dict | str, response: str | bytes, *, setting
     big = too_large(truth, mode, response)
     if big is not None:
         return big
-    if truth.library_digest or settings.library is not None:
-        from opgen.score import libs
-
-        wrong = libs.mismatch(truth.library_digest, settings.library)  # type: ignore[arg-type]
-        if wrong:
-            return failure(truth, mode, "library_mismatch", wrong)
+    named = truth.library.digest if truth.library is not None else STUDY.digest
+    if named != settings.library.digest:  # a record built by hand: the entry points resolve rows first
+        return failure(truth, mode, "library_mismatch",
+                       f"the row's ground truth names library digest {named[:12]}, graded against library "
+                       f"{settings.library.name!r} (digest {settings.library.digest[:12]})")
     if effective == "forward":
         return _grade_forward(truth, response, settings.group)
     if sandbox is None:

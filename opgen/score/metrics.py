@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opgen.choices import DRIFT_CALLS, PASS_K_ESTIMATORS  # their home (the CLI's choices); re-exported
+from opgen.ops import STUDY, OperatorLibrary
 
 Z95 = 1.959963984540054
 
@@ -203,15 +204,13 @@ def arity_by_tail_calls(records: Iterable[Mapping[str, Any]],
     return out
 
 
-def scope_of(op_ids: object, library: object = None) -> str:
+def scope_of(op_ids: object, library: OperatorLibrary = STUDY) -> str:
     """``id`` when a row calls only the library's train operators, ``ood`` when it calls a held-out
     one, ``""`` when its operators are unknown (a foreign file without ``extra_info.ops``).
-    ``library``: the grade's operator library (None: the study's; its split decides the roles)."""
-    from opgen import ops
-
+    ``library``: the grade's operator library (its split decides the roles)."""
     if not isinstance(op_ids, (list, tuple)) or not op_ids:
         return ""
-    held = set(ops.HELDOUT_IDS if library is None else library.heldout_ids)  # type: ignore[attr-defined]
+    held = set(library.heldout_ids)
     return "ood" if any(o in held for o in op_ids) else "id"
 
 
@@ -238,7 +237,7 @@ def program_ops(ground_truth: object) -> tuple[str, ...] | None:
 
     try:
         gt = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: no scope
         return None
     if not isinstance(gt, Mapping):
         return None

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from opgen.errors import OpgenError
+from opgen.library import LibraryMismatch, OperatorLibrary
 from opgen.score import metrics as M
 from opgen.score.batch import Item, grade_many
-from opgen.score.judge import ERRORS, GroundTruthError, load_truth
+from opgen.score.judge import ERRORS, GroundTruthError
 from opgen.score.sandbox import Sandbox
 from opgen.score.settings import DEFAULT, GradeSettings
 
@@ -107,25 +108,28 @@ def parse_responses(text: str, n_rows: int, source: object) -> dict[int, list[st
     return out
 
 
-def check_truths(data: Path, rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]],
-                 library: object = None) -> None:
-    """Every answered row's ground truth must be readable, and name the operator library grading
-    was given (``library``: None for the study's), before anything is graded. A row of another
-    library raises :class:`opgen.score.libs.LibraryMismatch` naming the rows."""
-    from opgen.score import libs
-
-    wrong: list[tuple[int, str]] = []
+def check_truths(data: Path | str, rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]],
+                 settings: GradeSettings = DEFAULT) -> GradeSettings:
+    """Every answered row's ground truth must be readable and name one operator library, given
+    (``settings.library``, when not the study's) or found by its digest (the study's, the user's
+    store), before anything is graded: ``settings`` with that library. A malformed ground truth is
+    a :class:`ScoreInputError`, a library that cannot be had :class:`opgen.library.UnknownLibrary`
+    or :class:`opgen.library.LibraryMismatch`, each naming the row."""
+    record: GradeSettings | None = None
     for index in sorted(answers):
+        where = f"{data}: row {index}: " if str(data) else f"row {index}: "
         try:
-            truth = load_truth(rows[index].ground_truth)
+            row_record = settings.for_row(rows[index].ground_truth, where)
         except GroundTruthError as exc:
-            raise ScoreInputError(f"{data}: row {index}: {exc}") from None
-        detail = libs.mismatch(truth.library_digest, library)  # type: ignore[arg-type]
-        if detail:
-            wrong.append((index, detail))
-    if wrong:
-        shown = ", ".join(str(i) for i, _ in wrong[:10]) + (f", ... ({len(wrong)} in all)" if len(wrong) > 10 else "")
-        raise libs.LibraryMismatch(f"{data}: row(s) {shown}: {wrong[0][1]}")
+            raise ScoreInputError(f"{where}{exc}") from None
+        if record is None:
+            record = row_record
+        elif row_record.library.digest != record.library.digest:
+            raise LibraryMismatch(f"{where}names operator library {row_record.library.name!r} (digest "
+                                  f"{row_record.library.digest[:12]}), another than the rows before it "
+                                  f"({record.library.name!r}, digest {record.library.digest[:12]}); one file, "
+                                  "one library")
+    return settings if record is None else record
 
 
 def _json_escape(err: UnicodeError) -> tuple[str, int]:
@@ -208,15 +212,16 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
                 only: Collection[int] | None = None, processes: int | None = None,
                 metric_defs: M.MetricDefs = M.DEFAULT_DEFS, settings: GradeSettings | None = None,
-                progress: bool = False, library: object = None) -> dict:
+                progress: bool = False, library: OperatorLibrary | str | None = None) -> dict:
     """Grade every response (or those of rows ``only``), write the report into ``out``, return the
     summary. ``static=False`` runs every program in the sandbox (see grade()); ``processes``: grading
     processes for the static path's share (:func:`opgen.score.batch.grade_many`; default
     ``OPGEN_GRADE_PROCESSES``, else one per CPU). ``settings``: the grading options (mode, policy,
     group, namespace, static) as one :class:`GradeSettings` instead of the loose keywords;
     ``progress``: a bar of responses graded on stderr. ``library``: the operator library the rows
-    were built from (an ``OperatorLibrary`` or a spec; None: the study's): a row naming another one
-    is refused before anything is graded (:class:`opgen.score.libs.LibraryMismatch`)."""
+    were built from (an ``OperatorLibrary`` or a spec); by default the one the rows name, from the
+    user's library store. A row naming another one, or one neither given nor registered, is refused
+    before anything is graded (:func:`check_truths`)."""
     record = GradeSettings.resolve(settings, mode=mode, policy=policy, group=group, namespace=namespace,
                                    static=static, library=library)
     data, responses, out = Path(data), Path(responses), Path(out)
@@ -224,7 +229,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     answers = read_responses(responses, len(rows))
     if only is not None:
         answers = {i: a for i, a in answers.items() if i in only}
-    check_truths(data, rows, answers, record.library)
+    record = check_truths(data, rows, answers, record)
     if plots:  # matplotlib's import (seconds) overlaps the grading, which mostly waits here
         threading.Thread(target=_import_plotting, name="opgen-import-matplotlib", daemon=True).start()
     own = sandbox is None
@@ -269,9 +274,8 @@ def settings_fields(settings: GradeSettings, isolation: str) -> dict:
     """The summary's fields that say how it was graded, in the summary's order."""
     out = {"mode": settings.mode, "policy": settings.policy, "group": settings.group,
            "namespace": settings.namespace, "isolation": isolation, "static": settings.static}
-    if settings.library is not None:  # a user library (the study's summaries stay as they were)
-        lib = settings.library
-        out["library"] = {"name": lib.name, "digest": lib.digest}  # type: ignore[attr-defined]
+    if not settings.library.is_study:  # a user library (the study's summaries stay as they were)
+        out["library"] = {"name": settings.library.name, "digest": settings.library.digest}
     return out
 
 
