@@ -8,7 +8,7 @@
 
 On an mcd split a training split whose generator draws rows (``rl_pool``, ``trees``, ``chains``, ...)
 draws again around the search's held-out compounds H (docs/splits.md, "Training cells on a split";
-``Rule.wrap`` in opgen/splits/kinds.py, counted under ``rejections.split``). No bundled recipe has
+``Rule.wrap`` in opgen/splits/kinds/, counted under ``rejections.split``). No bundled recipe has
 such a split (``split-mcd`` takes both sides from the search, ``sft-eco-mcd``'s cell takes its
 compositions from the search's train side), so the scenarios pair the bundled recipes' mcd splits
 with the bundled drawing cells a user would put on them:
@@ -298,7 +298,7 @@ def measure(rec: R.Recipe, cfg: R.SplitConfig,
     if "first_valid" not in vars(gen):  # Rule.wrap sets it on the instance
         raise SystemExit(f"{cfg.where}: the split's generator is not held to the mcd rule (nothing to measure)")
     n = min(rows or gen.count(), gen.count())
-    held = sorted(rec.split.mcd_heldout(rec.seed))
+    held = sorted(rec.split.impl.selection(rec.split, rec.seed)[1].heldout)
     sample = draw(gen, n)
     cells, sparse = compare(sample)
     return sample, cells, sparse, held

@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "leakage": ("leakage_cmd", "leakage"),
     "verify": ("verify_cmd", "verify"),
     "split-stats": ("split_cmd", "split_stats"),
+    "split-sweep": ("split_cmd", "split_sweep"),
     "serve": ("serve_cmd", "serve"),
     "export": ("export_cmd", "export"),
 }

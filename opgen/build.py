@@ -643,7 +643,7 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
             # Shards are fixed by shard_rows, never by who builds them.
             n_shards = max(1, -(-rows // cfg.shard_rows))
             # a split recipe's rows are read back for its certificate, which checks the rows themselves
-            tally = None if recipe.split is not None else C.DEFAULT
+            tally = None if recipe.split is not None else C.EDGES
             plans.append(Plan(cfg, recipe, gen, spec, rows, tuple(range(n_units, n_units + n_shards)),
                               tuple(write.shard_names(cfg.name, n_shards)), tally))
             n_units += n_shards
@@ -1050,7 +1050,8 @@ def _section(plan: Plan, shards: Shards, results: list[ShardFacts], finished: li
     extra = plan.gen.manifest_section(plan.rows)
     if extra is not None:
         section[getattr(plan.gen, "MANIFEST_KEY", "plan")] = extra
-    return section, leakage.SplitKeys(plan.cfg.name, plan.cfg.role, cat["pkey"], prog, prog_rows, cat["composed"])
+    return section, leakage.SplitKeys(plan.cfg.name, plan.cfg.role, cat["pkey"], prog, prog_rows, cat["composed"],
+                                      plan.cfg.recipe, cat["depth"][prog_rows], cat["opmask"][prog_rows])
 
 
 def _content(produced: ShardFacts, finished: Finished) -> str:

@@ -17,7 +17,7 @@ from opgen.library import library_of_rows
 from opgen.ops import STUDY, OperatorLibrary
 from opgen.truth import GroundTruthError
 
-KINDS = ("program", "prompt", "heldout_composed")
+KINDS = ("program", "prompt", "heldout_composed", "heldout_program")
 _EXAMPLES = 5
 
 
@@ -29,6 +29,10 @@ class SplitKeys:
     program: np.ndarray  # uint64 per task
     program_rows: np.ndarray  # row index of each entry of ``program``
     composed: np.ndarray  # ops.MASK_DTYPE per row: bits of operators that occur in a composed task
+    recipe: str = ""  # the recipe the split belongs to ("": unknown, checked as one recipe)
+    # per entry of ``program``: its row's depth and operator bits (a row of one task: the program's own)
+    program_depth: np.ndarray | None = None
+    program_ops: np.ndarray | None = None
 
 
 # Set operations on key arrays by sorting and binary search: ``np.isin`` / ``np.union1d`` go through
@@ -63,26 +67,39 @@ def _is_sorted(a: np.ndarray) -> bool:
 
 def check(splits: list[SplitKeys], heldout_ops: tuple[str, ...], allow: tuple[str, ...],
           library: OperatorLibrary = STUDY) -> dict:
+    """The leakage rule over one build's splits. An eval and a train split of one recipe share no
+    program and no prompt (the recipe's author built them together); an eval split and a train
+    split of different recipes of one build get the rule of separate builds (``check_files``): no
+    shared prompt and no held-out composition (depth 2 or more, a held-out operator) in training,
+    shared train-operator programs counted as information (``shared_programs``), as the study's
+    eval suite and its training cells are built apart."""
     train = [s for s in splits if s.role == "train"]
     evals = [s for s in splits if s.role == "eval"]
+    mask = 0
+    for op_id in heldout_ops:
+        mask |= 1 << library.position[op_id]  # an operator's bit: its position in the library
     violations = []
     pairs = []
+    shared = []
     for ev in evals:
         for tr in train:
             pairs.append([ev.name, tr.name])
             hit = member(ev.program, tr.program)
+            apart = bool(ev.recipe and tr.recipe and ev.recipe != tr.recipe)
+            if apart and hit.any():
+                shared.append({"split": ev.name, "train_split": tr.name,
+                               "rows": int(sorted_union(ev.program_rows[hit], ev.program_rows[:0]).size)})
+                hit = hit & _heldout_compositions(ev, mask)
             if hit.any():
                 rows = sorted_union(ev.program_rows[hit], ev.program_rows[:0])
-                violations.append({"kind": "program", "split": ev.name, "train_split": tr.name,
-                                   "rows": int(rows.size), "examples": rows[:_EXAMPLES].tolist()})
+                violations.append({"kind": "heldout_program" if apart else "program", "split": ev.name,
+                                   "train_split": tr.name, "rows": int(rows.size),
+                                   "examples": rows[:_EXAMPLES].tolist()})
             hit = member(ev.prompt, tr.prompt)
             if hit.any():
                 rows = np.flatnonzero(hit)
                 violations.append({"kind": "prompt", "split": ev.name, "train_split": tr.name,
                                    "rows": int(rows.size), "examples": rows[:_EXAMPLES].tolist()})
-    mask = 0
-    for op_id in heldout_ops:
-        mask |= 1 << library.position[op_id]  # an operator's bit: its position in the library
     if mask:
         for tr in train:
             rows = np.flatnonzero(tr.composed & np.array(mask, dtype=tr.composed.dtype))
@@ -101,7 +118,15 @@ def check(splits: list[SplitKeys], heldout_ops: tuple[str, ...], allow: tuple[st
         "heldout_ops": list(heldout_ops),
         "violations": violations,
         "allowed": list(allow),
+        **({"shared_programs": shared} if shared else {}),
     }
+
+
+def _heldout_compositions(ev: SplitKeys, mask: int) -> np.ndarray:
+    """Per entry of ``ev.program``: a composition (depth 2 or more) calling a held-out operator."""
+    if ev.program_depth is None or ev.program_ops is None:
+        return np.ones(ev.program.shape, dtype=bool)  # unknown: every shared program is a violation
+    return (ev.program_depth >= 2) & ((ev.program_ops & np.array(mask, dtype=ev.program_ops.dtype)) != 0)
 
 
 def describe(report: dict) -> list[str]:
@@ -112,6 +137,9 @@ def describe(report: dict) -> list[str]:
         if v["kind"] == "heldout_composed":
             lines.append(f"train split {v['split']!r}: {v['rows']} rows compose a held-out operator "
                          f"(rows {v['examples']})")
+        elif v["kind"] == "heldout_program":
+            lines.append(f"eval split {v['split']!r}: {v['rows']} rows' held-out compositions occur in train split "
+                         f"{v['train_split']!r} of another recipe (rows {v['examples']})")
         else:
             lines.append(f"eval split {v['split']!r}: {v['rows']} rows share their {v['kind']} with train split "
                          f"{v['train_split']!r} (rows {v['examples']})")

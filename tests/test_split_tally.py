@@ -22,7 +22,7 @@ RECIPE = det_recipe("tally", trees_rows=300, chains=True)
 
 def _read_back(out, name):
     files = sorted(out.glob(f"{name}*.parquet"))
-    return SC.histogram_section(SR.units_of(files, C.DEFAULT), C.DEFAULT)
+    return SC.histogram_section(SR.units_of(files, C.EDGES), C.EDGES)
 
 
 @pytest.mark.slow
@@ -57,7 +57,7 @@ def test_bundled_suite_tally_equals_read_back(tmp_path):
 
 
 def test_a_row_counted_and_uncounted_leaves_nothing():
-    t = C.Tally(C.DEFAULT)
+    t = C.Tally(C.EDGES)
     trees = [E.parse("func_1(func_3(x), 2)"), E.parse("func_3(x + x)")]
     t.add(trees, ["ab", "c"])
     assert t.rows == 1 and t.histograms()[1]
@@ -70,8 +70,9 @@ def test_a_spec_with_discounts_cannot_be_tallied():
         C.Tally(C.CompoundSpec(max_size=3))
 
 
-@pytest.mark.parametrize("spec", [C.DEFAULT, C.CompoundSpec(leaves=True), C.CompoundSpec(inputs=True),
-                                  C.CompoundSpec(leaves=True, inputs=True)])
+@pytest.mark.parametrize("spec", [C.EDGES, C.CompoundSpec(max_size=2, atoms_per="row", leaves=True),
+                                  C.CompoundSpec(max_size=2, atoms_per="row", inputs=True),
+                                  C.CompoundSpec(max_size=2, atoms_per="row", leaves=True, inputs=True)])
 def test_the_tally_equals_the_histograms_of_row_units_for_every_edge_spec(spec):
     rows = [(["func_1(func_3(x), 2)", "func_3(x + x)"], ["ab", "c" * 40]), (["func_9((x + x))"], [""]),
             (["func_7(func_3(x), func_1(x, 3))"], ["q" * 9]), (["x.upper().lower()", "func_3('lit')"], ["z"]),
@@ -83,3 +84,10 @@ def test_the_tally_equals_the_histograms_of_row_units_for_every_edge_spec(spec):
         tally.add(trees, inputs)
         units.append(C.row_units(trees, inputs, spec))
     assert tally.histograms() == C.histograms(units, spec)
+
+
+def test_a_spec_that_counts_occurrences_or_params_cannot_be_tallied():
+    for spec in (C.CompoundSpec(max_size=2), C.CompoundSpec(max_size=2, atoms_per="row", compounds_per="occurrence"),
+                 C.CompoundSpec(max_size=2, atoms_per="row", params=True)):
+        with pytest.raises(C.CompoundError, match="once per row"):
+            C.Tally(spec)

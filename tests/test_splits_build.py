@@ -129,11 +129,13 @@ def test_systematicity_recipe_builds_with_a_certificate_and_a_card(tmp_path: Pat
     assert train and not any(held & direct_pairs(t) for row in train for t in row)
     composed = {o for row in train for t in row for p in direct_pairs(t) for o in p}
     assert {"func_3", "func_9", "func_15", "func_17"} <= composed  # each operator seen in other compositions
+    assert not any(held & path_pairs(t) for row in train for t in row)  # the default rule: no pair on one path
     evals = trees_of(out / "test.parquet")
-    assert all(any(held & direct_pairs(t) for t in row) for row in evals)
+    assert all(any(held & path_pairs(t) for t in row) for row in evals)
     cert = man["split_certificates"]["sys-e2e"]
     assert cert["check"]["ok"] and cert["check"]["train_rows_with_heldout_compound"] == 0
-    assert cert["heldout_compounds"] == ["func_15(func_17)", "func_17(func_15)", "func_3(func_9)", "func_9(func_3)"]
+    assert cert["heldout_compounds"] == ["func_15(..func_17)", "func_17(..func_15)", "func_3(..func_9)",
+                                         "func_9(..func_3)"]
     assert 0 < cert["compound_divergence"] <= 1 and cert["heldout_share_of_eval_rows"] == 1.0
     assert man["splits"]["train"]["compounds"]["rows"] == 300
     assert man["recipes"][0]["resolved"]["split"]["pairs"] == [["func_3", "func_9"], ["func_15", "func_17"]]
@@ -147,7 +149,7 @@ def test_systematicity_recipe_builds_with_a_certificate_and_a_card(tmp_path: Pat
     card = (tree / "README.md").read_text()
     assert "## Compositional split" in card
     assert f"{cert['compound_divergence']:.4f}" in card and f"{cert['atom_divergence']:.4f}" in card
-    assert "`func_3(func_9)`" in card and "| certificate check | passed |" in card
+    assert "`func_3(..func_9)`" in card and "| certificate check | passed |" in card
     # opgen verify rebuilds it from the manifest (the resolved split included)
     assert "FAIL" not in opgen("verify", str(out)).stdout
     # deterministic: the same recipe builds the same rows
@@ -162,43 +164,63 @@ def test_mcd_recipe_builds_within_its_atom_bound(tmp_path: Path):
     cert = man["split_certificates"]["mcd-e2e"]
     assert cert["check"]["ok"]
     assert cert["atom_divergence"] <= 0.05
-    assert cert["compound_divergence"] > cert["search"]["random_split"]["compound_divergence"]
+    base = cert["baseline"]
+    assert base["of"] == "the search's pool" and base["pool_rows"] == 1500
+    assert cert["compound_divergence"] > base["compound_divergence"]["max"]
+    assert cert["excess_over_baseline"]["compound_divergence"] == pytest.approx(
+        cert["compound_divergence"] - base["compound_divergence"]["mean"], abs=2e-6)
     held = set(cert["heldout_compounds"])
     assert held
-    # independently: no held-out compound (an edge, walked here) in any training row
-    from opgen.splits.compounds import edge_text
-
-    def edge_texts(t: E.Expr) -> set[str]:
-        out_ = set()
-        for n in E.walk(t):
-            kids = E.children(n) if isinstance(n, (E.Call, E.Concat, E.Method)) else ()
-            for pos, k in enumerate(kids):
-                if isinstance(k, (E.Call, E.Concat, E.Method)):
-                    lab = {E.Call: lambda x: x.op, E.Concat: lambda x: "+", E.Method: lambda x: "." + x.name}
-                    out_.add(edge_text(lab[type(n)](n), pos, lab[type(k)](k)))
-        return out_
-
+    # independently: no held-out compound (a fragment of up to 3 nodes, walked here) in any training row
     train = trees_of(out / "train.parquet")
-    assert len(train) == 500 and not any(held & edge_texts(t) for row in train for t in row)
+    assert len(train) == 500 and not any(held & _fragment_texts(t) for row in train for t in row)
     assert len(trees_of(out / "test.parquet")) == 120
     assert "FAIL" not in opgen("verify", str(out)).stdout
     tree = tmp_path / "tree"
     opgen("push", str(out), "--repo-id", "org/mcd", "--dry-run", str(tree))
     card = (tree / "README.md").read_text()
-    assert f"{cert['compound_divergence']:.4f}" in card and "a random split of the same sizes" in card
+    assert f"{cert['compound_divergence']:.4f}" in card and "random splits of the search's pool" in card
 
 
-def _edge_texts(t: E.Expr) -> set[str]:
-    """A tree's parent→child compound texts, walked here (not via opgen.splits' occurrences)."""
-    from opgen.splits.compounds import edge_text
-
+def _fragment_texts(t: E.Expr) -> set[str]:
+    """A tree's compound texts of 2 and 3 operator nodes (an edge, a node with two of its arguments, a
+    path of three), walked here (not via opgen.splits' occurrences)."""
     lab = {E.Call: lambda x: x.op, E.Concat: lambda x: "+", E.Method: lambda x: "." + x.name}
+
+    def kids(n: E.Expr) -> list[E.Expr | None]:
+        return [k if isinstance(k, (E.Call, E.Concat, E.Method)) else None for k in E.children(n)]
+
+    def text(n: E.Expr, chosen: dict[int, str]) -> str:
+        return f"{lab[type(n)](n)}({','.join(chosen.get(i, '_') for i in range(len(E.children(n))))})"
+
     out = set()
     for n in E.walk(t):
-        if isinstance(n, (E.Call, E.Concat, E.Method)):
-            for pos, k in enumerate(E.children(n)):
-                if isinstance(k, (E.Call, E.Concat, E.Method)):
-                    out.add(edge_text(lab[type(n)](n), pos, lab[type(k)](k)))
+        if not isinstance(n, (E.Call, E.Concat, E.Method)):
+            continue
+        ks = kids(n)
+        for i, k in enumerate(ks):
+            if k is None:
+                continue
+            out.add(text(n, {i: lab[type(k)](k)}))
+            for j, g in enumerate(kids(k)):
+                if g is not None:
+                    out.add(text(n, {i: text(k, {j: lab[type(g)](g)})}))
+            for j in range(i + 1, len(ks)):
+                if ks[j] is not None:
+                    out.add(text(n, {i: lab[type(k)](k), j: lab[type(ks[j])](ks[j])}))
+    return out
+
+
+def path_pairs(tree: E.Expr) -> set[frozenset[str]]:
+    """Every two library calls on one root-to-leaf path, at any distance: walked here."""
+    out: set[frozenset[str]] = set()
+    stack: list[tuple[E.Expr, tuple[str, ...]]] = [(tree, ())]
+    while stack:
+        node, above = stack.pop()
+        if isinstance(node, E.Call):
+            out.update(frozenset((a, node.op)) for a in above)
+            above = (*above, node.op)
+        stack.extend((k, above) for k in E.children(node))
     return out
 
 
@@ -212,8 +234,8 @@ def test_training_cells_on_an_mcd_split_compose_only_the_search_train_side(tmp_p
     assert held and cert["compound_divergence"] > 0
     # independently: no held-out compound in any training row of either cell
     rows = {n: trees_of(out / f"{n}.parquet") for n in ("train", "rl", "test")}
-    assert not any(held & _edge_texts(t) for n in ("train", "rl") for row in rows[n] for t in row)
-    assert all(any(held & _edge_texts(t) for t in row) for row in rows["test"])
+    assert not any(held & _fragment_texts(t) for n in ("train", "rl") for row in rows[n] for t in row)
+    assert any(held & _fragment_texts(t) for row in rows["test"] for t in row)
     # the cell's compositions are the search's train side; its atomic skills cover every operator
     comps = [row[0] for row in rows["train"] if E.depth(row[0]) > 1]
     assert len(comps) == 400 and man["splits"]["train"]["cell"]["compositions"]["pool"] == "mcd-train"
@@ -256,7 +278,7 @@ def test_annealed_mcd_recipe_builds_and_its_certificate_names_the_search(tmp_pat
     assert cert["search"]["search"] == "anneal" and cert["search"]["anneal_steps"] == 80
     assert cert["config"]["search"] == "anneal" and cert["config"]["temperature"] == 0.005
     held = set(cert["heldout_compounds"])
-    assert held and not any(held & _edge_texts(t) for row in trees_of(out / "train.parquet") for t in row)
+    assert held and not any(held & _fragment_texts(t) for row in trees_of(out / "train.parquet") for t in row)
     # steps without the annealed search is refused, naming the field
     bad = MCD.replace("max_atom_divergence: 0.05", "max_atom_divergence: 0.05\n  steps: 5")
     (tmp_path / "bad.yaml").write_text(bad)

@@ -1,8 +1,11 @@
 """Generators: a recipe split's options → one :class:`opgen.tasks.Item` per row index.
 
-Every module in this package that defines ``GENERATORS: dict[str, type[Generator]]`` is discovered
-automatically (modules sorted by name), so a new generator is one new file here. The protocol is in
-docs/contracts.md ("Generators") and docs/recipes.md ("Adding a generator").
+A generator is a :class:`Generator` subclass registered by name with :func:`register_generator`:
+each bundled module registers its classes when it is imported, and :data:`BUNDLED` names those
+modules (a new bundled generator: one file here calling ``register_generator`` and one entry in
+``BUNDLED``); the compositional splits' ``mcd_side`` is registered by its kind
+(opgen.splits.kinds.mcd). The protocol is in docs/contracts.md ("Generators") and docs/recipes.md
+("Adding a generator").
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib
-import pkgutil
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -441,22 +443,20 @@ def check_range(gen: Generator, key: str) -> tuple[int, int]:
 
 # ---------------------------------------------------------------- registry
 
-_REGISTRY: dict[str, type[Generator]] | None = None
+# The bundled generator modules (each registers its classes when imported), in this order.
+BUNDLED = ("atomic", "cells", "chains", "probes", "trees")
+_REGISTRY: dict[str, type[Generator]] = {}
+_BUNDLED_LOADED = False
 
 
 def registry() -> dict[str, type[Generator]]:
-    """Generator name → class, from every submodule's ``GENERATORS`` (modules in name order)."""
-    global _REGISTRY
-    if _REGISTRY is None:
-        found: dict[str, type[Generator]] = {}
-        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            module = importlib.import_module(f"{__name__}.{info.name}")
-            for name, cls in getattr(module, "GENERATORS", {}).items():
-                if name in found:
-                    raise RuntimeError(f"generator {name!r} defined twice "
-                                       f"({found[name].__module__}, {module.__name__})")
-                found[name] = cls
-        _REGISTRY = found
+    """Generator name → class: the bundled modules' (imported on first use) and every class
+    registered since."""
+    global _BUNDLED_LOADED
+    if not _BUNDLED_LOADED:
+        _BUNDLED_LOADED = True  # first: the modules call register_generator while they load
+        for name in BUNDLED:
+            importlib.import_module(f"{__name__}.{name}")
     return _REGISTRY
 
 

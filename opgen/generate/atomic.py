@@ -15,6 +15,7 @@ from opgen.generate import (
     check_cap,
     check_range,
     effect_ok,
+    register_generator,
     sample_params,
     text,
 )
@@ -79,4 +80,4 @@ class Atomic(Generator):
         return effect_ok(self, Item((Task(program, x, out),)))
 
 
-GENERATORS = {"atomic": Atomic}
+register_generator(Atomic)

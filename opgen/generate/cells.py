@@ -23,7 +23,7 @@ from typing import Any
 
 from opgen import expr as E
 from opgen import pack as P
-from opgen.generate import OP_SET, Context, Generator, GeneratorError, sample_params, side_text
+from opgen.generate import OP_SET, Context, Generator, GeneratorError, register_generator, sample_params, side_text
 from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import SIDES, Rng
 from opgen.tasks import Item, Task
@@ -567,4 +567,5 @@ class RlPool(Generator):
         return Item((chain,) + lits, meta=(("part", "chain_then_literal"),))
 
 
-GENERATORS = {"sft_cell": SftCell, "matched_stream": MatchedStream, "rl_pool": RlPool}
+for _cls in (SftCell, MatchedStream, RlPool):
+    register_generator(_cls)

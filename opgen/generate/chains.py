@@ -12,6 +12,7 @@ from opgen.generate import (
     Generator,
     check_cap,
     check_range,
+    register_generator,
     sample_params,
     text,
 )
@@ -97,4 +98,4 @@ class Chains(Generator):
         return Item((with_unchanged(Task(program, x, value), same),))
 
 
-GENERATORS = {"chains": Chains}
+register_generator(Chains)

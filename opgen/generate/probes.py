@@ -26,7 +26,7 @@ from typing import Any
 from opgen import expr as E
 from opgen import formats as F
 from opgen import ops
-from opgen.generate import OP_ID, OP_SET, Context, Generator
+from opgen.generate import OP_ID, OP_SET, Context, Generator, register_generator
 from opgen.generate import cells as C
 from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import Rng
@@ -252,6 +252,5 @@ class LongLiteral(Probe):
         return Item((task,), condition=cond.name, meta=_meta(meta))
 
 
-GENERATORS: dict[str, type[Generator]] = {
-    cls.NAME: cls for cls in (DefinitionLoad, ChainPosition, MethodTails, LongLiteral)
-}
+for _cls in (DefinitionLoad, ChainPosition, MethodTails, LongLiteral):
+    register_generator(_cls)

@@ -30,6 +30,7 @@ from opgen.generate import (
     check_cap,
     check_range,
     effect_ok,
+    register_generator,
     sample_params,
     text_drawer,
     text_vectorizer,
@@ -498,4 +499,4 @@ _precheck = E.precheck_op
 
 
 
-GENERATORS = {"trees": Trees}
+register_generator(Trees)

@@ -1,4 +1,4 @@
-"""Atoms and compounds of a row: the one definition (docs/splits.md).
+"""Atoms and compounds of a row: the one definition (docs/splits.md, "Atoms and compounds").
 
 A row's programs are typed trees (:mod:`opgen.expr`). Their **nodes** are labelled:
 
@@ -8,19 +8,23 @@ A row's programs are typed trees (:mod:`opgen.expr`). Their **nodes** are labell
   characters) or ``"lit:long"`` (its kind, never its text).
 
 **Atoms** are the labels of a row's nodes (with ``inputs`` on, also ``"input:<class>"`` for each
-task's input length class). **Compounds** are connected fragments of two to ``max_size`` nodes
-of one tree, written with argument positions: the edge ``func_5(func_3(x))`` is the compound
+task's input length class; with ``params`` on, each parameterised call's parameters, ``func_1=2``,
+``func_13='-'``, ``func_5=text``; with ``depths`` on, each task's depth, ``depth:3``).
+**Compounds** are connected fragments of two to ``max_size`` nodes of one tree, written with
+argument positions (argument slots): the edge ``func_5(func_3(x))`` is the compound
 ``func_5(func_3)``; ``func_12(x, func_3(x))`` has ``func_12(_,func_3)`` (``_`` marks an argument
-not in the fragment); with ``max_size: 3``, ``func_5(func_3(func_1(x, 2)))`` also has
-``func_5(func_3(func_1))``. Parameters are not nodes.
+not in the fragment); ``func_5(func_3(func_1(x, 2)))`` also has ``func_5(func_3(func_1))`` (three
+nodes, the default ``max_size``).
 
-Weights follow DBCA (Keysers et al., ICLR 2020, section 2.1): an atom or compound counts at most
-once per row (its weight in a row is at most 1). A compound occurrence ``g`` that lies inside a
-bigger occurrence ``g'`` (of compound ``G'``) in the same row is discounted by how often its
-compound occurs only as part of ``G'`` in the whole collection: ``w(G, row) = max over g of
-(1 - max over g' ⊃ g of P(G' | G))``, with ``P(G' | G)`` the share of ``G``'s occurrences that lie
-inside an occurrence of ``G'``. With the default ``max_size: 2`` (edges), no compound lies inside
-a bigger one and every present compound weighs 1.
+Weights follow DBCA (Keysers et al., ICLR 2020, section 2.1): an occurrence ``g`` of compound ``G``
+that lies inside a bigger occurrence ``g'`` (of compound ``G'``) in the same row is discounted by
+how often ``G`` occurs as part of ``G'`` in the whole collection: its weight is
+``1 - max over g' ⊃ g of P(G' | G)``, with ``P(G' | G)`` the share of ``G``'s occurrences that lie
+inside an occurrence of ``G'``. Counting (``compounds_per``): per row (the paper's ``w(G, u)``, the
+largest weight of ``G``'s occurrences in sample ``u``: a row adds at most 1 per compound; the
+default), or per occurrence (every occurrence adds its weight). Atoms (``atoms_per``) count per
+occurrence (every node: the paper's atom distribution counts rule applications; the default) or
+once per row.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ LONG_LITERAL = 8
 # Input length classes (``inputs: true``): the upper bounds of each class, the last open-ended.
 INPUT_CLASSES = ((3, "0-3"), (10, "4-10"), (50, "11-50"), (None, "51+"))
 MAX_SIZE_LIMIT = 4
+COUNTS = ("occurrence", "row")  # how atoms and compounds are counted (CompoundSpec.atoms_per / compounds_per)
 
 
 class CompoundError(ValueError, OpgenError):
@@ -49,32 +54,53 @@ class CompoundError(ValueError, OpgenError):
 
 @dataclass(frozen=True)
 class CompoundSpec:
-    """What counts as an atom and a compound (the recipe's ``split.compounds``, docs/splits.md)."""
+    """What counts as an atom and a compound, and how they are counted (the recipe's
+    ``split.compounds``, docs/splits.md)."""
 
-    max_size: int = 2  # nodes in the largest compound: 2 = parent→child edges
+    max_size: int = 3  # nodes in the largest compound (2: parent→child edges only)
     leaves: bool = False  # x and literal kinds are nodes (atoms, and ends of compounds)
     inputs: bool = False  # each task's input length class is an atom
+    params: bool = False  # each parameterised call's parameters are an atom (func_1=2)
+    depths: bool = False  # each task's depth is an atom (depth:3): D_A's bound then holds depths alike too
+    atoms_per: str = "occurrence"  # an atom adds 1 per node ("occurrence") or per row holding it ("row")
+    compounds_per: str = "row"  # a compound adds its largest weight in a row ("row") or every occurrence's
 
     def __post_init__(self) -> None:
         if not 2 <= self.max_size <= MAX_SIZE_LIMIT:
             raise CompoundError(f"compounds.max_size: {self.max_size} is not in 2..{MAX_SIZE_LIMIT}")
+        for key in ("atoms_per", "compounds_per"):
+            if getattr(self, key) not in COUNTS:
+                raise CompoundError(f"compounds.{key}: {getattr(self, key)!r} is not one of {', '.join(COUNTS)}")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"max_size": self.max_size, "leaves": self.leaves, "inputs": self.inputs}
+        return {"max_size": self.max_size, "leaves": self.leaves, "inputs": self.inputs, "params": self.params,
+                "depths": self.depths, "atoms_per": self.atoms_per, "compounds_per": self.compounds_per}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None, where: str = "compounds") -> CompoundSpec:
         raw = dict(raw or {})
-        unknown = sorted(set(raw) - {"max_size", "leaves", "inputs"})
+        known = sorted(cls().as_dict())
+        unknown = sorted(set(raw) - set(known))
         if unknown:
-            raise CompoundError(f"{where}.{unknown[0]}: unknown key (known: inputs, leaves, max_size)")
+            raise CompoundError(f"{where}.{unknown[0]}: unknown key (known: {', '.join(known)})")
         try:
             return cls(**raw)
         except CompoundError as exc:
             raise CompoundError(f"{where}.{str(exc).split('.', 1)[1]}") from None
 
+    def describe(self) -> str:
+        """The spec in words, as reports name it."""
+        base = "parent→child edges" if self.max_size == 2 else f"connected fragments of 2 to {self.max_size} nodes"
+        extra = [k for k in ("leaves", "inputs", "params", "depths") if getattr(self, k)]
+        return (f"{base} with argument slots, DBCA weights; compounds per {self.compounds_per}, atoms per "
+                f"{self.atoms_per}" + (f"; {', '.join(extra)} as atoms" if extra else ""))
 
+
+# The default spec of a split (its search and certificate, opgen split-stats; docs/splits.md says why).
 DEFAULT = CompoundSpec()
+# Every build's per-split histograms in the manifest and opgen stats: edges, each atom and compound
+# once per row, which the builder counts as it generates rows (Tally) instead of reading them back.
+EDGES = CompoundSpec(max_size=2, atoms_per="row")
 
 
 def label(node: E.Expr) -> str:
@@ -106,62 +132,97 @@ def _is_node(e: E.Expr, spec: CompoundSpec) -> bool:
 
 # An occurrence: (compound text, the ids of its nodes in the row, a frozenset)
 Occurrence = tuple[str, frozenset[int]]
+Fragment = tuple[str, frozenset[int], int]  # (text, node ids, size)
 
 
-def _fragments(e: E.Expr, spec: CompoundSpec, ids: dict[int, int]) -> list[tuple[str, frozenset[int], int]]:
-    """Every connected fragment whose top node is ``e``, up to ``spec.max_size`` nodes:
-    (text, node ids, size). Size-1 fragments (the node alone) are included."""
-    me = ids[id(e)]
-    own = label(e)
-    options: list[list[tuple[str, frozenset[int], int]]] = []
-    for kid in E.children(e):
-        choice: list[tuple[str, frozenset[int], int]] = [("_", frozenset(), 0)]
-        if _is_node(kid, spec):
-            choice += [f for f in _fragments(kid, spec, ids) if f[2] < spec.max_size]
-        options.append(choice)
-    out: list[tuple[str, frozenset[int], int]] = []
+def _numbered(tree: E.Expr, spec: CompoundSpec, base: int) -> tuple[list[E.Expr], list[list[int | None]]]:
+    """The tree's nodes in pre-order, numbered from ``base`` by position (never by object: a generator
+    may share one subtree object between two places), and each node's children's numbers (None for a
+    child that is no node)."""
+    nodes: list[E.Expr] = []
+    kids: list[list[int | None]] = []
 
-    def grow(k: int, parts: list[str], nodes: frozenset[int], size: int) -> None:
-        if k == len(options):
-            text = own if size == 1 else f"{own}({','.join(parts)})"
-            out.append((text, nodes | {me}, size))
-            return
-        for text, kid_nodes, kid_size in options[k]:
-            if size + kid_size <= spec.max_size:
-                grow(k + 1, parts + [text], nodes | kid_nodes, size + kid_size)
+    def visit(e: E.Expr) -> int:
+        me = len(nodes)
+        nodes.append(e)
+        kids.append([])
+        kids[me] = [visit(k) + base if _is_node(k, spec) else None for k in E.children(e)]
+        return me
 
-    grow(0, [], frozenset(), 1)
-    return out
+    if _is_node(tree, spec):
+        visit(tree)
+    return nodes, kids
 
 
 def occurrences(trees: Sequence[E.Expr], spec: CompoundSpec = DEFAULT) -> tuple[list[str], list[Occurrence]]:
     """A row's atom labels (with repeats) and compound occurrences, over all of its trees."""
     if spec.max_size == 2:
-        return _edge_occurrences(trees, spec.leaves)
+        return _edge_occurrences(trees, spec)
     return _fragment_occurrences(trees, spec)
 
 
-def _edge_occurrences(trees: Sequence[E.Expr], leaves: bool) -> tuple[list[str], list[Occurrence]]:
+def _edge_occurrences(trees: Sequence[E.Expr], spec: CompoundSpec) -> tuple[list[str], list[Occurrence]]:
     """``_fragment_occurrences`` for two-node compounds (edges), without enumerating fragments: the
     builder measures every row with it (tests/test_splits.py ties the two)."""
     atoms: list[str] = []
     found: list[Occurrence] = []
-    ops_types = (E.Call, E.Method, E.Concat)
-    ids: dict[int, int] = {}
+    base = 0
     for tree in trees:
-        nodes = [n for n in E.walk(tree) if leaves or isinstance(n, ops_types)]
-        for n in nodes:
-            ids[id(n)] = len(ids)
-        for n in nodes:
-            own = label(n)
-            atoms.append(own)
-            kids = E.children(n)
-            for pos, kid in enumerate(kids):
-                if leaves or isinstance(kid, ops_types):
-                    parts = ["_"] * len(kids)
-                    parts[pos] = label(kid)
-                    found.append((f"{own}({','.join(parts)})", frozenset((ids[id(n)], ids[id(kid)]))))
+        nodes, kids = _numbered(tree, spec, base)
+        labels = [label(n) for n in nodes]
+        atoms += labels
+        for i, slots in enumerate(kids):
+            for pos, k in enumerate(slots):
+                if k is not None:
+                    parts = ["_"] * len(slots)
+                    parts[pos] = labels[k - base]
+                    found.append((f"{labels[i]}({','.join(parts)})", frozenset((base + i, k))))
+        base += len(nodes)
     return atoms, found
+
+
+def _fragment_occurrences(trees: Sequence[E.Expr], spec: CompoundSpec) -> tuple[list[str], list[Occurrence]]:
+    """Every connected fragment of 2 to ``spec.max_size`` nodes, each node's fragments grown from its
+    children's (bottom-up: pre-order numbers children after their parent)."""
+    atoms: list[str] = []
+    found: list[Occurrence] = []
+    base = 0
+    for tree in trees:
+        nodes, kids = _numbered(tree, spec, base)
+        labels = [label(n) for n in nodes]
+        atoms += labels
+        tops: list[list[Fragment]] = [[] for _ in nodes]
+        for i in range(len(nodes) - 1, -1, -1):
+            tops[i] = _grown(labels[i], base + i, [None if k is None else tops[k - base] for k in kids[i]],
+                             spec.max_size)
+        for frags in tops:
+            found += [(text, members) for text, members, size in frags if size >= 2]
+        base += len(nodes)
+    return atoms, found
+
+
+def _grown(own: str, me: int, kids: Sequence[list[Fragment] | None], max_size: int) -> list[Fragment]:
+    """The fragments topped at a node labelled ``own`` (number ``me``) from its children's fragments,
+    up to ``max_size`` nodes; size 1 (the node alone) included."""
+    options: list[list[Fragment]] = []
+    for frags in kids:
+        choice: list[Fragment] = [("_", frozenset(), 0)]
+        if frags is not None:
+            choice += [f for f in frags if f[2] < max_size]
+        options.append(choice)
+    out: list[Fragment] = []
+
+    def grow(k: int, parts: list[str], members: frozenset[int], size: int) -> None:
+        if k == len(options):
+            text = own if size == 1 else f"{own}({','.join(parts)})"
+            out.append((text, members | {me}, size))
+            return
+        for text, kid_members, kid_size in options[k]:
+            if size + kid_size <= max_size:
+                grow(k + 1, parts + [text], members | kid_members, size + kid_size)
+
+    grow(0, [], frozenset(), 1)
+    return out
 
 
 def _edge_texts(trees: Sequence[E.Expr], leaves: bool) -> tuple[set[str], set[str]]:
@@ -189,32 +250,38 @@ def _edge_texts(trees: Sequence[E.Expr], leaves: bool) -> tuple[set[str], set[st
     return atoms, comps
 
 
-def _fragment_occurrences(trees: Sequence[E.Expr], spec: CompoundSpec) -> tuple[list[str], list[Occurrence]]:
-    atoms: list[str] = []
-    found: list[Occurrence] = []
-    ids: dict[int, int] = {}
-    for tree in trees:
-        nodes = [n for n in E.walk(tree) if _is_node(n, spec)]
-        for n in nodes:
-            ids[id(n)] = len(ids)
-        for n in nodes:
-            atoms.append(label(n))
-            for text, members, size in _fragments(n, spec, ids):
-                if size >= 2:
-                    found.append((text, members))
-    return atoms, found
-
-
 @dataclass(frozen=True)
 class RowUnits:
-    """One row's weighted atoms and compound occurrences (before the collection's discount)."""
+    """One row's atoms (with how often each occurs) and compound occurrences (before the collection's
+    discount)."""
 
     atoms: tuple[str, ...]  # distinct, sorted
     occurrences: tuple[Occurrence, ...]
+    atom_counts: tuple[int, ...] = ()  # occurrences of each atom, aligned with ``atoms`` (empty: 1 each)
 
     @property
     def compounds(self) -> tuple[str, ...]:
         return tuple(sorted({c for c, _ in self.occurrences}))
+
+    def atom_weights(self, spec: CompoundSpec) -> dict[str, float]:
+        """Each atom's weight in the row: its occurrences (``atoms_per: occurrence``) or 1."""
+        if spec.atoms_per == "row" or not self.atom_counts:
+            return dict.fromkeys(self.atoms, 1.0)
+        return {a: float(n) for a, n in zip(self.atoms, self.atom_counts)}
+
+
+_TEXTS: dict[str, str] = {}  # compound and atom texts, one string object each (pools hold millions)
+
+
+def _intern(text: str) -> str:
+    return _TEXTS.setdefault(text, text)
+
+
+def param_atom(node: E.Call) -> str:
+    """A parameterised call's parameters as one atom: ``func_1=2``, ``func_13='-'``, ``func_5=text``
+    (an integer or a one-character choice by its value, a longer string by its kind)."""
+    return node.op + "=" + ",".join(str(v) if isinstance(v, int) else repr(v) if len(v) <= 1 else "text"
+                                    for v in node.params)
 
 
 def row_units(trees: Sequence[E.Expr], inputs: Sequence[str] = (), spec: CompoundSpec = DEFAULT) -> RowUnits:
@@ -222,7 +289,14 @@ def row_units(trees: Sequence[E.Expr], inputs: Sequence[str] = (), spec: Compoun
     atoms, found = occurrences(trees, spec)
     if spec.inputs:
         atoms += [input_class(x) for x in inputs]
-    return RowUnits(tuple(sorted(set(atoms))), tuple(found))
+    if spec.params:
+        atoms += [param_atom(n) for tree in trees for n in E.walk(tree) if isinstance(n, E.Call) and n.params]
+    if spec.depths:
+        atoms += [f"depth:{E.depth(tree)}" for tree in trees]
+    counts = Counter(atoms)
+    names = tuple(sorted(counts))
+    return RowUnits(tuple(_intern(a) for a in names), tuple((_intern(t), m) for t, m in found),
+                    tuple(counts[a] for a in names))
 
 
 def edges(tree: E.Expr) -> set[tuple[str, int, str]]:
@@ -290,14 +364,16 @@ def conditional(rows: Iterable[RowUnits]) -> Conditional:
     return Conditional(total, inside)
 
 
-def compound_weights(row: RowUnits, cond: Conditional | None) -> dict[str, float]:
-    """``w(G, row)`` for every compound of the row (DBCA; see the module docstring)."""
+def compound_weights(row: RowUnits, cond: Conditional | None, per: str = "row") -> dict[str, float]:
+    """The weight of every compound of the row (DBCA; see the module docstring): the largest of its
+    occurrences' weights (``per`` "row", the paper's w(G, u)) or their sum ("occurrence")."""
     out: dict[str, float] = {}
     sups = _supers(row) if cond is not None else [[] for _ in row.occurrences]
     for (text, _), sup in zip(row.occurrences, sups):
-        w = 1.0 - max((cond.p(text, big) for big in sup), default=0.0) if cond is not None else 1.0
-        w = float(w)
-        if w > out.get(text, -1.0):
+        w = float(1.0 - max((cond.p(text, big) for big in sup), default=0.0) if cond is not None else 1.0)
+        if per == "occurrence":
+            out[text] = out.get(text, 0.0) + w
+        elif w > out.get(text, -1.0):
             out[text] = w
     return {k: v for k, v in sorted(out.items()) if v > 0}
 
@@ -322,6 +398,8 @@ class Tally:
     def __post_init__(self) -> None:
         if needs_discount(self.spec):
             raise CompoundError("compounds.max_size: a tally needs compounds of two nodes (no discount)")
+        if self.spec.params or self.spec.depths or "occurrence" in (self.spec.atoms_per, self.spec.compounds_per):
+            raise CompoundError("compounds: a tally counts each atom and compound once per row, without params")
 
     def add(self, trees: Sequence[E.Expr], inputs: Sequence[str], sign: int = 1) -> None:
         """Count (``sign`` 1) or uncount (-1) one row made of ``trees`` with those ``inputs``."""
@@ -343,24 +421,25 @@ class Tally:
         self.atoms.update(other.atoms)
         self.comps.update(other.comps)
 
-    def histograms(self) -> tuple[Counter[str], dict[str, float]]:
+    def histograms(self) -> tuple[dict[str, float], dict[str, float]]:
         """What :func:`histograms` returns for the rows counted."""
-        return (Counter({k: v for k, v in self.atoms.items() if v}),
+        return ({k: float(v) for k, v in sorted(self.atoms.items()) if v},
                 {k: float(v) for k, v in sorted(self.comps.items()) if v})
 
 
 def histograms(rows: Sequence[RowUnits], spec: CompoundSpec = DEFAULT,
-               cond: Conditional | None = None) -> tuple[Counter[str], dict[str, float]]:
+               cond: Conditional | None = None) -> tuple[dict[str, float], dict[str, float]]:
     """Weighted atom and compound histograms of a collection of rows (weights summed over rows).
 
     ``cond`` is the collection whose P(G'|G) discounts compounds (default: ``rows`` themselves,
     when ``spec`` allows compounds inside compounds)."""
     if cond is None and needs_discount(spec):
         cond = conditional(rows)
-    atoms: Counter[str] = Counter()
+    atoms: dict[str, float] = {}
     comps: dict[str, float] = {}
     for row in rows:
-        atoms.update(row.atoms)
-        for text, w in compound_weights(row, cond).items():
+        for a, n in row.atom_weights(spec).items():
+            atoms[a] = atoms.get(a, 0.0) + n
+        for text, w in compound_weights(row, cond, spec.compounds_per).items():
             comps[text] = comps.get(text, 0.0) + w
     return atoms, comps

@@ -1,7 +1,8 @@
 """``mcd_side``: the rows of one side (train or eval) of an ``mcd`` split, from its pool's selection.
 
-Recipes never name it: an ``mcd`` split (opgen.splits.kinds) gives it to every split of the recipe,
-with ``side`` (the split's role) and the split's resolved config as options.
+Recipes never name it: an ``mcd`` split (opgen.splits.kinds.mcd) gives it to every split of the
+recipe, with ``side`` (the split's role) and the split's resolved config as options; that kind's
+module imports this one, which registers the generator (opgen.generate.register_generator).
 """
 
 from __future__ import annotations
@@ -9,14 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from opgen.generate import Context, Generator, GeneratorError
+from opgen.generate import Context, Generator, GeneratorError, register_generator
 from opgen.splits import mcd
 from opgen.tasks import Item
 
 
 class McdSide(Generator):
     NAME = "mcd_side"
-    VERSION = 1
+    # 2: DBCA compounds of up to 3 nodes with atoms per occurrence (compounds.DEFAULT) and the exchange
+    # search by default: the selections of split-mcd and sft-eco-mcd changed (changes/splits.md)
+    VERSION = 2
     REDRAWABLE = False  # the selection is planned: a row is what the search chose
     MANIFEST_KEY = "mcd"
     ANY_LIBRARY = True  # the pool is drawn from ctx.library (opgen.splits.mcd.pool_and_selection)
@@ -39,15 +42,7 @@ class McdSide(Generator):
         return self.items[self.index[i]]
 
     def manifest_section(self, rows: int) -> dict[str, Any]:
-        s = self.selection
-        return {"side": self.options["side"], "pool_rows": len(self.items), "train_rows": len(s.train),
-                "eval_rows": len(s.eval), "heldout_compounds": list(s.heldout),
-                "atom_divergence": s.atom_divergence, "compound_divergence": s.compound_divergence,
-                "random_split": {"atom_divergence": s.random_atom_divergence,
-                                 "compound_divergence": s.random_compound_divergence},
-                "rounds": s.rounds,
-                **({"search": s.method, "anneal_steps": s.anneal_steps, "anneal_accepted": s.anneal_accepted}
-                   if s.method != "greedy" else {})}
+        return {"side": self.options["side"], **mcd.section(len(self.items), self.selection)}
 
 
-GENERATORS = {"mcd_side": McdSide}
+register_generator(McdSide)

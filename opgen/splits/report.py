@@ -11,22 +11,30 @@ from opgen.library import OperatorLibrary, library_of_rows
 from opgen.splits import compounds as C
 from opgen.splits import divergence as D
 from opgen.splits import rows as R
+from opgen.splits import table as T
 
 SHOWN = 20  # held-out compounds listed in text (all of them in --json)
 
 
 def split_stats(train: Sequence[Path], evals: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT,
-                library: OperatorLibrary | None = None) -> dict[str, Any]:
+                baseline_seeds: int = T.BASELINE_SEEDS, library: OperatorLibrary | None = None) -> dict[str, Any]:
     """D_A, D_C and the held-out compounds of TRAIN against EVAL (files or folders), over the
-    library their rows name (``library``: the one the user gave; else the study's or the store's).
-    Every file of both is found and opened before any row is read: an unusable EVAL is named
-    before TRAIN's rows are parsed."""
+    library their rows name (``library``: the one the user gave; else the study's or the store's),
+    beside random splits of the same rows pooled, at the same sizes (``baseline_seeds`` of them; 0:
+    none). Every file of both is found and opened before any row is read: an unusable EVAL is
+    named before TRAIN's rows are parsed."""
     files = R.parquet_files([*train, *evals])
     for f in files:
         R.rows_file(f)
     lib = library_of_rows(files, library)
-    out = D.compare(R.units_of(train, spec, lib), R.units_of(evals, spec, lib), spec)
+    tu, eu = R.units_of(train, spec, lib), R.units_of(evals, spec, lib)
+    out = D.compare(tu, eu, spec)
     out = {"train": [str(p) for p in train], "eval": [str(p) for p in evals], **out}
+    if baseline_seeds and tu and eu:
+        base = T.random_baseline(T.Table.of([*tu, *eu], spec), len(tu), len(eu), ("split-stats",), seeds=baseline_seeds)
+        out["baseline"] = {**base, "of": "the train and eval rows, pooled"}
+        out["excess_over_baseline"] = {k: round(out[k] - base[k]["mean"], 6)
+                                       for k in ("atom_divergence", "compound_divergence")}
     return out
 
 
@@ -34,13 +42,20 @@ def render_split_stats(r: Mapping[str, Any]) -> str:
     held = r["heldout_compounds"]
     lines = [f"train: {', '.join(r['train'])} ({r['train_rows']:,} rows)",
              f"eval:  {', '.join(r['eval'])} ({r['eval_rows']:,} rows)",
-             f"compounds: {_spec_text(r['compounds_spec'])}",
+             f"compounds: {C.CompoundSpec.from_dict(r['compounds_spec']).describe()}",
              f"atom divergence     D_A = 1 - C_0.5 = {r['atom_divergence']:.4f}  "
              f"({r['atoms']['train']} atoms in train, {r['atoms']['eval']} in eval)",
              f"compound divergence D_C = 1 - C_0.1 = {r['compound_divergence']:.4f}  "
              f"({r['compounds']['train']} compounds in train, {r['compounds']['eval']} in eval)",
              f"held-out compounds (in eval, in no training row): {len(held)}, in "
              f"{r['heldout_share_of_eval_rows']:.1%} of eval rows"]
+    base = r.get("baseline")
+    if isinstance(base, dict):
+        a, c = base["atom_divergence"], base["compound_divergence"]
+        ex = r["excess_over_baseline"]
+        lines.insert(5, f"random splits of {base['of']} ({base['seeds']} seeds, same sizes): D_A {a['mean']:.4f} "
+                        f"± {a['std']:.4f}, D_C {c['mean']:.4f} ± {c['std']:.4f}; excess D_A "
+                        f"{ex['atom_divergence']:+.4f}, D_C {ex['compound_divergence']:+.4f}")
     if held:
         more = f", ... ({len(held) - SHOWN} more)" if len(held) > SHOWN else ""
         lines.append("  " + ", ".join(held[:SHOWN]) + more)
@@ -49,20 +64,14 @@ def render_split_stats(r: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _spec_text(spec: Mapping[str, Any]) -> str:
-    extra = [k for k in ("leaves", "inputs") if spec.get(k)]
-    base = "parent→child edges" if spec["max_size"] == 2 else f"connected fragments of 2..{spec['max_size']} nodes"
-    return base + (f" (with {', '.join(extra)} as atoms)" if extra else "")
-
-
 # ---------------------------------------------------------------- opgen stats, the card
 
 
 def stats_section(files: Sequence[Path], library: OperatorLibrary) -> dict[str, Any]:
     """For ``opgen stats``: atoms and compounds of the rows (of ``library``, the one they name), and
     the certificates of the builds they come from (a file's folder's manifest.json)."""
-    units = R.units_of(list(files), C.DEFAULT, library)
-    atoms, comps = C.histograms(units)
+    units = R.units_of(list(files), C.EDGES, library)
+    atoms, comps = C.histograms(units, C.EDGES)
     top = sorted(comps.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
     certs: dict[str, Any] = {}
     for folder in sorted({Path(f).parent for f in files}):
@@ -110,28 +119,42 @@ def card_section(manifest: Mapping[str, Any]) -> str | None:
         held_text = held if isinstance(held, str) else \
             (", ".join(f"`{h}`" for h in held[:40]) + (f" … ({len(held) - 40} more)" if len(held) > 40 else "")
              if held else "none")
-        rows = [["kind", f"`{c.get('kind')}`"],
+        defs: Mapping[str, Any] = c["definitions"] if isinstance(c.get("definitions"), dict) else {}
+        rows = [["kind", f"`{c.get('kind')}`" + (f" (rule: {c['rule']})" if c.get("rule") else "")],
+                ["compounds", str(defs.get("compounds", "n/a"))],
                 ["train splits", ", ".join(f"`{n}`" for n in c.get("train_splits") or []) or "none"],
                 ["eval splits", ", ".join(f"`{n}`" for n in c.get("eval_splits") or []) or "none"],
-                ["atom divergence D_A = 1 − C₀.₅", _f(c.get("atom_divergence"))],
-                ["compound divergence D_C = 1 − C₀.₁", _f(c.get("compound_divergence"))],
+                ["atom divergence D_A = 1 − C₀.₅", _f(c.get("atom_divergence")) + _beside(c, "atom_divergence")],
+                ["compound divergence D_C = 1 − C₀.₁",
+                 _f(c.get("compound_divergence")) + _beside(c, "compound_divergence")],
                 ["held-out compounds", held_text],
-                ["share of eval rows holding one", f"{c.get('heldout_share_of_eval_rows', 0):.1%}"],
-                ["training rows holding a held-out compound (checked from the rows)",
-                 str(check.get("train_rows_with_heldout_compound", check.get("train_rows_deeper_than_max", "n/a")))],
-                ["certificate check", "passed" if check.get("ok") else "FAILED"]]
+                ["share of eval rows holding one", f"{c.get('heldout_share_of_eval_rows', 0):.1%}"]]
+        if isinstance(c.get("heldout_untested"), list):
+            rows.append(["held out but in no eval row (untested)",
+                         ", ".join(f"`{h}`" for h in c["heldout_untested"][:40]) or "none"])
+        rows += [["training rows holding a held-out compound (checked from the rows)",
+                  str(check.get("train_rows_with_heldout_compound", check.get("train_rows_deeper_than_max", "n/a")))],
+                 ["certificate check", "passed" if check.get("ok") else "FAILED"]]
         rows += [["note", w] for w in check.get("warnings") or []]
         only = c.get("only")
         if isinstance(only, dict):
             rows.append(["updated by --only", f"{', '.join(only.get('rebuilt') or [])} rebuilt; certificate "
                                               f"{only.get('certificate')}: {only.get('why')}"])
-        search = c.get("search")
-        if isinstance(search, dict) and isinstance(search.get("random_split"), dict):
-            rs = search["random_split"]
-            rows.append(["a random split of the same sizes",
-                         f"D_A {_f(rs.get('atom_divergence'))}, D_C {_f(rs.get('compound_divergence'))}"])
         table = "| | |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
         blocks.append(f"Recipe `{recipe}`:\n\n{table}")
     return ("Divergences measured from this build's rows (docs/splits.md; DBCA, Keysers et al. 2020): atoms "
-            "are the operators a program calls, compounds the parent→child edges of its composition tree.\n\n"
+            "are the nodes of a program's composition tree (operators, methods, concatenation), compounds its "
+            "connected fragments as each certificate's compound spec says; each divergence is shown beside the "
+            "mean of random splits at the same spec and sizes.\n\n"
             + "\n\n".join(blocks))
+
+
+def _beside(cert: Mapping[str, Any], key: str) -> str:
+    """`` (random splits: 0.0123 ± 0.0010; excess +0.5000)`` for a certificate with a baseline."""
+    base = cert.get("baseline")
+    if not isinstance(base, dict) or not isinstance(base.get(key), dict):
+        return ""
+    b = base[key]
+    excess = (cert.get("excess_over_baseline") or {}).get(key)
+    return (f" (random splits of {base.get('of', 'the rows')}: {_f(b.get('mean'))} ± {_f(b.get('std'))}"
+            + (f"; excess {excess:+.4f}" if isinstance(excess, (int, float)) else "") + ")")

@@ -7,8 +7,10 @@ same function measures rows just built, rows of another build and rows of anothe
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -84,10 +86,30 @@ def row_programs(path: Path, lib: OperatorLibrary) -> Iterator[tuple[list[E.Expr
 
 def units_of(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT, lib: OperatorLibrary = STUDY) -> list[C.RowUnits]:
     """The atoms and compounds of every row of ``paths`` (files or folders), in order."""
-    out: list[C.RowUnits] = []
+    return read(paths, spec, lib).units
+
+
+@dataclass(frozen=True)
+class Rows:
+    """What a certificate reads from every row of some files, in one pass (rows in file order)."""
+
+    units: list[C.RowUnits]
+    depths: list[int]
+    facts: list[Any]  # ``fact(trees)`` of each row (empty without one)
+
+
+def read(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT, lib: OperatorLibrary = STUDY,
+         fact: Callable[[list[E.Expr]], Any] | None = None) -> Rows:
+    """Atoms and compounds, depth and ``fact`` of every row of ``paths`` (files or folders), parsed
+    over ``lib``, the library the rows name (opgen.library.library_of_rows)."""
+    out = Rows([], [], [])
     with E.recursion_headroom():
         for path in parquet_files(paths):
-            out += [C.row_units(trees, inputs, spec) for trees, inputs, _ in row_programs(path, lib)]
+            for trees, inputs, depth in row_programs(path, lib):
+                out.units.append(C.row_units(trees, inputs, spec))
+                out.depths.append(depth)
+                if fact is not None:
+                    out.facts.append(fact(trees))
     return out
 
 
@@ -97,7 +119,3 @@ def _parse(text: str, memo: dict[str, E.Expr], lib: OperatorLibrary) -> E.Expr:
         tree = memo[text] = E.parse(text, lib)
     return tree
 
-
-def depths_of(paths: Sequence[Path], lib: OperatorLibrary = STUDY) -> list[int]:
-    with E.recursion_headroom():
-        return [d for path in parquet_files(paths) for _, _, d in row_programs(path, lib)]
