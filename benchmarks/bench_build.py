@@ -9,6 +9,13 @@ The first lines are the README's main command, ``opgen build --out DIR`` (the de
 targets (<= 3 s and <= 1 s on 2 cores); then stage 1 / stage 2 against the native generator's
 rows/s (target >= 10x) in the same run.
     python benchmarks/bench_build.py --opgen "/path/to/other/opgen"   # another checkout, same machine
+    python benchmarks/bench_build.py --scale 50000,500000,2400000 --workers 2   # issue 32: linear at scale
+
+``--scale`` builds one depth 1-8 trees split (the native stage-2 test's formats, every operator) at
+each row count and prints wall, CPU per row, and the peak RSS and CPU of every process of the build
+(the main process and each worker, sampled from /proc every 0.2 s), with the load average before
+and after: CPU per row should not grow with the rows (target: 2.4 M within 1.1x of 50,000) and no
+process should pass 1 GiB.
 
 The ``opgen`` run is the console script installed beside this Python, not a version manager's
 shim found on PATH (a pyenv shim is a bash script that adds 0.15-0.3 s to every process).
@@ -25,12 +32,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -47,14 +56,68 @@ splits:
 """
 
 
+SCALE = """\
+name: bench-scale-build
+seed: 0
+defaults:
+  kind: rl
+  prompt_format: closed_book_forward
+  answer_format: json_output
+  unique: task
+  generator: trees
+splits:
+  scale:
+    role: eval
+    options: {{ops: all, depths: [1, 2, 3, 4, 5, 6, 7, 8], rows: {rows}}}
+"""
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, now."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            todo += [int(k) for k in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _sample(pid: int) -> tuple[int, float] | None:
+    """(peak RSS in KiB so far, CPU seconds) of one process, or None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    hwm = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+    return hwm, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def child(argv: list[str]) -> None:
-    """Run one build and report its own resource use (it is this helper's only child)."""
+    """Run one build and report its own resource use (it is this helper's only child), with every
+    process of the build's peak RSS and CPU, sampled from /proc."""
     start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: dict[int, tuple[int, float]] = {}
+    reader = threading.Thread(target=lambda: setattr(proc, "captured", proc.communicate()), daemon=True)
+    reader.start()
+    while proc.poll() is None:
+        for pid in _tree(proc.pid):
+            got = _sample(pid)
+            if got is not None:
+                seen[pid] = (max(got[0], seen.get(pid, (0, 0.0))[0]), got[1])
+        time.sleep(0.2)
+    reader.join()
     wall = time.perf_counter() - start
     use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    _, stderr = getattr(proc, "captured", ("", ""))
+    processes = [{"role": "main" if pid == proc.pid else "worker", "pid": pid, "peak_rss_mib": round(hwm / 1024),
+                  "cpu_s": round(cpu, 1)} for pid, (hwm, cpu) in seen.items()]
     print(json.dumps({"rc": proc.returncode, "wall": wall, "cpu": use.ru_utime + use.ru_stime,
-                      "rss_mib": use.ru_maxrss / 1024, "stderr": proc.stderr[-2000:]}))
+                      "rss_mib": use.ru_maxrss / 1024, "stderr": stderr[-2000:], "processes": processes}))
 
 
 OPGEN = ["opgen"]
@@ -129,6 +192,10 @@ def main() -> None:
     ap.add_argument("--opgen", help="command that runs opgen (default: the console script beside this Python)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each build; the median wall/cpu/RSS is printed")
     ap.add_argument("--no-big", action="store_true", help="skip the 1-vs-2-worker split")
+    ap.add_argument("--scale", metavar="ROWS,...", help="only the scale runs: one depth 1-8 split at these row counts")
+    ap.add_argument("--workers", type=int, default=2, help="--scale: worker processes")
+    ap.add_argument("--keep", metavar="DIR", help="--scale: keep each build's manifest as DIR/<rows>.json (its files' "
+                                                  "sha256: compare two checkouts' builds)")
     ap.add_argument("--compile", action="append", default=[], metavar="DIR",
                     help="byte-compile this package folder first, as installing a wheel does (repeatable); "
                          "with PYTHONDONTWRITEBYTECODE set, an editable checkout otherwise recompiles every "
@@ -146,6 +213,9 @@ def main() -> None:
         print(f"(opgen byte-compiled first: {', '.join(args.compile)})")
     global OPGEN
     OPGEN = shlex.split(args.opgen) if args.opgen else default_opgen()
+    if args.scale:
+        scale([int(r) for r in args.scale.split(",")], args.workers, args.keep)
+        return
     big_rows = 100_000 if args.quick else args.big
     limit = 10_000 if args.quick else None
     print(f"{'build':<34} {'rows':>9} {'wall s':>8} {'cpu s':>8} {'rows/s wall':>11} {'rows/s cpu':>11} "
@@ -206,6 +276,34 @@ def main() -> None:
               f"(files identical: {same})")
         print(f"peak RSS, 1 worker: {tenth['rss_mib']:.0f} MiB at {big_rows // 10:,} rows, "
               f"{one['rss_mib']:.0f} MiB at {big_rows:,} rows ({one['rss_mib'] / tenth['rss_mib']:.2f}x)")
+
+
+def scale(counts: list[int], workers: int, keep: str | None) -> None:
+    """Issue 32: CPU per row and every process's peak RSS at each row count, and the ratio to the first."""
+    print(f"{'rows':>10} {'wall s':>8} {'cpu s':>8} {'cpu us/row':>10} {'vs first':>8}  {'load before -> after':<22} "
+          f"processes (peak RSS MiB / CPU s)")
+    first = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for rows in counts:
+            recipe = Path(tmp) / f"scale-{rows}.yaml"
+            recipe.write_text(SCALE.format(rows=rows))
+            out = Path(tmp) / str(rows)
+            load = open("/proc/loadavg").read().split()[:3]
+            d = measure_argv([*OPGEN, "build", str(recipe), "--out", str(out), "--no-progress",
+                              "--workers", str(workers)], out)
+            after = open("/proc/loadavg").read().split()[:3]
+            per_row = d["cpu"] / d["rows"] * 1e6
+            first = first or per_row
+            procs = sorted(d["processes"], key=lambda p: (p["role"] != "main", p["pid"]))
+            shown = ", ".join(f"{p['role']} {p['peak_rss_mib']}/{p['cpu_s']}" for p in procs)
+            print(f"{d['rows']:>10,} {d['wall']:8.1f} {d['cpu']:8.1f} {per_row:10.1f} {per_row / first:8.3f}  "
+                  f"{' '.join(load) + ' -> ' + ' '.join(after):<22} {shown}", flush=True)
+            if keep:
+                Path(keep).mkdir(parents=True, exist_ok=True)
+                (Path(keep) / f"{rows}.json").write_bytes((out / "manifest.json").read_bytes())
+            import shutil
+
+            shutil.rmtree(out)
 
 
 if __name__ == "__main__":

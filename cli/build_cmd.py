@@ -38,6 +38,8 @@ def _workers_default() -> int:
                   "--out must be a shared filesystem).")
 @options.ray_address()
 @options.ray_num_cpus()
+@options.op_budget("A call past it stops the build, naming the operator, its input, the split and the row "
+                   "(docs/operators.md, \"When an operator misbehaves\").")
 @click.option("--force", is_flag=True,
               help="Replace --out even if the opgen build there holds files its manifest does not list "
                    "(they are deleted with it) or, with --only, is a build of other recipes. Never replaces a "
@@ -46,7 +48,7 @@ def _workers_default() -> int:
 def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | None,
           only: tuple[str, ...], limit: int | None, library_spec: str | None, progress: bool | None,
           tokenizer: Path | None, executor: str, ray_address: str | None, ray_num_cpus: int | None,
-          force: bool) -> None:
+          op_budget: float, force: bool) -> None:
     """Build every split of RECIPE... (YAML files or bundled names) as verl parquet in --out.
 
     With no RECIPE, builds the bundled evaluation suite (datasets/eval-suite.yaml). Writes
@@ -79,7 +81,7 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always", StoreWarning)
             man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress,
-                          mapper=mapper, force=force)
+                          mapper=mapper, force=force, op_budget=op_budget)
         for w in said:  # the store's one line as the command's own; any other warning as Python shows it
             if issubclass(w.category, StoreWarning):
                 click.echo(f"warning: {w.message}", err=True)

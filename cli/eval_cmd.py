@@ -283,7 +283,7 @@ def _eval_ray(run: EvalRun) -> list[dict]:
                                                 chunk_rows=opts.chunk_rows, depth=opts.depth)
     except DataError as exc:
         raise click.BadParameter(str(exc), param_hint="--data") from None
-    # BackendError, LogError, ConfigMismatch, RayError, AllReplicasLost, InjectedFault: exit 1 with
+    # BackendError, LogError, ConfigMismatch, RayError, AllReplicasLost, ChunkLost, InjectedFault: exit 1 with
     # their message (cli/__init__.py)
     except ScoreInputError as exc:
         raise click.ClickException(f"scoring failed: {exc}") from None

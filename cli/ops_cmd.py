@@ -155,13 +155,15 @@ class _CheckSetupError(click.ClickException):
 @click.option("--examples", type=click.IntRange(min=1), default=100, show_default=True,
               help="Hypothesis examples per law per operator.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Hypothesis's seed (a run is deterministic).")
+@options.op_budget("A call past it breaks the terminates law (and the operator's other laws are skipped).")
 @options.json_output("Print the report as JSON.")
 @options.progress()
-def check_cmd(lib: str | None, library_spec: str | None, examples: int, seed: int, as_json: bool,
-              progress: bool | None) -> None:
-    """Check LIB's operators against opgen's laws (docs/operators.md, "opgen ops check"): each source
-    runs standalone and equals the operator; total; deterministic; pure; out_len and cost bounds hold;
-    recursion within the limit. Exit 0 when every law holds, 1 with shrunk counterexamples otherwise."""
+def check_cmd(lib: str | None, library_spec: str | None, examples: int, seed: int, op_budget: float,
+              as_json: bool, progress: bool | None) -> None:
+    """Check LIB's operators against opgen's laws (docs/operators.md, "opgen ops check"): each call
+    terminates within --op-budget and leaves the process alone; each source runs standalone and equals
+    the operator; total; deterministic; pure; out_len and cost bounds hold; recursion within the limit.
+    Exit 0 when every law holds, 1 with shrunk counterexamples otherwise."""
     from opgen import library as libraries
     from opgen import opscheck
 
@@ -173,7 +175,7 @@ def check_cmd(lib: str | None, library_spec: str | None, examples: int, seed: in
     except libraries.LibraryError as exc:
         raise click.BadParameter(str(exc), param_hint="LIB") from None
     try:
-        report = opscheck.check(chosen, examples=examples, seed=seed)
+        report = opscheck.check(chosen, examples=examples, seed=seed, budget_s=op_budget)
     except opscheck.MissingHypothesis as exc:
         raise _CheckSetupError(str(exc)) from None
     if as_json:

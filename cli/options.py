@@ -220,6 +220,14 @@ def json_output(help: str = "Print a JSON report.") -> Callable[[F], F]:
     return click.option("--json", "as_json", is_flag=True, help=help)
 
 
+def op_budget(help: str) -> Callable[[F], F]:
+    """``--op-budget SECONDS``: how long one operator call may run (opgen.opwatch); ``help`` says what
+    running past it is for this command."""
+    return click.option("--op-budget", type=click.FloatRange(min=0, min_open=True), default=choices.OP_BUDGET_S,
+                        show_default=True, metavar="SECONDS",
+                        help=f"Seconds one call of an operator may run. {help}")
+
+
 def metric_defs() -> Callable[[F], F]:
     """``--drift-call`` and ``--pass-k`` (opgen.score.metrics.MetricDefs; docs/scoring.md, "Metric definitions")."""
     def deco(f: F) -> F:

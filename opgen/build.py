@@ -7,7 +7,10 @@ the whole build. Three phases keep both, independent of the number of workers:
    generator's own constraints and is new within its shard, and is rendered into a staged
    (uncompressed Arrow) shard — or straight into parquet for a shard phase 2 can never change (the
    build's first, or one of a split with ``unique: none``); the worker returns each row's keys
-   (unique key, prompt and program hashes) and measures.
+   (unique key, prompt and program hashes) and measures. A build with fewer shards than workers
+   draws each shard in pieces of whole row groups, one per worker, each as if it were the shard's
+   first; the main process keeps a piece that repeats no key of the pieces before it (it is then
+   exactly what one worker would have drawn: see ``_joined``) and draws any other again, after them.
 2. **resolve** (main process, sequential: splits in recipe order, shards and rows in order): a row
    whose unique key an earlier shard or split already holds draws candidates ``j+1, j+2, …`` from
    ``Rng(digest, split, i, j)`` until one is new. Only these rows change; the pass is cheap.
@@ -34,14 +37,14 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from opgen import content, formats, leakage, ops, outdir, write
+from opgen import content, faults, formats, leakage, ops, opwatch, outdir, write
 from opgen import expr as E
 from opgen import manifest as M
 from opgen.errors import USAGE, OpgenError
@@ -51,6 +54,9 @@ from opgen.ops import OperatorLibrary
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
 from opgen.rows import Facts, RowBuffer, RowSpec
 from opgen.splits import compounds as C
+
+if TYPE_CHECKING:
+    from opgen.workers import Pool
 
 
 class BuildError(RuntimeError, OpgenError):
@@ -109,13 +115,33 @@ class Plan:
 
 @dataclass(frozen=True)
 class Unit:
-    """One shard: rows ``start:stop`` of plan ``plan``, written to ``tmp`` until the build succeeds."""
+    """One shard: rows ``start:stop`` of plan ``plan``, written to ``tmp`` until the build succeeds;
+    phase 1 draws it in pieces of ``piece`` rows (:class:`Piece`; 0: at once) when there are more
+    workers than shards."""
 
     plan: int
     shard: int
     start: int
     stop: int
     tmp: Path
+    piece: int = 0  # a multiple of write.ROW_GROUP_ROWS
+
+    def pieces(self) -> list[tuple[int, int]]:
+        """The rows of each piece phase 1 draws: whole row groups (the last may be short), so the
+        row groups, hence the file's bytes, are those of the shard drawn at once."""
+        size = self.piece or max(1, self.stop - self.start)
+        return [(a, min(a + size, self.stop)) for a in range(self.start, self.stop, size)] or [(self.start, self.stop)]
+
+
+class Piece(NamedTuple):
+    """Phase 1's work on piece ``index`` of shard ``uid`` (rows ``start:stop``). ``taken``: the unique
+    keys of the shard's rows before it, or None to draw it as if it were the shard's first."""
+
+    uid: int
+    part: int
+    start: int
+    stop: int
+    taken: np.ndarray | None = None
 
 
 def _no_tick(n: int) -> None:
@@ -259,27 +285,36 @@ def _shard_facts(facts: list[Facts], attempts: list[int], rejections: Counter[st
     )
 
 
-def _produce(uid: int) -> ShardFacts:
-    # Rows allocate millions of small acyclic objects (trees, tuples, strings); the cyclic
-    # collector would rescan every live one again and again for nothing (10-15% of a build).
-    was_enabled = gc.isenabled()
-    gc.disable()
+def _produce(task: int | Piece) -> ShardFacts:
+    # Rows allocate millions of small objects (trees, tuples, strings), and operators make cycles
+    # (func_23's recursive helper closes over itself, one cycle a call): ~200,000 unreachable
+    # objects per 20,000 rows of depth 1-8. The young generation is collected as it fills (its
+    # garbage freed while still in cache, and no pile of it at the shard's end), but the older ones
+    # are never rescanned while the shard runs: each full pass would walk every object the build
+    # keeps (10-15% of a build when the collector ran after every shard, 35-50% left to itself).
+    # What the shard promoted is collected once at its end, so a shard costs the same whatever
+    # was built before it (benchmarks/bench_build.py --scale).
+    young, *older = gc.get_threshold()
+    gc.set_threshold(young, *(1 << 30 for _ in older))
     try:
-        return _produce_rows(uid)
+        if isinstance(task, Piece):
+            return _produce_rows(task.uid, task.start, task.stop, task.part, task.taken)
+        unit = current().units[task]
+        return _produce_rows(task, unit.start, unit.stop)
     finally:
-        if was_enabled:
-            gc.enable()
-        # What the collector skipped: operators' own cycles (func_23's recursive helper closes over
-        # itself, one cycle a call). Left to the generational collector after a whole shard, they
-        # and what they hold were still around in later shards: a 500,000-row one-worker build
-        # peaked at ~320 MiB, ~210 MiB with this collection (benchmarks/bench_build.py).
-        gc.collect()
+        gc.set_threshold(young, *older)
+        if gc.isenabled():
+            gc.collect(1)
 
 
-def _produce_rows(uid: int) -> ShardFacts:
+def _produce_rows(uid: int, start: int, stop: int, piece: int | None = None,
+                  taken: np.ndarray | None = None) -> ShardFacts:
+    """Rows ``start:stop`` of shard ``uid`` (all of them, or its piece ``piece`` after rows whose keys
+    are ``taken``)."""
     shards = current()
     unit = shards.units[uid]
     plan = shards.plans[unit.plan]
+    _worker_fault(shards, unit)
     gen = plan.gen
     gen.rejections = Counter()
     buf = RowBuffer(plan.spec)
@@ -287,7 +322,7 @@ def _produce_rows(uid: int) -> ShardFacts:
     attempts: list[int] = []
     # Duplicates inside this shard are redrawn here at once; the main process then only judges
     # each row against earlier shards and splits (a subset of the keys, so still no duplicates).
-    seen: set[int] = set()
+    seen: set[int] = set() if taken is None else set(taken.tolist())
     # A shard that can never hold a row redrawn in phase 2 (the build's first, or a split without
     # duplicate checks) is encoded as parquet here at once. Any other goes to an uncompressed Arrow
     # stream first, and parquet is encoded once, in phase 3, with the redrawn rows swapped in:
@@ -306,14 +341,15 @@ def _produce_rows(uid: int) -> ShardFacts:
             assert digest is not None
             digest.update(table)
     else:
-        sink = pa.OSFile(_staged(unit), "wb")
+        sink = pa.OSFile(_staged(unit, piece), "wb")
         writer = pa.ipc.new_stream(sink, buf.schema)
         put = writer.write_table
+    c0 = c1 = start
     try:
         with E.recursion_headroom():
-            for c0 in range(unit.start, unit.stop, write.ROW_GROUP_ROWS):
+            for c0 in range(start, stop, write.ROW_GROUP_ROWS):
                 buf.clear()
-                c1 = min(c0 + write.ROW_GROUP_ROWS, unit.stop)
+                c1 = min(c0 + write.ROW_GROUP_ROWS, stop)
                 for i, (j, item) in enumerate(gen.first_valid_many(c0, c1), c0):
                     f = buf.add(i, item, seen)
                     while f is None:
@@ -334,21 +370,125 @@ def _produce_rows(uid: int) -> ShardFacts:
                 del table
                 pool.release_unused()
                 shards.tick(c1 - c0)
+    except BaseException as exc:
+        _blame(plan, exc, range(c0, c1))
+        raise
     finally:
         writer.close()
         if not final:
             sink.close()
-    outdir.fault("produced", shards.main_pid)
+    faults.signal_at("produced", shards.main_pid)
     return _shard_facts(facts, attempts, gen.rejections, digest.hexdigest() if digest is not None else None, tally,
                         plan.recipe.library.mask_dtype)
 
 
+def _worker_fault(shards: Shards, unit: Unit) -> None:
+    """Test-only (opgen.faults): a shard's worker process signals itself as a shard task starts,
+    ``shard-worker`` once a build (the first to create a marker in the staging directory),
+    ``shard-worker-always`` every time. Never the building process itself (one worker)."""
+    if shards.main_pid == os.getpid():
+        return
+    faults.signal_at("shard-worker-always")
+    if faults.value("shard-worker") is not None:
+        try:
+            os.close(os.open(unit.tmp.parent / ".shard-fault", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        faults.signal_at("shard-worker")
+
+
+def _blame(plan: Plan, exc: BaseException, rows: Sequence[int], start: int = 0) -> None:
+    """When an operator of ``plan``'s library caused ``exc``, raise an :class:`opgen.opwatch.OperatorFault`
+    naming it, its input, the split and the row, found by drawing ``rows`` again (each from candidate
+    ``start``) under the replay profiler; otherwise return (the caller re-raises ``exc``)."""
+    at = [rows[0]] if rows else [0]
+
+    def again() -> None:
+        buf = RowBuffer(plan.spec)
+        with E.recursion_headroom():
+            for i in rows:
+                at[0] = i
+                buf.add(i, plan.gen.first_valid(i, start)[1])
+
+    library = plan.recipe.library
+    fault = opwatch.name_fault(exc, opwatch.codes_of(library), again, library.name)
+    if fault is not None:
+        raise fault.at(f"{plan.cfg.where}: row {at[0]}") from None
+
+
 def _final_in_produce(shards: Shards, uid: int) -> bool:
-    return uid == 0 or shards.plans[shards.units[uid].plan].cfg.unique == "none"
+    unit = shards.units[uid]
+    return not unit.piece and (uid == 0 or shards.plans[unit.plan].cfg.unique == "none")
 
 
-def _staged(unit: Unit) -> str:
-    return str(unit.tmp) + ".arrow"
+def _staged(unit: Unit, piece: int | None = None) -> str:
+    return str(unit.tmp) + (".arrow" if piece is None else f".{piece}.arrow")
+
+
+def _phase_1_tasks(units: Sequence[Unit]) -> list[int | Piece]:
+    """A shard (its index), or its pieces."""
+    tasks: list[int | Piece] = []
+    for uid, unit in enumerate(units):
+        if not unit.piece:
+            tasks.append(uid)
+        else:
+            tasks += [Piece(uid, k, a, b) for k, (a, b) in enumerate(unit.pieces())]
+    return tasks
+
+
+def _joined(pool: Pool | None, units: Sequence[Unit], plans: Sequence[Plan], tasks: Sequence[int | Piece],
+            produced: Sequence[ShardFacts]) -> list[ShardFacts]:
+    """Phase 1's account of each shard, its pieces joined in order.
+
+    Each piece was drawn as if it were its shard's first: its rows skipped only candidates that
+    repeat a key of its own earlier rows. When none of its rows holds a key of the shard's earlier
+    pieces, it is exactly what one worker drawing the whole shard would have drawn: the same
+    candidates were rejected for the same reasons, and each row's choice is new among all earlier
+    rows. A piece that repeats such a key is drawn again after them (``taken``), in order, so the
+    shard's rows, rejections and files are the same for any number of workers."""
+    parts: dict[int, list[tuple[Piece, ShardFacts]]] = {}
+    out: list[ShardFacts | None] = [None] * len(units)
+    for task, res in zip(tasks, produced):
+        if isinstance(task, Piece):
+            parts.setdefault(task.uid, []).append((task, res))
+        else:
+            out[task] = res
+    for uid, pieces in parts.items():
+        pieces.sort(key=lambda p: p[0].part)
+        checked = plans[units[uid].plan].cfg.unique != "none"
+        taken = np.empty(0, dtype=np.uint64)
+        kept = []
+        for piece, res in pieces:
+            if checked and piece.part and leakage.member(res.ukey, taken).any():
+                res = _run(pool, _produce, [piece._replace(taken=taken)], None)[0]
+            kept.append(res)
+            if checked:
+                taken = leakage.sorted_union(taken, res.ukey)
+        out[uid] = _join(kept, [p.start - units[uid].start for p, _ in pieces])
+    assert all(r is not None for r in out)
+    return [r for r in out if r is not None]
+
+
+def _join(pieces: list[ShardFacts], offsets: list[int]) -> ShardFacts:
+    """One shard's facts from its pieces' (rows ``offsets[k]:`` of the shard are piece ``k``'s)."""
+    first = pieces[0]
+    columns = {f.name: np.concatenate([getattr(p, f.name) for p in pieces]) for f in fields(ShardFacts)
+               if isinstance(getattr(first, f.name), np.ndarray) and f.name != "prog_rows"}
+    tally = None
+    if first.tally is not None:
+        tally = C.Tally(first.tally.spec)
+        for p in pieces:
+            assert p.tally is not None
+            tally.merge(p.tally)
+    return ShardFacts(
+        **columns,
+        prog_rows=np.concatenate([p.prog_rows + np.int32(off) for p, off in zip(pieces, offsets)]).astype(np.int32),
+        conditions=sum((p.conditions for p in pieces), Counter()),
+        condition_of={off + i: c for p, off in zip(pieces, offsets) for i, c in p.condition_of.items()},
+        rejections=sum((p.rejections for p in pieces), Counter()),
+        content=None,
+        tally=tally,
+    )
 
 
 def finish_tasks(produced: Sequence[ShardFacts], resolved: Resolved) -> list[FinishTask]:
@@ -387,52 +527,61 @@ def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]], was: Sequenc
     where: dict[int, int] = {}
     if patches:
         buf = RowBuffer(plan.spec)
-        with E.recursion_headroom():
-            for n, (local, j) in enumerate(patches):
-                got, item = plan.gen.first_valid(unit.start + local, j)
-                assert got == j, "a redrawn candidate must be reproducible"
-                buf.add(unit.start + local, item)
-                if delta is not None:
-                    got, old = plan.gen.first_valid(unit.start + local, was[n])
-                    assert got == was[n], "a phase-1 candidate must be reproducible"
-                    delta.add_item(old, -1)
-                    delta.add_item(item)
+        try:
+            with E.recursion_headroom():
+                for n, (local, j) in enumerate(patches):
+                    got, item = plan.gen.first_valid(unit.start + local, j)
+                    assert got == j, "a redrawn candidate must be reproducible"
+                    buf.add(unit.start + local, item)
+                    if delta is not None:
+                        got, old = plan.gen.first_valid(unit.start + local, was[n])
+                        assert got == was[n], "a phase-1 candidate must be reproducible"
+                        delta.add_item(old, -1)
+                        delta.add_item(item)
+        except BaseException as exc:
+            _blame(plan, exc, [unit.start + patches[n][0]], patches[n][1])
+            raise
         replacement = buf.table()
         where = {local: k for k, (local, _) in enumerate(patches)}
     pool = pa.default_memory_pool()
-    staged = _staged(unit)
-    # Read batch by batch into the heap (a memory map would leave the whole staged shard resident).
-    with pa.OSFile(staged) as source:
-        reader = pa.ipc.open_stream(source)
-        writer = write.open_writer(unit.tmp, reader.schema)
-        try:
-            offset = 0
-            for batch in reader:
-                table = pa.Table.from_batches([batch])
-                n = table.num_rows
-                inside = [] if replacement is None else \
-                    sorted((local - offset, k) for local, k in where.items() if offset <= local < offset + n)
-                if inside:  # zero-copy slices around the redrawn rows, copied once into one chunk
-                    pieces: list[pa.Table] = []
-                    at = 0
-                    assert replacement is not None
-                    for row, k in inside:
-                        pieces += [table.slice(at, row - at), replacement.slice(k, 1)]
-                        at = row + 1
-                    pieces.append(table.slice(at))
-                    table = pa.concat_tables(pieces).combine_chunks()
-                write.write_chunk(writer, table)
-                digest.update(table)
-                offset += n
-                del table, batch
-                pool.release_unused()
-        finally:
+    staged = [_staged(unit)] if not unit.piece else [_staged(unit, k) for k in range(len(unit.pieces()))]
+    writer = None
+    offset = 0
+    try:
+        for path in staged:  # the shard's rows in order (its pieces', one after another)
+            # Read batch by batch into the heap (a memory map would leave the whole staged shard resident).
+            with pa.OSFile(path) as source:
+                reader = pa.ipc.open_stream(source)
+                if writer is None:
+                    writer = write.open_writer(unit.tmp, reader.schema)
+                for batch in reader:
+                    table = pa.Table.from_batches([batch])
+                    n = table.num_rows
+                    inside = [] if replacement is None else \
+                        sorted((local - offset, k) for local, k in where.items() if offset <= local < offset + n)
+                    if inside:  # zero-copy slices around the redrawn rows, copied once into one chunk
+                        pieces: list[pa.Table] = []
+                        at = 0
+                        assert replacement is not None
+                        for row, k in inside:
+                            pieces += [table.slice(at, row - at), replacement.slice(k, 1)]
+                            at = row + 1
+                        pieces.append(table.slice(at))
+                        table = pa.concat_tables(pieces).combine_chunks()
+                    write.write_chunk(writer, table)
+                    digest.update(table)
+                    offset += n
+                    del table, batch
+                    pool.release_unused()
+    finally:
+        if writer is not None:
             writer.close()
-    os.remove(staged)
+    for path in staged:
+        os.remove(path)
     return digest.hexdigest()
 
 
-def _run(pool: Any, fn: Callable[[Any], Any], args: Sequence[Any], bar: Any, mapper: Any = None,
+def _run(pool: Pool | None, fn: Callable[[Any], Any], args: Sequence[Any], bar: Any, mapper: Any = None,
          counter: Any = None, sizes: Sequence[int] | None = None) -> list[Any]:
     """``[fn(a) for a in args]``: here, in the worker pool (its rows counted in ``counter``) or by ``mapper``.
 
@@ -443,19 +592,26 @@ def _run(pool: Any, fn: Callable[[Any], Any], args: Sequence[Any], bar: Any, map
         return list(mapper(fn, list(args), bar))
     if pool is None:
         return [fn(a) for a in args]
-    order = sorted(range(len(args)), key=lambda k: -sizes[k]) if sizes is not None else list(range(len(args)))
-    pending = pool.map_async(fn, [args[k] for k in order], chunksize=1)
-    while not pending.ready():
-        pending.wait(0.1)
+    order = sorted(range(len(args)), key=lambda k: -sizes[k]) if sizes is not None else None
+
+    def poll() -> None:
         if bar is not None:
             bar.update(counter.value - bar.n)
-    if bar is not None:
-        bar.update(counter.value - bar.n)
-    got = pending.get()
-    out: list[Any] = [None] * len(args)
-    for k, value in zip(order, got):
-        out[k] = value
-    return out
+
+    got = pool.map(fn, args, order, _describe_task, poll)
+    poll()
+    return got
+
+
+def _describe_task(task: int | Piece | FinishTask) -> str:
+    """A shard task as a dead worker's error names it."""
+    shards = current()
+    unit = shards.units[task if isinstance(task, int) else task.uid]
+    plan = shards.plans[unit.plan]
+    phase = "writing" if isinstance(task, FinishTask) else "producing"
+    start, stop = (task.start, task.stop) if isinstance(task, Piece) else (unit.start, unit.stop)
+    return (f"{plan.cfg.where}: {phase} shard {unit.shard + 1} of {len(plan.units)} (rows {start:,}-"
+            f"{stop - 1:,})")
 
 
 def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | None = None,
@@ -531,69 +687,85 @@ def adopt(recipes: list[Recipe], only: tuple[str, ...], limit: int | None, tmp_d
 
 def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str, ...] = (),
           limit: int | None = None, seed: int | None = None, progress: bool = False, force: bool = False,
-          mapper: Any = None) -> dict[str, Any]:
+          mapper: Any = None, op_budget: float = opwatch.OP_BUDGET_S) -> dict[str, Any]:
     """Build every split of ``recipes`` into ``out``; return the manifest (also written to out/manifest.json).
 
     ``out`` is replaced whole (see opgen.outdir); with ``only``, the other splits of a previous build
     of the same recipes, seed and limit are kept and the manifest is updated in place.
     ``mapper(fn, args, bar) -> [fn(a) for a in args]`` runs the shard phases elsewhere instead of
-    the worker pool (``mapper.stage(tmp_dir, seed)`` is called first; its workers call ``adopt``);
-    the files are the same either way.
+    the worker pool (``mapper.stage(tmp_dir, seed, op_budget)`` is called first; its workers call
+    ``adopt``); the files are the same either way.
+
+    The library's operators run under an operator watch (opgen.opwatch): one that raises
+    ``SystemExit`` or ``KeyboardInterrupt``, calls ``os._exit``, returns a non-str or runs past
+    ``op_budget`` seconds in one call stops the build with an ``OperatorFault`` naming it, its input,
+    the split and the row. A worker process that dies runs its shard once more in a fresh one, then
+    fails the build naming the shard. Either way ``out`` is left as it was.
 
     A SIGINT or SIGTERM that arrives during the final swap is acted on after it, as
     :class:`InterruptedAfterSwap` or :class:`TerminatedAfterSwap` (``out`` then holds this build).
     """
     t0 = time.perf_counter()
-    plans = plan_build(recipes, only, limit, seed)
     library = recipes[0].library if recipes else ops.STUDY
-    # the build folder's copy of its library, made before any work (a library no file can state fails here)
-    library_text = None if library.is_study else canonical_text(library)
     out = Path(os.path.abspath(out))
     if out.is_symlink():
         out = out.resolve()
-    try:
-        outdir.check_writable(out)
-        with outdir.Lock(out):
-            outdir.recover(out)
-            previous = outdir.check_owner(out, force)
-            keep = _kept_splits(previous, recipes, only, limit, seed, force, out)
-            # Rendering sample rows costs up to 0.2 s; only a tight disk is worth it.
-            if outdir.free_bytes(out) < QUICK_BYTES_PER_ROW * sum(p.rows for p in plans):
-                outdir.check_space(out, estimate_bytes(plans))
-            stage = outdir.stage_path(out)
-            shutil.rmtree(stage, ignore_errors=True)
-            try:
-                stage.mkdir()
-                tmp_dir = stage / write.TMP_DIR
-                tmp_dir.mkdir()
-                shards = Shards(tuple(plans), tuple(_layout(plans, tmp_dir)), os.getpid())
-                if mapper is not None:
-                    mapper.stage(tmp_dir, seed)
-                kept = None
-                if keep:
-                    assert previous is not None  # --only: the kept splits' files, for split certificates
-                    kept = {n: [out / f["path"] for f in previous["splits"][n]["files"]] for n in keep}
-                man = _build(recipes, shards, stage, tmp_dir, 1 if mapper else workers, limit, seed,
-                             progress, t0, mapper, previous if keep else None, kept)
-                if keep:
-                    assert previous is not None
-                    man = _merge(man, previous, keep, out, stage, recipes)
-                man.pop("_seconds")
-                if library_text is not None:
-                    write.atomic_write_text(stage / outdir.LIBRARY_FILE, library_text)
-                write.atomic_write_text(stage / "manifest.json", M.dumps(man))
-                _swap(stage, out)
-                seconds = time.perf_counter() - t0
-            except BaseException:
-                shutil.rmtree(stage, ignore_errors=True)
-                raise
-    except outdir.OutputError as exc:
-        raise BuildError(str(exc)) from None
-    except OSError as exc:
-        where = exc.filename or out
-        raise BuildError(f"{where}: {exc.strerror or exc}; nothing was written to {out}") from None
+    with opwatch.watch(opwatch.codes_of(library), op_budget):
+        plans = plan_build(recipes, only, limit, seed)
+        # the build folder's copy of its library, made before any work (a library no file can state fails here)
+        library_text = None if library.is_study else canonical_text(library)
+        try:
+            man = _build_into(out, recipes, plans, workers, only, limit, seed, progress, force, mapper, op_budget,
+                              library_text, t0)
+        except outdir.OutputError as exc:
+            raise BuildError(str(exc)) from None
+        except OSError as exc:
+            where = exc.filename or out
+            raise BuildError(f"{where}: {exc.strerror or exc}; nothing was written to {out}") from None
+    seconds = time.perf_counter() - t0
     _register(library, out)
     man["_seconds"] = seconds  # for the summary only; not in the file
+    return man
+
+
+def _build_into(out: Path, recipes: list[Recipe], plans: list[Plan], workers: int, only: tuple[str, ...],
+                limit: int | None, seed: int | None, progress: bool, force: bool, mapper: Any, op_budget: float,
+                library_text: str | None, t0: float) -> dict[str, Any]:
+    """``build`` under the output directory's lock: staged, checked, swapped in."""
+    outdir.check_writable(out)
+    with outdir.Lock(out):
+        outdir.recover(out)
+        previous = outdir.check_owner(out, force)
+        keep = _kept_splits(previous, recipes, only, limit, seed, force, out)
+        # Rendering sample rows costs up to 0.2 s; only a tight disk is worth it.
+        if outdir.free_bytes(out) < QUICK_BYTES_PER_ROW * sum(p.rows for p in plans):
+            outdir.check_space(out, estimate_bytes(plans))
+        stage = outdir.stage_path(out)
+        shutil.rmtree(stage, ignore_errors=True)
+        try:
+            stage.mkdir()
+            tmp_dir = stage / write.TMP_DIR
+            tmp_dir.mkdir()
+            shards = Shards(tuple(plans), tuple(_layout(plans, tmp_dir, 1 if mapper else workers)), os.getpid())
+            if mapper is not None:
+                mapper.stage(tmp_dir, seed, op_budget)
+            kept = None
+            if keep:
+                assert previous is not None  # --only: the kept splits' files, for split certificates
+                kept = {n: [out / f["path"] for f in previous["splits"][n]["files"]] for n in keep}
+            man = _build(recipes, shards, stage, tmp_dir, 1 if mapper else workers, limit, seed,
+                         progress, t0, mapper, previous if keep else None, kept)
+            if keep:
+                assert previous is not None
+                man = _merge(man, previous, keep, out, stage, recipes)
+            man.pop("_seconds")
+            if library_text is not None:
+                write.atomic_write_text(stage / outdir.LIBRARY_FILE, library_text)
+            write.atomic_write_text(stage / "manifest.json", M.dumps(man))
+            _swap(stage, out)
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
     return man
 
 
@@ -625,14 +797,19 @@ def _swap(stage: Path, out: Path) -> None:
         raise TerminatedAfterSwap(out) from None
 
 
-def _layout(plans: list[Plan], tmp_dir: Path) -> list[Unit]:
-    """Every plan's shards, in order (their number and rows: ``plan_build``'s)."""
+def _layout(plans: list[Plan], tmp_dir: Path, workers: int = 1) -> list[Unit]:
+    """Every plan's shards, in order (their number and rows: ``plan_build``'s). With fewer shards
+    than ``workers``, phase 1 draws each in pieces, one per worker (never a file's bytes)."""
     units: list[Unit] = []
     for p_idx, plan in enumerate(plans):
         size = plan.cfg.shard_rows
         for s, (uid, name) in enumerate(zip(plan.units, plan.names)):
             assert uid == len(units)
             units.append(Unit(p_idx, s, s * size, min((s + 1) * size, plan.rows), tmp_dir / (name + ".tmp")))
+    if len(units) < workers:  # one piece per worker, in whole row groups
+        groups = write.ROW_GROUP_ROWS
+        units = [replace(u, piece=-(-(u.stop - u.start) // (workers * groups)) * groups) for u in units]
+        units = [u if len(u.pieces()) > 1 else replace(u, piece=0) for u in units]
     return units
 
 
@@ -659,6 +836,7 @@ def estimate_bytes(plans: list[Plan]) -> int:
         if n:
             buf = RowBuffer(plan.spec)
             with E.recursion_headroom():
+                i = 0
                 try:
                     for k in range(n):  # spread over the split: depths and lengths change along it
                         i = k * plan.rows // n
@@ -666,6 +844,9 @@ def estimate_bytes(plans: list[Plan]) -> int:
                     per_row = buf.table().nbytes / n
                 except GeneratorError:
                     pass  # the build itself reports it
+                except BaseException as exc:
+                    _blame(plan, exc, [i])
+                    raise
         for s in range(len(plan.units)):
             rows = min((s + 1) * size, plan.rows) - s * size
             if not (uid == 0 or plan.cfg.unique == "none"):
@@ -787,43 +968,59 @@ def _build(recipes: list[Recipe], shards: Shards, out: Path, tmp_dir: Path, work
 def _phases(shards: Shards, workers: int, progress: bool, mapper: Any) -> tuple[Resolved, list[Finished]]:
     """Phases 1-3 over every shard: here, in a pool of ``workers`` forked processes, or by ``mapper``."""
     units = shards.units
-    n_workers = max(1, min(workers, len(units)))
-    pool = counter = None
+    tasks = _phase_1_tasks(units)  # a shard, or its pieces
+    n_workers = max(1, min(workers, len(tasks)))
+    counter = None
     if n_workers > 1:
-        import multiprocessing as mp
+        import multiprocessing as mp  # 3 ms of start-up a one-worker build does not pay (tests/test_build.py)
 
-        ctx = mp.get_context("fork")
-        counter = ctx.Value("q", 0)
+        counter = mp.get_context("fork").Value("q", 0)
         shards = replace(shards, tick=_SharedTick(counter))
-    try:
-        with _installed(shards):  # before the fork: the workers inherit it
-            if n_workers > 1:
-                pool = ctx.Pool(n_workers, initializer=outdir.worker_init, initargs=(os.getpid(),))
-            bar = None
-            if progress:  # tqdm costs 20 ms of start-up; a build without a bar never imports it
-                from tqdm import tqdm
+    with _installed(shards), _pool(n_workers) as pool:  # installed before the fork: the workers inherit it
+        bar = None
+        if progress:  # tqdm costs 20 ms of start-up; a build without a bar never imports it
+            from tqdm import tqdm
 
-                bar = tqdm(total=sum(p.rows for p in shards.plans), desc="generate", unit="row", file=sys.stderr,
-                           dynamic_ncols=True)
-            here = replace(shards, tick=bar.update) if pool is None and bar is not None else shards
-            with _installed(here):
-                try:
-                    produced: list[ShardFacts] = _run(pool, _produce, list(range(len(units))), bar, mapper,
-                                                      counter, [u.stop - u.start for u in units])
-                except Unsatisfiable:  # named, its class kept (opgen serve answers it with a 4xx)
-                    raise
-                except GeneratorError as exc:
-                    raise BuildError(str(exc)) from None
-                finally:
-                    if bar is not None:
-                        bar.close()
-                resolved = _resolve(shards.plans, units, produced)
-                finished: list[Finished] = _run(pool, _finish, finish_tasks(produced, resolved), None, mapper)
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+            bar = tqdm(total=sum(p.rows for p in shards.plans), desc="generate", unit="row", file=sys.stderr,
+                       dynamic_ncols=True)
+        here = replace(shards, tick=bar.update) if pool is None and bar is not None else shards
+        with _installed(here):
+            try:
+                drawn: list[ShardFacts] = _run(pool, _produce, tasks, bar, mapper, counter, [_rows(t) for t in tasks])
+                produced = _joined(pool, units, shards.plans, tasks, drawn)
+            except Unsatisfiable:  # named, its class kept (opgen serve answers it with a 4xx)
+                raise
+            except GeneratorError as exc:
+                raise BuildError(str(exc)) from None
+            finally:
+                if bar is not None:
+                    bar.close()
+            resolved = _resolve(shards.plans, units, produced)
+            finished: list[Finished] = _run(pool, _finish, finish_tasks(produced, resolved), None, mapper)
     return resolved, finished
+
+
+def _rows(task: int | Piece) -> int:
+    if isinstance(task, Piece):
+        return task.stop - task.start
+    unit = current().units[task]
+    return unit.stop - unit.start
+
+
+@contextmanager
+def _pool(n: int) -> Iterator[Pool | None]:
+    """The build's ``n`` worker processes (None for one: the shards run in this process). A shard
+    whose worker died, and died again in a fresh one, stops the build (``BuildError``)."""
+    if n <= 1:
+        yield None
+        return
+    from opgen.workers import Pool, WorkerDied  # multiprocessing: as in _phases
+
+    with Pool(n) as pool:
+        try:
+            yield pool
+        except WorkerDied as exc:
+            raise BuildError(f"{exc}; the build stopped, and left its output directory as it was") from None
 
 
 def _section(plan: Plan, shards: Shards, results: list[ShardFacts], finished: list[Finished],
@@ -936,11 +1133,14 @@ def _redraw(plan: Plan, i: int, start: int, taken: Callable[[int], bool]) -> tup
         while j < stop:
             try:
                 j, item = gen.first_valid(i, j)
+                facts = buf.add(i, item)
             except Unsatisfiable:
                 raise
             except GeneratorError as exc:
                 raise BuildError(str(exc)) from None
-            facts = buf.add(i, item)
+            except BaseException as exc:
+                _blame(plan, exc, [i], j)
+                raise
             if facts is None:  # shares a program of a training recipe the recipe avoids
                 gen.rejections["avoided"] += 1
                 j += 1

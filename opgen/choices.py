@@ -32,3 +32,7 @@ PASS_K_ESTIMATORS = {  # --pass-k: each estimator, as summary.json names it
 }
 
 EXECUTORS = ("local", "ray")  # --executor of build, score and eval
+
+# --op-budget (opgen build, opgen ops check): the seconds one operator call may run (opgen.opwatch);
+# the study's operators take microseconds
+OP_BUDGET_S = 10.0

@@ -8,6 +8,12 @@ what the native generator draws: strings over :data:`opgen.rng.LOWERCASE` (0 to
 
 The laws (:data:`LAWS`):
 
+- ``terminates``: every call returns, or raises an ``Exception``, within the per-call budget
+  (``budget_s``), and leaves the process alone: no ``SystemExit`` or ``KeyboardInterrupt``, no
+  ``os._exit`` (:mod:`opgen.opwatch` stops a call past the budget and turns ``os._exit`` into an
+  exception, so the check goes on). Checked first, on the first input drawn that breaks it (not
+  shrunk: each try of a looping input costs a budget); when a call runs past the budget, the
+  operator's other laws are ``skipped`` (each would wait out the budget again).
 - ``standalone``: the source, compiled alone in a fresh namespace, equals the library's operator
   (and compiles alone in a fresh ``python -I`` process, checked with ``pure``).
 - ``total``: no exception, and a ``str`` back, on every drawn input.
@@ -24,8 +30,7 @@ The laws (:data:`LAWS`):
   operator's source on the stack at once; one frame is no recursion, 0) no deeper than its depth.
   Work is not measured.
 
-``out_len`` and ``cost`` are ``n/a`` for an operator without that bound. The laws assume the
-operator terminates on its declared domain: a loop that never ends hangs the check.
+``out_len`` and ``cost`` are ``n/a`` for an operator without that bound.
 """
 
 from __future__ import annotations
@@ -34,20 +39,24 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from opgen import opwatch
 from opgen.errors import USAGE, OpgenError
 from opgen.ops import Operator, OperatorLibrary, Param
+from opgen.outdir import Terminated
 from opgen.rng import LOWERCASE
 
-LAWS: tuple[str, ...] = ("standalone", "total", "deterministic", "pure", "out_len", "recursion", "cost")
+LAWS: tuple[str, ...] = ("terminates", "standalone", "total", "deterministic", "pure", "out_len", "recursion",
+                         "cost")
 MAX_INPUT_CHARS = 48  # the longest drawn string input
 FRESH_INPUTS = 2_000  # inputs per operator replayed in the fresh process (the first drawn)
 CHECK_EXTRA = "check"  # the extra that installs hypothesis: pip install 'opgen[check]'
 
-HELD, BROKEN, NA = "held", "broken", "n/a"
+HELD, BROKEN, NA, SKIPPED = "held", "broken", "n/a", "skipped"
+STATUSES = (HELD, BROKEN, NA, SKIPPED)
 
 # Audit events (PEP 578) that are I/O or reach outside the process: "open", and every event of
 # these families (os.listdir, os.system, socket.connect, subprocess.Popen, ...).
@@ -82,7 +91,7 @@ class MissingHypothesis(ImportError, OpgenError):
 class LawResult:
     op_id: str
     law: str
-    status: str  # HELD, BROKEN or NA
+    status: str  # HELD, BROKEN, NA or SKIPPED (the message says why)
     calls: int = 0  # operator inputs tried (drawn and shrunk)
     message: str = ""
     counterexample: tuple[Any, ...] | None = None  # the shrunk arguments
@@ -94,6 +103,8 @@ class LawResult:
             row["message"] = self.message
             row["counterexample"] = None if self.counterexample is None else list(self.counterexample)
             row["call"] = self.call
+        elif self.status == SKIPPED:
+            row["message"] = self.message
         return row
 
 
@@ -105,6 +116,7 @@ class Report:
     examples: int
     seed: int
     results: tuple[LawResult, ...] = field(default_factory=tuple)
+    budget_s: float = opwatch.OP_BUDGET_S
 
     @property
     def ok(self) -> bool:
@@ -115,10 +127,10 @@ class Report:
         return tuple(r for r in self.results if r.status == BROKEN)
 
     def to_json(self) -> dict[str, Any]:
-        counts = {s: sum(r.status == s for r in self.results) for s in (HELD, BROKEN, NA)}
+        counts = {s: sum(r.status == s for r in self.results) for s in STATUSES}
         return {"library": self.library, "digest": self.digest, "n_operators": self.n_operators,
-                "examples": self.examples, "seed": self.seed, "laws": list(LAWS), "ok": self.ok,
-                "counts": counts, "results": [r.to_json() for r in self.results]}
+                "examples": self.examples, "seed": self.seed, "op_budget_s": self.budget_s, "laws": list(LAWS),
+                "ok": self.ok, "counts": counts, "results": [r.to_json() for r in self.results]}
 
     def render(self) -> str:
         lines = [f"library {self.library} ({self.digest[:12]}): {self.n_operators} operators, {len(LAWS)} laws, "
@@ -127,9 +139,14 @@ class Report:
             lines.append(f"BROKEN {r.op_id} {r.law}: {r.message}")
             if r.call:
                 lines.append(f"    counterexample: {r.call}")
+        skipped = [r for r in self.results if r.status == SKIPPED]
+        for op_id in dict.fromkeys(r.op_id for r in skipped):
+            mine = [r for r in skipped if r.op_id == op_id]
+            lines.append(f"skipped {op_id} {', '.join(r.law for r in mine)}: {mine[0].message}")
         held = sum(r.status == HELD for r in self.results)
         na = sum(r.status == NA for r in self.results)
-        lines.append(f"{held} held, {len(self.broken)} broken, {na} n/a" + ("" if self.ok else " - FAILED"))
+        lines.append(f"{held} held, {len(self.broken)} broken, {na} n/a"
+                     + (f", {len(skipped)} skipped" if skipped else "") + ("" if self.ok else " - FAILED"))
         return "\n".join(lines)
 
 
@@ -140,8 +157,7 @@ class _Broken(Exception):
         self.call_args = args
 
 
-def render_call(op_id: str, args: Sequence[Any]) -> str:
-    return f"{op_id}({', '.join(repr(a) for a in args)})"
+OVER, STOP = "over", "stop"  # outcomes of a call past the budget, and of one that would end the process
 
 
 _CALL_LIMIT: list[int] = []  # call_recursion_limit(), once read
@@ -159,8 +175,11 @@ def call_recursion_limit() -> int:
 
 
 def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, str]:
-    """("ok", value) for a str, ("value", repr) for anything else, ("raise", "Type: message"), the
-    call run under the sandbox's recursion limit (Hypothesis lowers the interpreter's while it runs)."""
+    """("ok", value) for a str, ("value", repr) for anything else, ("raise", "Type: message"), and
+    (OVER or STOP, what it did) for a call past the budget or one that would end the process
+    (``SystemExit``, ``KeyboardInterrupt``, ``os._exit``: opgen.opwatch), the call run under the
+    sandbox's recursion limit (Hypothesis lowers the interpreter's while it runs). A Ctrl-C or
+    SIGTERM is no outcome: it stops the check."""
     limit, need = sys.getrecursionlimit(), call_recursion_limit()
     if limit < need:
         sys.setrecursionlimit(need)
@@ -168,6 +187,12 @@ def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, str]:
         value = fn(*args)
     except Exception as exc:
         return ("raise", f"{type(exc).__name__}: {exc}")
+    except opwatch.OverBudget as exc:
+        return (OVER, exc.what)
+    except (opwatch.Interrupted, Terminated):
+        raise
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt, OperatorExit (os._exit)
+        return (STOP, opwatch.describe(exc))
     finally:
         sys.setrecursionlimit(limit)
     return ("ok", value) if isinstance(value, str) else ("value", f"{type(value).__name__} {value!r}")
@@ -175,6 +200,8 @@ def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, str]:
 
 def _shown(outcome: tuple[str, str]) -> str:
     kind, value = outcome
+    if kind in (OVER, STOP):
+        return value
     return repr(value) if kind == "ok" else (f"raised {value}" if kind == "raise" else f"returned {value}")
 
 
@@ -277,16 +304,26 @@ class _Laws:
         self.namespace: dict[str, Any] = getattr(op.fn, "__globals__", {})
         self.max_frames = MAX_RECURSION
         self.alone, self.not_alone = _fresh_compile(op)
+        self.looped: dict[tuple[Any, ...], str] = {}  # inputs a call ran past the budget on (not tried again)
 
     def table(self) -> dict[str, Any]:
         op = self.op
         return {
+            "terminates": self.terminates,
             "standalone": self.standalone if self.alone is not None else self.not_alone,
             "total": self.total, "deterministic": self.deterministic, "pure": self.pure,
             "out_len": NA if op.out_len is None else self.out_len,
             "recursion": self.recursion,
             "cost": NA if op.cost is None else self.cost,
         }
+
+    def terminates(self, args: tuple[Any, ...]) -> None:
+        out = (OVER, self.looped[args]) if args in self.looped else _outcome(self.op.fn, args)
+        if out[0] == OVER:
+            self.looped[args] = out[1]
+        if out[0] in (OVER, STOP):
+            raise _Broken(f"{_shown(out)} (a call must return, or raise an exception, within the per-call budget, "
+                          f"and never end the process)", args)
 
     def standalone(self, args: tuple[Any, ...]) -> None:
         assert self.alone is not None
@@ -317,7 +354,7 @@ class _Laws:
             raise _Broken(f"the call did I/O (audit events {', '.join(sorted(set(io)))})", args)
         if changed:
             raise _Broken(f"the call changed global(s) {', '.join(changed)} of the operator's namespace", args)
-        if len(self.recorded) < FRESH_INPUTS:
+        if len(self.recorded) < FRESH_INPUTS and out[0] not in (OVER, STOP):  # the terminates law reports those
             self.recorded.append((args, out))
 
     def out_len(self, args: tuple[Any, ...]) -> None:
@@ -353,9 +390,11 @@ def _run(op: Operator, law: str, check: Callable[[tuple[Any, ...]], None], examp
     from hypothesis import seed as hypothesis_seed
 
     calls = [0]
+    # terminates: the first input drawn that breaks it (shrinking a loop would wait out a budget a try)
+    phases = (Phase.generate,) if law == "terminates" else (Phase.generate, Phase.shrink)
 
     @settings(max_examples=examples, database=None, deadline=None, derandomize=False, print_blob=False,
-              verbosity=Verbosity.quiet, report_multiple_bugs=False, phases=(Phase.generate, Phase.shrink),
+              verbosity=Verbosity.quiet, report_multiple_bugs=False, phases=phases,
               suppress_health_check=list(HealthCheck))
     @hypothesis_seed(seed)
     @given(_strategy(op))
@@ -366,67 +405,114 @@ def _run(op: Operator, law: str, check: Callable[[tuple[Any, ...]], None], examp
     try:
         prop()
     except _Broken as exc:
-        return LawResult(op.id, law, BROKEN, calls[0], exc.message, exc.call_args, render_call(op.id, exc.call_args))
+        return LawResult(op.id, law, BROKEN, calls[0], exc.message, exc.call_args,
+                         opwatch.render_call(op.id, exc.call_args))
     except Exception as exc:
         inner = [e for e in getattr(exc, "exceptions", ()) if isinstance(e, _Broken)]  # Hypothesis's Flaky
         if inner:
             return LawResult(op.id, law, BROKEN, calls[0], inner[0].message + " (it did not repeat when replayed)",
-                             inner[0].call_args, render_call(op.id, inner[0].call_args))
+                             inner[0].call_args, opwatch.render_call(op.id, inner[0].call_args))
         # a law's own arithmetic failing on the operator's bound (a cost that raises, say)
         return LawResult(op.id, law, BROKEN, calls[0], f"checking it raised {type(exc).__name__}: {exc}")
     return LawResult(op.id, law, HELD, calls[0])
 
 
 _CHILD = r"""
-import json, sys
+import json, signal, sys
 sys.setrecursionlimit(LIMIT)
-out = {}
+class Over(BaseException):
+    pass
+def alarm(signum, frame):
+    raise Over()
+signal.signal(signal.SIGALRM, alarm)
 for item in json.load(sys.stdin):
+    print(json.dumps({"started": item["id"]}), flush=True)
     ns = {"__name__": "opgen.opscheck.fresh"}
     try:
         exec(compile(item["source"], "<fresh %s>" % item["id"], "exec"), ns)
         fn = ns[item["id"]]
     except BaseException as exc:
-        out[item["id"]] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+        print(json.dumps({"id": item["id"], "error": "%s: %s" % (type(exc).__name__, exc)}), flush=True)
         continue
     res = []
     for args in item["inputs"]:
+        signal.setitimer(signal.ITIMER_REAL, BUDGET)
         try:
             v = fn(*args)
         except Exception as exc:
             res.append(["raise", "%s: %s" % (type(exc).__name__, exc)])
             continue
+        except Over:
+            res.append(["over", "ran past the per-call budget"])
+            continue
+        except BaseException as exc:
+            res.append(["stop", "raised %s" % type(exc).__name__])
+            continue
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         res.append(["ok", v] if isinstance(v, str) else ["value", "%s %r" % (type(v).__name__, v)])
-    out[item["id"]] = {"outputs": res}
-json.dump(out, sys.stdout)
-"""  # LIMIT: call_recursion_limit()
+    print(json.dumps({"id": item["id"], "outputs": res}), flush=True)
+"""  # LIMIT: call_recursion_limit(); BUDGET: the per-call budget. One JSON line as each operator starts
+# and one with its results, so a process that dies names the operator it ran.
 
 
-def _fresh_process(items: list[tuple[Operator, list[tuple[tuple[Any, ...], tuple[str, str]]]]]) -> dict[str, Any]:
-    request = [{"id": op.id, "source": op.source, "inputs": [list(a) for a, _ in rec]} for op, rec in items]
-    child = _CHILD.replace("LIMIT", str(call_recursion_limit()))
-    proc = subprocess.run([sys.executable, "-I", "-c", child], input=json.dumps(request), capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {op.id: {"error": f"the fresh process failed (exit {proc.returncode}): {tail}"} for op, _ in items}
-    answer: dict[str, Any] = json.loads(proc.stdout)
+def _fresh_process(items: list[tuple[Operator, list[tuple[tuple[Any, ...], tuple[str, str]]]]],
+                   budget_s: float = opwatch.OP_BUDGET_S) -> dict[str, Any]:
+    """Each operator's outcomes on its recorded inputs in a fresh ``python -I`` process; an operator
+    that ends that process (or holds it past its budgets) gets an error, and the rest run in another."""
+    child = _CHILD.replace("LIMIT", str(call_recursion_limit())).replace("BUDGET", repr(budget_s))
+    answer: dict[str, Any] = {}
+    todo = list(items)
+    while todo:
+        request = [{"id": op.id, "source": op.source, "inputs": [list(a) for a, _ in rec]} for op, rec in todo]
+        # a call past its budget is stopped in the child; this bounds one that swallows that too
+        timeout = 60 + 2 * budget_s * sum(len(rec) + 1 for _, rec in todo)
+        try:
+            proc = subprocess.run([sys.executable, "-I", "-c", child], input=json.dumps(request),
+                                  capture_output=True, text=True, timeout=timeout)
+            out, err, code = proc.stdout, proc.stderr, f"exit {proc.returncode}"
+            failed = proc.returncode != 0
+        except subprocess.TimeoutExpired as exc:
+            out, err, code = _text(exc.stdout), _text(exc.stderr), f"still running after {timeout:g} s"
+            failed = True
+        started = None
+        for line in out.splitlines():
+            got = json.loads(line)
+            if "started" in got:
+                started = got["started"]
+            else:
+                answer[got["id"]] = got
+                started = None
+        if not failed:
+            break
+        tail = (err.strip().splitlines() or ["no output"])[-1]
+        if started is None:  # it failed before or between operators: every one not answered
+            for op, _ in todo:
+                answer.setdefault(op.id, {"error": f"the fresh process failed ({code}): {tail}"})
+            break
+        answer[started] = {"error": f"the fresh process failed ({code}) while it ran {started}: {tail}"}
+        todo = [(op, rec) for op, rec in todo if op.id not in answer]
     return answer
+
+
+def _text(data: str | bytes | None) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else (data or "")
 
 
 def _size(args: tuple[Any, ...]) -> tuple[int, str]:
     return sum(len(a) if isinstance(a, str) else abs(a) for a in args), repr(args)
 
 
-def check(library: OperatorLibrary, examples: int = 100, seed: int = 0) -> Report:
-    """Every law for every operator of ``library`` (:data:`LAWS`); raises :class:`MissingHypothesis`
-    when hypothesis is not installed."""
+def check(library: OperatorLibrary, examples: int = 100, seed: int = 0,
+          budget_s: float = opwatch.OP_BUDGET_S) -> Report:
+    """Every law for every operator of ``library`` (:data:`LAWS`), each call within ``budget_s``
+    seconds; raises :class:`MissingHypothesis` when hypothesis is not installed."""
     try:
         import hypothesis  # noqa: F401
     except ImportError as exc:
         raise MissingHypothesis(f"opgen ops check needs hypothesis (pip install 'opgen[{CHECK_EXTRA}]'): "
                                 f"{exc}") from None
-    return _check(library, examples, seed)
+    return _check(library, examples, seed, budget_s)
 
 
 def _same(fresh: tuple[str, str], here: tuple[str, str]) -> bool:
@@ -436,21 +522,30 @@ def _same(fresh: tuple[str, str], here: tuple[str, str]) -> bool:
     return fresh == here
 
 
-def _check(library: OperatorLibrary, examples: int, seed: int) -> Report:
+def _check(library: OperatorLibrary, examples: int, seed: int, budget_s: float) -> Report:
     _watch_io()
     results: dict[tuple[str, str], LawResult] = {}
     fresh_items = []
     for op in library.operators:
         recorded: list[tuple[tuple[Any, ...], tuple[str, str]]] = []
-        for law, how in _Laws(op, recorded).table().items():
-            if how == NA:
-                results[op.id, law] = LawResult(op.id, law, NA)
-            elif isinstance(how, str):
-                results[op.id, law] = LawResult(op.id, law, BROKEN, 0, how)
-            else:
-                results[op.id, law] = _run(op, law, how, examples, seed)
-        fresh_items.append((op, recorded))
-    fresh = _fresh_process(fresh_items)
+        laws = _Laws(op, recorded)
+        skip = ""
+        with opwatch.watch(opwatch.codes_of(library, {op.id: laws.alone}), budget_s):
+            for law, how in laws.table().items():
+                if how == NA:
+                    results[op.id, law] = LawResult(op.id, law, NA)
+                elif skip:
+                    results[op.id, law] = LawResult(op.id, law, SKIPPED, 0, skip)
+                elif isinstance(how, str):
+                    results[op.id, law] = LawResult(op.id, law, BROKEN, 0, how)
+                else:
+                    results[op.id, law] = _run(op, law, how, examples, seed)
+                if law == "terminates" and laws.looped:
+                    skip = (f"not checked: {results[op.id, law].call} runs past the per-call budget of "
+                            f"{opwatch.budget_text(budget_s)} (terminates), and each call would wait it out")
+        if not skip:
+            fresh_items.append((op, recorded))
+    fresh = _fresh_process(fresh_items, budget_s)
     for op, recorded in fresh_items:
         answer = fresh.get(op.id, {"error": "the fresh process did not answer"})
         if "error" in answer:
@@ -468,6 +563,6 @@ def _check(library: OperatorLibrary, examples: int, seed: int) -> Report:
             results[op.id, "pure"] = LawResult(
                 op.id, "pure", BROKEN, results[op.id, "pure"].calls,
                 f"a fresh process gives {_shown(theirs)}, this one gave {_shown(mine)} "
-                f"({len(wrong)} of {len(recorded)} replayed inputs differ)", args, render_call(op.id, args))
+                f"({len(wrong)} of {len(recorded)} replayed inputs differ)", args, opwatch.render_call(op.id, args))
     ordered = tuple(results[op.id, law] for op in library.operators for law in LAWS)
-    return Report(library.name, library.digest, len(library.operators), examples, seed, ordered)
+    return Report(library.name, library.digest, len(library.operators), examples, seed, ordered, budget_s)

@@ -21,10 +21,8 @@
   staging, one swap: a report is replaced whole or not at all) or, for an append-only folder
   that is resumed in place (``eval``), :func:`claim` (lock and ownership only). A mount point is
   refused before any work (it cannot be swapped).
-- **Faults** (test-only): ``OPGEN_FAULT=<point>:<KILL|TERM|INT>`` sends that signal at a named
-  point (``produced``: to the build's main process after a worker finished a shard;
-  ``staged``: a report staged, before its swap; ``batch-written``: eval's generations of one
-  batch on disk; ``before-swap``, ``between-renames``, ``after-swap``: to itself); ``OPGEN_SWAP=rename`` forces the
+- **Faults** (test-only): ``OPGEN_FAULT`` signals at named points (opgen.faults: ``staged``,
+  ``before-swap``, ``between-renames``, ``after-swap`` here); ``OPGEN_SWAP=rename`` forces the
   two-rename swap. Neither is meant for anything but tests.
 """
 
@@ -43,6 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from opgen import faults
 from opgen.errors import OpgenError
 
 # The canonical file of a build's operator library (opgen.library.canonical_text), beside its rows
@@ -74,18 +73,6 @@ class InterruptedAfterCommit(SignalAfterCommit, KeyboardInterrupt):
 
 class TerminatedAfterCommit(SignalAfterCommit, Terminated):
     pass
-
-
-# ---------------------------------------------------------------- faults (test-only)
-
-
-def fault(point: str, pid: int | None = None) -> None:
-    spec = os.environ.get("OPGEN_FAULT", "")
-    if not spec:
-        return
-    name, _, sig = spec.partition(":")
-    if name == point:
-        os.kill(pid if pid is not None else os.getpid(), getattr(signal, "SIG" + (sig or "KILL").upper()))
 
 
 # ---------------------------------------------------------------- signals and workers
@@ -384,19 +371,19 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def swap(stage: Path, out: Path) -> None:
     """Make the complete build in ``stage`` the one at ``out``; an interruption leaves one or the other."""
-    fault("before-swap")
+    faults.signal_at("before-swap")
     if not out.exists():
         os.rename(stage, out)
         return
     if _exchange(stage, out):
-        fault("after-swap")
+        faults.signal_at("after-swap")
         shutil.rmtree(stage, ignore_errors=True)  # now the previous build
         return
     old = out.with_name(f"{out.name}{OLD_INFIX}{os.getpid()}")
     os.rename(out, old)
-    fault("between-renames")
+    faults.signal_at("between-renames")
     os.rename(stage, out)
-    fault("after-swap")
+    faults.signal_at("after-swap")
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -449,7 +436,7 @@ def committed(out: Path, own: Callable[[str], bool], what: str, last_file: str) 
             if not (stage / last_file).is_file():
                 raise OutputError(f"{stage}: {last_file} was not written; nothing committed")
             fsync_tree(stage)
-            fault("staged")
+            faults.signal_at("staged")
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)
             raise

@@ -16,8 +16,9 @@ import pytest
 from det_recipe import det_recipe
 from hang_guard import HANG_S
 
+from opgen import build as B
 from opgen import generate as G
-from opgen import rows
+from opgen import rows, write
 
 EVAL_COUNTS = {"heldout_trees_d1-8": 2048, "trainop_trees_d1-8": 2048,
                "heldout_chains_d1-20": 2816, "trainop_chains_d1-20": 2816}
@@ -114,6 +115,53 @@ def test_files_are_byte_identical_across_worker_counts_and_hash_seeds(tmp_path):
             t = json.loads(gt["ground_truth"])["tasks"][0]
             tasks.add((t["expr"], t["input"]))
     assert len(tasks) == 3000
+
+
+# A build with fewer shards than workers draws each shard in pieces (issue 32): ``atoms`` draws 900
+# tasks from 2 * 26**3, so its pieces repeat each other's tasks and are drawn again; ``deep`` judges
+# programs; ``free`` judges nothing (its first shard is not written at once, as it is unsplit).
+PIECES = """\
+name: pieces
+seed: 3
+defaults: {role: eval}
+splits:
+  atoms:
+    generator: atomic
+    options: {ops: [func_3, func_9], rows: 900, input_len: [3, 3]}
+  deep:
+    generator: trees
+    unique: program
+    options: {ops: all, depths: [3], rows: 700}
+  free:
+    generator: trees
+    unique: none
+    options: {ops: all, depths: [1], rows: 500}
+"""
+
+
+@pytest.mark.slow
+def test_shards_drawn_in_pieces_are_the_shards_one_worker_draws(runner, cli, tmp_path, monkeypatch):
+    monkeypatch.setattr(write, "ROW_GROUP_ROWS", 100)  # pieces are whole row groups: a test's size
+    again: list[B.Piece] = []
+    run = B._run
+
+    def spy(pool, fn, args, *rest, **kw):
+        again.extend(t for t in args if isinstance(t, B.Piece) and t.taken is not None)
+        return run(pool, fn, args, *rest, **kw)
+
+    monkeypatch.setattr(B, "_run", spy)
+    recipe = tmp_path / "pieces.yaml"
+    recipe.write_text(PIECES)
+    files = {}
+    for workers in (1, 4):  # 3 shards, 4 workers: pieces of 300, 200 and 200 rows
+        out = tmp_path / f"w{workers}"
+        r = runner.invoke(cli, ["build", str(recipe), "--out", str(out), "--workers", str(workers), "--no-progress"])
+        assert r.exit_code == 0, r.output
+        files[workers] = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+    assert files[1] == files[4]  # the parquet files and the manifest (rejections, counts, sha256)
+    assert {p.part for p in again} and all(p.uid == 0 for p in again)  # atoms' pieces, drawn again
+    man = json.loads(files[1]["manifest.json"])
+    assert man["splits"]["atoms"]["rejections"]["duplicate"] > 0
 
 
 # ---------------------------------------------------------------- leakage

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import user_libraries as U
 
-from opgen import library, ops, opscheck
+from opgen import library, ops, opscheck, opwatch
 
 # Six operators, every signature kind, one recursive (tests/user_libraries.py).
 SIX_YAML = U.KINDS
@@ -259,3 +259,53 @@ def test_a_failure_that_does_not_repeat_and_a_bound_that_raises_are_reported_not
     assert broken["wobble", "total"].counterexample is not None
     assert broken["plain", "cost"].message.startswith("checking it raised ZeroDivisionError")
     assert [key for key in broken if key[0] == "plain"] == [("plain", "cost")]
+
+
+# ------------------------------------------------------------------ operators that misbehave (issue 32)
+
+# what the terminates law says each of user_libraries.HOSTILE's operators did (not_a_str keeps it: total breaks)
+STOPS = {"system_exit": "raised SystemExit: 3", "keyboard_interrupt": "raised KeyboardInterrupt",
+         "os_exit": "called os._exit(3)", "loops": "ran past the per-call budget of 0.3 s"}
+
+
+def _bad_input(call: str) -> str:
+    assert call.startswith("bad('") and call.endswith("')"), call
+    return call[5:-2]
+
+
+@pytest.mark.parametrize("kind", [*STOPS, "not_a_str"])
+def test_a_misbehaving_operator_breaks_a_law_naming_its_input_and_the_check_goes_on(tmp_path, kind):
+    report = opscheck.check(library.load(str(U.write_hostile(tmp_path, kind))), examples=10, seed=0, budget_s=0.3)
+    by = {(r.op_id, r.law): r for r in report.results}
+    assert not report.ok
+    law = "terminates" if kind in STOPS else "total"
+    broken = by["bad", law]
+    assert broken.status == "broken" and (STOPS.get(kind) or "returned int") in broken.message, report.render()
+    assert len(_bad_input(broken.call)) > 5  # the input it misbehaves on
+    assert all(r.status in ("held", "n/a") for r in report.results if r.op_id != "bad"), report.render()
+    skipped = {r.law for r in report.results if r.status == "skipped"}
+    if kind == "loops":  # each call of the others would wait out the budget
+        assert skipped == {"standalone", "total", "deterministic", "pure", "recursion"}, report.render()
+        assert "skipped bad standalone, total" in report.render()
+    else:
+        assert skipped == set() and by["bad", "terminates"].status == ("held" if kind == "not_a_str" else "broken")
+        assert by["bad", "total"].status == "broken"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["system_exit", "os_exit", "loops"])
+def test_cli_check_reports_a_misbehaving_operator_instead_of_exiting_with_its_code(tmp_path, kind):
+    path = U.write_hostile(tmp_path, kind)
+    r = subprocess.run([sys.executable, "-m", "opgen", "ops", "check", str(path), "--examples", "5",
+                        "--op-budget", "0.3"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"BROKEN bad terminates: {STOPS[kind]}" in r.stdout and "counterexample: bad('" in r.stdout, r.stdout
+    assert "Traceback" not in r.stderr and r.stdout.rstrip().endswith("FAILED")
+
+
+@pytest.mark.slow
+def test_cli_check_ends_an_operator_that_swallows_what_stops_it(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "opgen", "ops", "check", str(U.write_hostile(tmp_path, "swallows")),
+                        "--examples", "5", "--op-budget", "0.3"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == opwatch.EXIT_STUCK, r.stdout + r.stderr
+    assert "operator 'bad': bad('" in r.stderr and "did not stop when interrupted" in r.stderr

@@ -3,7 +3,7 @@
 `opgen score` commits its whole report in one swap (a kill at any point leaves the old report or
 the new one, never a mix, and no temp file); `build --force` never deletes a folder opgen did not
 write; a mount point is refused before the work; SIGINT exits 130 and SIGTERM 143 in build, score
-and eval alike. Faults are injected at named points (OPGEN_FAULT, opgen/outdir.py), signals sent
+and eval alike. Faults are injected at named points (OPGEN_FAULT, opgen/faults.py), signals sent
 to real subprocesses.
 """
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import tiny_model as tm
 
-from opgen import expr
+from opgen import expr, faults
 from opgen.distributed import driver as dist
 from opgen.infer.base import EngineOptions, Sampling
 from opgen.infer.chunks import CHUNKS_DIR, ChunkStore, make_chunks, row_cost
@@ -161,7 +161,7 @@ def test_a_replica_switches_models_in_place_and_prefers_its_own(sweep, tmp_path)
 def test_a_killed_replica_loses_only_its_chunks_in_flight(sweep, tmp_path, monkeypatch):
     local = tmp_path / "local"
     _local(sweep, local, _cfg())
-    monkeypatch.setenv(dist.FAULT_ENV, "kill-replica-after:1")
+    monkeypatch.setenv(faults.ENV, "kill-replica-after:1")
     _, report = _run(sweep, tmp_path / "dist", _cfg())
     assert _files(tmp_path / "dist") == _files(local)
     assert [r.lost for r in report.replicas].count(True) == 1
@@ -169,10 +169,26 @@ def test_a_killed_replica_loses_only_its_chunks_in_flight(sweep, tmp_path, monke
 
 
 def test_every_replica_lost_stops_with_the_chunks_kept(sweep, tmp_path, monkeypatch):
-    monkeypatch.setenv(dist.FAULT_ENV, "kill-replica-after:1")
+    monkeypatch.setenv(faults.ENV, "kill-replica-after:1")
     with pytest.raises(dist.AllReplicasLost, match="rerun with --resume"):
         _run(sweep, tmp_path / "out", _cfg(), replicas=1)
     assert list((tmp_path / "out" / CHUNKS_DIR).rglob("*.jsonl"))
+
+
+def test_a_chunk_that_loses_a_second_replica_stops_the_sweep_naming_it(sweep, tmp_path, monkeypatch):
+    """A chunk is given again once (issue 32): one in flight when a second replica is lost (a chunk that
+    kills whatever runs it) is a named error, not a walk through every replica; finished chunks are kept."""
+    local = tmp_path / "local"
+    _local(sweep, local, _cfg())
+    monkeypatch.setenv(faults.ENV, "lose-chunk:3")
+    with pytest.raises(dist.ChunkLost, match=r"^chunk \S+ of 0/trees \(\d+ rows\): replicas \d and \d were lost "
+                                             r"while they ran it, and it is not given a third; the \d+ chunks "
+                                             r"finished in this run are stored: rerun with --resume") as info:
+        _run(sweep, tmp_path / "dist", _cfg(), replicas=3, chunk_rows=2)
+    assert info.value.exit_code == 1
+    monkeypatch.delenv(faults.ENV)
+    _run(sweep, tmp_path / "dist", _cfg(resume=True), replicas=3, chunk_rows=2)
+    assert _files(tmp_path / "dist") == _files(local)
 
 
 @pytest.mark.slow
@@ -180,7 +196,7 @@ def test_an_aborted_sweep_resumes_only_the_missing_rows(sweep, tmp_path, monkeyp
     local = tmp_path / "local"
     _local(sweep, local, _cfg(score=True))
     out = tmp_path / "dist"
-    monkeypatch.setenv(dist.FAULT_ENV, "abort-after:3")
+    monkeypatch.setenv(faults.ENV, "abort-after:3")
     with pytest.raises(dist.InjectedFault):
         _run(sweep, out, _cfg(score=True), chunk_rows=2)
     stored = sum(len(ChunkStore(out, n, d).done()) + len(read_log(out / n / f"{d}_generations.jsonl"))
@@ -188,7 +204,7 @@ def test_an_aborted_sweep_resumes_only_the_missing_rows(sweep, tmp_path, monkeyp
     assert stored >= 3 * 2  # three chunks of at least one batch of two
     assert list((out / CHUNKS_DIR).rglob("*.jsonl"))
     assert not any((out / n / "metrics.json").exists() for n in sweep["names"])
-    monkeypatch.delenv(dist.FAULT_ENV)
+    monkeypatch.delenv(faults.ENV)
     metrics, report = _run(sweep, out, _cfg(score=True, resume=True))
     assert _files(out) == _files(local)
     for name in sweep["names"]:

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import tiny_model as tm
 
+from opgen import faults
+
 pytestmark = pytest.mark.ray
 
 MAX_NEW = 8
@@ -108,9 +110,7 @@ def test_two_replicas_equal_the_local_run(setup):
 
 
 def test_a_replica_killed_after_its_first_chunk_changes_nothing(setup, monkeypatch):
-    from opgen.distributed.driver import FAULT_ENV
-
-    monkeypatch.setenv(FAULT_ENV, "kill-replica-after:1")
+    monkeypatch.setenv(faults.ENV, "kill-replica-after:1")
     out = setup["work"] / "killed"
     res = _ray(setup, out, "--no-score")
     assert res.exit_code == 0, res.output
@@ -120,15 +120,14 @@ def test_a_replica_killed_after_its_first_chunk_changes_nothing(setup, monkeypat
 
 
 def test_a_stopped_sweep_resumed_on_one_replica_gives_the_same_files(setup, monkeypatch):
-    from opgen.distributed.driver import FAULT_ENV
     from opgen.infer.chunks import CHUNKS_DIR
 
     out = setup["work"] / "resumed"
-    monkeypatch.setenv(FAULT_ENV, "abort-after:3")
+    monkeypatch.setenv(faults.ENV, "abort-after:3")
     res = _ray(setup, out, "--no-score")
     assert res.exit_code == 1 and "stopped after 3 chunks" in res.output
     assert list((out / CHUNKS_DIR).rglob("*.jsonl")) or list(out.rglob("*_generations.jsonl"))
-    monkeypatch.delenv(FAULT_ENV)
+    monkeypatch.delenv(faults.ENV)
     res = _ray(setup, out, "--no-score", "--resume", replicas=1)
     assert res.exit_code == 0, res.output
     assert _files(out) == _files(setup["local"])
@@ -275,7 +274,7 @@ def test_a_ray_build_survives_a_killed_shard_worker(tmp_path, monkeypatch):
     args = ["build", "native-stage1", "--limit", "300", "--no-progress"]
     local = runner.invoke(cli, [*args, "--out", str(tmp_path / "local"), "--workers", "1"], catch_exceptions=False)
     assert local.exit_code == 0, local.output
-    monkeypatch.setenv("OPGEN_FAULT", "shard-worker:KILL")
+    monkeypatch.setenv(faults.ENV, "shard-worker:KILL")
     ray = runner.invoke(cli, [*args, "--out", str(tmp_path / "ray"), "--executor", "ray", "--ray-num-cpus", "2"],
                         catch_exceptions=False)
     assert ray.exit_code == 0, ray.output
@@ -288,7 +287,7 @@ def test_a_shard_whose_worker_always_dies_is_a_named_error(tmp_path, monkeypatch
     from click.testing import CliRunner
     from opgen.cli import cli
 
-    monkeypatch.setenv("OPGEN_FAULT", "shard-worker-always:KILL")
+    monkeypatch.setenv(faults.ENV, "shard-worker-always:KILL")
     out = tmp_path / "ray"
     r = CliRunner().invoke(cli, ["build", "native-stage1", "--limit", "50", "--no-progress", "--out", str(out),
                                  "--executor", "ray", "--ray-num-cpus", "2"], catch_exceptions=False)
@@ -298,9 +297,7 @@ def test_a_shard_whose_worker_always_dies_is_a_named_error(tmp_path, monkeypatch
 
 
 def test_losing_the_only_replica_before_any_chunk_says_nothing_is_stored(setup, monkeypatch):
-    from opgen.distributed.driver import FAULT_ENV
-
-    monkeypatch.setenv(FAULT_ENV, "kill-replica-after:0")
+    monkeypatch.setenv(faults.ENV, "kill-replica-after:0")
     res = _ray(setup, setup["work"] / "none", "--no-score", replicas=1)
     assert res.exit_code == 1 and "every replica was lost" in res.output, res.output
     assert "nothing of it is stored" in res.output and "finished chunks are stored" not in res.output

@@ -1,6 +1,8 @@
-"""A build's output directory under concurrency, signals, interrupted swaps and reuse (issue 13, items 1-4, 8).
+"""A build's output directory under concurrency, signals, interrupted swaps and reuse (issue 13, items 1-4, 8);
+dead workers and hostile operators (issue 32, item 4).
 
-Faults are injected at named points (OPGEN_FAULT, test-only; opgen/outdir.py), never by timing.
+Faults are injected at named points (OPGEN_FAULT, test-only; opgen/faults.py), never by timing. A
+subprocess that could hang has a generous ``timeout=``, so a regression fails instead of hanging.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+import user_libraries as U
 
-from opgen import outdir
+from opgen import opwatch, outdir
 from opgen import validate as V
 
-OPGEN = [str(Path(sys.executable).with_name("opgen"))]
+OPGEN = [sys.executable, "-m", "opgen"]
 
 SHARDED = ("name: sharded\nsplits:\n  s:\n    generator: trees\n    role: eval\n    shard_rows: 500\n"
            "    options: {ops: all, depths: [2], rows: 12000}\n")
@@ -238,3 +241,151 @@ def test_sigint_or_sigterm_during_the_swap_is_taken_after_it(tmp_path, swap, poi
     r = _run(args + ["--seed", "9"], env=env)
     assert r.returncode == code and "holds this build" in r.stderr, r.stderr
     assert _state(out)[0] == 9 and _leftovers(tmp_path) == []
+
+
+# ---------------------------------------------------------------- 5. dead workers, hostile operators (issue 32)
+
+HOSTILE_RECIPE = ("name: hostile-build\nsplits:\n  s:\n    generator: trees\n    role: train\n    shard_rows: 500\n"
+                  "    options: {ops: train, depths: [1, 2], rows: 2000}\n")
+
+# what the error says each kind of tests/user_libraries.py's HOSTILE operators did
+DID = {"system_exit": "raised SystemExit: 3", "keyboard_interrupt": "raised KeyboardInterrupt",
+       "os_exit": "called os._exit(3)", "not_a_str": "returned int", "loops": "ran past the per-call budget of 0.5 s"}
+
+
+@pytest.fixture
+def previous(runner, cli, tmp_path):
+    """An earlier build in tmp_path/o, and its files' bytes: what a failed or stopped build must leave."""
+    out = tmp_path / "o"
+    r = runner.invoke(cli, ["build", "native-stage1", "--out", str(out), "--limit", "20", "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    return out, _files(out)
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+def _hostile_build(tmp_path: Path, kind: str) -> list[str]:
+    recipe = tmp_path / "hostile.yaml"
+    recipe.write_text(HOSTILE_RECIPE)
+    return ["build", str(recipe), "--library", str(U.write_hostile(tmp_path, kind)), "--out", str(tmp_path / "o"),
+            "--op-budget", "0.5", "--no-progress"]
+
+
+def _named(text: str, kind: str) -> None:
+    """The error names the operator, the input it misbehaved on (over five characters, as HOSTILE says),
+    what it did, the split and the row, and is no traceback."""
+    assert "Traceback" not in text, text
+    assert "operator 'bad' of library 'hostile': bad('" in text and DID[kind] in text, text
+    assert "hostile.yaml: splits.s: row " in text, text
+    shown = text.split("bad('", 1)[1].split("')", 1)[0]
+    assert len(shown) > 5 and shown.isalpha(), text
+    if kind == "not_a_str":
+        assert f"returned int {len(shown)}," in text, text
+
+
+@pytest.mark.parametrize("kind", [k if k != "loops" else pytest.param(k, marks=pytest.mark.slow) for k in DID])
+def test_a_hostile_operator_stops_a_one_worker_build_naming_itself_and_its_input(runner, cli, tmp_path, kind,
+                                                                                 previous):
+    out, before = previous
+    r = runner.invoke(cli, [*_hostile_build(tmp_path, kind), "--workers", "1"])
+    assert r.exit_code == 1, r.output
+    _named(r.output, kind)
+    assert _files(out) == before and _leftovers(tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(DID))
+def test_a_hostile_operator_in_a_worker_stops_the_build_naming_itself_and_its_input(tmp_path, kind, previous):
+    out, before = previous
+    mark = f"OPGEN_TEST_MARK={uuid.uuid4().hex}"
+    key, value = mark.split("=")
+    r = _run([*_hostile_build(tmp_path, kind), "--workers", "2"], env={key: value}, timeout=300)
+    assert r.returncode == 1, r.stderr
+    _named(r.stderr, kind)
+    assert _files(out) == before and _leftovers(tmp_path) == []
+    assert _wait_gone(mark) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers, code", [(1, opwatch.EXIT_STUCK), (2, 1)])
+def test_an_operator_that_swallows_what_stops_it_ends_its_process_naming_itself(tmp_path, workers, code, previous):
+    out, before = previous
+    r = _run([*_hostile_build(tmp_path, "swallows"), "--workers", str(workers)], timeout=300)
+    assert r.returncode == code, r.stderr
+    assert "operator 'bad': bad('" in r.stderr and "did not stop when interrupted" in r.stderr, r.stderr
+    if workers == 2:
+        assert "its worker process ended itself" in r.stderr and "producing shard" in r.stderr, r.stderr
+    assert _files(out) == before  # a process that ended itself leaves its staging folder to the next build
+
+
+@pytest.mark.slow
+def test_a_worker_killed_once_is_replaced_and_the_files_are_unchanged(tmp_path):
+    recipe = tmp_path / "sharded.yaml"
+    recipe.write_text(SHARDED)
+    args = ["build", str(recipe), "--limit", "2000", "--workers", "2", "--no-progress"]
+    assert _run([*args, "--out", str(tmp_path / "clean")], timeout=300).returncode == 0
+    r = _run([*args, "--out", str(tmp_path / "killed")], env={"OPGEN_FAULT": "shard-worker:KILL"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert _files(tmp_path / "killed") == _files(tmp_path / "clean")
+
+
+@pytest.mark.slow
+def test_a_worker_that_always_dies_fails_the_build_naming_the_shard(tmp_path, previous):
+    out, before = previous
+    recipe = tmp_path / "sharded.yaml"
+    recipe.write_text(SHARDED)
+    mark = f"OPGEN_TEST_MARK={uuid.uuid4().hex}"
+    key, value = mark.split("=")
+    r = _run(["build", str(recipe), "--out", str(out), "--limit", "1000", "--workers", "2", "--no-progress"],
+             env={"OPGEN_FAULT": "shard-worker-always:KILL", key: value}, timeout=300)
+    assert r.returncode == 1, r.stderr
+    assert "sharded.yaml: splits.s: producing shard " in r.stderr and "(rows " in r.stderr, r.stderr
+    assert "its worker process died (killed by SIGKILL" in r.stderr and "and so did the fresh one" in r.stderr
+    assert "left its output directory as it was" in r.stderr and "Traceback" not in r.stderr
+    assert _files(out) == before and _leftovers(tmp_path) == []
+    assert _wait_gone(mark) == []
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _busy_tree(pid: int, workers: int) -> bool:
+    """The build has its workers and is burning CPU (inside the looping operator)."""
+    try:
+        kids = [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        return len(kids) >= (workers if workers > 1 else 0) and \
+            sum(_cpu_seconds(p) for p in [pid, *kids]) >= 2.0 + (0.5 if workers > 1 else 0)
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, workers, code", [("TERM", 1, 143), ("TERM", 2, 143), ("INT", 2, 130)])
+def test_a_signal_to_the_process_group_ends_a_build_stuck_in_an_operator(tmp_path, previous, sig, workers, code):
+    """What timeout and Slurm send: the whole group, the build's workers included, gets the signal."""
+    out, before = previous
+    mark = f"OPGEN_TEST_MARK={uuid.uuid4().hex}"
+    key, value = mark.split("=")
+    args = _hostile_build(tmp_path, "loops")
+    args[args.index("--op-budget") + 1] = "3600"  # only the signal can end it
+    proc = subprocess.Popen([*OPGEN, *args, "--workers", str(workers)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, key: value})
+    try:
+        deadline = time.monotonic() + 240
+        while not _busy_tree(proc.pid, workers) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()
+        os.killpg(proc.pid, getattr(signal, "SIG" + sig))
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == code, err
+    assert "is as it was before this build" in err and "Traceback" not in err, err
+    assert _files(out) == before and _leftovers(tmp_path) == []
+    assert _wait_gone(mark) == []

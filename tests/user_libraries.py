@@ -197,3 +197,60 @@ def write_six_module(folder: Path, module: str = "six_costed") -> str:
     write_six(folder)
     (Path(folder) / f"{module}.py").write_text(costed_module("six.yaml", "six", "(3 * n + 8, 4 * n + 16, 0)"))
     return f"{module}:LIB"
+
+
+# Operators that break their contract once their input is longer than five characters (so `opgen ops
+# check` and a build reach it at once): `hostile(kind)` is a library of three lawful operators and
+# `bad`, whose body is HOSTILE[kind]. tests/test_hostile_operators.py runs them in builds and checks.
+HOSTILE = {
+    "system_exit": "raise SystemExit(3)",
+    "keyboard_interrupt": "raise KeyboardInterrupt",
+    "os_exit": "import os\nos._exit(3)",
+    "not_a_str": "return len(s)",
+    "loops": "while True:\n    pass",
+    # swallows whatever stops it, then loops on: only ending its process stops it
+    "swallows": "while True:\n    try:\n        while True:\n            s = s + ''\n    except BaseException:\n"
+                "        pass",
+}
+
+_HOSTILE = '''\
+name: hostile
+operators:
+  - id: rev
+    gloss: reverse the string
+    split: train
+    source: |
+      def rev(s):
+          return s[::-1]
+  - id: up
+    gloss: upper-case the string
+    split: train
+    source: |
+      def up(s):
+          return s.upper()
+  - id: bad
+    gloss: misbehaves on long strings
+    split: train
+    source: |
+      def bad(s):
+          if len(s) > 5:
+              {body}
+          return s
+  - id: rot
+    gloss: rotate left by one
+    split: heldout
+    source: |
+      def rot(s):
+          return s[1:] + s[:1]
+'''
+
+
+def hostile(kind: str) -> str:
+    """A library whose operator ``bad`` does ``HOSTILE[kind]`` on inputs over five characters."""
+    return _HOSTILE.format(body=HOSTILE[kind].replace("\n", "\n" + " " * 14))  # the body's column in _HOSTILE
+
+
+def write_hostile(folder: Path, kind: str) -> Path:
+    path = Path(folder) / f"hostile_{kind}.yaml"
+    path.write_text(hostile(kind))
+    return path

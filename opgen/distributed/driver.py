@@ -6,7 +6,9 @@ flight per replica; a replica that finishes one is handed the next, preferably o
 has loaded (a replica switches models in place, `ReplicaWorker`). Each finished chunk is written
 durably before anything else happens (`chunks.ChunkStore`), so a lost replica, node or driver
 costs only the chunks in flight: a lost replica's chunks go back to the queue for the others,
-and a rerun with ``--resume`` generates only rows in no chunk and no generations file.
+and a rerun with ``--resume`` generates only rows in no chunk and no generations file. A chunk is
+given again once: one in flight when a second replica is lost (a chunk that kills whatever runs
+it, e.g. out of memory) stops the sweep with :class:`ChunkLost` naming it.
 
 Scoring is pipelined chunk by chunk: each chunk, once stored, is graded by the pool's `Grader`
 (one warm sandbox, on CPUs, beside the replicas) while the replicas go on generating; rows an
@@ -23,7 +25,6 @@ opgen.distributed.ray_executor.RayPool, whose replicas are Ray actors).
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from opgen import faults
 from opgen.errors import OpgenError
 from opgen.files import write_json_atomic
 from opgen.infer.backends import make_backend
@@ -58,11 +60,6 @@ from opgen.score.settings import GradeSettings
 if TYPE_CHECKING:
     from opgen.score.metrics import MetricDefs
 
-# test-only fault injection: "kill-replica-after:N" kills the replica that produced the N-th
-# chunk written, right after it is written; "abort-after:N" stops the driver there (a lost node)
-FAULT_ENV = "OPGEN_TEST_FAULT"
-
-
 class ReplicaLost(RuntimeError, OpgenError):
     """A replica died (its process, actor or node); its chunks in flight are lost, not failed."""
 
@@ -70,6 +67,12 @@ class ReplicaLost(RuntimeError, OpgenError):
 
 
 class AllReplicasLost(RuntimeError, OpgenError):
+    exit_code = 1
+
+
+class ChunkLost(RuntimeError, OpgenError):
+    """A chunk was in flight on two replicas that were lost (it is not given a third)."""
+
     exit_code = 1
 
 
@@ -282,6 +285,8 @@ class _Unit:
     rows: list[list[Row]]  # batches
     reqs: list[list[list[Request]]]  # per batch, per row
     name: str
+    seq: int = 0  # its place in the queue as planned (1, 2, ...)
+    lost_on: list[int] = field(default_factory=list)  # the replicas lost while they ran it
 
     @property
     def n_rows(self) -> int:
@@ -335,14 +340,6 @@ class SweepReport:
         }
 
 
-def _fault() -> tuple[str, int] | None:
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return None
-    kind, _, n = spec.partition(":")
-    return kind, int(n)
-
-
 def _plan_passes(models: Sequence[Path], names: Sequence[str], out: Path, loaded, cfg: EvalConfig,
                  chunk_rows: int) -> tuple[list[dict], list[list[_Pass]], deque[_Unit], list[_Pass]]:
     """Every model's metrics header and passes, the queue of chunks to generate and the passes
@@ -372,7 +369,8 @@ def _plan_passes(models: Sequence[Path], names: Sequence[str], out: Path, loaded
             chunks = make_chunks(pending, batch, chunk_rows)
             p.remaining = len(chunks)
             for chunk in chunks:
-                queue.append(_Unit(p, chunk, [[plan.requests(r) for r in b] for b in chunk], chunk_name(chunk)))
+                queue.append(_Unit(p, chunk, [[plan.requests(r) for r in b] for b in chunk], chunk_name(chunk),
+                                   len(queue) + 1))
             if not chunks:
                 to_assemble.append(p)
         model_passes.append(mine)
@@ -413,7 +411,10 @@ class _Sweep:
         self.inflight: dict[object, tuple[int, _Unit]] = {}
         self.scoring: dict[object, tuple[str, _Pass]] = {}
         self.alive = list(pool.replicas)
-        self.fault = _fault()
+        # test-only (opgen.faults): lose the replica of the N-th chunk written; stop after N chunks; lose
+        # whichever replica is given the N-th chunk of the queue
+        self.kill_after, self.abort_after = faults.value("kill-replica-after"), faults.value("abort-after")
+        self.poison = faults.value("lose-chunk")
         self.written = 0
         self.truths: dict[Path, list] = {}
         self.bar = None
@@ -518,6 +519,9 @@ class _Sweep:
                             [[q for qs in b for q in qs] for b in unit.reqs], p.plan.sampling)
                 self.inflight[self.pool.submit(rid, task)] = (rid, unit)
                 self.report.replicas[rid].model = p.model_idx
+                if unit.seq == self.poison:
+                    self.pool.kill(rid)
+                    break
 
     def scored(self, h: object) -> None:
         """A grader job came back: a chunk graded, or a pass's report written."""
@@ -544,11 +548,15 @@ class _Sweep:
             self.report.chunks_redone += 1
             if rid in self.alive:
                 self.alive.remove(rid)
+            unit.lost_on.append(rid)
+            if len(unit.lost_on) > 1:
+                raise ChunkLost(f"chunk {unit.name} of {unit.pass_.key} ({unit.n_rows} rows): replicas "
+                                f"{' and '.join(map(str, unit.lost_on))} were lost while they ran it, and it is "
+                                f"not given a third; {self.kept()}") from None
             self.queue.appendleft(unit)
             if not self.alive:
                 if self.written:
-                    why = (f"every replica was lost; the {self.written} chunks finished in this run are stored: "
-                           f"rerun with --resume to keep them")
+                    why = f"every replica was lost; {self.kept()}"
                 else:
                     why = ("every replica was lost before any chunk of this run was finished, so nothing of it "
                            "is stored; rerun (with --resume, what earlier runs stored is kept)")
@@ -576,6 +584,11 @@ class _Sweep:
             self.finish_generation(p)
         self._inject_fault(rid)
 
+    def kept(self) -> str:
+        if not self.written:
+            return "no chunk of this run was finished (with --resume, what earlier runs stored is kept)"
+        return f"the {self.written} chunks finished in this run are stored: rerun with --resume to keep them"
+
     def _count(self, rid: int, unit: _Unit, res: TaskResult) -> None:
         rs = self.report.replicas[rid]
         rs.chunks += 1
@@ -591,18 +604,17 @@ class _Sweep:
             _postfix(self.bar, self.report, time.perf_counter() - self.t_gen0)
 
     def _inject_fault(self, rid: int) -> None:
-        if self.fault is not None and self.written == self.fault[1]:
-            if self.fault[0] == "kill-replica-after":
-                self.pool.kill(rid)
-            elif self.fault[0] == "abort-after":
-                raise InjectedFault(f"{FAULT_ENV}: stopped after {self.written} chunks")
+        if self.written == self.kill_after:
+            self.pool.kill(rid)
+        if self.written == self.abort_after:
+            raise InjectedFault(f"{faults.ENV}: stopped after {self.written} chunks")
 
     def run(self) -> None:
         """Until nothing is queued, in flight or being scored."""
         first = True
         while self.queue or self.inflight or self.scoring:
             self.submit()
-            if first and self.fault is not None and self.fault == ("kill-replica-after", 0):
+            if first and self.kill_after == 0:
                 for rid in list(self.alive):  # test-only: every replica lost before its first chunk
                     self.pool.kill(rid)
             first = False

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from opgen import opwatch
 from opgen.distributed.driver import Grader, ReplicaLost, ReplicaWorker, Task
 from opgen.errors import OpgenError
 from opgen.infer.backends import backend_spec
@@ -208,32 +209,17 @@ class TaskLost(RayError):
     """A task's worker died more often than its retries allow."""
 
 
-def _shard_fault(tmp_dir) -> None:
-    """Test-only (``OPGEN_FAULT=shard-worker:KILL``: the first shard task's worker is killed once;
-    ``shard-worker-always:KILL``: every attempt of every shard task)."""
-    import signal
-
-    spec = os.environ.get("OPGEN_FAULT", "")
-    if spec.startswith("shard-worker-always:"):
-        os.kill(os.getpid(), signal.SIGKILL)
-    if spec.startswith("shard-worker:"):
-        try:
-            os.close(os.open(os.path.join(tmp_dir, ".shard-fault"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _shard(state: tuple, fn, arg):
     global _ADOPTED
     from opgen import build as B
 
-    token, recipes, only, limit, tmp_dir, seed = state
-    _shard_fault(tmp_dir)
+    token, recipes, only, limit, tmp_dir, seed, op_budget = state
     if _ADOPTED != token:
         B.adopt(recipes, only, limit, tmp_dir, seed)
         _ADOPTED = token
-    return fn(arg)
+    # the operator watch of the building process (opgen.build.build), here in the Ray worker
+    with opwatch.watch(opwatch.codes_of(recipes[0].library), op_budget):
+        return fn(arg)
 
 
 class BuildMapper:
@@ -251,9 +237,9 @@ class BuildMapper:
         # a shard is idempotent: a worker that dies (OOM killer, kill -9, a lost node) is retried
         self.task = ray.remote(num_cpus=1, max_retries=SHARD_RETRIES, retry_exceptions=False)(_shard)
 
-    def stage(self, tmp_dir, seed: int | None) -> None:
+    def stage(self, tmp_dir, seed: int | None, op_budget: float) -> None:
         """Called by ``build.build`` once it knows where this build stages its shards."""
-        self.state = self.ray.put((self.token, self.recipes, self.only, self.limit, tmp_dir, seed))
+        self.state = self.ray.put((self.token, self.recipes, self.only, self.limit, tmp_dir, seed, op_budget))
 
     def __call__(self, fn, args: list, bar) -> list:
         from opgen import build as B

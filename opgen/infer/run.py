@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opgen import outdir
+from opgen import faults
 from opgen.errors import USAGE, OpgenError
 from opgen.infer.base import (
     LENGTH,
@@ -303,7 +303,7 @@ def run(backend: Backend, rows: Sequence[Row], out: Path, plan: Plan, *, resume:
                 fh.write("".join(lines))
                 fh.flush()
                 os.fsync(fh.fileno())
-                outdir.fault("batch-written")
+                faults.signal_at("batch-written")
                 failed.update(lost)
                 stats.generated += len(batch) - len(lost)
                 stats.requests += sent

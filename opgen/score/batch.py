@@ -46,9 +46,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TypeVar
 
+from opgen import faults
 from opgen import formats as F
 from opgen.library import OperatorLibrary
-from opgen.outdir import fault
 from opgen.score import judge, spawn
 from opgen.score.jail import wire
 from opgen.score.sandbox import FairPool, Result, Sandbox, SandboxError, Unit, assemble, compile_units, shared
@@ -472,11 +472,11 @@ class _Grader:
         """The outcomes of ``chunk``'s tasks in order, up to the first response that overran or
         whose process died (its failure is returned beside them; this process is then dead and must
         be replaced). ``serial``: the chunk's number in the pool (the fault hook's)."""
-        # Test-only (OPGEN_FAULT=grading-sent[-N]:SIG, opgen/outdir.py): a signal to the process as it
+        # Test-only (OPGEN_FAULT=grading-sent[-N]:SIG, opgen/faults.py): a signal to the process as it
         # is given the chunk (the Nth of the pool, or every one), as the OOM killer would send it:
         # it dies with the chunk's first response in hand, however fast it would have graded it.
-        fault("grading-sent", self.proc.pid)
-        fault(f"grading-sent-{serial}", self.proc.pid)
+        faults.signal_at("grading-sent", self.proc.pid)
+        faults.signal_at(f"grading-sent-{serial}", self.proc.pid)
         try:
             wire.write_all(self.helper.wfd, wire.encode(chunk.to_wire()))
             self.arrived = time.monotonic()  # idle since its last message: its CPU since then is this chunk's

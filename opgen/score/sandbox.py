@@ -37,8 +37,8 @@ from pathlib import Path
 from types import CodeType
 from typing import Any, Generic, TypeVar
 
+from opgen import faults
 from opgen.errors import OpgenError
-from opgen.outdir import fault
 from opgen.score import spawn
 from opgen.score.cache import BoundedCache
 from opgen.score.jail import base as jail_base
@@ -603,15 +603,15 @@ class Sandbox:
                                            "fresh worker)")] * n_calls, 1)
 
     def _fault(self, worker: _Worker) -> None:
-        """Test-only (``OPGEN_FAULT=sandbox-sent[-N]:SIG``, opgen/outdir.py): a signal to the serving
+        """Test-only (``OPGEN_FAULT=sandbox-sent[-N]:SIG``, opgen/faults.py): a signal to the serving
         worker as it is given the request (the Nth of this sandbox, or every one), as the OOM killer
         would send it: it dies with the request in hand."""
         with self._lock:
             self._sent += 1
             serial = self._sent
         if worker.pid > 1:  # (-1: not known; never a group, init or every process)
-            fault("sandbox-sent", worker.pid)
-            fault(f"sandbox-sent-{serial}", worker.pid)
+            faults.signal_at("sandbox-sent", worker.pid)
+            faults.signal_at(f"sandbox-sent-{serial}", worker.pid)
 
     def _checked(self, raw: object, n_calls: int) -> list[Result]:
         # The caps are the worker's job; checked once more here, on the trusted side, so that no
