@@ -7,6 +7,7 @@ the comparison (exact: case and whitespace included) happens in this process.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 from collections.abc import Mapping
@@ -83,13 +84,27 @@ def row_fields(extra_info: Mapping | None) -> tuple[str, str]:
     return str(extra.get("answer_format", "") or ""), str(extra.get("assistant_prefix", "") or "")
 
 
+# Ground truths parsed lately, by their text: the scorer checks a chunk's rows, then hands them
+# to grade_many, and a row's samples follow one another, so each text is parsed once.
+TRUTH_CACHE = 4096
+
+
 def load_truth(ground_truth: dict | str) -> Truth:
-    gt = ground_truth
-    if isinstance(gt, str):
-        try:
-            gt = json.loads(gt)
-        except ValueError as exc:
-            raise GroundTruthError(f"ground_truth is not JSON: {exc}") from None
+    if isinstance(ground_truth, str):
+        return _load_truth_text(ground_truth)
+    return _truth_of(ground_truth)
+
+
+@functools.lru_cache(maxsize=TRUTH_CACHE)
+def _load_truth_text(text: str) -> Truth:
+    try:
+        gt = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise GroundTruthError(f"ground_truth is not JSON: {exc}") from None
+    return _truth_of(gt)
+
+
+def _truth_of(gt: object) -> Truth:
     if not isinstance(gt, dict):
         raise GroundTruthError(f"ground_truth must be a JSON object, got {type(gt).__name__}")
     if "tasks" not in gt:
