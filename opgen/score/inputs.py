@@ -79,7 +79,6 @@ class DataFile:
 
     def _check_truths(self) -> None:
         """Every row's reward_model.ground_truth is a string (Arrow's check, no row read in Python)."""
-        import numpy as np
         import pyarrow.compute as pc
 
         start = 0
@@ -89,7 +88,7 @@ class DataFile:
             if len(batch) and gt is None:
                 bad = 0
             elif gt is not None and gt.null_count:
-                bad = int(np.flatnonzero(pc.is_null(gt).to_numpy(zero_copy_only=False))[0])
+                bad = pc.indices_nonzero(pc.is_null(gt))[0].as_py()
             if bad is not None:
                 raise ScoreInputError(f"{self.path}: row {start + bad}: reward_model.ground_truth is missing or not "
                                       f"a string")
@@ -97,37 +96,34 @@ class DataFile:
 
     def rows(self, wanted: bytearray) -> Iterator[Row]:
         """The rows whose ``wanted`` byte is set, in row order."""
-        import pyarrow as pa
-
         columns = ["reward_model"] + [c for c in ("data_source", "extra_info") if c in self.names]
         start = 0
         for batch in self._batches(columns):
             size = len(batch)
-            picked = [i for i in range(start, start + size) if wanted[i]]
+            first = start
             start += size
-            if not picked:
+            if not any(wanted[first:start]):
                 continue
-            if len(picked) < size:
-                batch = batch.take(pa.array([i - (start - size) for i in picked]))
+            # (no Arrow array is made from Python values here: pyarrow imports pandas for that, ~80 MB)
             truths = self._truth_column(batch).to_pylist()
-            sources = batch.column("data_source").to_pylist() if "data_source" in columns else [""] * len(picked)
-            extras = batch.column("extra_info").to_pylist() if "extra_info" in columns else [None] * len(picked)
-            for i, gt, ds, ex in zip(picked, truths, sources, extras):
-                yield Row(i, gt, ds or "", ex or {})
+            sources = batch.column("data_source").to_pylist() if "data_source" in columns else [""] * size
+            extras = batch.column("extra_info").to_pylist() if "extra_info" in columns else [None] * size
+            for k in range(size):
+                if wanted[first + k]:
+                    yield Row(first + k, truths[k], sources[k] or "", extras[k] or {})
 
     def truths_naming(self, wanted: bytearray, text: str, present: bool) -> Iterator[tuple[int, str]]:
         """(row, ground truth) of the wanted rows whose ground truth holds ``text`` (``present``) or
         does not: a substring search in Arrow, no row parsed."""
-        import numpy as np
         import pyarrow.compute as pc
 
         start = 0
         for batch in self._batches(["reward_model"]):
             gt = self._truth_column(batch)
-            hits = np.flatnonzero(pc.match_substring(gt, text).to_numpy(zero_copy_only=False) == present)
-            for k in hits:
-                if wanted[start + int(k)]:
-                    yield start + int(k), gt[int(k)].as_py()
+            found = pc.match_substring(gt, text)
+            for k in pc.indices_nonzero(found if present else pc.invert(found)).to_pylist():
+                if wanted[start + k]:
+                    yield start + k, gt[k].as_py()
             start += len(batch)
 
     def prompt_shas(self, wanted: bytearray) -> Iterator[tuple[int, str]]:
