@@ -232,13 +232,79 @@ def check(label: str, ok: bool, detail: str) -> str:
     return f"  {label}: {'met' if ok else 'NOT met'} ({detail})"
 
 
+def score_size(n: int, files: list[Path], work: Path, args: argparse.Namespace, scorer: list[str],
+               results: dict, floors: dict) -> None:
+    """The scoring runs of one size: each kind of answers, the floor beside the canonical ones."""
+    what = set(args.what.split(","))
+    data = first_rows(files, n, work / f"rows-{n}.parquet")
+    for kind in args.answers.split(","):
+        responses = work / f"{kind}-{n}.jsonl"
+        write_answers(data, responses, kind, args.mix_timeouts)
+        if "floor" in what and kind == "canonical":
+            floors[n] = floor(data, responses, min(n, args.floor_n), sys.executable)
+            print(f"floor (one process), {floors[n]['responses']:,} canonical responses: "
+                  f"{floors[n]['cpu_ms_per_response']:.3f} ms CPU per response ({floors[n]['correct']:,} correct)",
+                  flush=True)
+        if "score" in what:
+            out = work / f"scored-{kind}-{n}"
+            got = score(data, responses, out, scorer, shlex.split(args.score_args))
+            results[(kind, n)] = got
+            print(line(f"opgen score, {kind}", n, got), flush=True)
+            if kind == "canonical" and n in floors:
+                per = floors[n]["cpu_s"] / floors[n]["responses"]
+                print(f"    vs the floor: {got['cpu'] / n / per:.2f}x CPU per response", flush=True)
+            if args.ray:
+                compare_ray(data, responses, out, work / f"ray-{kind}-{n}", scorer, args, n, kind)
+            if not args.keep:
+                shutil.rmtree(out, ignore_errors=True)
+        if not args.keep:
+            responses.unlink(missing_ok=True)
+    if not args.keep:
+        data.unlink(missing_ok=True)
+
+
+def compare_ray(data: Path, responses: Path, local: Path, out: Path, scorer: list[str], args: argparse.Namespace,
+                n: int, kind: str) -> None:
+    """``opgen score --executor ray`` of the same responses: its rows and summary against the local run's."""
+    got = score(data, responses, out, scorer, ["--executor", "ray", *shlex.split(args.score_args)])
+    print(line(f"opgen score --executor ray, {kind}", n, got), flush=True)
+    same_rows = (local / "scores.jsonl").read_bytes() == (out / "scores.jsonl").read_bytes()
+    a = json.loads((local / "summary.json").read_text())
+    b = json.loads((out / "summary.json").read_text())
+    differ = sorted(k for k in a if k not in ("isolation", "plots") and a[k] != b.get(k))
+    print(f"    ray vs local: scores.jsonl identical: {same_rows}; summary keys that differ: {differ or 'none'}",
+          flush=True)
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def targets(results: dict, floors: dict) -> None:
+    canon = {n: r for (k, n), r in results.items() if k == "canonical"}
+    if not canon:
+        return
+    print("issue 32 targets (opgen score, canonical answers):")
+    n_small = 20_000 if 20_000 in canon else min(canon)
+    n_large = max(canon)
+    small, large = canon[n_small], canon[n_large]
+    rss_s, rss_l = small["self"]["rss_mib"], large["self"]["rss_mib"]
+    print(check(f"main-process peak RSS at {n_large:,} <= 512 MiB", rss_l <= 512, f"{rss_l:.0f} MiB"))
+    print(check(f"... within 10% of its figure at {n_small:,}", rss_l <= 1.1 * rss_s,
+                f"{rss_l:.0f} vs {rss_s:.0f} MiB, {rss_l / rss_s:.2f}x"))
+    cpu_s, cpu_l = small["cpu"] / n_small, large["cpu"] / n_large
+    print(check(f"CPU per response at {n_large:,} within 1.1x of at {n_small:,}", cpu_l <= 1.1 * cpu_s,
+                f"{cpu_l * 1e3:.3f} vs {cpu_s * 1e3:.3f} ms, {cpu_l / cpu_s:.2f}x"))
+    if floors:
+        f = floors[max(floors)]
+        ratio = cpu_l / (f["cpu_s"] / f["responses"])
+        print(check("whole-command CPU per canonical response <= 1.5x the floor", ratio <= 1.5, f"{ratio:.2f}x"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="20000,50000,500000,2400000")
     ap.add_argument("--what", default="build,score,floor", help="build, score, floor (comma-separated)")
     ap.add_argument("--answers", default="canonical,mix")
     ap.add_argument("--work", type=Path, default=None, help="folder for the data (default: a temporary one)")
-    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--keep", action="store_true", help="keep the data, responses and reports")
     ap.add_argument("--workers", type=int, default=2, help="build workers")
     ap.add_argument("--mix-timeouts", type=float, default=0.0001,
                     help="share of the mix's responses that loop until their 2 s timeout")
@@ -251,86 +317,30 @@ def main() -> None:
                          "compare scores.jsonl and summary.json")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    what = set(args.what.split(","))
     work = args.work or Path(tempfile.mkdtemp(prefix="opgen-bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     me = [sys.executable]
-    scorer = shlex.split(args.opgen)
     print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()}; work folder {work}", flush=True)
     try:
-        builds = {}
-        if "build" in what:
+        if "build" in args.what.split(","):
             print("build: one eval split (trees, every operator, depths 1-8, closed_book/ra)", flush=True)
             for n in sizes:
                 if n < 50_000 and max(sizes) >= 50_000:
                     continue
-                got = build(n, work / f"build-{n}", args.workers, me)
-                builds[n] = got
-                print(line("opgen build", n, got, "row"), flush=True)
+                print(line("opgen build", n, build(n, work / f"build-{n}", args.workers, me), "row"), flush=True)
                 if n != max(sizes):
                     shutil.rmtree(work / f"build-{n}", ignore_errors=True)
         big = work / f"build-{max(sizes)}"
         if not (big / "manifest.json").exists():
-            builds[max(sizes)] = build(max(sizes), big, args.workers, me)
+            build(max(sizes), big, args.workers, me)
         man = json.loads((big / "manifest.json").read_text())
         files = [big / f["path"] for f in man["splits"]["scale"]["files"]]
         results: dict[tuple[str, int], dict] = {}
         floors: dict[int, dict] = {}
         for n in sizes:
-            data = first_rows(files, n, work / f"rows-{n}.parquet")
-            for kind in args.answers.split(","):
-                responses = work / f"{kind}-{n}.jsonl"
-                write_answers(data, responses, kind, args.mix_timeouts)
-                if "floor" in what and kind == "canonical":
-                    floors[n] = floor(data, responses, min(n, args.floor_n), sys.executable)
-                    print(f"floor (one process), {floors[n]['responses']:,} canonical responses: "
-                          f"{floors[n]['cpu_ms_per_response']:.3f} ms CPU per response "
-                          f"({floors[n]['correct']:,} correct)", flush=True)
-                if "score" in what:
-                    out = work / f"scored-{kind}-{n}"
-                    got = score(data, responses, out, scorer, shlex.split(args.score_args))
-                    results[(kind, n)] = got
-                    print(line(f"opgen score, {kind}", n, got), flush=True)
-                    if kind == "canonical" and n in floors:
-                        print(f"    vs the floor: {got['cpu'] / n / (floors[n]['cpu_s'] / floors[n]['responses']):.2f}x"
-                              f" CPU per response", flush=True)
-                    if args.ray:
-                        ray = score(data, responses, work / f"ray-{kind}-{n}", scorer,
-                                    ["--executor", "ray", *shlex.split(args.score_args)])
-                        print(line(f"opgen score --executor ray, {kind}", n, ray), flush=True)
-                        same_rows = (out / "scores.jsonl").read_bytes() == (work / f"ray-{kind}-{n}" /
-                                                                             "scores.jsonl").read_bytes()
-                        a = json.loads((out / "summary.json").read_text())
-                        b = json.loads((work / f"ray-{kind}-{n}" / "summary.json").read_text())
-                        same = {k: a[k] == b[k] for k in a if k not in ("isolation", "plots")}
-                        print(f"    ray vs local: scores.jsonl identical: {same_rows}; summary keys that differ: "
-                              f"{sorted(k for k, v in same.items() if not v) or 'none'}", flush=True)
-                        shutil.rmtree(work / f"ray-{kind}-{n}", ignore_errors=True)
-                    if not args.keep:
-                        shutil.rmtree(out, ignore_errors=True)
-                if not args.keep:
-                    responses.unlink(missing_ok=True)
-            if not args.keep:
-                data.unlink(missing_ok=True)
+            score_size(n, files, work, args, shlex.split(args.opgen), results, floors)
         print(f"load average at the end: {os.getloadavg()}")
-        canon = {n: r for (k, n), r in results.items() if k == "canonical"}
-        if canon:
-            print("issue 32 targets (opgen score, canonical answers):")
-            small = canon.get(20_000) or canon[min(canon)]
-            large = canon[max(canon)]
-            n_small, n_large = (20_000 if 20_000 in canon else min(canon)), max(canon)
-            rss_s, rss_l = small["self"]["rss_mib"], large["self"]["rss_mib"]
-            print(check(f"main-process peak RSS at {n_large:,} <= 512 MiB", rss_l <= 512, f"{rss_l:.0f} MiB"))
-            print(check(f"... within 10% of its figure at {n_small:,}", rss_l <= 1.1 * rss_s,
-                        f"{rss_l:.0f} vs {rss_s:.0f} MiB, {rss_l / rss_s:.2f}x"))
-            cpu_s, cpu_l = small["cpu"] / n_small, large["cpu"] / n_large
-            print(check(f"CPU per response at {n_large:,} within 1.1x of at {n_small:,}", cpu_l <= 1.1 * cpu_s,
-                        f"{cpu_l * 1e3:.3f} vs {cpu_s * 1e3:.3f} ms, {cpu_l / cpu_s:.2f}x"))
-            if floors:
-                f = floors[max(floors)]
-                ratio = cpu_l / (f["cpu_s"] / f["responses"])
-                print(check("whole-command CPU per canonical response <= 1.5x the floor", ratio <= 1.5,
-                            f"{ratio:.2f}x"))
+        targets(results, floors)
     finally:
         if not args.keep and args.work is None:
             shutil.rmtree(work, ignore_errors=True)
