@@ -66,7 +66,7 @@ def run(data: Path, responses: Path, limit: int | None = None) -> dict:
     truths: dict[int, dict] = {}
     n = correct = 0
     c0, t0 = cpu(), time.perf_counter()
-    batches = pq.ParquetFile(data).iter_batches(batch_size=4096, columns=["reward_model"])
+    batches = pq.ParquetFile(data, pre_buffer=False).iter_batches(batch_size=4096, columns=["reward_model"])
     start = 0
     with open(responses, "rb") as fh:
         for raw in fh:

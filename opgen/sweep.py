@@ -42,14 +42,13 @@ def _scores_lines(path: Path) -> Iterator[dict]:
                 yield json.loads(line)
 
 
-def model_records(model_dir: Path, metrics: Mapping, decomposed: bool = False) -> Iterator[dict]:
+def model_records(model_dir: Path, metrics: Mapping) -> Iterator[dict]:
     """The scorer's per-response records of one model over all its data files (scores.jsonl lines),
     one at a time, each tagged with its data file; ``split`` falls back to the data file's name."""
     for dn, entry in metrics["data"].items():
-        e = entry.get("decomposed") if decomposed else entry
-        if not e or "scores" not in e:
+        if not entry or "scores" not in entry:
             continue
-        for rec in _scores_lines(model_dir / e["scores"] / "scores.jsonl"):
+        for rec in _scores_lines(model_dir / entry["scores"] / "scores.jsonl"):
             rec["data"] = dn
             rec["split"] = rec.get("split") or dn
             yield rec

@@ -221,7 +221,7 @@ def _op_sets(data_path: Path) -> list[str]:
     out: list[str] = []
     seen: dict[tuple, str] = {}
     try:
-        pf = pq.ParquetFile(data_path)
+        pf = pq.ParquetFile(data_path, pre_buffer=False)  # (with it, memory grows with the file)
         for batch in pf.iter_batches(batch_size=8192, columns=["extra_info"]):
             extra = batch.column("extra_info")
             if not pa.types.is_struct(extra.type) or extra.type.get_field_index("ops") < 0:

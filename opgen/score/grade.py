@@ -77,9 +77,12 @@ class Truth:
         return tuple(seen)
 
 
+ROW_FIELDS = ("answer_format", "assistant_prefix")  # the extra_info fields of a row that grade() reads
+
+
 def row_fields(extra_info: Mapping | None) -> tuple[str, str]:
     """``(answer_format, assistant_prefix)``: the ``extra_info`` fields of a row that :func:`grade`
-    reads; "" where absent."""
+    reads (:data:`ROW_FIELDS`); "" where absent."""
     extra = extra_info or {}
     return str(extra.get("answer_format", "") or ""), str(extra.get("assistant_prefix", "") or "")
 

@@ -14,6 +14,7 @@ for it everywhere).
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections import Counter
@@ -21,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
+
+from opgen import ops
 
 # their home is the CLI's choices; re-exported
 from opgen.choices import DRIFT_CALLS, INTERVALS, PASS_K_ESTIMATORS
@@ -47,21 +50,36 @@ class Tally:
     """A proportion over units (responses, recall blocks) that come in clusters: a row's. Beside the
     counts ``n`` and ``correct`` it keeps ``rows`` and the sums over rows of c², c·n and n² (c, n: a
     row's correct units and units), from which the cluster-robust variance of the proportion follows
-    exactly (integers; no order, no rounding)."""
+    exactly (integers; no order, no rounding). A row of one unit adds to those sums what it adds to
+    ``correct`` and ``n``: only the excess of larger rows is kept (``_cc``, ``_cn``, ``_nn``), so the
+    common row costs three additions."""
 
-    __slots__ = ("n", "correct", "rows", "cc", "cn", "nn")
+    __slots__ = ("n", "correct", "rows", "_cc", "_cn", "_nn")
 
     def __init__(self) -> None:
-        self.n = self.correct = self.rows = self.cc = self.cn = self.nn = 0
+        self.n = self.correct = self.rows = self._cc = self._cn = self._nn = 0
 
     def add(self, n: int, correct: int) -> None:
         """One row's ``n`` units, ``correct`` of them correct."""
         self.n += n
         self.correct += correct
         self.rows += 1
-        self.cc += correct * correct
-        self.cn += correct * n
-        self.nn += n * n
+        if n != 1:
+            self._cc += correct * correct - correct
+            self._cn += correct * n - correct
+            self._nn += n * n - n
+
+    @property
+    def cc(self) -> int:
+        return self._cc + self.correct
+
+    @property
+    def cn(self) -> int:
+        return self._cn + self.correct
+
+    @property
+    def nn(self) -> int:
+        return self._nn + self.n
 
     def merge(self, other: Tally) -> None:
         for k in Tally.__slots__:
@@ -116,10 +134,9 @@ class Tally:
             return t
         t.n, t.correct = int(prop.get(n_key) or 0), int(prop.get(c_key) or 0)
         rows = prop.get("by_row")
+        t.rows = int(rows["rows"]) if isinstance(rows, Mapping) else t.n
         if isinstance(rows, Mapping):
-            t.rows, t.cc, t.cn, t.nn = (int(rows[k]) for k in ("rows", "cc", "cn", "nn"))
-        else:
-            t.rows, t.cc, t.cn, t.nn = t.n, t.correct, t.correct, t.n
+            t._cc, t._cn, t._nn = int(rows["cc"]) - t.correct, int(rows["cn"]) - t.correct, int(rows["nn"]) - t.n
         return t
 
 
@@ -127,8 +144,7 @@ def proportion(successes: int, n: int, how: str = "rows") -> dict[str, Any]:
     """A proportion of ``n`` independent units (one per row): counts, acc and its Wilson interval;
     acc and the interval are null when ``n`` is 0."""
     t = Tally()
-    if n:
-        t.n, t.correct, t.rows, t.cc, t.cn, t.nn = n, successes, n, successes, successes, n
+    t.n, t.correct, t.rows = n, successes, n
     return t.prop(how)
 
 
@@ -182,6 +198,9 @@ def bucket_of(chars: int, edges: Sequence[int]) -> str:
         if chars < e:
             return labels[i]
     return labels[-1]
+
+
+MEASURED_FIELDS = ("unchanged_calls", "output_is_input", "call_ops", "call_chars", "call_tails")  # row_measures'
 
 
 def row_measures(extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -278,12 +297,13 @@ def scope_of(op_ids: object, library: object = None) -> str:
     """``id`` when a row calls only the library's train operators, ``ood`` when it calls a held-out
     one, ``""`` when its operators are unknown (a foreign file without ``extra_info.ops``).
     ``library``: the grade's operator library (None: the study's; its split decides the roles)."""
-    from opgen import ops
-
     if not isinstance(op_ids, (list, tuple)) or not op_ids:
         return ""
-    held = set(ops.HELDOUT_IDS if library is None else library.heldout_ids)  # type: ignore[attr-defined]
-    return "ood" if any(o in held for o in op_ids) else "id"
+    held = _STUDY_HELD if library is None else frozenset(library.heldout_ids)  # type: ignore[attr-defined]
+    return "ood" if not held.isdisjoint(op_ids) else "id"
+
+
+_STUDY_HELD = frozenset(ops.HELDOUT_IDS)
 
 
 def program_ops(ground_truth: object) -> tuple[str, ...] | None:
@@ -429,6 +449,16 @@ def pass_at_k_table(correct_by_row: Mapping[int, Sequence[bool]], estimator: str
 
 
 _RECALL_COUNTS = ("needed", "written", "correct", "arity", "chimera", "wrong_body", "missing")
+# the count a recall verdict adds to (besides needed and written; correct and missing_import aside)
+_VERDICT_COUNTS = {"arity": "arity", "chimera": "chimera", "wrong_body": "wrong_body", "no_definition": "wrong_body",
+                   "syntax": "wrong_body"}
+
+
+def _tally(table: dict[str, Tally], key: str) -> Tally:
+    t = table.get(key)
+    if t is None:
+        t = table[key] = Tally()
+    return t
 
 
 def _op_order(op: str, order: Mapping[str, int]) -> int:
@@ -440,8 +470,7 @@ class Summary:
     (:meth:`add_row`: every sample of the row, in sample order); a row's fields (split, depth,
     scope, degeneracy, its operators' calls) are its first record's. Rows may come in any order."""
 
-    GROUPS = {"by_split": ("split",), "by_depth": ("depth",), "by_k": ("k",), "by_condition": ("condition",),
-              "by_split_depth": ("split", "depth")}
+    GROUPS = ("by_split", "by_depth", "by_k", "by_condition", "by_split_depth")  # row fields, "|"-joined
 
     def __init__(self, defs: MetricDefs | None = None, edges: Sequence[int] = DISTANCE_EDGES):
         self.defs = defs or MetricDefs()
@@ -487,12 +516,10 @@ class Summary:
         structured = [r.get("structure_ok") for r in recs if r.get("structure_ok") is not None]
         if structured:
             t["structure_ok"].add(len(structured), sum(bool(s) for s in structured))
-        for name, keys in self.GROUPS.items():
-            label = "|".join(str(first.get(k, "")) for k in keys)
-            group = self.groups[name].get(label)
-            if group is None:
-                group = self.groups[name][label] = Tally()
-            group.add(n, c)
+        split, depth = str(first.get("split", "")), str(first.get("depth", ""))
+        for name, label in (("by_split", split), ("by_depth", depth), ("by_k", str(first.get("k", ""))),
+                            ("by_condition", str(first.get("condition", ""))), ("by_split_depth", f"{split}|{depth}")):
+            _tally(self.groups[name], label).add(n, c)
         scope = first.get("scope") or ""
         if scope in ("id", "ood"):
             self.scopes[scope].add(n, c)
@@ -517,64 +544,81 @@ class Summary:
         self._add_recalls(first, recs)
 
     def _add_recalls(self, first: Mapping[str, Any], recs: Sequence[Mapping[str, Any]]) -> None:
-        needed: dict[str, list[int]] = {}  # this row's per operator: needed, correct, written, dropped
-        buckets: dict[tuple[str, str], list[int]] = {}  # (op, bucket) -> written, dropped, added
-        tails: dict[tuple[str, int], list[int]] = {}
-        drift = self.defs.drift_call
-        chosen: dict[str, list[tuple[int, int]]] = {}
+        seen, arity, missing = self._row_recalls(recs)
+        if not seen and not missing:
+            return
+        per_op: dict[str, list[int]] = {}  # written, correct, dropped, added
+        for (op, verdict), k in seen.items():
+            d = self._recall_counts(op)
+            d["needed"] += k
+            d["written"] += k
+            w = per_op.get(op)
+            if w is None:
+                w = per_op[op] = [0, 0, 0, 0]
+            w[0] += k
+            if verdict == "correct":
+                d["correct"] += k
+                w[1] += k
+            elif verdict in _VERDICT_COUNTS:
+                d[_VERDICT_COUNTS[verdict]] += k
+            elif verdict == "missing_import":
+                self.missing_import_blocks += k
+        for (op, direction), k in arity.items():
+            self.recall[op]["arity_" + direction] += k
+            per_op[op][2 if direction == "dropped" else 3] += k
+        for op, k in missing.items():
+            d = self._recall_counts(op)
+            d["needed"] += k
+            d["missing"] += k
+        for op in per_op.keys() | missing.keys():
+            written, ok, dropped, added = per_op.get(op) or (0, 0, 0, 0)
+            _tally(self.recall_acc, op).add(written + missing.get(op, 0), ok)
+            if written:
+                _tally(self.recall_arity, op).add(written, dropped)
+                self._add_drift(first, op, written, dropped, added)
+
+    def _row_recalls(self, recs: Sequence[Mapping[str, Any]]) -> \
+            tuple[dict[tuple[str, str], int], dict[tuple[str, str], int], dict[str, int]]:
+        """A row's recall blocks by (operator, verdict), its arity errors by (operator, direction),
+        its missing recalls by operator (the chimeras go straight into the confusion table). Plain
+        dicts: a Counter's += on a new key is a Python call (its __missing__), and this runs per block."""
+        seen: dict[tuple[str, str], int] = {}
+        arity: dict[tuple[str, str], int] = {}
+        missing: dict[str, int] = {}
         for r in recs:
             for rc in r.get("recalls") or ():
-                op, verdict = rc["op"], rc["verdict"]
-                d = self._recall_counts(op)
-                d["needed"] += 1
-                d["written"] += 1
-                d["correct"] += verdict == "correct"
-                d["chimera"] += verdict == "chimera"
-                d["wrong_body"] += verdict in ("wrong_body", "no_definition", "syntax")
-                direction = arity_direction(rc)
-                if direction is not None:
-                    d["arity"] += 1
-                    d["arity_" + direction] += 1
-                if verdict == "chimera":
-                    self.confusion.setdefault(op, Counter())[rc["chimera_of"]] += 1
-                if verdict == "missing_import":
-                    self.missing_import_blocks += 1
-                part = needed.setdefault(op, [0, 0, 0, 0])
-                part[0] += 1
-                part[1] += verdict == "correct"
-                part[2] += 1
-                part[3] += direction == "dropped"
-                calls = chosen.get(op)
-                if calls is None:
-                    calls = chosen[op] = chosen_calls(first, op, drift)
-                is_dropped, is_added = direction == "dropped", direction == "added"
-                for b in sorted({bucket_of(chars, self.edges) for chars, _t in calls}):
-                    w = buckets.setdefault((op, b), [0, 0, 0])
-                    w[0] += 1
-                    w[1] += is_dropped
-                    w[2] += is_added
-                for tc in sorted({tc for _c, tc in calls if tc >= 0}):
-                    w = tails.setdefault((op, tc), [0, 0, 0])
-                    w[0] += 1
-                    w[1] += is_dropped
-                    w[2] += is_added
+                key = (rc["op"], rc["verdict"])
+                seen[key] = seen.get(key, 0) + 1
+                if key[1] == "arity":
+                    which = (key[0], arity_direction(rc) or "dropped")
+                    arity[which] = arity.get(which, 0) + 1
+                elif key[1] == "chimera":
+                    self.confusion.setdefault(key[0], Counter())[rc["chimera_of"]] += 1
             for op in r.get("missing") or ():
-                d = self._recall_counts(op)
-                d["needed"] += 1
-                d["missing"] += 1
-                needed.setdefault(op, [0, 0, 0, 0])[0] += 1
-        for op, (nd, ok, written, dropped) in needed.items():
-            self.recall_acc.setdefault(op, Tally()).add(nd, ok)
-            if written:
-                self.recall_arity.setdefault(op, Tally()).add(written, dropped)
-        for (op, b), (written, dropped, added) in buckets.items():
-            per = self.by_distance.setdefault(op, {label: [Tally(), Tally()] for label in self.labels})
+                missing[op] = missing.get(op, 0) + 1
+        return seen, arity, missing
+
+    def _add_drift(self, first: Mapping[str, Any], op: str, written: int, dropped: int, added: int) -> None:
+        """A row's ``written`` blocks of ``op`` in the buckets of distance and tail calls of its chosen calls."""
+        calls = chosen_calls(first, op, self.defs.drift_call)
+        if not calls:
+            return
+        per = self.by_distance.get(op)
+        if per is None:
+            per = self.by_distance[op] = {label: [Tally(), Tally()] for label in self.labels}
+        for b in {self._bucket(chars) for chars, _t in calls}:
             per[b][0].add(written, dropped)
             per[b][1].add(written, added)
-        for (op, tc), (written, dropped, added) in tails.items():
-            pair = self.by_tails.setdefault(op, {}).setdefault(tc, [Tally(), Tally()])
+        for tc in {tc for _c, tc in calls if tc >= 0}:
+            tails = self.by_tails.setdefault(op, {})
+            pair = tails.get(tc)
+            if pair is None:
+                pair = tails[tc] = [Tally(), Tally()]
             pair[0].add(written, dropped)
             pair[1].add(written, added)
+
+    def _bucket(self, chars: int) -> str:
+        return self.labels[bisect.bisect_right(self.edges, chars)]
 
     def _recall_counts(self, op: str) -> dict[str, int]:
         d = self.recall.get(op)
@@ -587,7 +631,6 @@ class Summary:
 
     def result(self, n_rows: int, answered: int) -> dict[str, Any]:
         """The summary (``summary.json``'s tables, in its order) of everything added so far."""
-        from opgen import ops
         from opgen.score.grade import ERRORS
 
         how = self.defs.interval
@@ -677,8 +720,6 @@ def _arity_entry(pair: Sequence[Tally], how: str) -> dict[str, Any]:
 def combine_arity(tables: Iterable[Mapping[str, Mapping[str, Mapping[str, Any]]] | None],
                   how: str = "rows") -> dict[str, dict[str, dict[str, Any]]]:
     """Arity tables (``arity_by_distance`` or ``arity_by_tail_calls``) of disjoint rows added up."""
-    from opgen import ops
-
     cells: dict[str, dict[str, list[Tally]]] = {}
     for table in tables:
         for op, buckets in (table or {}).items():

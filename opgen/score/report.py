@@ -32,6 +32,7 @@ from opgen.errors import OpgenError
 from opgen.score import inputs as I
 from opgen.score import metrics as M
 from opgen.score.batch import Item, grade_many
+from opgen.score.grade import ROW_FIELDS
 from opgen.score.inputs import Row
 from opgen.score.sandbox import Sandbox
 from opgen.score.settings import DEFAULT, GradeSettings
@@ -73,6 +74,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 _MEASURES = ("split", "family", "depth", "k", "condition", "structure", "answer_format", "target_op", "ops")
+# every extra_info field a record is made of (the row's fields, its measures, what grading reads):
+# the only ones read from the data file
+EXTRA_FIELDS = tuple(dict.fromkeys((*_MEASURES, *M.MEASURED_FIELDS, *ROW_FIELDS)))
 _ENCODE = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(record, ensure_ascii=False)
 
 
@@ -99,7 +103,7 @@ def records_of(row: Row, grades: list[dict], library: object = None) -> list[dic
 
 
 def graded(pairs: Iterable[tuple[Row, list[str]]], box: Sandbox | None, *, data: Path,
-           settings: GradeSettings = DEFAULT, processes: int | None = None, chunk: int = CHUNK,
+           settings: GradeSettings = DEFAULT, processes: int | None = None, chunk: int | None = None,
            answered: Callable[[], object] | None = None) -> Iterator[tuple[Row, list[dict]]]:
     """(row, its grades) for every (row, responses) of ``pairs``, in their order: graded with
     ``settings`` in ``box`` (the static path's share on ``processes`` grading processes,
@@ -116,6 +120,7 @@ def graded(pairs: Iterable[tuple[Row, list[str]]], box: Sandbox | None, *, data:
         items = [Item.of_row(row.ground_truth, text, row.extra) for row, texts in part for text in texts]
         return grade_many(items, sandbox=box, settings=settings, processes=processes, answered=one)
 
+    chunk = CHUNK if chunk is None else chunk
     pool = ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="opgen-grade")
     flight: deque[tuple[list[tuple[Row, list[str]]], Future]] = deque()
     try:
@@ -270,7 +275,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
                 only: Collection[int] | None = None, processes: int | None = None,
                 metric_defs: M.MetricDefs = M.DEFAULT_DEFS, settings: GradeSettings | None = None,
-                progress: bool = False, library: object = None, chunk: int = CHUNK,
+                progress: bool = False, library: object = None, chunk: int | None = None,
                 check_prompts: bool = True) -> dict:
     """Grade every response (or those of rows ``only``), write the report into ``out``, return the
     summary. ``static=False`` runs every program in the sandbox (see grade()); ``processes``: grading
@@ -280,7 +285,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     ``progress``: a bar of responses graded on stderr. ``library``: the operator library the rows
     were built from (an ``OperatorLibrary`` or a spec; None: the study's): a row naming another one
     is refused before anything is graded (:class:`opgen.score.libs.LibraryMismatch`).
-    ``chunk``: responses per grading call (the report is the same for any). ``check_prompts``: a
+    ``chunk``: responses per grading call (default :data:`CHUNK`; the report is the same for any). ``check_prompts``: a
     line's ``prompt_sha256`` must be its row's (`opgen eval` turns it off for the generations it
     made from these very rows).
 
@@ -289,6 +294,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     holds other files is refused)."""
     record = GradeSettings.resolve(settings, mode=mode, policy=policy, group=group, namespace=namespace,
                                    static=static, library=library)
+    chunk = CHUNK if chunk is None else chunk
     if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
         raise ValueError(f"chunk must be a whole number of responses >= 1, got {chunk!r}")
     data, responses, out = Path(data), Path(responses), Path(out)
@@ -310,7 +316,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
             bar = tqdm(total=answers.samples, desc="score", unit="response", file=sys.stderr, leave=False)
         try:
             with ScoresFile(stage) as fh:
-                pairs = _joined(source.rows(answers.wanted), answers, answers)
+                pairs = _joined(source.rows(answers.wanted, EXTRA_FIELDS), answers, answers)
                 for row, grades in graded(pairs, box, data=data, settings=record, processes=processes, chunk=chunk,
                                           answered=None if bar is None else _Tick(bar)):
                     fh.write(report.add(row, grades))
