@@ -534,7 +534,7 @@ class Summary:
             self.probe_rows = True
         self.pass_kinds[(n, c if self.defs.pass_k == "unbiased" else next((i for i, ok in enumerate(oks) if ok), n))] \
             += 1
-        for r in recs:
+        for r in recs:  # per response: what a grade says of itself (a counter of a new grade field goes here)
             self.scores[r["score"]] += 1
             self.errors[r["error"]] += 1
             self.scope_from[str(r.get("scope_from"))] += 1
