@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -166,18 +165,13 @@ def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int, allow
     if allow_weak_sandbox:
         allow_weak_for_this_process()
     runner = V.sandbox_runner(workers=sandbox_workers)
-    bar = None
-    if options.show_progress(progress):
-        from tqdm import tqdm
-
-        bar = tqdm(total=V.count_rows(files), desc="validate", unit="row", file=sys.stderr, leave=False)
+    tick, done = options.counter(progress, "validate", V.count_rows(files), "row")
     try:
-        reports = [V.validate_file(f, runner, bar.update if bar is not None else None) for f in files]
+        reports = [V.validate_file(f, runner, tick) for f in files]
     except SandboxError as exc:
         raise click.ClickException(f"sandbox failure: {exc}") from None
     finally:
-        if bar is not None:
-            bar.close()
+        done()
     manifest_problems = [m for p in paths if p.is_dir() for m in V.check_manifest(p)]
     if as_json:
         click.echo(json.dumps([{"path": r.path, "kind": r.kind, "rows": r.rows, "ok": r.ok, "error": r.error,
@@ -200,8 +194,22 @@ def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int, allow
         click.echo(f"FAIL {problem}")
     bad = [r for r in reports if not r.ok]
     if bad or manifest_problems:
-        raise click.ClickException(f"{len(bad)} of {len(reports)} files failed validation"
-                                   + (f"; {len(manifest_problems)} manifest mismatches" if manifest_problems else ""))
+        raise click.ClickException(validation_summary(len(bad), len(reports), len(manifest_problems)))
+
+
+def validation_summary(failed: int, files: int, problems: int) -> str:
+    """``opgen validate``'s failure line in plain words: how many files failed, and whether the build
+    disagrees with its manifest (each problem is listed above it)."""
+    files_s = f"{files} file{'' if files == 1 else 's'}"
+    if failed:
+        head = f"{failed} of {files_s} failed validation"
+    else:
+        head = "the file passed validation" if files == 1 else f"all {files_s} passed validation"
+    if not problems:
+        return head
+    tail = (f"the build does not match its manifest ({problems} problem{'' if problems == 1 else 's'}, "
+            f"listed above)")
+    return f"{head}, and {tail}" if failed else f"{head}, but {tail}"
 
 
 @click.command()
@@ -212,7 +220,9 @@ def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int, allow
                    "recommend verl's data.max_prompt_length / max_response_length (needs transformers).")
 @click.option("--max-prompt-length", type=click.IntRange(min=1),
               help="With --tokenizer: warn about prompts longer than this many tokens.")
-def stats(paths: tuple[Path, ...], as_json: bool, tokenizer: Path | None, max_prompt_length: int | None) -> None:
+@options.progress()
+def stats(paths: tuple[Path, ...], as_json: bool, tokenizer: Path | None, max_prompt_length: int | None,
+          progress: bool | None) -> None:
     """Counts (depth, k, operators, structure, conditions) and output-length histograms of parquet files.
 
     PATHS are parquet files or build directories. With --tokenizer, token lengths are measured the

@@ -271,9 +271,9 @@ def _eval_local(model, name, data_files, out_dir, cfg) -> dict:
 
 
 def _eval_ray(run: EvalRun) -> list[dict]:
+    from opgen import files
     from opgen.distributed import driver
     from opgen.distributed.ray_executor import RayPool
-    from opgen.infer import evaluate as ev
     from opgen.infer.run import DataError
     from opgen.score.inputs import ScoreInputError
     from opgen.score.report import ScoreOutputError
@@ -295,7 +295,7 @@ def _eval_ray(run: EvalRun) -> list[dict]:
         if pool is not None:
             pool.close()
     info = report.to_dict()
-    ev.write_json_atomic(out_dir / "ray_report.json", info)
+    files.write_json_atomic(out_dir / "ray_report.json", info)
     for metrics in results:
         _report(metrics)
     click.echo(f"ray: {len(info['replicas'])} replicas, {info['rows_generated']} rows in {info['generation_s']:.1f} s "

@@ -141,24 +141,31 @@ def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, comp
         if show:
             click.echo(f"fit [{time.perf_counter() - t0:6.1f} s] {message}", err=True)
 
-    try:
-        say("reading the input")
-        obs = _observations(sweeps, runs_table, tidy, reference_dir, hub_repo, family, cluster_by, overrides)
-        if compute_def is None:
-            compute_def = "given" if all(k[4] is not None for k in obs.cells) else "rollout"
-        if like_reference is None:
-            like_reference = bool(reference_dir or hub_repo)
-        if weights is None:
-            weights = "ols" if like_reference else "binomial"
-        cfg = P.FitConfig(compute=compute_def, c_ref=c_ref, forms=chosen_forms, weights=weights,
-                          like_reference=like_reference,
-                          resamples=resamples, seed=seed, level=level, holdout_frac=holdout_frac,
-                          min_step=min_step, max_step=max_step, min_n=min_n, assume_n=assume_n, overrides=overrides)
-        result, _curves = P.run_fit(obs, cfg, progress=say)
-    except FitInputError as exc:
-        raise BadInput(str(exc)) from None
-    say("writing fit.json, the CSVs" + ("" if no_plots else " and the plots"))
-    written = _write(out_dir, result, not no_plots)
+    from opgen import outdir
+
+    # --out is locked and checked (writable, a folder opgen fit wrote or a new one) before any input
+    # is read; the report is staged and swapped in whole when the fit is done
+    with outdir.committed(out_dir, _own, "opgen fit", "fit.json") as stage:  # OutputError: exit 1 (cli/__init__.py)
+        try:
+            say("reading the input")
+            obs = _observations(sweeps, runs_table, tidy, reference_dir, hub_repo, family, cluster_by, overrides)
+            if compute_def is None:
+                compute_def = "given" if all(k[4] is not None for k in obs.cells) else "rollout"
+            if like_reference is None:
+                like_reference = bool(reference_dir or hub_repo)
+            if weights is None:
+                weights = "ols" if like_reference else "binomial"
+            cfg = P.FitConfig(compute=compute_def, c_ref=c_ref, forms=chosen_forms, weights=weights,
+                              like_reference=like_reference,
+                              resamples=resamples, seed=seed, level=level, holdout_frac=holdout_frac,
+                              min_step=min_step, max_step=max_step, min_n=min_n, assume_n=assume_n,
+                              overrides=overrides)
+            result, _curves = P.run_fit(obs, cfg, progress=say)
+        except FitInputError as exc:
+            raise BadInput(str(exc)) from None
+        say("writing fit.json, the CSVs" + ("" if no_plots else " and the plots"))
+        staged = Rp.write(stage, result, plots=not no_plots)
+    written = [outdir.absolute(out_dir) / p.relative_to(stage) for p in staged]
     for line in Rp.summary_lines(result):
         click.echo(line)
     for w in result["warnings"]:
@@ -166,14 +173,6 @@ def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, comp
     click.echo(f"wrote {', '.join(str(p) for p in written)}")
 
 
-def _write(out_dir: Path, result, plots: bool) -> list[Path]:
-    """The report staged and swapped in whole, --out locked (opgen.outdir, as every command that writes)."""
-    from opgen import outdir
-    from opgen.fit import report as Rp
-
-    def own(name: str) -> bool:
-        return name.startswith("fit") and name.endswith((".json", ".csv", ".png"))
-
-    with outdir.committed(out_dir, own, "opgen fit", "fit.json") as stage:  # OutputError: exit 1 (cli/__init__.py)
-        written = Rp.write(stage, result, plots=plots)
-    return [outdir.absolute(out_dir) / p.relative_to(stage) for p in written]
+def _own(name: str) -> bool:
+    """What opgen fit writes into --out (a folder holding anything else is refused)."""
+    return name.startswith("fit") and name.endswith((".json", ".csv", ".png"))

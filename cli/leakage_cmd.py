@@ -75,7 +75,7 @@ def _print(report: dict) -> None:
                    "the library the rows name), or a comma list of its operator ids.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the whole report as JSON here (checked writable before the work).")
-@options.progress()
+@options.progress(heartbeat=False)  # it prints its own lines (tell, below)
 def leakage(paths: tuple[str, ...], heldout_ops: str, report_path: Path | None, progress: bool | None) -> None:
     """Check training build folders or parquet files against eval ones (those after --against):
     no shared prompt, no shared (program, input) task, no held-out composition's program in

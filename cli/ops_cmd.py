@@ -156,7 +156,9 @@ class _CheckSetupError(click.ClickException):
               help="Hypothesis examples per law per operator.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Hypothesis's seed (a run is deterministic).")
 @options.json_output("Print the report as JSON.")
-def check_cmd(lib: str | None, library_spec: str | None, examples: int, seed: int, as_json: bool) -> None:
+@options.progress()
+def check_cmd(lib: str | None, library_spec: str | None, examples: int, seed: int, as_json: bool,
+              progress: bool | None) -> None:
     """Check LIB's operators against opgen's laws (docs/operators.md, "opgen ops check"): each source
     runs standalone and equals the operator; total; deterministic; pure; out_len and cost bounds hold;
     recursion within the limit. Exit 0 when every law holds, 1 with shrunk counterexamples otherwise."""

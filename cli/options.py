@@ -9,9 +9,13 @@ part of a command an option belongs to (``opgen eval``'s scorer options read "Sc
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
+import threading
+import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -26,6 +30,11 @@ NO_STATIC_HELP = ("Run every program in the sandbox (by default programs of libr
 ALLOW_WEAK_SANDBOX_HELP = "Grade even where the sandbox's isolation is below 'full' (it says what is then unprotected)."
 RAY_ADDRESS_HELP = "ray: an existing cluster (e.g. auto, or ray://HOST:10001); default: start a local one on 127.0.0.1."
 RAY_NUM_CPUS_HELP = "ray: CPUs of the local cluster started without --ray-address (default: this machine's)."
+
+
+def count(n: int, noun: str, plural: str = "") -> str:
+    """``1 config``, ``2 configs``, ``1,024 rows``: a count with its noun as a reader says it."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def _prefixed(prefix: str, text: str) -> str:
@@ -65,16 +74,121 @@ def ray_num_cpus() -> Callable[[F], F]:
     return click.option("--ray-num-cpus", type=click.IntRange(min=1), default=None, help=RAY_NUM_CPUS_HELP)
 
 
-def progress() -> Callable[[F], F]:
+PROGRESS_HELP = ("Progress bars on stderr (default: on a terminal; elsewhere, a line every "
+                 "10 s once the command has run 10 s).")
+
+
+def progress(heartbeat: bool = True) -> Callable[[F], F]:
     """``--progress/--no-progress``, None when neither is given (then: bars when stderr is a terminal,
-    :func:`show_progress`)."""
-    return click.option("--progress/--no-progress", default=None,
-                        help="Progress bars on stderr (default: when a terminal).")
+    :func:`show_progress`). With neither flag and stderr not a terminal (a log, a pipe, a harness),
+    the command reports in plain lines (:class:`Ticker`): a line once it has run
+    :data:`PROGRESS_AFTER_S` and every :data:`PROGRESS_EVERY_S` after, with its counts where it gives
+    them (:func:`counter`), so no long command is silent. ``heartbeat=False``: the command prints such
+    lines itself. A command with ``--quiet`` (eval) is silent with it."""
+    def deco(f: F) -> F:
+        opt = click.option("--progress/--no-progress", default=None, help=PROGRESS_HELP)
+        if not heartbeat:
+            return opt(f)
+
+        @functools.wraps(f)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("progress") is not None or kwargs.get("quiet") or sys.stderr.isatty():
+                return f(*args, **kwargs)
+            name = " ".join(["opgen", *click.get_current_context().command_path.split()[1:]])
+            with Ticker(name):
+                return f(*args, **kwargs)
+        return cast(F, opt(run))
+    return deco
 
 
 def show_progress(progress: bool | None) -> bool:
     """Whether a command shows its progress: as ``--progress/--no-progress`` says, else when stderr is a terminal."""
     return sys.stderr.isatty() if progress is None else progress
+
+
+# Plain progress lines (stderr not a terminal, no --progress/--no-progress): the first once a command
+# has run this long, then one this often. Module constants, so a test can shorten them.
+PROGRESS_AFTER_S = 10.0
+PROGRESS_EVERY_S = 10.0
+
+
+class Ticker:
+    """A command's progress in plain lines on stderr, from a thread: ``NAME: DONE/TOTAL UNITs (T s)``,
+    or ``NAME: working (T s)`` without counts; the first after :data:`PROGRESS_AFTER_S`, then every
+    :data:`PROGRESS_EVERY_S`, and a last one when it ends (if any was printed). The command feeds its
+    counts through :func:`counter`; updating is a counter increment, the I/O is the thread's."""
+
+    current: Ticker | None = None  # the one running for this command (set by --progress's wrapper)
+
+    def __init__(self, name: str):
+        self.name = name
+        self.total: int | None = None
+        self.unit = ""
+        self.done = 0
+        self.said = False
+        self._stop = threading.Event()
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="opgen-progress", daemon=True)
+
+    def count(self, total: int, unit: str) -> Callable[[int], None]:
+        self.total, self.unit, self.done = total, unit, 0
+        return self.update
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self._t0
+        if self.total is None:
+            return f"{self.name}: working ({elapsed:.0f} s)"
+        units = self.unit if self.total == 1 else self.unit + "s"
+        return f"{self.name}: {self.done:,}/{self.total:,} {units} ({elapsed:.0f} s)"
+
+    def _say(self) -> None:
+        self.said = True
+        text = self.line() + "\n"
+        try:
+            fd = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):  # a captured stream (click's test runner)
+            sys.stderr.write(text)
+            sys.stderr.flush()
+            return
+        # straight to the descriptor: this thread takes no lock of sys.stderr's, so a worker forked
+        # while it writes (opgen build --workers) never inherits one held
+        os.write(fd, text.encode("utf-8", "replace"))
+
+    def _run(self) -> None:
+        wait = PROGRESS_AFTER_S
+        while not self._stop.wait(wait):
+            self._say()
+            wait = PROGRESS_EVERY_S
+
+    def __enter__(self) -> Ticker:
+        Ticker.current = self
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        Ticker.current = None
+        if self.said and exc[0] is None:
+            self._say()
+
+
+def counter(progress: bool | None, desc: str, total: int, unit: str) -> tuple[Callable[[int], None] | None,
+                                                                            Callable[[], None]]:
+    """``(update, close)`` for a command's counted work: a tqdm bar where :func:`show_progress` says so,
+    the running :class:`Ticker`'s counts where the command reports in plain lines, else nothing
+    (``update`` None)."""
+    if Ticker.current is not None:
+        return Ticker.current.count(total, unit), lambda: None
+    if not show_progress(progress):
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False)
+    return bar.update, bar.close
 
 
 def no_plots() -> Callable[[F], F]:

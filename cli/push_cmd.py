@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from . import options
+
 
 def _repo_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
     from opgen import hub
@@ -29,9 +31,10 @@ def _repo_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--license", "license_", default="apache-2.0", show_default=True,
               help="License identifier for the card's front matter.")
 @click.option("--pretty-name", help="Title of the card (default: opgen + the recipe names).")
+@options.progress()
 @click.pass_context
 def push(ctx: click.Context, build_dir: Path, repo_id: str, private: bool, revision: str | None,
-         dry_run: Path | None, force: bool, license_: str, pretty_name: str | None) -> None:
+         dry_run: Path | None, force: bool, license_: str, pretty_name: str | None, progress: bool | None) -> None:
     """Publish BUILD_DIR (written by `opgen build`) to the Hub in one commit.
 
     Each split family becomes a config with its files at data/<config>/<split>-0000k-of-0000n.parquet,
@@ -52,8 +55,8 @@ def push(ctx: click.Context, build_dir: Path, repo_id: str, private: bool, revis
             plan = hub.write_tree(build_dir, dry_run, repo_id, license=license_, pretty_name=pretty_name,
                                   force=force)
             files = hub.tree_files(dry_run)
-            click.echo(f"wrote {len(files)} files ({len(plan.configs)} configs, "
-                       f"{sum(s.rows for s in plan.splits)} rows) to {dry_run}; nothing uploaded")
+            click.echo(f"wrote {options.count(len(files), 'file')} ({options.count(len(plan.configs), 'config')}, "
+                       f"{options.count(sum(s.rows for s in plan.splits), 'row')}) to {dry_run}; nothing uploaded")
             for rel in files:
                 click.echo(f"  {rel}")
             return
@@ -72,6 +75,7 @@ def push(ctx: click.Context, build_dir: Path, repo_id: str, private: bool, revis
         raise click.ClickException(f"{describe_os_error(exc, str(dry_run or build_dir))}; nothing was written"
                                    + (f" to {dry_run}" if dry_run is not None else "")) from None
     where = f"{repo_id}@{revision}" if revision else repo_id
-    click.echo(f"pushed {len(result.files)} files ({len(result.plan.configs)} configs) to {where} in one commit")
+    configs = options.count(len(result.plan.configs), "config")
+    click.echo(f"pushed {options.count(len(result.files), 'file')} ({configs}) to {where} in one commit")
     if result.commit_url:
         click.echo(result.commit_url)

@@ -19,7 +19,9 @@ from . import options
                    "(weighted as in DBCA).")
 @click.option("--leaves", is_flag=True, help="Count the input x and literal kinds as atoms (and compound ends).")
 @click.option("--inputs", is_flag=True, help="Count each task's input length class as an atom.")
-def split_stats(train: Path, eval_: Path, as_json: bool, max_size: int, leaves: bool, inputs: bool) -> None:
+@options.progress()
+def split_stats(train: Path, eval_: Path, as_json: bool, max_size: int, leaves: bool, inputs: bool,
+                progress: bool | None) -> None:
     """Atom divergence D_A = 1 - C_0.5 and compound divergence D_C = 1 - C_0.1 (Chernoff coefficients of
     the normalized histograms, DBCA) of TRAIN against EVAL, and the held-out compounds (in eval, in no
     training row) with their share of eval rows. TRAIN and EVAL are build folders or parquet files."""

@@ -11,13 +11,15 @@ Rows are the file build's rows: :func:`create_dataset` runs the same builder (ev
 duplicate redraws and the leakage check included) into a temporary directory and reads the
 parquet back, so ``create_dataset(r, s, size=n, seed=k)`` equals the rows of
 ``opgen build r --only s --limit n --seed k``. ``size`` is that ``--limit``: the first ``size``
-rows of the split, never more than the split has.
+rows of the split, never more than the split has (``create_dataset`` then warns, :class:`FewerRows`,
+saying how many came back).
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +30,8 @@ if TYPE_CHECKING:
     from opgen.score.settings import GradeSettings
 
 # Generator is re-exported for user generators: subclass it, register it, name it in a recipe.
-__all__ = ["Dataset", "Generator", "Scores", "build_splits", "create_dataset", "load_recipe", "register_generator",
-           "score_answers"]
+__all__ = ["Dataset", "FewerRows", "Generator", "Scores", "build_splits", "create_dataset", "load_recipe",
+           "register_generator", "rows_list", "score_answers"]
 
 
 def _count(name: str, value: Any, least: int, cli: str) -> None:
@@ -137,8 +139,13 @@ def build_splits(recipe: Any, splits: Sequence[str] | None = None, *, size: int 
     _check_build_args(size, seed, workers)
     if isinstance(splits, str):
         splits = [splits]
-    if splits is not None and not all(isinstance(s, str) for s in splits):
-        raise TypeError(f"splits must be split names (strings), got {list(splits)!r}")
+    if splits is not None:
+        if isinstance(splits, Mapping) or not isinstance(splits, Iterable):
+            raise TypeError(f"splits must be a split name or a list of split names, got {type(splits).__name__} "
+                            f"{splits!r:.80}")
+        splits = list(splits)
+        if not all(isinstance(s, str) for s in splits):
+            raise TypeError(f"splits must be split names (strings), got {splits!r:.120}")
     loaded = load_recipe(recipe, seed, library)
     # The build goes into a folder inside the temporary one: its lock file (beside the output
     # folder) is then removed with it, never left in the system's temp directory.
@@ -171,7 +178,16 @@ def create_dataset(recipe: Any, split: str | None = None, *, size: int | None = 
         split = names[0]
     if split not in names:
         raise KeyError(f"recipe {loaded.name!r} has no split {split!r} (splits: {', '.join(names)})")
-    return build_splits(loaded, [split], size=size, seed=seed, workers=workers)[split]
+    ds = build_splits(loaded, [split], size=size, seed=seed, workers=workers)[split]
+    if size is not None and len(ds) < size:
+        warnings.warn(FewerRows(f"create_dataset: size={size:,} asked, but split {split!r} of recipe {loaded.name!r} "
+                                f"has {len(ds):,} rows: {len(ds):,} came back"), stacklevel=2)
+    return ds
+
+
+class FewerRows(UserWarning):
+    """:func:`create_dataset` was asked for more rows than the split has: the split's rows came back
+    (``size`` is ``opgen build --limit``: at most that many), and this warning says how many."""
 
 
 @dataclass
@@ -190,17 +206,25 @@ class Scores:
         return [sum(g["score"] for g in gs) / len(gs) if gs else None for gs in self.grades]
 
 
+def rows_list(rows: Any) -> list[dict]:
+    """A :class:`Dataset`, a pyarrow.Table, a datasets.Dataset or a list of row dicts -> a list of
+    dicts (TypeError naming the first row that is not a dict)."""
+    if hasattr(rows, "to_pylist"):  # opgen.Dataset, pyarrow.Table
+        return list(rows.to_pylist())
+    if hasattr(rows, "to_list") and hasattr(rows, "features"):  # datasets.Dataset
+        return list(rows.to_list())
+    out = list(rows)
+    for i, r in enumerate(out):
+        if not isinstance(r, Mapping):
+            raise TypeError(f"row {i}: a row is a dict (a parquet row), not {type(r).__name__}")
+    return [dict(r) for r in out]
+
+
 def _rows_of(rows: Any):
     from opgen.score.inputs import Row
 
-    if isinstance(rows, Dataset):
-        rows = rows.table
-    if hasattr(rows, "to_pylist") and hasattr(rows, "num_rows"):  # a pyarrow.Table
-        rows = rows.to_pylist()
     out = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, Mapping):
-            raise TypeError(f"row {i}: a row is a dict (a parquet row), not {type(row).__name__}")
+    for i, row in enumerate(rows_list(rows)):
         gt = (row.get("reward_model") or {}).get("ground_truth")
         if not isinstance(gt, str):
             raise ValueError(f"row {i}: reward_model.ground_truth is missing or not a string")
@@ -220,6 +244,8 @@ def _samples(i: int, got: Any) -> list[str] | None:
         if "index" in got and got["index"] != i:
             raise ValueError(f"responses[{i}]: index {got['index']!r} in a record at position {i} (responses are "
                              "given in row order; drop 'index' or make it the position)")
+        if "responses" in got and "response" in got:  # which one was meant? never one of them silently
+            raise ValueError(f"responses[{i}]: both 'response' and 'responses' in one record; give one of them")
         if "responses" in got:
             many = got["responses"]
             if isinstance(many, (list, tuple)) and many and all(isinstance(s, str) for s in many):

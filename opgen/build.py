@@ -44,7 +44,7 @@ from opgen import content, formats, leakage, ops, outdir, write
 from opgen import expr as E
 from opgen import manifest as M
 from opgen.errors import USAGE, OpgenError
-from opgen.generate import Generator, GeneratorError
+from opgen.generate import Generator, GeneratorError, Unsatisfiable
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
 from opgen.rows import Facts, RowBuffer, RowSpec
 from opgen.splits import compounds as C
@@ -793,6 +793,8 @@ def _phases(shards: Shards, workers: int, progress: bool, mapper: Any) -> tuple[
                 try:
                     produced: list[ShardFacts] = _run(pool, _produce, list(range(len(units))), bar, mapper,
                                                       counter, [u.stop - u.start for u in units])
+                except Unsatisfiable:  # named, its class kept (opgen serve answers it with a 4xx)
+                    raise
                 except GeneratorError as exc:
                     raise BuildError(str(exc)) from None
                 finally:
@@ -916,6 +918,8 @@ def _redraw(plan: Plan, i: int, start: int, taken: Callable[[int], bool]) -> tup
         while j < stop:
             try:
                 j, item = gen.first_valid(i, j)
+            except Unsatisfiable:
+                raise
             except GeneratorError as exc:
                 raise BuildError(str(exc)) from None
             facts = buf.add(i, item)

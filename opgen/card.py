@@ -495,7 +495,8 @@ def render(plan: Plan, tree_root: Path, repo_id: str, *, license: str = "apache-
         f"---\n{meta}---",
         f"# {pretty_name}",
         f"Synthetic compositional string-operator tasks built with opgen "
-        f"{plan.manifest.get('opgen_version')}: {total:,} rows in {len(plan.configs)} configs. A library of "
+        f"{plan.manifest.get('opgen_version')}: {total:,} rows in {len(plan.configs)} "
+        f"config{'' if len(plan.configs) == 1 else 's'}. A library of "
         f"{len(lib)} string operators {names} "
         f"({n_train} train, {n_held} held-out) is learned as atomic skills; models are trained on compositions "
         "of the train operators only and tested on compositions of the held-out ones. Answers follow the "

@@ -8,6 +8,7 @@ if any, is left as it was.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -36,6 +37,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: Path, obj: object) -> None:
+    """``obj`` as indented JSON (keys sorted, UTF-8 as it is), whole or not at all; the folder is made.
+    The one way opgen writes a JSON report (metrics.json, fit.json, a Ray report...)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
 
 
 def describe_os_error(exc: OSError, what: str = "") -> str:

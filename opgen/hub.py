@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -358,6 +359,17 @@ def resolve_token(token: str | None = None) -> str:
     return found
 
 
+def _check_staging_room(plan_: Plan) -> None:
+    """Before any file is copied: TMPDIR can hold the tree a push stages (the build's files)."""
+    tmp = tempfile.gettempdir()
+    need = sum(f.bytes for f, _ in plan_.placements()) + (1 << 20)
+    free = shutil.disk_usage(tmp).free
+    if free < need:
+        raise HubError(f"{tmp}: {free / 2**20:,.1f} MiB free; a push stages a verified copy of the build "
+                       f"({need / 2**20:,.1f} MiB) there before its one commit; free space or point TMPDIR "
+                       f"elsewhere; nothing was uploaded")
+
+
 @dataclass(frozen=True)
 class PushResult:
     repo_id: str
@@ -378,7 +390,8 @@ def push(build_dir: Path, repo_id: str, *, private: bool = False, revision: str 
     CommitOperationAdd, HfApi = hf.CommitOperationAdd, hf.HfApi
 
     # Staged in TMPDIR (room for one copy of the build): what is uploaded is what was verified,
-    # whatever happens to the build directory meanwhile.
+    # whatever happens to the build directory meanwhile. The room is checked before the copy.
+    _check_staging_room(plan(build_dir))
     with tempfile.TemporaryDirectory(prefix="opgen-push-") as tmp:
         staged = Path(tmp) / "tree"
         plan_ = write_tree(build_dir, staged, repo_id, license=license, pretty_name=pretty_name)
@@ -394,7 +407,7 @@ def push(build_dir: Path, repo_id: str, *, private: bool = False, revision: str 
             info = api.create_commit(
                 repo_id, operations, repo_type="dataset", revision=revision,
                 commit_message=f"opgen {plan_.manifest['opgen_version']}: {recipes} "
-                               f"({len(plan_.configs)} configs, {rows} rows)",
+                               f"({len(plan_.configs)} config{'' if len(plan_.configs) == 1 else 's'}, {rows:,} rows)",
                 commit_description=f"manifest.json sha256 {plan_.manifest_sha256}",
             )
         except Exception as exc:  # HTTP, network, validation: one commit means no half-published tree

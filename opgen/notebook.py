@@ -88,7 +88,7 @@ def mix_datasets(datasets: Sequence[Any], weights: Sequence[float] | None = None
     no row repeats); asking for more rows than a source can give raises ValueError. Every row gets
     ``extra_info.mix_source`` (the index of its source)."""
     from opgen import rng as G
-    from opgen.integrations.common import rows_list
+    from opgen.api import rows_list
 
     sources = [rows_list(d) for d in datasets]
     if not sources:

@@ -2,6 +2,8 @@
 
 - **Lock.** ``DIR.opgen-lock`` (a sibling of DIR, so it survives the swap below) is held with
   ``flock`` for the whole build and names the holder's pid; a second build into DIR refuses at once.
+  The holder removes it as it lets go (a command that refused to start included): no lock file is
+  left beside DIR.
 - **Staging and swap.** A build writes everything, ``manifest.json`` last, into the sibling
   ``DIR.opgen-new-<pid>``, then swaps it in: ``renameat2(RENAME_EXCHANGE)`` exchanges the two
   directories in one atomic step (Linux ≥ 3.15; ext4, xfs, btrfs, tmpfs, overlayfs), and the old
@@ -166,19 +168,25 @@ class Lock:
     def __enter__(self) -> Lock:
         import fcntl
 
-        try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise OutputError(f"{self.path}: cannot create the build lock ({exc.strerror})") from None
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self.fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+        while True:
+            try:
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError as exc:
+                raise OutputError(f"{self.path}: cannot create the build lock ({exc.strerror})") from None
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(self.fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(self.fd)
+                self.fd = -1
+                raise OutputError(f"{self.path.with_name(self.path.name.removesuffix(LOCK_SUFFIX))}: another "
+                                  f"{self.what} (pid {holder}) is writing this directory (lock {self.path}); "
+                                  f"wait for it or write elsewhere") from None
+            if self._still_the_file():
+                break
+            # the holder we waited on removed the file as it let go: lock the one at the path now
             os.close(self.fd)
             self.fd = -1
-            raise OutputError(f"{self.path.with_name(self.path.name.removesuffix(LOCK_SUFFIX))}: another "
-                              f"{self.what} (pid {holder}) is writing this directory (lock {self.path}); "
-                              f"wait for it or write elsewhere") from None
         try:
             os.ftruncate(self.fd, 0)
             os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
@@ -187,10 +195,23 @@ class Lock:
                 raise
         return self
 
+    def _still_the_file(self) -> bool:
+        """Whether the locked descriptor is the file at the path (a holder removes it on leaving)."""
+        try:
+            at_path = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(self.fd)
+        return (mine.st_dev, mine.st_ino) == (at_path.st_dev, at_path.st_ino)
+
     def __exit__(self, *exc) -> None:
         if self.fd >= 0:
-            os.ftruncate(self.fd, 0)
-            os.close(self.fd)  # the file stays: removing it would race a build that just opened it
+            # Removed while still locked, so no lock file is left beside DIR: a command that opened
+            # it meanwhile finds, once it holds the lock, that the path is gone or another file, and
+            # opens the path again (__enter__).
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            os.close(self.fd)
             self.fd = -1
 
 
@@ -389,11 +410,18 @@ def claim(out: Path, own: Callable[[str], bool], what: str) -> Iterator[Path]:
     check_writable(out)
     with Lock(out, what):
         check_foreign(out, own, what)
+        made = not out.exists()
         try:
             out.mkdir(exist_ok=True)
         except OSError as exc:
             raise OutputError(f"{out}: cannot create the output directory ({exc.strerror})") from None
-        yield out
+        try:
+            yield out
+        except BaseException:
+            if made:  # a command that failed before writing anything leaves no empty folder behind
+                with contextlib.suppress(OSError):
+                    out.rmdir()
+            raise
 
 
 @contextlib.contextmanager

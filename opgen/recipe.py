@@ -433,6 +433,8 @@ def build_generator(cfg: SplitConfig, recipe: Recipe) -> G.Generator:
                     library=recipe.library)
     try:
         gen = G.get(cfg.generator)(cfg.options, ctx)
+    except G.Unsatisfiable:  # its own class: what no draw can give (opgen serve answers it with a 4xx)
+        raise
     except G.GeneratorError as exc:
         raise RecipeError(str(exc)) from None
     if recipe.split is not None:

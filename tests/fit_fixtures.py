@@ -3,6 +3,7 @@ synthetic curves with known parameters and binomial noise."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -99,3 +100,12 @@ def replay_sweep(root: Path, curves: dict, steps, n_rows: int = 24, seed: int = 
             (folder / "trees_generations.jsonl").write_text("".join(lines), encoding="utf-8")
             models.append(folder)
     return data, models
+
+
+def write_tidy(path: Path, rows, header=("run", "step", "split", "n_correct", "n_total", "tokens", "loss")) -> Path:
+    """A tidy CSV for ``opgen fit --tidy``: ``header``, then ``rows``."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return path

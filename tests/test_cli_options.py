@@ -21,7 +21,8 @@ SHARED = {
     "--executor": ["build", "score", "eval"],
     "--ray-address": ["build", "score", "eval"],
     "--ray-num-cpus": ["build", "score", "eval"],
-    "--progress": ["build", "eval", "validate", "verify", "score", "fit", "leakage"],
+    "--progress": ["build", "eval", "validate", "verify", "score", "fit", "leakage", "stats", "split-stats", "push",
+                   "ops check"],
     "--no-plots": ["score", "fit"],
     "--json": ["validate", "stats", "verify", "ops list", "ops eval"],
 }

@@ -153,20 +153,12 @@ def test_yaml_runs_table(runner, cli, sweep, tmp_path):
     assert fit["compute"]["per_run"]["r1"]["per_step"] == pytest.approx(10 * 20.5e6 * 64 * 4 * (50 + 150))
 
 
-def _tidy(path: Path, rows, header=("run", "step", "split", "n_correct", "n_total", "tokens", "loss")):
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
-
-
 def test_tidy_table_with_given_compute(runner, cli, tmp_path):
     rows = []
     for i, run in enumerate(("a", "b", "c", "d")):
         for j, c in enumerate((1e18, 2e18, 4e18, 8e18, 1.6e19)):
             rows.append([run, c, "all", 20 + 10 * j + 3 * i, 200, 10 ** (9 + i), 4 - 0.2 * i])
-    path = _tidy(tmp_path / "t.csv", rows, ("run", "compute", "split", "n_correct", "n_total", "tokens", "loss"))
+    path = F.write_tidy(tmp_path / "t.csv", rows, ("run", "compute", "split", "n_correct", "n_total", "tokens", "loss"))
     res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o"), "--resamples", "50", "--no-plots")
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "o" / "fit.json").read_text())
@@ -178,7 +170,7 @@ def test_tidy_table_with_given_compute(runner, cli, tmp_path):
 def test_fit_window_keeps_only_the_steps_inside_it(runner, cli, tmp_path):
     rows = [[run, s, "all", 10 + j * 5 + i, 100, None, None] for i, run in enumerate("ab")
             for j, s in enumerate((10, 20, 40, 80, 160))]
-    path = _tidy(tmp_path / "t.csv", rows)
+    path = F.write_tidy(tmp_path / "t.csv", rows)
     res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o"), "--compute", "step", "--min-step", "20",
                "--max-step", "80", "--resamples", "20", "--no-plots", "--forms", "linear_log")
     assert res.exit_code == 0, res.output
@@ -195,7 +187,7 @@ def test_fit_window_keeps_only_the_steps_inside_it(runner, cli, tmp_path):
                                                               "tokens"), "row 3: run 'a' has tokens"),
 ])
 def test_bad_tidy_tables_name_the_row_and_field_and_exit_2(runner, cli, tmp_path, rows, header, needle):
-    path = _tidy(tmp_path / "bad.csv", rows, header)
+    path = F.write_tidy(tmp_path / "bad.csv", rows, header)
     res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o"), "--compute", "step")
     assert res.exit_code == 2, res.output
     assert needle in res.output and str(path) in res.output
@@ -280,7 +272,7 @@ def test_tidy_cluster_column_and_rates_read_as_counts(runner, cli, tmp_path):
         for j, s in enumerate((10, 20, 40, 80, 160)):
             for cl in range(6):
                 rows.append([run, s, "all", cl, (2 + j + i + cl % 3), 10])
-    path = _tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "cluster", "n_correct", "n_total"))
+    path = F.write_tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "cluster", "n_correct", "n_total"))
     res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o"), "--compute", "step", "--resamples",
                "30", "--no-plots", "--forms", "linear_log")
     assert res.exit_code == 0, res.output
@@ -326,7 +318,7 @@ def test_unfinished_checkpoints_are_named_and_rows_without_answers_are_not_zero(
     assert "r1_step320" in res.output
 
     rows = [["a", s, "all", 5, 10] for s in (10, 20, 40, 80)] + [["a", 160, "all", 0, 0]]
-    path = _tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
+    path = F.write_tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
     res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "t"), "--compute", "step",
                "--resamples", "0", "--no-plots", "--forms", "linear_log")
     assert res.exit_code == 0, res.output
@@ -339,7 +331,7 @@ def test_unfinished_checkpoints_are_named_and_rows_without_answers_are_not_zero(
 
 def test_progress_names_each_stage_and_run(runner, cli, tmp_path):
     rows = [[run, s, "all", 3 + j, 10] for run in ("a", "b") for j, s in enumerate((10, 20, 40, 80))]
-    path = _tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
+    path = F.write_tidy(tmp_path / "t.csv", rows, ("run", "step", "split", "n_correct", "n_total"))
     res = _fit(runner, cli, "--tidy", str(path), "--out", str(tmp_path / "o"), "--compute", "step",
                "--resamples", "10", "--no-plots", "--forms", "linear_log", "--progress")
     assert res.exit_code == 0, res.output

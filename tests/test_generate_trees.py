@@ -92,7 +92,10 @@ def test_the_unchanged_count_noted_while_drawing_is_the_measure_row_by_row(optio
 
 
 def test_bulk_rows_report_an_impossible_row_like_single_rows():
-    options = {"ops": ["func_1"], "depths": [1], "rows": 3, "max_output_chars": 2, "max_attempts": 5}
+    # func_1 repeats its input at least twice: 2-3 characters in, never 3 out (the cap is above every
+    # input, so the split is not refused up front; each row's search gives up)
+    options = {"ops": ["func_1"], "depths": [1], "rows": 3, "input_len": [2, 3], "max_output_chars": 3,
+               "max_attempts": 5}
     with pytest.raises(G.GeneratorError) as single:
         make(options).first_valid(0)
     with pytest.raises(G.GeneratorError) as bulk:

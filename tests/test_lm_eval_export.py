@@ -81,3 +81,7 @@ def test_lm_evals_task_manager_loads_the_tasks(exported):
     assert len(docs) == len(rows)
     assert [task.process_results(d, [x])["score"] for d, x in zip(docs, responses)] == scores
     assert task.doc_to_text(docs[0]) == rows[0]["prompt"][0]["content"]
+    # the !function aggregation of the metric return x cannot score on is lm-eval's own callable
+    items = [task.process_results(d, [x])["acc_non_degenerate"] for d, x in zip(docs, responses)]
+    assert task.aggregation()["acc_non_degenerate"](items) == pytest.approx(
+        sum(a for a, counted in items if counted) / sum(counted for _, counted in items))

@@ -310,7 +310,7 @@ def test_dry_run_replaces_its_own_tree_only_with_force_and_a_foreign_folder_neve
     result = run(hand_build, "--repo-id", "org/y", "--dry-run", tree, "--force")
     assert result.exit_code == 0, result.output
     assert hub.tree_files(tree) == HAND_TREE and (tree / "README.md").read_bytes() != before["README.md"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree", "tree.opgen-lock"]  # no staging left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree"]  # no staging, no lock left
     # a folder that looks like a tree but holds one more file, or has no opgen manifest: never replaced
     (tree / "notes.md").write_text("mine")
     project = tmp_path / "project"
@@ -358,7 +358,7 @@ def test_a_concurrent_dry_run_refuses_and_a_killed_one_leaves_no_half_tree(hand_
     _, err = third.communicate(timeout=120)
     assert third.returncode == 0, err
     assert hub.tree_files(tree) == HAND_TREE and (tree / "README.md").read_bytes() != before["README.md"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree", "tree.opgen-lock"]  # ... removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree"]  # ... removed, and the lock
 
 
 @pytest.mark.parametrize("sig, code", [("INT", 130), ("TERM", 143)])
@@ -371,7 +371,7 @@ def test_a_dry_run_stopped_by_a_signal_exits_128_plus_it_and_leaves_the_old_tree
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == code and "Traceback" not in err and "is as it was" in err, err
     assert {p: (tree / p).read_bytes() for p in hub.tree_files(tree)} == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree", "tree.opgen-lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree"]  # no staging, no lock left
 
 
 def test_a_failing_dry_run_leaves_the_earlier_tree_as_it_was(hand_build: Path, tmp_path: Path):
@@ -385,7 +385,7 @@ def test_a_failing_dry_run_leaves_the_earlier_tree_as_it_was(hand_build: Path, t
     result = run(hand_build, "--repo-id", "org/y", "--dry-run", tree, "--force")
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert {p: (tree / p).read_bytes() for p in hub.tree_files(tree)} == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree", "tree.opgen-lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "tree"]  # no staging, no lock left
 
 
 def test_dry_run_into_empty_dir_is_allowed(hand_build: Path, tmp_path: Path):

@@ -1,34 +1,20 @@
 """Messages, not tracebacks: full disks, read-only targets, corrupt and foreign files, replay data (issue 13, 6-8).
 
-Full and read-only file systems are small tmpfs mounts (root only; skipped where ``mount`` fails).
+Full and read-only file systems are small tmpfs mounts (tests/tmpfs.py: root only; skipped where ``mount`` fails).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import tiny_model as tm
-
-
-@contextlib.contextmanager
-def _tmpfs(path: Path, size: str = "4m", ro: bool = False):
-    path.mkdir()
-    opts = f"size={size}" + (",ro" if ro else "")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()})")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
+from tmpfs import mounted
 
 
 def _fill(root: Path, leave: int = 0) -> None:
@@ -62,12 +48,12 @@ def _no_traceback(result) -> None:
 
 
 def test_build_checks_free_space_up_front(runner, cli, tmp_path):
-    with _tmpfs(tmp_path / "fs", "2m") as fs:
+    with mounted(tmp_path / "fs", "2m") as fs:
         out = fs / "o"
         r = runner.invoke(cli, ["build", "native-stage1", "--out", str(out), "--workers", "1"])
         assert r.exit_code == 1 and "free" in r.output and "needs about" in r.output, r.output
         _no_traceback(r)
-        assert sorted(p.name for p in fs.iterdir()) == ["o.opgen-lock"]
+        assert sorted(p.name for p in fs.iterdir()) == []  # not even the lock
 
 
 @pytest.mark.slow
@@ -75,16 +61,16 @@ def test_a_build_that_runs_out_of_space_leaves_nothing(runner, cli, tmp_path, mo
     from opgen import outdir
 
     monkeypatch.setattr(outdir, "check_space", lambda out, estimate: None)  # as if the estimate were wrong
-    with _tmpfs(tmp_path / "fs", "1m") as fs:
+    with mounted(tmp_path / "fs", "1m") as fs:
         out = fs / "o"
         r = runner.invoke(cli, ["build", "native-stage1", "--out", str(out), "--workers", "1"])
         assert r.exit_code == 1 and "No space left on device" in r.output, r.output
         _no_traceback(r)
-        assert sorted(p.name for p in fs.iterdir()) == ["o.opgen-lock"]
+        assert sorted(p.name for p in fs.iterdir()) == []  # not even the lock
 
 
 def test_build_into_a_read_only_place_is_a_message(runner, cli, tmp_path):
-    with _tmpfs(tmp_path / "fs", "1m", ro=True) as fs:
+    with mounted(tmp_path / "fs", "1m", ro=True) as fs:
         r = runner.invoke(cli, ["build", "native-stage1", "--out", str(fs / "o"), "--limit", "5"])
         assert r.exit_code == 1 and ("not writable" in r.output or "Read-only" in r.output), r.output
         _no_traceback(r)
@@ -93,7 +79,7 @@ def test_build_into_a_read_only_place_is_a_message(runner, cli, tmp_path):
 @pytest.mark.parametrize("ro", [False, True])
 def test_score_into_a_full_or_read_only_folder_leaves_no_report(runner, cli, tmp_path, trees, ro):
     answers = _responses(tmp_path / "a.jsonl")
-    with _tmpfs(tmp_path / "fs", "1m", ro=ro) as fs:
+    with mounted(tmp_path / "fs", "1m", ro=ro) as fs:
         if not ro:
             (fs / "out").mkdir()
             _fill(fs, leave=100)
@@ -108,7 +94,7 @@ def test_score_into_a_full_or_read_only_folder_leaves_no_report(runner, cli, tmp
 
 def test_eval_into_a_full_folder_is_a_message(runner, cli, tmp_path, trees):
     answers = _responses(tmp_path / "a.jsonl")
-    with _tmpfs(tmp_path / "fs", "1m") as fs:
+    with mounted(tmp_path / "fs", "1m") as fs:
         _fill(fs, leave=100)
         r = runner.invoke(cli, ["eval", "--backend", "replay", "--model", str(answers), "--data", str(trees),
                                 "--out", str(fs / "out")])
@@ -122,20 +108,18 @@ def test_eval_into_a_full_folder_is_a_message(runner, cli, tmp_path, trees):
 def test_push_dry_run_into_a_full_or_read_only_place_writes_nothing(runner, cli, tmp_path, ro):
     build = tmp_path / "b"
     assert runner.invoke(cli, ["build", "native-stage1", "--out", str(build), "--limit", "200"]).exit_code == 0
-    with _tmpfs(tmp_path / "fs", "1m", ro=ro) as fs:
+    with mounted(tmp_path / "fs", "1m", ro=ro) as fs:
         if not ro:
             _fill(fs, leave=1000)
         r = runner.invoke(cli, ["push", str(build), "--repo-id", "me/x", "--dry-run", str(fs / "tree")])
         assert r.exit_code == 1 and "nothing was written" in r.output, r.output
         _no_traceback(r)
-        # the lock (opgen/outdir.py) stays, empty, as after every command that writes; nothing else does
-        assert not (fs / "tree").exists() and not [p for p in fs.iterdir() if p.name not in (".filler",
-                                                                                               "tree.opgen-lock")]
-        assert not (fs / "tree.opgen-lock").exists() or (fs / "tree.opgen-lock").read_bytes() == b""
+        # nothing is left, not even the lock (opgen/outdir.py removes it as it lets go)
+        assert not (fs / "tree").exists() and not [p for p in fs.iterdir() if p.name != ".filler"]
 
 
 def test_leakage_report_into_a_read_only_place_is_refused_before_the_check(runner, cli, tmp_path, trees):
-    with _tmpfs(tmp_path / "fs", "1m", ro=True) as fs:
+    with mounted(tmp_path / "fs", "1m", ro=True) as fs:
         r = runner.invoke(cli, ["leakage", str(trees), "--against", str(trees), "--report", str(fs / "r.json"),
                                 "--progress"])
         assert r.exit_code == 2 and "--report" in r.output and "Read-only" in r.output, r.output

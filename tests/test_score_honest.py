@@ -251,4 +251,4 @@ def test_a_line_with_both_response_and_responses_is_refused(tmp_path):
     data = tm.write_trees(tmp_path / "trees.parquet")
     both = _lines(tmp_path / "both.jsonl", [{"index": 0, "response": "a", "responses": ["b"]}])
     r = _run("score", "--data", data, "--responses", both, "--out", tmp_path / "out", "--no-plots")
-    assert r.returncode == 1 and "both.jsonl:1: has both 'response' and 'responses'" in r.stderr, r.stderr
+    assert r.returncode == 1 and "both.jsonl:1: both 'response' and 'responses'; give one of them" in r.stderr, r.stderr

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opgen.errors import OpgenError
+from opgen.files import write_json_atomic
 from opgen.infer.backends import make_backend
 from opgen.infer.base import Backend, EngineOptions, Generation, Request, Sampling
 from opgen.infer.chunks import ChunkStore, chunk_name, indexed_lines, make_chunks
@@ -53,7 +54,6 @@ from opgen.infer.evaluate import (
     pass_result,
     passes,
     rollup,
-    write_json_atomic,
 )
 from opgen.infer.run import RESUME_FIELDS, Plan, Row, RunStats, batch_lines, check_done, read_log
 from opgen.score.settings import GradeSettings

@@ -112,6 +112,7 @@ def exponential(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: fl
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1 - float(((y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else None
     out: dict = {"equation": form.equation, "R2": r2, "sse": float(((y - pred) ** 2).sum())}
+    out["shape"], out["change"] = M.shape(L, pred)
     boot = M.fit(form, design, reps).params() if reps is not None else None
     prof = U.profile(point, y, level)["beta"]
     for name in ("alpha", "beta", "gamma"):
@@ -151,8 +152,20 @@ def _curve_fit(L: np.ndarray, y: np.ndarray) -> tuple[np.ndarray | None, str | N
     return np.asarray(popt, dtype=float), None
 
 
-def _branch(beta: float) -> str:
-    return "decaying" if beta > 0 else ("growing" if beta < 0 else "flat")
+EXPECTED_VS_LOSS = "decaying"  # a lower pretraining loss is expected to give a higher accuracy
+
+
+def exp_warnings(fit: dict | None, what: str) -> list[str]:
+    """What a reader must be told of a level's exponential fit against loss: a shape other than the
+    expected one (accuracy falling as loss rises), in plain words, with its parameters."""
+    if not fit or fit.get("shape") in (None, EXPECTED_VS_LOSS, "flat"):
+        return []
+    pars = ", ".join(f"{k} = {fit[k]['estimate']:.4g}" for k in ("alpha", "beta", "gamma")
+                     if fit.get(k, {}).get("estimate") is not None)
+    loose = "; beta is not bounded by the data" if fit.get("beta", {}).get("bounded") is False else ""
+    return [f"the exponential fit is {fit['shape']} ({pars}{loose}): {what} rises with pretraining loss "
+            f"by {fit['change']:+.3g} over the runs' loss range, against the expected direction (lower loss, "
+            f"higher accuracy); read it as this subset's data, not as a scaling law"]
 
 
 def exponential_reference(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: float) -> dict | None:
@@ -172,8 +185,8 @@ def exponential_reference(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None,
     else:
         pred = _exp_curve(L, *popt)
         ss_res = float(((y - pred) ** 2).sum())
-        out.update({"R2": 1 - ss_res / ss_tot if ss_tot > 0 else None, "sse": ss_res,
-                    "branch": _branch(float(popt[1]))})
+        out.update({"R2": 1 - ss_res / ss_tot if ss_tot > 0 else None, "sse": ss_res})
+        out["shape"], out["change"] = M.shape(L, pred)
         boot = None
         if reps is not None:
             fits = [_curve_fit(L, row)[0] for row in reps]
@@ -190,11 +203,10 @@ def exponential_reference(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None,
     if alt is not None:
         a = {"method": "global least squares (beta over a dense grid, no start point)",
              "alpha": alt["alpha"]["estimate"], "beta": alt["beta"]["estimate"], "gamma": alt["gamma"]["estimate"],
-             "R2": alt["R2"], "sse": alt["sse"], "branch": _branch(alt["beta"]["estimate"]),
-             "beta_bounded": alt["beta"]["bounded"]}
+             "R2": alt["R2"], "sse": alt["sse"], "shape": alt["shape"], "beta_bounded": alt["beta"]["bounded"]}
         out["alternatives"].append(a)
         if out["sse"] is None or a["sse"] < out["sse"] * (1 - 1e-6) - 1e-15:
             out["note"] = (f"another optimum fits better (sse {a['sse']:.4g} against "
                            f"{'none' if out['sse'] is None else format(out['sse'], '.4g')}, beta {a['beta']:.4g}, "
-                           f"{a['branch']}): reported under alternatives, not chosen")
+                           f"{a['shape']}): reported under alternatives, not chosen")
     return out

@@ -9,7 +9,6 @@ per run its pretraining tokens, loss and the factors of RL compute, and the sha2
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import math
 import re
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Literal, overload
 
 from opgen.fit import FitInputError
+from opgen.write import sha256_of
 
 RUN_FIELDS = ("tokens", "loss", "params", "prompts_per_step", "group", "prompt_tokens", "response_tokens")
 CLUSTER_BY = ("ops", "family", "structure", "prompt")
@@ -45,14 +45,6 @@ class Observations:
         else:
             cell[0] += k
             cell[1] += n
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @overload
@@ -201,13 +193,12 @@ def _ops_of(data_path: Path, cache: dict, obs: Observations) -> list[str]:
     """Each row's operator set (extra_info.ops of the data file the sweep was evaluated on)."""
     key = str(data_path)
     if key not in cache:
-
         if not data_path.is_file():
             raise FitInputError(f"{data_path}: the data file named in metrics.json is not there; "
                                 f"--cluster-by ops reads each row's operator set from it "
                                 f"(or use --cluster-by family/structure/prompt)")
         cache[key] = _op_sets(data_path)
-        obs.files[key] = sha256(data_path)
+        obs.files[key] = sha256_of(data_path)
     return cache[key]
 
 
@@ -248,14 +239,14 @@ def _read_metrics(model_dir: Path, obs: Observations) -> tuple[Path, dict, dict]
             raise TypeError("'data' is not a mapping")
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
         raise FitInputError(f"{mpath}: not an opgen eval metrics.json ({exc})") from None
-    obs.files[str(mpath)] = sha256(mpath)
+    obs.files[str(mpath)] = sha256_of(mpath)
     for dn, entry in sorted(data.items()):
         if not isinstance(entry, dict) or not isinstance(entry.get("scores"), str):
             raise FitInputError(f"{mpath}: data {dn!r} has no scores (evaluated with --no-score?)")
         spath = model_dir / entry["scores"] / "scores.jsonl"
         if not spath.is_file():
             raise FitInputError(f"{spath}: missing")
-        obs.files[str(spath)] = sha256(spath)
+        obs.files[str(spath)] = sha256_of(spath)
     return mpath, metrics, data
 
 
@@ -386,7 +377,7 @@ def read_sweeps(sweeps: Iterable[Path], runs_table: Path | None, cluster_by: str
     obs = Observations("sweep", counts=True, cluster_by=cluster_by)
     if runs_table is not None:
         checkpoints, obs.runs = read_runs_table(runs_table)
-        obs.files[str(runs_table)] = sha256(Path(runs_table))
+        obs.files[str(runs_table)] = sha256_of(Path(runs_table))
     else:
         checkpoints = _folder_checkpoints(sweeps, obs)
     seen: dict[tuple, str] = {}
@@ -421,8 +412,9 @@ def read_tidy(path: Path) -> Observations:
     if "step" not in cols and "compute" not in cols:
         raise FitInputError(f"{path}: needs a 'step' or a 'compute' column")
     obs = Observations("tidy", counts=True, cluster_by="cluster" if "cluster" in cols else None)
-    obs.files[str(path)] = sha256(path)
+    obs.files[str(path)] = sha256_of(path)
     empty: list[int] = []
+    seen: dict[tuple, int] = {}  # a cell's key -> the row that gave it
     for i, r in enumerate(rows, 2):
         where = f"{path}: row {i}"
         run = (r.get("run") or "").strip()
@@ -437,18 +429,33 @@ def read_tidy(path: Path) -> Observations:
         n = _number(r.get("n_total"), where, "n_total", integer=True, allow_none=False)
         if not (0 <= k <= n):
             raise FitInputError(f"{where}: n_correct = {k} must lie in [0, n_total = {n}]")
+        split = (r.get("split") or "").strip() or "all"
+        cluster = (r.get("cluster") or "").strip() if obs.cluster_by else None
+        key = (split, run, 0 if seed is None else seed, step, compute, cluster)
+        if key in seen:  # pooling them would count the same answers twice, or hide a mislabelled row
+            raise FitInputError(f"{where}: the same cell as row {seen[key]} ({_cell_name(key)}); a tidy table has "
+                                f"one row per (run, seed, step or compute, split[, cluster]): add their counts into "
+                                f"one row, or tell them apart (a cluster column, another seed)")
+        seen[key] = i
         if n == 0:  # no answers: no rate at all (not 0%)
             empty.append(i)
             continue
-        split = (r.get("split") or "").strip() or "all"
-        cluster = (r.get("cluster") or "").strip() if obs.cluster_by else None
-        obs.add((split, run, 0 if seed is None else seed, step, compute, cluster), k, n)
+        obs.add(key, k, n)
         _merge_run(obs.runs, run, _run_info(r, where), where)
     if empty:
         shown = ", ".join(map(str, empty[:10])) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
         obs.notes.append(f"{path}: {len(empty)} row(s) with n_total = 0 (no answers) left out, not counted as 0%: "
                          f"row {shown}")
     return obs
+
+
+def _cell_name(key: tuple) -> str:
+    split, run, seed, step, compute, cluster = key
+    parts = [f"run {run!r}", f"seed {seed}", f"split {split!r}"]
+    parts += [f"step {step}"] if step is not None else []
+    parts += [f"compute {compute:g}"] if compute is not None else []
+    parts += [f"cluster {cluster!r}"] if cluster is not None else []
+    return ", ".join(parts)
 
 
 # ----------------------------------------------------------------------------- the reference layout
@@ -475,7 +482,7 @@ def read_reference(root: Path, family: str = "20m") -> Observations:
         if not m:
             continue
         d = _load_json(f)
-        obs.files[str(f)] = sha256(f)
+        obs.files[str(f)] = sha256_of(f)
         try:
             value = d["summary"]["pass1_mean_overall"]
         except (KeyError, TypeError):
@@ -498,7 +505,7 @@ def read_reference(root: Path, family: str = "20m") -> Observations:
     losses: dict[float, float] = {}
     for f in sorted((root / "results" / "loss").glob(f"loss_model_{family}_*.json")):
         d = _load_json(f)
-        obs.files[str(f)] = sha256(f)
+        obs.files[str(f)] = sha256_of(f)
         if not isinstance(d, dict) or "val_loss" not in d:
             raise FitInputError(f"{f}: no val_loss")
         tok = _number(d.get("pretrain_tokens", 0), str(f), "pretrain_tokens", allow_none=False) / 1e9

@@ -162,6 +162,25 @@ FORMS: dict[str, Form] = {
 
 CURVE_FORMS = ("linear_log", "sigmoid", "power")
 
+# A fitted curve's shape over the data's range: its fitted value at the largest x less the one at the
+# smallest (every form here is monotone), called flat below FLAT_CHANGE (a tenth of a percentage point
+# of accuracy). Accuracy is expected to grow (or stay flat) with RL compute and to fall as
+# pretraining loss rises; a fit of the other shape is said so in the warnings (docs/fit.md, "Shapes").
+FLAT_CHANGE = 1e-3
+SHAPES = ("decaying", "flat", "growing")
+
+
+def shape(x: np.ndarray, fitted: np.ndarray) -> tuple[str | None, float | None]:
+    """``(shape, change)`` of a monotone fitted curve observed at ``x``: ``fitted`` at the largest x
+    minus at the smallest; ``(None, None)`` when that change is not a finite number."""
+    x, fitted = np.asarray(x, dtype=float), np.asarray(fitted, dtype=float)
+    change = float(fitted[int(np.argmax(x))] - fitted[int(np.argmin(x))])
+    if not math.isfinite(change):
+        return None, None
+    if abs(change) < FLAT_CHANGE:
+        return "flat", change
+    return ("growing" if change > 0 else "decaying"), change
+
 
 def get_form(name: str) -> Form:
     try:

@@ -172,9 +172,33 @@ def _fit_form(form: M.Form, design: M.Design, curve: Curve, binomial: bool, reps
                    for k, v in est.items()},
         "chi2": float(point.chi2[0]), "dof": m - form.n_params,
     }
+    out["shape"], out["change"] = M.shape(design.x, point.mu[0])
     out["dispersion"] = out["chi2"] / out["dof"] if out["dof"] > 0 and binomial else None
     out.update(S.criteria(point, y, n))
     return out, boot
+
+
+def _against_compute(entry: dict, curve: Curve, warnings: list[str]) -> None:
+    """One warning per run whose fitted curves fall as compute grows (accuracy is expected not to)."""
+    falling = []
+    for name, f in entry["forms"].items():
+        if f.get("shape") != "decaying":
+            continue
+        ps = ", ".join(f"{k} = {_shown(p)}" for k, p in f["params"].items())
+        falling.append(f"{name} ({ps}; fitted accuracy {f['change']:+.3g} over the run's compute range)")
+    if falling:
+        warnings.append(f"{curve.split}/{curve.run}: decaying fit: {'; '.join(falling)}: accuracy falls as RL "
+                        f"compute grows, against the expected direction (it should not fall); read the "
+                        f"checkpoints' order and steps before the parameters")
+
+
+def _shown(p: dict) -> str:
+    """A parameter as the warnings print it: estimate [interval]."""
+    if p["estimate"] is None or not math.isfinite(p["estimate"]):
+        return "n/a"
+    ci = f" [{p['ci_low']:.3g}, {p['ci_high']:.3g}]" if p.get("ci_low") is not None and p.get("ci_high") is not None \
+        else ""
+    return f"{p['estimate']:.4g}{ci}"
 
 
 def _rep_arrays(curve: Curve, reps: dict | None):
@@ -248,6 +272,7 @@ def run_fit(obs: Observations, cfg: FitConfig, progress=None) -> tuple[dict, lis
             entry["step_only"], _ = _fit_form(lin, sdesign, c, binomial, rep, cfg.level, rng, cfg.resamples)
         n_arr = c.n if binomial else None
         entry["backtest"] = S.backtest(forms, c.x, ref, c.y, n_arr, cfg.holdout_frac)
+        _against_compute(entry, c, warnings)
         fitted = {k: v for k, v in entry["forms"].items() if "aic" in v}
         entry["best"] = {"aic": min(sorted(fitted), key=lambda k: fitted[k]["aic"]) if fitted else None,
                          "bic": min(sorted(fitted), key=lambda k: fitted[k]["bic"]) if fitted else None,
@@ -338,6 +363,7 @@ def _across(runs: list[dict], split: str, forms, cfg: FitConfig, warnings: list[
                              else X.exponential(L, y, rep, cfg.level))}
         if entry["spearman"]["warning"]:
             warnings.append(f"{split}: {label} vs loss: {entry['spearman']['warning']}")
+        warnings.extend(f"{split}: {label} vs loss: {w}" for w in X.exp_warnings(entry["exp_fit"], f"{fname}.{pname}"))
         out[f"{label}_vs_loss"] = entry
     if with_loss:
         L = np.array([r["loss"] for r in with_loss], dtype=float)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from opgen.files import write_json_atomic
 from opgen.fit import models as M
 
 SIG_DIGITS = 12  # printed precision: far below any interval, and stable across BLAS builds' last bits
@@ -90,8 +91,6 @@ PLOTS_EXTRA = "plots"  # the pyproject extra that installs matplotlib
 
 
 def _commit(final: Path, result: Mapping, outputs: Sequence[Path]) -> None:
-    from opgen.infer.evaluate import write_json_atomic
-
     doc = dict(result, outputs=sorted(p.name for p in outputs))
     validate(doc)
     write_json_atomic(final, doc)
@@ -324,6 +323,7 @@ def summary_lines(result: Mapping) -> Sequence[str]:
                     if p["ci_low"] is not None:
                         s += f"[{p['ci_low']:.3g},{p['ci_high']:.3g}]" + ("" if p["bounded"] else "!")
                     ps.append(s)
-                parts.append(f"{form}: " + " ".join(ps))
+                shape = f" [{f['shape']}]" if f.get("shape") else ""
+                parts.append(f"{form}{shape}: " + " ".join(ps))
             lines.append(f"{split}/{r['run']} ({r['n_points']} pts): " + "; ".join(parts))
     return lines

@@ -28,6 +28,14 @@ class GeneratorError(ValueError, OpgenError):
     exit_code = 1
 
 
+class Unsatisfiable(GeneratorError):
+    """A split asks for rows no draw can give: refused up front where that can be computed (an output
+    cap below every input, trees too large to draw at that depth), else raised when a row's bounded
+    search ends (``max_attempts`` candidates, or a candidate past its size bound). The message names
+    the split, the row or option and what was tried; nothing is written. ``opgen serve`` answers it
+    with a 4xx: it is the request's recipe, not the server, that cannot be met."""
+
+
 @dataclass(frozen=True)
 class Context:
     """What a generator knows beyond its options (everything that names a row, and the build's sets)."""
@@ -100,10 +108,18 @@ class Generator:
                 "properties": {**schema["properties"], **cls.OPTIONS_SCHEMA.get("properties", {})}}
 
     def op_set(self, spec: Any, key: str) -> tuple[str, ...]:
+        lib = self.ctx.library
         try:
-            return self.ctx.library.resolve_set(spec)
+            ids = lib.resolve_set(spec)
         except (ValueError, KeyError) as exc:
             raise GeneratorError(f"{self.ctx.where}.{key}: {exc}") from None
+        if not ids:  # a named set the library does not fill (a list names at least one operator)
+            what = {"train": "train", "heldout": "held-out"}.get(spec, "")
+            have = ", ".join(f"{name} ({len(members)})" for name, members in
+                             (("train", lib.train_ids), ("heldout", lib.heldout_ids)) if members)
+            raise self.fail(key, f"library {lib.name!r} has no {what + ' ' if what else ''}operators "
+                                 f"(its sets: {have or 'none'}); name a set it has, or a list of its operator ids")
+        return ids
 
     def fail(self, key: str, message: str) -> GeneratorError:
         return GeneratorError(f"{self.ctx.where}.{key}: {message}" if key else f"{self.ctx.where}: {message}")
@@ -132,17 +148,43 @@ class Generator:
                 return j, found
             if not self.REDRAWABLE:
                 break
-        raise self.no_candidate(i)
+        raise self.no_candidate(i, start)
 
     def first_valid_many(self, start: int, stop: int) -> list[tuple[int, Item]]:
         """``[first_valid(i) for i in range(start, stop)]``; a generator may draw them in bulk."""
         return [self.first_valid(i) for i in range(start, stop)]
 
-    def no_candidate(self, i: int) -> GeneratorError:
-        seen = ", ".join(f"{k}: {v}" for k, v in sorted(self.rejections.items())) or "none"
-        return GeneratorError(
-            f"split {self.ctx.split!r}, row {i}: no candidate met the constraints in {self.max_attempts} "
-            f"attempts (rejections so far: {seen}); loosen the options or ask for fewer rows")
+    def no_candidate(self, i: int, start: int = 0) -> Unsatisfiable:
+        """The error of row ``i`` whose search from candidate ``start`` ended. Its rejections are
+        counted again over its first candidates (``self.rejections`` holds every row's): the cost is
+        paid once, when the build stops, never while rows are drawn."""
+        tried = self.max_attempts if self.REDRAWABLE else 1  # a planned row has one candidate
+        n = min(tried, REJECTIONS_SHOWN)
+        mine = self.row_rejections(i, start, n)
+        seen = ", ".join(f"{k}: {v:,}" for k, v in sorted(mine.items())) or "none counted"
+        culprits = [REJECTION_OPTION[k] for k, _ in mine.most_common() if k in REJECTION_OPTION]
+        loosen = ", ".join(dict.fromkeys(culprits)) or "the options"
+        return Unsatisfiable(
+            f"{self.ctx.where or f'split {self.ctx.split!r}'}: row {i}{self.row_context(i)}: no candidate met the "
+            f"constraints in {tried:,} attempt{'' if tried == 1 else 's'} "
+            f"({'max_attempts' if self.REDRAWABLE else 'a planned row has one candidate'}); rejections among its "
+            f"first {n:,} candidate{'' if n == 1 else 's'}: {seen}; loosen {loosen}, or ask for fewer rows")
+
+    def row_rejections(self, i: int, start: int, n: int) -> Counter[str]:
+        """What rejected candidates ``start .. start + n - 1`` of row ``i`` (drawn again, counted apart)."""
+        saved, self.rejections = self.rejections, Counter()
+        try:
+            for j in range(start, start + n):
+                self.candidate(i, j)
+        except GeneratorError:  # a candidate past a size bound: what was counted until then
+            pass
+        finally:
+            mine, self.rejections = self.rejections, saved
+        return mine
+
+    def row_context(self, i: int) -> str:
+        """What an error about row ``i`` adds after the row (a depth, a condition), e.g. ``", depth 40"``."""
+        return ""
 
     def item(self, i: int) -> Item:
         return self.first_valid(i)[1]
@@ -364,6 +406,26 @@ def effect_ok(gen: Generator, item: Item | None) -> Item | None:
     return item
 
 
+# Candidates of a row whose rejections an Unsatisfiable message counts (drawn again when it is raised).
+REJECTIONS_SHOWN = 100
+# The option a rejection reason answers to, named when a row's search gives up (Unsatisfiable).
+REJECTION_OPTION = {
+    "output_too_long": "max_output_chars", "no_x": "require_x", "no_operator_call": "require_call",
+    "no_effect": "require_effect", "split": "the recipe's split: (what it holds out)",
+}  # input_side counts redraws of an input within a candidate (about half of all draws): no culprit
+
+
+def check_cap(gen: Generator, input_key: str = "input_len", cap_key: str = "max_output_chars") -> None:
+    """Refuse up front a cap below every input: each candidate's input is checked against the cap
+    first, so no draw could pass (Unsatisfiable, naming both options)."""
+    lo = gen.options[input_key][0]
+    cap = gen.options[cap_key]
+    if lo > cap:
+        raise Unsatisfiable(f"{gen.ctx.where}.{cap_key}: {cap} is below every input ({input_key} "
+                            f"{list(gen.options[input_key])}): each candidate's input alone is over the cap, so no "
+                            f"row can be drawn; raise {cap_key} to at least {lo} or shorten {input_key}")
+
+
 LENGTH_RANGE = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2}
 OP_ID = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}  # an operator id: any library's (a Python name)
 OP_SET = {"oneOf": [{"enum": ["train", "heldout", "all"]}, {"type": "array", "items": OP_ID, "minItems": 1}]}
@@ -467,6 +529,10 @@ class DepthPlan:
         if (self.per_depth is None) == (rows is None):
             raise gen.fail("", "give exactly one of per_depth (rows per depth) or rows (total, depths cycled)")
         self.total = self.per_depth * len(self.depths) if self.per_depth is not None else rows
+
+    def context(self, i: int) -> str:
+        """Row ``i`` in an error message: ``", depth 40"``."""
+        return f", depth {self.depth(i)}"
 
     def depth(self, i: int) -> int:
         if self.per_depth is not None:

@@ -7,7 +7,17 @@ interlace operator's second string input is a literal (an atomic task has one in
 from __future__ import annotations
 
 from opgen import expr as E
-from opgen.generate import LENGTH_RANGE, OP_SET, REQUIRE_EFFECT, Generator, check_range, effect_ok, sample_params, text
+from opgen.generate import (
+    LENGTH_RANGE,
+    OP_SET,
+    REQUIRE_EFFECT,
+    Generator,
+    check_cap,
+    check_range,
+    effect_ok,
+    sample_params,
+    text,
+)
 from opgen.rng import LOWERCASE
 from opgen.tasks import Item, Task
 
@@ -38,6 +48,7 @@ class Atomic(Generator):
         self.total = o["per_op"] * len(self.members) if o["per_op"] is not None else o["rows"]
         self.in_lo, self.in_hi = check_range(self, "input_len")
         self.lit_lo, self.lit_hi = check_range(self, "literal_len")
+        check_cap(self)
         lo, hi, alphabet = self.in_lo, self.in_hi, o["alphabet"]
         self._input = self.side_input(lambda rng: text(rng, lo, hi, alphabet))
 

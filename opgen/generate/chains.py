@@ -10,6 +10,7 @@ from opgen.generate import (
     REQUIRE_EFFECT,
     DepthPlan,
     Generator,
+    check_cap,
     check_range,
     sample_params,
     text,
@@ -47,12 +48,16 @@ class Chains(Generator):
         if not self.unary or (o["no_repeat"] and len(self.unary) < 2 and max(self.plan.depths) > 1):
             raise self.fail("ops", "too few unary operators for these depths")
         self.in_lo, self.in_hi = check_range(self, "input_len")
+        check_cap(self)
         self.max_len = o["max_output_chars"]
         lo, hi, alphabet = self.in_lo, self.in_hi, o["alphabet"]
         self._input = self.side_input(lambda rng: text(rng, lo, hi, alphabet))
 
     def count(self) -> int:
         return self.plan.total
+
+    def row_context(self, i: int) -> str:
+        return self.plan.context(i)
 
     def candidate(self, i: int, j: int) -> Item | None:
         rng = self.rng(i, j)

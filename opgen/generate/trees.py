@@ -14,6 +14,7 @@ stage 1), and ``max_output_chars`` rejects explosive programs (native outputs re
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 
 from opgen import expr as E
@@ -25,6 +26,8 @@ from opgen.generate import (
     REQUIRE_EFFECT,
     DepthPlan,
     Generator,
+    Unsatisfiable,
+    check_cap,
     check_range,
     effect_ok,
     sample_params,
@@ -35,6 +38,27 @@ from opgen.rng import LOWERCASE, CounterRng, Rng, counter_blocks, counter_key, i
 from opgen.tasks import Item, Task, with_unchanged
 
 _P = {"type": "number", "minimum": 0, "maximum": 1}
+
+# A tree's nodes are drawn before anything is checked against max_output_chars; past this many the
+# draw stops with Unsatisfiable (option max_nodes, read with .get: recipes without it keep their digests).
+# The bundled recipes draw at most a few hundred (changes/honest.md: every bundled recipe measured).
+MAX_NODES = 1_000_000
+MAX_NODES_OPTION = {"type": "integer", "minimum": 1, "description": "stop (Unsatisfiable) when a candidate "
+                    "tree grows past this many nodes while it is drawn; a depth whose trees average more is "
+                    "refused up front"}
+
+
+class _TooLarge(Exception):
+    """A shape past ``max_nodes`` (caught in ``_candidates``, raised there as Unsatisfiable)."""
+
+
+def expected_nodes(p_binary: float, d: int) -> float:
+    """The mean number of nodes of a depth-``d`` tree: each level's nodes have 1 + p_binary children
+    on average, so level k holds (1 + p_binary)^k of them (inf past what a float holds)."""
+    if p_binary <= 0:
+        return float(d + 1)
+    exponent = (d + 1) * math.log1p(p_binary)
+    return math.inf if exponent > 700 else math.expm1(exponent) / p_binary
 
 
 class Trees(Generator):
@@ -61,6 +85,7 @@ class Trees(Generator):
         "interlace_ops": {"oneOf": [{"const": "auto"}, {"type": "array", "items": {"type": "string"}}]},
         "require_x": {"type": "boolean"}, "require_call": {"type": "boolean"},
         "max_output_chars": {"type": "integer", "minimum": 1}, "require_effect": REQUIRE_EFFECT,
+        "max_nodes": MAX_NODES_OPTION,
     }}
 
     def __init__(self, options, ctx):
@@ -83,6 +108,9 @@ class Trees(Generator):
             raise self.fail("ops", "the set has no unary operator to build levels from")
         self.lit_lo, self.lit_hi = check_range(self, "literal_len")
         self.in_lo, self.in_hi = check_range(self, "input_len")
+        check_cap(self)
+        self.max_nodes = o.get("max_nodes", MAX_NODES)
+        self._check_sizes()
         self.methods = tuple(o["methods"])
         if o["p_method"] > 0 and not self.methods:
             raise self.fail("methods", "p_method > 0 needs at least one method")
@@ -102,6 +130,32 @@ class Trees(Generator):
     def count(self) -> int:
         return self.plan.total
 
+    def row_context(self, i: int) -> str:
+        return self.plan.context(i)
+
+    def _check_sizes(self) -> None:
+        """Up front: a depth whose trees are, on average, past ``max_nodes`` is refused, naming the
+        deepest depth that is not (a search there would stop at the bound on its first rows anyway)."""
+        pb = self.options["p_binary"]
+        too_deep = sorted(d for d in set(self.plan.depths) if expected_nodes(pb, d) > self.max_nodes)
+        if too_deep:
+            d = too_deep[0]
+            fits = max(k for k in range(d) if expected_nodes(pb, k) <= self.max_nodes)
+            raise Unsatisfiable(
+                f"{self.ctx.where}.depths: trees of depth {d} with p_binary {pb} have about "
+                f"{expected_nodes(pb, d):.3g} nodes on average, past max_nodes ({self.max_nodes:,}), where opgen "
+                f"stops drawing a tree; the deepest depth whose trees stay under it is {fits} (or lower p_binary, "
+                f"or raise max_nodes)")
+
+    def too_large(self, i: int, d: int) -> Unsatisfiable:
+        """A candidate of row ``i`` grew past ``max_nodes`` while its shape was drawn."""
+        pb = self.options["p_binary"]
+        return Unsatisfiable(
+            f"{self.ctx.where or f'split {self.ctx.split!r}'}: row {i}, depth {d}: a candidate tree grew past "
+            f"{self.max_nodes:,} nodes while it was drawn (trees of depth {d} with p_binary {pb} have about "
+            f"{expected_nodes(pb, d):.3g} nodes on average); opgen stops there rather than draw it: ask for a lower "
+            f"depth or p_binary, or raise max_nodes")
+
     # A candidate is drawn in two passes. The shape (node kinds, leaf kinds) comes first: a subtree of
     # depth <= 2 is one word, read against the cumulative probabilities of every such shape (the
     # native generator's coin flips, multiplied out), and deeper levels one word per node. So a
@@ -111,6 +165,8 @@ class Trees(Generator):
     # value over the cap stops the candidate at once and no separate evaluation walks the tree.
 
     def _shape(self, word, d: int, out: list[int]) -> None:
+        if len(out) > self.max_nodes:
+            raise _TooLarge
         thresholds, kinds = self._node_kinds
         kind = kinds[bisect_right(thresholds, word() >> 11)]
         out.append(kind)
@@ -179,7 +235,7 @@ class Trees(Generator):
         for j, found in self._candidates(i, start, stop):
             if found is not None:
                 return j, found
-        raise self.no_candidate(i)
+        raise self.no_candidate(i, start)
 
     def _candidates(self, i: int, start: int, stop: int):
         """``(j, candidate j of row i or None)`` for j in [start, stop); a rejected shape yields nothing."""
@@ -203,7 +259,10 @@ class Trees(Generator):
             for j in range(start, stop):
                 rng = CounterRng(key, i, j)
                 kinds = []
-                self._shape(rng.word, d, kinds)
+                try:
+                    self._shape(rng.word, d, kinds)
+                except _TooLarge:
+                    raise self.too_large(i, d) from None
                 verdict = self._verdict(kinds)
                 if verdict:
                     rejections[verdict] += 1

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from opgen._version import __version__
 from opgen.errors import OpgenError
+from opgen.files import write_json_atomic
 from opgen.infer import decomposed as decomp
 from opgen.infer.backends import backend_spec, make_backend
 from opgen.infer.base import Backend
@@ -56,13 +57,6 @@ def out_entry(out: Path):
                                 for n in inner)
 
     return own
-
-
-def write_json_atomic(path: Path, obj: object) -> None:
-    from opgen import files
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    files.atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
 
 
 def _generation_settings(cfg: EvalConfig, model: Path) -> dict:
@@ -185,12 +179,13 @@ def passes(loaded, cfg: EvalConfig):
 def evaluate_model(model: Path, name: str, data_files: Sequence[Path], out: Path, cfg: EvalConfig) -> dict:
     """Evaluate one model on every data file; returns (and writes) its metrics.json."""
     model_dir = out / name
-    model_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = model_dir / "metrics.json"
     metrics_path.unlink(missing_ok=True)  # present only once this evaluation is complete
     loaded = load_data(data_files, cfg)
     metrics = metrics_header(model, name, cfg)
     with make_backend(cfg.backend, model, cfg.sampling, cfg.engine, openai=cfg.openai) as backend:
+        # made once the data and the model are there: an eval that fails up front leaves no empty folder
+        model_dir.mkdir(parents=True, exist_ok=True)
         for data, rows, suffix, plan, skipped in passes(loaded, cfg):
             dn = data_name(data)
             if not suffix:

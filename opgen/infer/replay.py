@@ -52,6 +52,8 @@ def _record_of(raw: bytes, where: str) -> dict | None:
 
 def _entries_of(rec: dict) -> list[tuple[str, dict]]:
     """(key, entry) of a record's own responses (when it has any) and of each of its recalls."""
+    if "responses" in rec and "response" in rec:  # which one was meant? never one of them silently
+        raise ValueError("both 'response' and 'responses'; give one of them")
     if "responses" in rec:
         responses = _as_list(rec["responses"], "'responses'")
     elif "response" in rec:

@@ -117,16 +117,3 @@ def check_ground_truth(gt: object, where: str) -> None:
     obj = json_value(gt, where)
     if not isinstance(obj, dict) or not (isinstance(obj.get("tasks"), list) or "ref_output" in obj):
         raise AdapterError(f"{where}: not an opgen ground truth (a JSON object with 'tasks' or 'ref_output')")
-
-
-def rows_list(rows: Any) -> list[dict]:
-    """A Dataset, a pyarrow.Table, a datasets.Dataset or a list of row dicts -> a list of dicts."""
-    if hasattr(rows, "to_pylist"):  # opgen.Dataset, pyarrow.Table
-        return list(rows.to_pylist())
-    if hasattr(rows, "to_list") and hasattr(rows, "features"):  # datasets.Dataset
-        return list(rows.to_list())
-    out = list(rows)
-    for i, r in enumerate(out):
-        if not isinstance(r, Mapping):
-            raise AdapterError(f"row {i}: a row is a dict (a parquet row), not {type(r).__name__}")
-    return [dict(r) for r in out]

@@ -27,7 +27,6 @@ from opgen.integrations.common import (
     extra_info_of,
     grade_batch,
     ground_truth_of,
-    rows_list,
 )
 
 __all__ = ["grpo_dataset", "make_reward", "reward", "sft_dataset"]
@@ -93,6 +92,7 @@ def grpo_dataset(rows: Any):
     """A ``datasets.Dataset`` for ``GRPOTrainer``: ``prompt`` (the row's conversational prompt),
     ``ground_truth`` (the JSON text the reward reads), ``data_source``, ``extra_info`` (the row's,
     unchanged), ``gold_answer`` (every program and forward row's gold answer: :func:`opgen.gold_answer`)."""
+    from opgen.api import rows_list  # opgen.api loads the generators: 85 ms this module's import need not pay
     from opgen.notebook import gold_answer
 
     datasets = _datasets()
@@ -119,6 +119,7 @@ def sft_dataset(rows: Any):
     ``prompt`` (the user turn) and ``completion`` (one assistant turn: the gold answer), so the loss
     covers the answer only. SFT rows give their own gold turn; RL and eval rows their rendered gold
     answer (:func:`opgen.gold_answer`); a row with none raises, naming it."""
+    from opgen.api import rows_list  # opgen.api loads the generators: 85 ms this module's import need not pay
     from opgen.notebook import gold_answer
 
     datasets = _datasets()

@@ -33,7 +33,6 @@ from opgen.integrations.common import (
     extra_info_of,
     grade_batch,
     ground_truth_of,
-    rows_list,
 )
 
 # the classes are built on first use (__getattr__ below); verifiers' loader finds them in __all__
@@ -159,6 +158,8 @@ def _build() -> dict[str, Any]:
         rows: list[dict] | None = None  # set by load_environment(rows=...)
 
         def load(self):
+            from opgen.api import rows_list  # opgen.api loads the generators (85 ms): only when a taskset loads
+
             cfg = self.config
             rows = self.rows if self.rows is not None else rows_list(
                 opgen.create_dataset(cfg.recipe, cfg.split, size=cfg.size, seed=cfg.seed))
@@ -204,5 +205,7 @@ def load_environment(recipe: str = "rl-r1", split: str | None = None, *, size: i
     config = vf.resolve_env_config({**env_extra, "taskset": taskset})
     env = vf.load_environment(config)
     if rows is not None:
+        from opgen.api import rows_list  # as in OpgenTaskset.load
+
         env.taskset.rows = rows_list(rows)
     return env

@@ -199,7 +199,7 @@ def parse_line(line: str, n_rows: int, where: str) -> Answer | None:
     if not 0 <= index < n_rows:
         raise ScoreInputError(f"{where}: index {index} does not exist (the data has {n_rows} rows)")
     if "responses" in obj and "response" in obj:
-        raise ScoreInputError(f"{where}: has both 'response' and 'responses'; give one")
+        raise ScoreInputError(f"{where}: both 'response' and 'responses'; give one of them")
     if "responses" in obj:
         got = obj["responses"]
         if not isinstance(got, list) or not got or not all(isinstance(s, str) for s in got):

@@ -249,7 +249,7 @@ class Rule:
                     return j, item
                 gen.rejections["split"] += 1
                 j += 1
-            raise gen.no_candidate(i)
+            raise gen.no_candidate(i, start)
 
         def first_valid_many(start: int, stop: int) -> list[tuple[int, Item]]:
             return [first_valid(i) for i in range(start, stop)]

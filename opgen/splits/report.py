@@ -15,7 +15,11 @@ SHOWN = 20  # held-out compounds listed in text (all of them in --json)
 
 
 def split_stats(train: Sequence[Path], evals: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT) -> dict[str, Any]:
-    """D_A, D_C and the held-out compounds of TRAIN against EVAL (files or folders)."""
+    """D_A, D_C and the held-out compounds of TRAIN against EVAL (files or folders). Every file of
+    both is found and opened before any row is read: an unusable EVAL is named before TRAIN's rows
+    are parsed."""
+    for f in R.parquet_files([*train, *evals]):
+        R.rows_file(f)
     out = D.compare(R.units_of(train, spec), R.units_of(evals, spec), spec)
     out = {"train": [str(p) for p in train], "eval": [str(p) for p in evals], **out}
     return out

@@ -43,16 +43,22 @@ def parquet_files(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
-def row_programs(path: Path, lib: Any = None) -> Iterator[tuple[list[E.Expr], list[str], int]]:
-    """Each row's (trees, inputs, depth) in file order, parsed over ``lib`` (an
-    opgen.ops.OperatorLibrary; None: the library each row names, the study's for a row naming none,
-    another one when this process knows it by its digest: opgen.score.libs)."""
+def rows_file(path: Path) -> pq.ParquetFile:
+    """``path`` opened as a parquet file of opgen rows (its footer only: no row is read)."""
     try:
         pf = pq.ParquetFile(path)
     except (OSError, ValueError) as exc:
         raise SplitRowsError(f"{path}: not a parquet file ({exc})") from None
     if pf.schema_arrow.get_field_index("reward_model") < 0:
         raise SplitRowsError(f"{path}: no 'reward_model' column: not opgen rows")
+    return pf
+
+
+def row_programs(path: Path, lib: Any = None) -> Iterator[tuple[list[E.Expr], list[str], int]]:
+    """Each row's (trees, inputs, depth) in file order, parsed over ``lib`` (an
+    opgen.ops.OperatorLibrary; None: the library each row names, the study's for a row naming none,
+    another one when this process knows it by its digest: opgen.score.libs)."""
+    pf = rows_file(path)
     n = 0
     memo: dict[str, E.Expr] = {}  # rows repeat programs (atomic tasks above all): parse each once
     for batch in pf.iter_batches(batch_size=4096, columns=["reward_model"]):
