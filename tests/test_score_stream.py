@@ -157,7 +157,10 @@ def test_a_failure_mid_stream_leaves_the_old_report_whole(tmp_path, monkeypatch)
 def test_a_score_stopped_mid_stream_leaves_the_old_report_and_a_rerun_completes_it(tmp_path):
     golden = GOLDEN / "heldout_trees"
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "opgen", "score", "--data", str(golden / "data.parquet"), "--responses",
+    # opgen's command line with chunks of two responses (many chunk boundaries before the stop)
+    small_chunks = ("import sys; from opgen.score import report; report.CHUNK = 2; from opgen.cli import main; "
+                    "sys.argv = ['opgen', *sys.argv[1:]]; main()")
+    argv = [sys.executable, "-c", small_chunks, "score", "--data", str(golden / "data.parquet"), "--responses",
             str(golden / "responses.jsonl"), "--out", str(out), "--no-plots", "--no-progress"]
     first = subprocess.run([*argv[:-6], "--data", str(GOLDEN / "forward" / "data.parquet"), "--responses",
                             str(GOLDEN / "forward" / "responses.jsonl"), *argv[-4:]], capture_output=True, text=True)
