@@ -55,14 +55,18 @@ splits:
     options: {{ops: all, depths: [1, 2, 3, 4, 5, 6, 7, 8], rows: {rows}}}
 """
 
-# The command's own process reports its peak RSS and CPU at exit: getrusage(RUSAGE_SELF) is exact
-# where sampling /proc would miss the last half second.
+# The command's own process reports its peak RSS and CPU at exit, where sampling /proc would miss
+# the last half second. The peak is its VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss
+# across execve, so a child started by a large parent (this benchmark, after writing a million
+# answers) would report the parent's size as its own.
 WRAPPER = """\
 import atexit, json, os, resource, sys
 def _report(path=os.environ["OPGEN_BENCH_SELF"]):
     use = resource.getrusage(resource.RUSAGE_SELF)
+    with open("/proc/self/status") as fh:
+        hwm = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
     with open(path, "w") as fh:
-        json.dump({"rss_mib": use.ru_maxrss / 1024, "cpu": use.ru_utime + use.ru_stime}, fh)
+        json.dump({"rss_mib": hwm / 1024, "cpu": use.ru_utime + use.ru_stime}, fh)
 atexit.register(_report)
 sys.argv = ["opgen", *sys.argv[1:]]
 from opgen.cli import main
@@ -170,7 +174,7 @@ def first_rows(files: list[Path], n: int, out: Path) -> Path:
     writer = None
     left = n
     for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=8192):
+        for batch in pq.ParquetFile(f, pre_buffer=False).iter_batches(batch_size=8192):
             if left <= 0:
                 break
             batch = batch.slice(0, min(left, len(batch)))
@@ -193,7 +197,7 @@ def write_answers(data: Path, out: Path, kind: str, timeouts: float) -> int:
 
     n = 0
     with open(out, "w", encoding="utf-8") as fh:
-        for b, batch in enumerate(pq.ParquetFile(data).iter_batches(batch_size=4096,
+        for b, batch in enumerate(pq.ParquetFile(data, pre_buffer=False).iter_batches(batch_size=4096,
                                                                      columns=["reward_model", "extra_info"])):
             rows = batch.to_pylist()
             pairs = [(json.loads(r["reward_model"]["ground_truth"]), gold_answer_of_row(r)) for r in rows]
