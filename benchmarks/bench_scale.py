@@ -16,8 +16,9 @@ workers, grading processes, sandbox workers), the load average, and the ratio of
 CPU per canonical response to the one-process floor (``benchmarks/floor_score.py`` on the same rows
 and responses). The targets of issue 32 are checked at the end.
 
-The rows of a size below the largest are the largest build's first N rows (scoring reads one file);
-the builds themselves are measured at every size. ``--opgen`` runs another checkout's Python (its
+The rows scored at a size are N rows drawn over the largest build (a seeded uniform sample in row
+order: the same mix of depths at every size; scoring reads one file); the builds themselves are
+measured at every size. ``--opgen`` runs another checkout's Python (its
 ``-m opgen``) for the scoring runs, e.g. the code before streaming, which must not be run beyond
 ~100,000 responses (it holds every record: ~20 KiB a response).
 """
@@ -167,22 +168,29 @@ def build(rows: int, out: Path, workers: int, opgen: list[str]) -> dict:
     return got
 
 
-def first_rows(files: list[Path], n: int, out: Path) -> Path:
-    """The first ``n`` rows of the build's files as one parquet file (read and written batch by batch)."""
+def spread_rows(files: list[Path], n: int, out: Path) -> Path:
+    """``n`` rows drawn over the whole build (a seeded uniform sample, kept in row order), as one
+    parquet file read and written batch by batch: every size holds the build's mix of depths (the
+    first rows of a build, or every k-th, can all be of one depth)."""
+    import numpy as np
     import pyarrow.parquet as pq
 
+    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    chosen = np.sort(np.random.default_rng(n).choice(total, size=n, replace=False))
     writer = None
-    left = n
+    seen = taken = 0
     for f in files:
         for batch in pq.ParquetFile(f, pre_buffer=False).iter_batches(batch_size=8192):
-            if left <= 0:
-                break
-            batch = batch.slice(0, min(left, len(batch)))
+            lo, hi = np.searchsorted(chosen, [seen, seen + len(batch)])
+            seen += len(batch)
+            if lo == hi:
+                continue
+            part = batch.take(chosen[lo:hi] - (seen - len(batch)))
             if writer is None:
-                writer = pq.ParquetWriter(out, batch.schema)
-            writer.write_batch(batch)
-            left -= len(batch)
-    assert writer is not None
+                writer = pq.ParquetWriter(out, part.schema)
+            writer.write_batch(part)
+            taken += hi - lo
+    assert writer is not None and taken == n, (taken, n)
     writer.close()
     return out
 
@@ -240,7 +248,7 @@ def score_size(n: int, files: list[Path], work: Path, args: argparse.Namespace, 
                results: dict, floors: dict) -> None:
     """The scoring runs of one size: each kind of answers, the floor beside the canonical ones."""
     what = set(args.what.split(","))
-    data = first_rows(files, n, work / f"rows-{n}.parquet")
+    data = spread_rows(files, n, work / f"rows-{n}.parquet")
     for kind in args.answers.split(","):
         responses = work / f"{kind}-{n}.jsonl"
         write_answers(data, responses, kind, args.mix_timeouts)
