@@ -137,8 +137,11 @@ def measure(argv: list[str], env: dict | None = None) -> dict:
     self_path = Path(tempfile.mktemp(prefix="opgen-bench-self-"))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
+    # run from a neutral folder: ``python -c`` puts the working directory first on sys.path, and a
+    # checkout's own opgen/ there would shadow the one the --opgen Python has installed
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {}), "OPGEN_BENCH_SELF": str(self_path)})
+                            env={**os.environ, **(env or {}), "OPGEN_BENCH_SELF": str(self_path)},
+                            cwd=tempfile.gettempdir())
     sampler = Sampler(proc.pid)
     sampler.start()
     out, err = proc.communicate()
