@@ -206,7 +206,7 @@ def bench_alpha(mix: list[tuple[dict, str]], workers: int, repeat: int) -> dict[
     benchmark's own generated text, the tests' reference path (grade_many's grading processes run
     the installed code and cannot be switched)."""
     from opgen.score import static as S
-    from opgen.score.grade import grade_in_process
+    from opgen.score.judge import grade_in_process
 
     on = S._alpha
     out: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
@@ -289,10 +289,8 @@ def worker_faults(rows: list[tuple[dict, str]], n: int = 300) -> float:
     units = [Unit(parse_program_answer(a).code, (("main_solution", (gt["tasks"][0]["input"],)),))
              for gt, a in rows[:50]]
     with Sandbox(workers=1) as box:
-        pid = box._all[0].proc.pid
-        # With namespaces the serving worker is the first stage's only child (see worker.py).
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        serving = int(kids[0]) if kids else pid
+        serving = box._all[0].pid  # the serving worker's host pid (its hello says it)
+        assert serving > 1, "the serving worker's pid is not known here"
         for u in units:
             box.run_units([u])
         before = minflt(serving)
@@ -336,23 +334,29 @@ def bench_stalls(rows: list[tuple[dict, str]], workers: int, processes: int) -> 
     return out
 
 
+def write_score_inputs(rows: list[tuple[dict, str]], folder: Path) -> tuple[Path, Path]:
+    """A parquet file of the rows and a responses file of their answers, for ``opgen score``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data, responses = folder / "d.parquet", folder / "r.jsonl"
+    # The extra_info an opgen-built row carries (its operators and depth: the report's scopes
+    # come from them; a foreign file without them has its programs parsed, ~0.05 ms a row).
+    pq.write_table(pa.Table.from_pylist([{"data_source": "opgen/bench", "reward_model": {
+        "style": "rule", "ground_truth": json.dumps(gt)}, "extra_info": {
+            "answer_format": "ra", "split": "bench", "ops": gt["tasks"][0]["ops"],
+            "depth": gt["tasks"][0]["depth"]}} for gt, _ in rows]), data)
+    responses.write_text("".join(json.dumps({"index": i, "response": a}) + "\n" for i, (_, a) in enumerate(rows)))
+    return data, responses
+
+
 def bench_cli(n: int) -> tuple[float, float, float]:
     """(e) ``opgen score`` end to end on ``n`` canonical answers (one row each, one response): what
     a user waits for, from the command's start to its exit. (responses/s, wall s, CPU s of the
     command and everything it started)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     rows = typical_rows(n, seed=5)
     with tempfile.TemporaryDirectory() as tmp:
-        data, responses = Path(tmp) / "d.parquet", Path(tmp) / "r.jsonl"
-        # The extra_info an opgen-built row carries (its operators and depth: the report's scopes
-        # come from them; a foreign file without them has its programs parsed, ~0.05 ms a row).
-        pq.write_table(pa.Table.from_pylist([{"data_source": "opgen/bench", "reward_model": {
-            "style": "rule", "ground_truth": json.dumps(gt)}, "extra_info": {
-                "answer_format": "ra", "split": "bench", "ops": gt["tasks"][0]["ops"],
-                "depth": gt["tasks"][0]["depth"]}} for gt, _ in rows]), data)
-        responses.write_text("".join(json.dumps({"index": i, "response": a}) + "\n" for i, (_, a) in enumerate(rows)))
+        data, responses = write_score_inputs(rows, Path(tmp))
         opgen = Path(sys.executable).with_name("opgen")
         argv = [str(opgen)] if opgen.exists() else [sys.executable, "-m", "opgen"]
         c0, t0 = _cpu(), time.perf_counter()

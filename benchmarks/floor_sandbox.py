@@ -32,17 +32,16 @@ from bench_score import typical_rows
 from opgen.score.parse import parse_program_answer
 from opgen.score.sandbox import Sandbox, Unit
 
-WORKER = Path(__file__).resolve().parent.parent / "opgen" / "score" / "worker.py"
+# The folder holding the sandbox worker's package (opgen/score/jail), as the worker's script adds it.
+JAIL_PARENT = Path(__file__).resolve().parent.parent / "opgen" / "score"
 
-# The bare server: the same warm image as opgen's worker (its PRELOAD and _warm_up), no isolation.
+# The bare server: the same warm image as opgen's worker (its preloaded modules and warm-up), no isolation.
 BARE = r'''
-import importlib.util, marshal, os, sys
-spec = importlib.util.spec_from_file_location("w", sys.argv[1])
-w = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(w)
-for name in w.PRELOAD:
-    __import__(name)
-w._warm_up()
+import marshal, os, sys
+sys.path.append(sys.argv[1])
+from jail import imports, worker
+imports.preload()
+worker._warm_up()
 
 
 def read(n):
@@ -84,7 +83,7 @@ def _cpu_of_tree(pid: int) -> float:
 
 
 def bare(programs: list, inputs: list[str]) -> float:
-    procs = [subprocess.Popen([sys.executable, "-I", "-S", "-c", BARE, str(WORKER)], stdin=subprocess.PIPE,
+    procs = [subprocess.Popen([sys.executable, "-I", "-S", "-c", BARE, str(JAIL_PARENT)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, bufsize=0) for _ in range(2)]
 
     def run(k: int, stop: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import click
@@ -26,9 +27,9 @@ def _workers_default() -> int:
 @click.option("--seed", type=click.IntRange(min=0), help="Override the recipes' seed.")
 @click.option("--only", multiple=True, metavar="SPLIT", help="Build only this split (repeatable).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N rows per split (the first N rows).")
-@click.option("--library", "library", metavar="SPEC",
-              help="The operator library of every recipe, replacing their library: (study, a YAML file or "
-                   "module:obj; docs/operators.md). Default: each recipe's, else the study's.")
+@options.library("The operator library of every recipe, replacing their library: (study, a YAML file or module:obj; "
+                 "docs/operators.md). Default: each recipe's, else the study's. The build registers it in your "
+                 "library store and keeps its canonical file as DIR/library.yaml.")
 @options.progress()
 @click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="A local tokenizer folder: record prompt/answer token lengths in the manifest and "
@@ -43,7 +44,7 @@ def _workers_default() -> int:
                    "folder opgen did not write.")
 @click.pass_context
 def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, workers: int, seed: int | None,
-          only: tuple[str, ...], limit: int | None, library: str | None, progress: bool | None,
+          only: tuple[str, ...], limit: int | None, library_spec: str | None, progress: bool | None,
           tokenizer: Path | None, executor: str, ray_address: str | None, ray_num_cpus: int | None,
           force: bool) -> None:
     """Build every split of RECIPE... (YAML files or bundled names) as verl parquet in --out.
@@ -57,12 +58,13 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
     from opgen import build as B
     from opgen import outdir
     from opgen import recipe as R
+    from opgen.library import StoreWarning
 
     specs = recipes or (DEFAULT_RECIPE,)
     try:
-        loaded = [R.load(spec, seed, library) for spec in specs]
+        loaded = [R.load(spec, seed, library_spec) for spec in specs]
     except R.RecipeError as exc:
-        raise click.BadParameter(str(exc), param_hint="--library" if library and "--library" in str(exc)
+        raise click.BadParameter(str(exc), param_hint="--library" if library_spec and "--library" in str(exc)
                                  else "RECIPE") from None
     out = out or Path("out") / loaded[0].name
     tok = _load_tokenizer(tokenizer) if tokenizer is not None else None  # fail before any work
@@ -74,8 +76,15 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
             from opgen.distributed.ray_executor import BuildMapper, RayOptions
 
             mapper = BuildMapper(loaded, only, limit, out, RayOptions(address=ray_address, num_cpus=ray_num_cpus))
-        man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress,
-                      mapper=mapper, force=force)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", StoreWarning)
+            man = B.build(loaded, out, workers=workers, only=only, limit=limit, seed=seed, progress=progress,
+                          mapper=mapper, force=force)
+        for w in said:  # the store's one line as the command's own; any other warning as Python shows it
+            if issubclass(w.category, StoreWarning):
+                click.echo(f"warning: {w.message}", err=True)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     except (KeyboardInterrupt, outdir.Terminated) as exc:
         what = "terminated" if isinstance(exc, outdir.Terminated) else "interrupted"
         kept = "holds this build (the signal came during its final swap)" if isinstance(exc, B.SignalAfterSwap) \
@@ -148,8 +157,9 @@ def summary(man: dict, out: Path) -> str:
               help="Sandbox processes for rows whose ref_code is not opgen's.")
 @options.allow_weak_sandbox(help="Run foreign ref_code even where the sandbox's isolation is below 'full'.")
 @options.progress()
+@options.library()
 def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int, allow_weak_sandbox: bool,
-             progress: bool | None) -> None:
+             progress: bool | None, library_spec: str | None) -> None:
     """Check parquet files (or build directories) against the row schemas and re-execute every ground truth.
 
     opgen rows are re-derived from their parsed expressions; other verl rows' ref_code runs in the
@@ -165,9 +175,10 @@ def validate(paths: tuple[Path, ...], as_json: bool, sandbox_workers: int, allow
     if allow_weak_sandbox:
         allow_weak_for_this_process()
     runner = V.sandbox_runner(workers=sandbox_workers)
+    chosen = options.chosen_library(library_spec)
     tick, done = options.counter(progress, "validate", V.count_rows(files), "row")
     try:
-        reports = [V.validate_file(f, runner, tick) for f in files]
+        reports = [V.validate_file(f, runner, tick, chosen) for f in files]
     except SandboxError as exc:
         raise click.ClickException(f"sandbox failure: {exc}") from None
     finally:
@@ -221,8 +232,9 @@ def validation_summary(failed: int, files: int, problems: int) -> str:
 @click.option("--max-prompt-length", type=click.IntRange(min=1),
               help="With --tokenizer: warn about prompts longer than this many tokens.")
 @options.progress()
+@options.library()
 def stats(paths: tuple[Path, ...], as_json: bool, tokenizer: Path | None, max_prompt_length: int | None,
-          progress: bool | None) -> None:
+          progress: bool | None, library_spec: str | None) -> None:
     """Counts (depth, k, operators, structure, conditions) and output-length histograms of parquet files.
 
     PATHS are parquet files or build directories. With --tokenizer, token lengths are measured the
@@ -253,7 +265,7 @@ def stats(paths: tuple[Path, ...], as_json: bool, tokenizer: Path | None, max_pr
         except (OSError, ValueError, KeyError) as exc:
             raise click.ClickException(f"token statistics failed: {exc}") from None
     try:
-        result = S.collect(files)
+        result = S.collect(files, options.chosen_library(library_spec))
     except S.StatsError as exc:
         raise click.ClickException(f"cannot read {exc}") from None
     if as_json:

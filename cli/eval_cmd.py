@@ -114,9 +114,7 @@ class BackendName(click.ParamType):
 @options.metric_defs()
 @options.no_plots()
 @options.allow_weak_sandbox()
-@click.option("--library", "library_spec", metavar="SPEC", default=None,
-              help="Scorer: the operator library the rows were built from (a YAML file or module:obj; default: "
-                   "the study's).")
+@options.library(prefix="Scorer")
 def eval_(**given: Any) -> None:
     """Generate with each --model on each --data file and grade the responses.
 
@@ -168,8 +166,8 @@ def _run_of(o: dict[str, Any]) -> EvalRun:
             decomposed=o["decomposed"], score=not o["no_score"], batch_size=o["batch_size"], workers=o["workers"],
             progress=not o["quiet"] and options.show_progress(o["progress"]),
             openai=_openai_options(o),
-            grading=GradeSettings(namespace=o["namespace"], static=not o["no_static"],
-                                  library=o["library_spec"] or None),
+            grading=GradeSettings.resolve(namespace=o["namespace"], static=not o["no_static"],
+                                          library=o["library_spec"]),
             metric_defs=MetricDefs(drift_call=o["drift_call"], pass_k=o["pass_k"], interval=o["interval"]),
             plots=not o["no_plots"],
         )

@@ -18,7 +18,9 @@ def export() -> None:
 @click.option("--max-gen-toks", type=click.IntRange(1, 1_000_000), default=2048, show_default=True)
 @click.option("--group", default="opgen", show_default=True, help="The lm-eval group name (and task prefix).")
 def lm_eval(build_dir: Path, out_dir: Path, max_gen_toks: int, group: str) -> None:
-    """One lm-eval task YAML per split, a group YAML and utils.py (docs/integrations.md)."""
+    """One lm-eval task YAML per split, a group YAML and utils.py (docs/integrations.md). A build of
+    a library not the study's exports only when its grader will find the library (your library
+    store, or OPGEN_LIBRARY): opgen ops add BUILD_DIR/library.yaml registers it."""
     from opgen.integrations.lm_eval import export as write
 
     try:  # a HubError: the CLI's one mapping (cli/__init__.py)

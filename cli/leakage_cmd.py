@@ -76,7 +76,9 @@ def _print(report: dict) -> None:
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the whole report as JSON here (checked writable before the work).")
 @options.progress(heartbeat=False)  # it prints its own lines (tell, below)
-def leakage(paths: tuple[str, ...], heldout_ops: str, report_path: Path | None, progress: bool | None) -> None:
+@options.library()
+def leakage(paths: tuple[str, ...], heldout_ops: str, report_path: Path | None, progress: bool | None,
+            library_spec: str | None) -> None:
     """Check training build folders or parquet files against eval ones (those after --against):
     no shared prompt, no shared (program, input) task, no held-out composition's program in
     training, and no held-out operator composed in training. Exit 1 on a violation. Also reports,
@@ -88,7 +90,8 @@ def leakage(paths: tuple[str, ...], heldout_ops: str, report_path: Path | None, 
     train, against = _split_paths(paths)
     if report_path is not None:
         _check_writable(report_path)
-    lib = L.library_of(train, against)  # LeakageInputError: exit 1 (cli/__init__.py)
+    chosen = options.chosen_library(library_spec)
+    lib = L.rows_library(train, against, chosen)  # LeakageInputError: exit 1; UnknownLibrary: 2 (cli/__init__.py)
     try:
         held = lib.resolve_set(heldout_ops if heldout_ops in ("heldout", "train", "all") else heldout_ops.split(","))
     except (ValueError, KeyError) as exc:
@@ -101,7 +104,8 @@ def leakage(paths: tuple[str, ...], heldout_ops: str, report_path: Path | None, 
             click.echo(f"leakage: read {done}/{total} files ({path}: {rows:,} rows, {elapsed:.1f} s)", err=True)
             sys.stderr.flush()
 
-    report = L.check_files(train, against, held, progress=tell)  # LeakageInputError: exit 1 (cli/__init__.py)
+    # LeakageInputError: exit 1 (cli/__init__.py)
+    report = L.check_files(train, against, held, progress=tell, library=chosen)
     _print(report)
     if report_path is not None:
         try:

@@ -18,7 +18,8 @@ from . import options
 
 @click.group()
 def ops() -> None:
-    """Inspect the 25 operators: list them, show their source, evaluate expressions, check a library's laws."""
+    """Inspect the 25 operators: list them, show their source, evaluate expressions, check a library's laws;
+    register the operator libraries you trust in your library store (add, libraries, remove)."""
 
 
 def _op_row(op: library.Operator) -> dict:
@@ -150,8 +151,7 @@ class _CheckSetupError(click.ClickException):
 
 @ops.command("check", short_help="Property laws for an operator library (the study's by default).")
 @click.argument("lib", required=False, metavar="[LIB]")
-@click.option("--library", "library_spec", metavar="SPEC",
-              help="The library: a YAML file, module:obj naming an OperatorLibrary, or 'study' (same as LIB).")
+@options.library("The library: a YAML file, module:obj naming an OperatorLibrary, or 'study' (same as LIB).")
 @click.option("--examples", type=click.IntRange(min=1), default=100, show_default=True,
               help="Hypothesis examples per law per operator.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Hypothesis's seed (a run is deterministic).")
@@ -182,3 +182,60 @@ def check_cmd(lib: str | None, library_spec: str | None, examples: int, seed: in
         click.echo(report.render())
     if not report.ok:
         raise SystemExit(1)
+
+
+@ops.command("add", short_help="Register an operator library you trust in your library store.")
+@click.argument("spec", metavar="SPEC")
+def add_cmd(spec: str) -> None:
+    """Register the library SPEC (a YAML library file, such as a build folder's library.yaml, or
+    module:obj) in your library store, by its content digest: every command and entry point then
+    finds rows of that library from anywhere, with no flag. Its code is yours to vouch for: opgen
+    runs it when it grades, builds or checks such rows (docs/security.md). The store is
+    $OPGEN_HOME/libraries, else $XDG_DATA_HOME/opgen/libraries (~/.local/share/opgen/libraries)."""
+    from opgen import library as libraries
+
+    try:
+        lib = libraries.load(spec)
+    except libraries.LibraryError as exc:
+        raise click.BadParameter(str(exc), param_hint="SPEC") from None
+    if lib.is_study:
+        click.echo(f"{spec}: the study's library is built in; nothing to register")
+        return
+    path = libraries.store.add(lib)  # a LibraryError (a store of another user's): exit 2 (cli/__init__.py)
+    click.echo(f"registered library {lib.name!r} ({len(lib)} operators), digest {lib.digest}, as {path}")
+
+
+@ops.command("libraries", short_help="The operator libraries in your library store.")
+@options.json_output("Print a JSON array: digest, name, operators, path.")
+def libraries_cmd(as_json: bool) -> None:
+    """List the libraries you registered (opgen ops add, every build): digest, name, operators."""
+    from opgen.library import store
+
+    found = store.entries()
+    if as_json:
+        click.echo(json.dumps([{"digest": e.digest, "name": e.name, "operators": e.operators, "path": str(e.path)}
+                               for e in found], indent=2, ensure_ascii=False))
+        return
+    if not found:
+        click.echo(f"no libraries registered in {store.root()} (opgen ops add FILE; every build registers its own)")
+        return
+    for e in found:
+        click.echo(f"{e.digest[:12]}  {e.name}  ({e.operators} operators)")
+    click.echo(f"{len(found)} in {store.root()}")
+
+
+@ops.command("remove", short_help="Remove an operator library from your library store.")
+@click.argument("digest", metavar="DIGEST")
+def remove_cmd(digest: str) -> None:
+    """Remove the library whose digest starts with DIGEST (at least 6 hex digits) from your store."""
+    from opgen.library import LibraryError, store
+
+    try:
+        gone = store.remove(digest)
+    except LibraryError as exc:
+        raise click.BadParameter(str(exc), param_hint="DIGEST") from None
+    if not gone:
+        raise click.BadParameter(f"no registered library's digest starts with {digest!r} (opgen ops libraries)",
+                                 param_hint="DIGEST")
+    for e in gone:
+        click.echo(f"removed library {e.name!r}, digest {e.digest}")

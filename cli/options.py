@@ -15,11 +15,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from opgen import choices
+
+if TYPE_CHECKING:
+    from opgen.library import OperatorLibrary
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,6 +33,9 @@ NO_STATIC_HELP = ("Run every program in the sandbox (by default programs of libr
 ALLOW_WEAK_SANDBOX_HELP = "Grade even where the sandbox's isolation is below 'full' (it says what is then unprotected)."
 RAY_ADDRESS_HELP = "ray: an existing cluster (e.g. auto, or ray://HOST:10001); default: start a local one on 127.0.0.1."
 RAY_NUM_CPUS_HELP = "ray: CPUs of the local cluster started without --ray-address (default: this machine's)."
+LIBRARY_HELP = ("The operator library the rows were built from, if you trust it: a YAML file or module:obj (default: "
+                "the library the rows name by its digest, from your library store, where every build and "
+                "`opgen ops add FILE` register one; nothing the data names is loaded).")
 
 
 def count(n: int, noun: str, plural: str = "") -> str:
@@ -189,6 +195,20 @@ def counter(progress: bool | None, desc: str, total: int, unit: str) -> tuple[Ca
 
     bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False)
     return bar.update, bar.close
+
+
+def library(help: str = LIBRARY_HELP, prefix: str = "") -> Callable[[F], F]:
+    """``--library SPEC`` (the parameter ``library_spec``): a library the user chose (opgen.library.given);
+    ``help`` says what it is to this command."""
+    return click.option("--library", "library_spec", metavar="SPEC", default=None, help=_prefixed(prefix, help))
+
+
+def chosen_library(library_spec: str | None) -> OperatorLibrary | None:
+    """The library ``--library`` names, loaded (a LibraryError names the file: exit 2); None when not given."""
+    # imported when a command runs: opgen.library compiles the study's operators, which --help never needs
+    from opgen.library import given
+
+    return given(library_spec) if library_spec else None
 
 
 def no_plots() -> Callable[[F], F]:

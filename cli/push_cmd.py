@@ -32,9 +32,13 @@ def _repo_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="License identifier for the card's front matter.")
 @click.option("--pretty-name", help="Title of the card (default: opgen + the recipe names).")
 @options.progress()
+@options.library("The build's operator library, if you trust it, for the card (a YAML file or module:obj; "
+                 "default: the library the manifest names by its digest, from your library store; nothing in the "
+                 "folder is run).")
 @click.pass_context
 def push(ctx: click.Context, build_dir: Path, repo_id: str, private: bool, revision: str | None,
-         dry_run: Path | None, force: bool, license_: str, pretty_name: str | None, progress: bool | None) -> None:
+         dry_run: Path | None, force: bool, license_: str, pretty_name: str | None, progress: bool | None,
+         library_spec: str | None) -> None:
     """Publish BUILD_DIR (written by `opgen build`) to the Hub in one commit.
 
     Each split family becomes a config with its files at data/<config>/<split>-0000k-of-0000n.parquet,
@@ -49,11 +53,12 @@ def push(ctx: click.Context, build_dir: Path, repo_id: str, private: bool, revis
 
     if force and dry_run is None:
         raise click.UsageError("--force: only with --dry-run (a push replaces nothing locally)")
+    chosen = options.chosen_library(library_spec)
     outdir.install_sigterm()
     try:
         if dry_run is not None:
             plan = hub.write_tree(build_dir, dry_run, repo_id, license=license_, pretty_name=pretty_name,
-                                  force=force)
+                                  force=force, library=chosen)
             files = hub.tree_files(dry_run)
             click.echo(f"wrote {options.count(len(files), 'file')} ({options.count(len(plan.configs), 'config')}, "
                        f"{options.count(sum(s.rows for s in plan.splits), 'row')}) to {dry_run}; nothing uploaded")
@@ -61,7 +66,7 @@ def push(ctx: click.Context, build_dir: Path, repo_id: str, private: bool, revis
                 click.echo(f"  {rel}")
             return
         result = hub.push(build_dir, repo_id, private=private, revision=revision,
-                          license=license_, pretty_name=pretty_name)
+                          license=license_, pretty_name=pretty_name, library=chosen)
     except (KeyboardInterrupt, outdir.Terminated) as exc:
         kept = "holds the new tree (the signal came during its final swap)" \
             if isinstance(exc, outdir.SignalAfterCommit) else "is as it was"

@@ -46,9 +46,7 @@ from . import options
                    "OPGEN_GRADE_PROCESSES, else one per CPU up to 8). Grades are the same.")
 @options.allow_weak_sandbox()
 @options.progress()
-@click.option("--library", "library_spec", metavar="SPEC", default=None,
-              help="The operator library the rows were built from: a YAML file or module:obj (default: the "
-                   "study's). A row naming another library is refused before anything is graded.")
+@options.library()
 @click.pass_context
 def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str,
           group: str, timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, drift_call: str,
@@ -112,8 +110,8 @@ def settings_of(mode: str, policy: str, group: str, namespace: str, no_static: b
     ``library_spec``: --library (loaded here: a LibraryError names the file, exit 2)."""
     from opgen.score.settings import GradeSettings
 
-    return GradeSettings(mode=mode, policy=policy, group=group, namespace=namespace, static=not no_static,
-                         library=library_spec or None)
+    return GradeSettings.resolve(mode=mode, policy=policy, group=group, namespace=namespace, static=not no_static,
+                                 library=library_spec)
 
 
 def _check_not_empty(responses: Path) -> None:
@@ -165,6 +163,9 @@ def _report(summary: dict, out: Path) -> None:
         click.echo(f"non-degenerate rows: accuracy {_figure(nd)} over {nd['n']} responses "
                    f"({summary['degenerate_rows']} on degenerate rows)")
     click.echo("errors: " + json.dumps(summary["errors"]))
+    if summary.get("retries"):
+        click.echo(f"{summary['retries']} responses were graded again: the grading process or sandbox worker "
+                   "under them died (summary.json 'retries'; a response graded 'killed' killed it twice)", err=True)
     warning = missing_import_warning(summary)
     if warning:
         click.echo(warning, err=True)

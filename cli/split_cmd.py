@@ -20,8 +20,9 @@ from . import options
 @click.option("--leaves", is_flag=True, help="Count the input x and literal kinds as atoms (and compound ends).")
 @click.option("--inputs", is_flag=True, help="Count each task's input length class as an atom.")
 @options.progress()
+@options.library()
 def split_stats(train: Path, eval_: Path, as_json: bool, max_size: int, leaves: bool, inputs: bool,
-                progress: bool | None) -> None:
+                progress: bool | None, library_spec: str | None) -> None:
     """Atom divergence D_A = 1 - C_0.5 and compound divergence D_C = 1 - C_0.1 (Chernoff coefficients of
     the normalized histograms, DBCA) of TRAIN against EVAL, and the held-out compounds (in eval, in no
     training row) with their share of eval rows. TRAIN and EVAL are build folders or parquet files."""
@@ -31,7 +32,8 @@ def split_stats(train: Path, eval_: Path, as_json: bool, max_size: int, leaves: 
     for p, hint in ((train, "TRAIN"), (eval_, "EVAL")):
         if not p.exists():
             raise click.BadParameter(f"{p}: no such file or folder", param_hint=hint)
-    result = report.split_stats([train], [eval_], C.CompoundSpec(max_size, leaves, inputs))  # SplitRowsError: exit 1
+    result = report.split_stats([train], [eval_], C.CompoundSpec(max_size, leaves, inputs),
+                                options.chosen_library(library_spec))  # SplitRowsError: exit 1
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from opgen.generate import Generator, register_generator
 
 if TYPE_CHECKING:
+    from opgen.library import OperatorLibrary
     from opgen.score.settings import GradeSettings
 
 # Generator is re-exported for user generators: subclass it, register it, name it in a recipe.
@@ -53,11 +54,14 @@ def _check_build_args(size: int | None, seed: int | None, workers: int) -> None:
     _count("workers", workers, 1, "opgen build --workers")
 
 
-def load_recipe(recipe: Any, seed: int | None = None, library: Any = None):
+def load_recipe(recipe: Any, seed: int | None = None, library: OperatorLibrary | str | None = None):
     """A bundled recipe's name, a YAML path, a recipe dict (the YAML's content) or a
     :class:`opgen.recipe.Recipe` -> a resolved Recipe (``seed`` overrides the recipe's; ``library``,
-    an :class:`opgen.ops.OperatorLibrary` or a spec, replaces its ``library:``)."""
+    an :class:`opgen.ops.OperatorLibrary` or a spec, replaces its ``library:``). A YAML file's own
+    ``library:`` is loaded (the user's file names the user's library); a dict's is not: a dict
+    naming a library needs ``library=`` (a dict may come from anywhere, a request among them)."""
     from opgen import recipe as R
+    from opgen.library import given
 
     if seed is not None:
         _count("seed", seed, 0, "opgen build --seed")
@@ -66,18 +70,15 @@ def load_recipe(recipe: Any, seed: int | None = None, library: Any = None):
     if isinstance(recipe, R.Recipe):
         if seed is None and library is None:
             return recipe
-        again = R.resolve(recipe.raw, recipe.path, recipe.sha256, seed,
-                          library=recipe.library if library is None else library)
-        if library is None:  # the recipe's own library, as it was named
-            again.library_spec = recipe.library_spec
-        return again
+        return R.resolve(recipe.raw, recipe.path, recipe.sha256, seed,
+                         library=recipe.library if library is None else given(library))
     if isinstance(recipe, Mapping):
         import hashlib
         import json
 
         data = dict(recipe)
         sha = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
-        return R.resolve(data, f"<recipe {data.get('name', '?')}>", sha, seed, library=library)
+        return R.resolve(data, f"<recipe {data.get('name', '?')}>", sha, seed, library=given(library))
     if isinstance(recipe, (str, Path)):
         return R.load(str(recipe), seed, library)
     raise TypeError(f"a recipe is a name, a path, a dict or an opgen.recipe.Recipe, not {type(recipe).__name__}")
@@ -123,7 +124,8 @@ class Dataset:
 
 
 def build_splits(recipe: Any, splits: Sequence[str] | None = None, *, size: int | None = None,
-                 seed: int | None = None, workers: int = 1, library: Any = None) -> dict[str, Dataset]:
+                 seed: int | None = None, workers: int = 1,
+                 library: OperatorLibrary | str | None = None) -> dict[str, Dataset]:
     """Every split of ``recipe`` (or only ``splits``: names, or one name), built as ``opgen build``
     builds them, in memory.
 
@@ -162,7 +164,7 @@ def build_splits(recipe: Any, splits: Sequence[str] | None = None, *, size: int 
 
 
 def create_dataset(recipe: Any, split: str | None = None, *, size: int | None = None, seed: int | None = None,
-                   workers: int = 1, library: Any = None) -> Dataset:
+                   workers: int = 1, library: OperatorLibrary | str | None = None) -> Dataset:
     """One split of ``recipe`` in memory (``split`` may be omitted for a one-split recipe).
 
     A split is built alone (``--only``), as ``opgen build --only``: its duplicate checks run against
@@ -281,7 +283,7 @@ MIN_TIMEOUT_S = 0.05  # opgen score --timeout's floor: below it no program, gold
 def score_answers(rows: Any, responses: Sequence[Any], *, mode: str = "auto",
                   policy: str = "output", group: str = "fraction", workers: int = 2,
                   timeout_s: float = 2.0, namespace: str = "strict", static: bool = True,
-                  settings: GradeSettings | None = None, library: Any = None) -> Scores:
+                  settings: GradeSettings | None = None, library: OperatorLibrary | str | None = None) -> Scores:
     """Grade ``responses[i]`` against row ``i`` of ``rows`` (a :class:`Dataset`, a pyarrow.Table or a
     list of row dicts), in opgen's sandbox, exactly as ``opgen score`` grades a file (same grades,
     same summary). ``responses[i]`` is a string, a list of samples, a record as a line of the
@@ -289,10 +291,11 @@ def score_answers(rows: Any, responses: Sequence[Any], *, mode: str = "auto",
     anything else, and any option ``opgen score`` would refuse, raises naming it. ``settings``: the
     grading options (mode, policy, group, namespace, static) as one
     :class:`opgen.score.settings.GradeSettings` instead of the loose keywords. ``library``: the
-    operator library the rows were built from (an ``OperatorLibrary`` or a spec; None: the study's);
-    a row naming another one raises :class:`opgen.score.libs.LibraryMismatch` before any grading."""
-    from opgen.score import libs
-    from opgen.score.grade import GroundTruthError, load_truth
+    operator library the rows were built from (an ``OperatorLibrary`` or a spec); by default the one
+    the rows name, from the user's library store. A row naming another one, or one neither given nor
+    registered, raises :class:`opgen.library.LibraryMismatch` / :class:`opgen.library.UnknownLibrary`
+    before any grading."""
+    from opgen.score.inputs import check_truths
     from opgen.score.report import Report, graded, settings_fields
     from opgen.score.sandbox import Sandbox
     from opgen.score.settings import GradeSettings
@@ -312,19 +315,13 @@ def score_answers(rows: Any, responses: Sequence[Any], *, mode: str = "auto",
     answers: dict[int, list[str]] = {}
     for i, got in enumerate(responses):
         samples = _samples(i, got)
-        if samples is None:
-            continue
-        try:
-            truth = load_truth(data[i].ground_truth)
-        except GroundTruthError as exc:
-            raise ValueError(f"row {i}: {exc}") from None
-        wrong = libs.mismatch(truth.library_digest, record.library)  # type: ignore[arg-type]
-        if wrong:
-            raise libs.LibraryMismatch(f"row {i}: {wrong}")
-        answers[i] = samples
+        if samples is not None:
+            answers[i] = samples
     if not answers:
         raise ValueError(f"responses holds no response (all {len(data)} entries are None): there is nothing to "
                          f"score, and an accuracy over no response is not 0")
+    # with the rows' library; a ScoreInputError (a ValueError) names the row
+    record = check_truths("", ((i, data[i].ground_truth) for i in sorted(answers)), record)
     report = Report(record)
     grades: list[list[dict]] = [[] for _ in data]
     records: list[dict] = []

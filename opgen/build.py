@@ -30,6 +30,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -45,6 +46,8 @@ from opgen import expr as E
 from opgen import manifest as M
 from opgen.errors import USAGE, OpgenError
 from opgen.generate import Generator, GeneratorError, Unsatisfiable
+from opgen.library import LibraryError, LibraryMismatch, StoreWarning, canonical_text, ref_of, store
+from opgen.ops import OperatorLibrary
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
 from opgen.rows import Facts, RowBuffer, RowSpec
 from opgen.splits import compounds as C
@@ -472,7 +475,7 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
             avoid = None
             if recipe.avoid and cfg.role == "eval":  # opt-in: replays the named training recipes
                 try:
-                    avoid = leakage.training_programs(recipe.avoid, seed)
+                    avoid = leakage.training_programs(recipe.avoid, seed, recipe.library)
                 except (RecipeError, GeneratorError) as exc:
                     raise BuildError(f"{recipe.path}: leakage.avoid_programs: {exc}") from None
             rows = gen.count() if limit is None else min(gen.count(), limit)
@@ -496,28 +499,25 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
     return plans
 
 
-class LibraryMismatch(BuildError):
-    """Recipes of one build that name different operator libraries."""
-
-
 def check_one_library(recipes: Sequence[Recipe]) -> None:
-    """All recipes of one build use one operator library (equal digests), else :class:`LibraryMismatch`."""
+    """All recipes of one build use one operator library (equal digests), else
+    :class:`opgen.library.LibraryMismatch`."""
     for recipe in recipes[1:]:
         first = recipes[0]
         if recipe.library.digest != first.library.digest:
             raise LibraryMismatch(
-                f"{recipe.path}: library {recipe.library_spec!r} ({recipe.library.name}, digest "
-                f"{recipe.library.digest[:12]}) is not the library of {first.path} ({first.library_spec!r}: "
-                f"{first.library.name}, digest {first.library.digest[:12]}); one build uses one operator library "
-                "(build them apart, or give both the same with --library)")
+                f"{recipe.path}: library {recipe.library.name!r} (digest {recipe.library.digest[:12]}) is not the "
+                f"library of {first.path} ({first.library.name!r}, digest {first.library.digest[:12]}); one build "
+                "uses one operator library (build them apart, or give both the same with --library)")
 
 
 def library_tag(recipe: Recipe) -> str:
-    """The member a non-study library's ground truth ends with; "" for the study's (rows as they were)."""
+    """The member a non-study library's ground truth ends with (its name and digest: opgen.library.Ref);
+    "" for the study's (rows as they were)."""
     lib = recipe.library
     if lib.is_study:
         return ""
-    return formats.library_member({"name": lib.name, "digest": lib.digest, "spec": recipe.library_spec})
+    return formats.library_member(ref_of(lib).as_json())
 
 
 def adopt(recipes: list[Recipe], only: tuple[str, ...], limit: int | None, tmp_dir: Path,
@@ -545,6 +545,9 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
     """
     t0 = time.perf_counter()
     plans = plan_build(recipes, only, limit, seed)
+    library = recipes[0].library if recipes else ops.STUDY
+    # the build folder's copy of its library, made before any work (a library no file can state fails here)
+    library_text = None if library.is_study else canonical_text(library)
     out = Path(os.path.abspath(out))
     if out.is_symlink():
         out = out.resolve()
@@ -576,6 +579,8 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
                     assert previous is not None
                     man = _merge(man, previous, keep, out, stage, recipes)
                 man.pop("_seconds")
+                if library_text is not None:
+                    write.atomic_write_text(stage / outdir.LIBRARY_FILE, library_text)
                 write.atomic_write_text(stage / "manifest.json", M.dumps(man))
                 _swap(stage, out)
                 seconds = time.perf_counter() - t0
@@ -587,8 +592,20 @@ def build(recipes: list[Recipe], out: Path, *, workers: int = 1, only: tuple[str
     except OSError as exc:
         where = exc.filename or out
         raise BuildError(f"{where}: {exc.strerror or exc}; nothing was written to {out}") from None
+    _register(library, out)
     man["_seconds"] = seconds  # for the summary only; not in the file
     return man
+
+
+def _register(library: OperatorLibrary, out: Path) -> None:
+    """The user's build registers the library it was given in their store (opgen.library.store), so
+    every command finds the rows' library by digest from anywhere. A store that cannot be written
+    is said, not fatal: the build is complete."""
+    try:
+        store.add(library)
+    except LibraryError as exc:
+        warnings.warn(f"{exc}; the build in {out} is complete, but to grade or check its rows elsewhere register "
+                      f"its library: opgen ops add {out / outdir.LIBRARY_FILE}", StoreWarning, stacklevel=3)
 
 
 def _swap(stage: Path, out: Path) -> None:

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import yaml
 
-from opgen import ops
-from opgen import ops as library  # the study's (the bundled recipes' descriptions below); a card's own: library_of
+from opgen import (
+    ops,  # the study's (the bundled recipes' descriptions below); a card's own: Plan.library
+    truth,
+)
 from opgen._version import __version__
-from opgen.errors import USAGE, OpgenError
 from opgen.hubplan import Plan, Split
+from opgen.ops import OperatorLibrary
 
 TASK_CATEGORIES = ["text-generation"]
 TAGS = ["code", "synthetic", "compositional-generalization", "program-synthesis", "string-operators",
@@ -29,9 +31,9 @@ _BAR = 40
 # What each of the study's split families is for (compgen-checkpoints): pattern on the config
 # name → (what it is, the study's file or checkpoint it serves). First match wins.
 FAMILIES: list[tuple[str, str, str]] = [
-    (r"^heldout_trees", f"expression trees over the {len(library.HELDOUT_IDS)} held-out operators, exact depths 1-8",
+    (r"^heldout_trees", f"expression trees over the {len(ops.HELDOUT_IDS)} held-out operators, exact depths 1-8",
      "eval/heldout_trees_d1-8.parquet: the held-out d4 / d8 accuracy of every checkpoint"),
-    (r"^trainop_trees", f"expression trees over the {len(library.TRAIN_IDS)} train operators, exact depths 1-8",
+    (r"^trainop_trees", f"expression trees over the {len(ops.TRAIN_IDS)} train operators, exact depths 1-8",
      "eval/trainop_trees_d1-8.parquet: the in-distribution counterpart of heldout_trees"),
     (r"^heldout_chains", "pure nesting chains f1(f2(…(x))) over held-out operators, depths 1-20",
      "eval/heldout_chains_d1-20.parquet: the chains d20 numbers of the RL contrasts"),
@@ -44,7 +46,7 @@ FAMILIES: list[tuple[str, str, str]] = [
     (r"^probe_1f", "builtin-method argument tails in front of the operator's own argument",
      "eval/probe_1f.parquet"),
     (r"^probe_1g", "a long literal (8-200 characters) as the operator's first argument", "eval/probe_1g.parquet"),
-    (r"^(stage_?15|closed_book)", f"closed-book data: depth-1 atomic tasks over all {len(library.OPERATORS)} "
+    (r"^(stage_?15|closed_book)", f"closed-book data: depth-1 atomic tasks over all {len(ops.OPERATORS)} "
      "operators and depth-2..4 train-operator compositions, prose + one code block", "checkpoint stage15b-init"),
     (r"^sft_d1", "atomic tasks, one operator per answer, no composition rows", "SFT cell sft-d1-s1"),
     (r"^sft_v1", "atomic tasks one per answer + mixed-structure train-operator compositions, depth 2-4",
@@ -230,12 +232,12 @@ def _example(s: Split, row: dict) -> str:
     if row.get("response"):
         parts += ["**gold answer** (`response`; `messages` holds the user and assistant turns):",
                   _fence(_clip(row["response"]))]
-    truth = (row.get("reward_model") or {}).get("ground_truth")
-    if truth:
+    raw = (row.get("reward_model") or {}).get("ground_truth")
+    if raw:
         try:
-            shown = json.dumps(json.loads(truth), indent=2, ensure_ascii=False)
-        except json.JSONDecodeError:
-            shown = truth
+            shown = json.dumps(truth.read(raw), indent=2, ensure_ascii=False)
+        except truth.GroundTruthError:  # not a JSON object (another project's row), or nested too deep: as text
+            shown = raw
         parts += ["**`reward_model.ground_truth`** (JSON text; the scorer runs `ref_code` / each task's program):",
                   _fence(_clip(shown), "json")]
     return "\n\n".join(parts)
@@ -283,25 +285,6 @@ def _counts_line(counts: dict, numeric: bool) -> str:
     return ", ".join(f"{k or '(none)'}: {v}" for k, v in sorted(counts.items(), key=key))
 
 
-class CardError(ValueError, OpgenError):
-    """A build whose card cannot be made (its operator library cannot be loaded)."""
-
-    exit_code = USAGE
-
-
-def library_of(plan: Plan) -> ops.OperatorLibrary:
-    """The operator library the build's manifest names (``library``), the study's when it names none."""
-    tag = plan.manifest.get("library")
-    if not isinstance(tag, dict) or tag.get("digest") in (None, ops.STUDY.digest):
-        return ops.STUDY
-    from opgen.validate import Libraries
-
-    found = Libraries(plan.build_dir).get(tag)
-    if isinstance(found, str):
-        raise CardError(f"{plan.build_dir}/manifest.json: library: {found}")
-    return found
-
-
 def _counts(plan: Plan) -> str:
     blocks = []
     for s in plan.splits:
@@ -320,7 +303,7 @@ def _counts(plan: Plan) -> str:
         if counts.get("condition"):
             lines.append("Probe conditions: " + _counts_line(counts["condition"], False) + ".")
         if counts.get("op"):
-            position = library_of(plan).position
+            position = plan.library.position
             by_op = sorted(counts["op"].items(), key=lambda kv: (position.get(kv[0], len(position)), kv[0]))
             lines.append("Rows using each operator: " + ", ".join(f"{k} {v}" for k, v in by_op) + ".")
         if info.get("rejections"):
@@ -336,7 +319,7 @@ def _split_section(plan: Plan) -> list[str]:
     return [] if text is None else ["## Compositional split\n\n" + text]
 
 
-def _operators(lib: ops.OperatorLibrary) -> str:
+def _operators(lib: OperatorLibrary) -> str:
     rows = [[f"`{op.id}`", f"`{op.id}{op.signature}`", op.arity, op.split, op.gloss] for op in lib.operators]
     return _table(["id", "signature", "arity", "split", "gloss"], rows)
 
@@ -487,7 +470,7 @@ def render(plan: Plan, tree_root: Path, repo_id: str, *, license: str = "apache-
     meta = yaml.safe_dump(front_matter(plan, license=license, pretty_name=pretty_name, tree_root=tree_root),
                           sort_keys=False, allow_unicode=True, width=1000)
     total = sum(s.rows for s in plan.splits)
-    lib = library_of(plan)
+    lib = plan.library
     n_train, n_held = len(lib.train_ids), len(lib.heldout_ids)
     names = (f"with opaque names `func_0` … `func_{len(lib) - 1}`" if lib.is_study else
              f"(library `{lib.name}`, digest `{lib.digest[:12]}`: {', '.join(f'`{o}`' for o in lib.ids)})")

@@ -15,12 +15,13 @@ GROUP_POLICIES = ("fraction", "all")  # --group
 MODES = ("auto", "forward", "program")  # --mode
 NAMESPACES = ("strict", "native")  # --namespace
 GRADE_CHOICES = {"policy": POLICIES, "group": GROUP_POLICIES, "mode": MODES, "namespace": NAMESPACES}
-GRADE_FLAGS = ("static", "diagnose")  # GradeSettings's true/false options
+GRADE_FLAGS = ("static", "diagnose", "returned")  # GradeSettings's true/false options
 # GradeSettings's fields, in its order: the text options, the flags, then the operator library
 GRADE_OPTIONS = (*GRADE_CHOICES, *GRADE_FLAGS, "library")
 # those a reward entry point reads from its keywords (verl's reward_kwargs, the adapters): all but
-# diagnose (a reward always carries the recall diagnostics)
-REWARD_OPTIONS = tuple(name for name in GRADE_OPTIONS if name != "diagnose")
+# diagnose (a reward always carries the recall diagnostics) and returned (a reward is a number; what
+# a program returned is for execution feedback, opgen.episode)
+REWARD_OPTIONS = tuple(name for name in GRADE_OPTIONS if name not in ("diagnose", "returned"))
 
 # MetricDefs (docs/scoring.md, "Metric definitions")
 DRIFT_CALLS = ("farthest", "nearest", "every")  # --drift-call

@@ -16,10 +16,11 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, Optional, Union, overload
+from typing import Literal, Union, overload
 
 from opgen import ops
 from opgen.errors import USAGE, OpgenError
+from opgen.ops import STUDY, OperatorLibrary
 
 ParamValue = ops.ParamValue
 
@@ -101,24 +102,19 @@ class Method:
 Expr = Union[Var, Lit, Call, Concat, Method]
 
 
-def call(op_id: str, *args: Expr, params: tuple[ParamValue, ...] = (), lib: Library = None) -> Call:
+def call(op_id: str, *args: Expr, params: tuple[ParamValue, ...] = (), lib: OperatorLibrary = STUDY) -> Call:
     """Build a checked call node (``lib``: the operator library, default the study's)."""
     node = Call(op_id, tuple(args), tuple(params))
     _check_call(node, lib)
     return node
 
 
-# An operator library (opgen.ops.OperatorLibrary) or None for the study's: every function here that
-# looks an operator up takes one, so a user library's rows parse and evaluate with their own operators.
-Library = Optional[ops.OperatorLibrary]
+# Every function here that looks an operator up takes the operator library (``lib``, the study's by
+# default), so a user library's rows parse and evaluate with their own operators.
 
 
-def _lookup(lib: Library) -> Callable[[str], ops.Operator]:
-    return ops.get if lib is None else lib.get
-
-
-def _check_call(node: Call, lib: Library = None) -> None:
-    op = _lookup(lib)(node.op)
+def _check_call(node: Call, lib: OperatorLibrary = STUDY) -> None:
+    op = lib.get(node.op)
     if len(node.args) != op.n_inputs or len(node.params) != len(op.params):
         raise ExprError(
             f"{node.op} takes {op.arity} arguments {op.signature}, got {len(node.args) + len(node.params)}"
@@ -150,7 +146,7 @@ def walk(e: Expr) -> Iterator[Expr]:
 # ---------------------------------------------------------------- evaluation
 
 
-def evaluate(e: Expr, x: str, max_len: int | None = None, lib: Library = None) -> str:
+def evaluate(e: Expr, x: str, max_len: int | None = None, lib: OperatorLibrary = STUDY) -> str:
     """Evaluate by calling the library's operators directly.
 
     With ``max_len``, raise :class:`OutputTooLong` as soon as any intermediate value is longer,
@@ -162,7 +158,7 @@ def evaluate(e: Expr, x: str, max_len: int | None = None, lib: Library = None) -
         value = e.value
     elif isinstance(e, Call):
         args = [evaluate(a, x, max_len, lib) for a in e.args]
-        op = _lookup(lib)(e.op)
+        op = lib.get(e.op)
         if max_len is not None:
             precheck_op(op, e, args, max_len)
         value = op.fn(*args, *e.params)
@@ -308,7 +304,7 @@ def parse_python(source: str, mode: Literal["exec", "eval"] = "exec") -> ast.Mod
 _parse_lock = threading.RLock()
 
 
-def parse(source: str, lib: Library = None) -> Expr:
+def parse(source: str, lib: OperatorLibrary = STUDY) -> Expr:
     """Parse expression source (``func_3(func_1(x, 2))``) into a tree; reject anything else."""
     try:
         tree = parse_python(source.strip(), mode="eval")
@@ -325,7 +321,7 @@ def _clip(source: str, limit: int = 200) -> str:
     return repr(source) if len(source) <= limit else repr(source[:limit]) + f"... ({len(source)} characters)"
 
 
-def parse_program(source: str, entry: str = "main_solution", lib: Library = None) -> Expr:
+def parse_program(source: str, entry: str = "main_solution", lib: OperatorLibrary = STUDY) -> Expr:
     """Parse ``def <entry>(x): return <expr>`` (the only statement of the function) into a tree."""
     try:
         module = parse_python(source)
@@ -341,7 +337,7 @@ def parse_program(source: str, entry: str = "main_solution", lib: Library = None
         raise ExprError(f"the expression of {entry!r} is nested too deeply") from None
 
 
-def expression_of(fn: ast.FunctionDef, lib: Library = None) -> Expr:
+def expression_of(fn: ast.FunctionDef, lib: OperatorLibrary = STUDY) -> Expr:
     """The returned expression of a one-argument function whose body is a single return."""
     if fn.decorator_list:
         # A decorator replaces the function: the returned expression would not be what runs.
@@ -355,7 +351,7 @@ def expression_of(fn: ast.FunctionDef, lib: Library = None) -> Expr:
     return _from_ast(body[0].value, args.args[0].arg, lib)
 
 
-def _from_ast(node: ast.AST, var: str = "x", lib: Library = None) -> Expr:
+def _from_ast(node: ast.AST, var: str = "x", lib: OperatorLibrary = STUDY) -> Expr:
     if isinstance(node, ast.Name):
         if node.id != var:
             raise ExprError(f"unknown name {node.id!r} (only the input {var!r} may appear)")
@@ -378,7 +374,7 @@ def _from_ast(node: ast.AST, var: str = "x", lib: Library = None) -> Expr:
             return Method(_from_ast(func.value, var, lib), func.attr)
         if isinstance(func, ast.Name):
             try:
-                op = _lookup(lib)(func.id)
+                op = lib.get(func.id)
             except ops.UnknownOperator as exc:
                 raise ExprError(str(exc)) from None
             if any(isinstance(a, ast.Starred) for a in node.args):

@@ -15,18 +15,16 @@ the same few sources hundreds of thousands of times.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Union
 
 from opgen import expr as E
-from opgen import ops
 from opgen.errors import OpgenError
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.tasks import Item
 
 
@@ -112,44 +110,21 @@ RECALL_HEADER = "Recall {op}:"
 ASSEMBLE_HEADER = "Assemble:"
 
 
-# The operator library of the rows being rendered or checked: None for the study's. Every function
-# below that shows an operator takes it (``lib``); the answer formats' registered gold and check
-# functions take (recall, body, output) / (text, gt), so they read it from here, where
-# :class:`Formatter` (and validate) put it with :func:`using_library` for a user library.
-Library = E.Library
-_LIBRARY: contextvars.ContextVar[Library] = contextvars.ContextVar("opgen_formats_library", default=None)
-
-
-@contextlib.contextmanager
-def using_library(lib: Library) -> Iterator[None]:
-    """Answer formats' gold and check functions see ``lib`` inside (None: the study's)."""
-    token = _LIBRARY.set(ops.unless_study(lib))
-    try:
-        yield
-    finally:
-        _LIBRARY.reset(token)
-
-
-def current_library() -> ops.OperatorLibrary:
-    """The library answer formats' functions render with (:func:`using_library`; default the study's)."""
-    lib = _LIBRARY.get()
-    return ops.STUDY if lib is None else lib
-
-
-def _get(lib: Library) -> Callable[[str], ops.Operator]:
-    return ops.get if lib is None else lib.get
+# Every function below that shows an operator takes the rows' operator library (``lib``, the
+# study's by default), and so do the answer formats' gold and check functions: a build, validate
+# and the scorer render and check a user library's rows with its own sources and glosses.
 
 
 @functools.lru_cache(maxsize=4096)
-def recall_block(op_id: str, lib: Library = None) -> str:
-    op = _get(lib)(op_id)
+def recall_block(op_id: str, lib: OperatorLibrary = STUDY) -> str:
+    op = lib.get(op_id)
     return f"{RECALL_HEADER.format(op=op.id)} {op.gloss}\n```python\n{op.source}```\n"
 
 
 @functools.lru_cache(maxsize=65536)
-def sources(op_ids: tuple[str, ...], lib: Library = None) -> str:
+def sources(op_ids: tuple[str, ...], lib: OperatorLibrary = STUDY) -> str:
     """The operators' shown sources, separated by one blank line (each ends in a newline)."""
-    get = _get(lib)
+    get = lib.get
     return "\n".join(get(op_id).source for op_id in op_ids)
 
 
@@ -159,11 +134,11 @@ def _ops_json(op_ids: tuple[str, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
-def _recall_all(op_ids: tuple[str, ...], lib: Library = None) -> str:
+def _recall_all(op_ids: tuple[str, ...], lib: OperatorLibrary = STUDY) -> str:
     return "\n".join(recall_block(o, lib) for o in op_ids)
 
 
-def code_body(op_ids: tuple[str, ...], programs: list[str], lib: Library = None) -> str:
+def code_body(op_ids: tuple[str, ...], programs: list[str], lib: OperatorLibrary = STUDY) -> str:
     """Sources, a blank line, then the entry points (blank-line separated): the Assemble block's body."""
     progs = "\n\n".join(programs)
     return sources(op_ids, lib) + "\n" + progs if op_ids else progs
@@ -230,10 +205,7 @@ def scan(e: Any, seen: dict[str, None]) -> tuple[str, int]:
     return E.render(e), E.depth(e)  # pragma: no cover - the union is closed
 
 
-_ORDER = ops.STUDY.position  # operators sort in library order: by their position in the library
-
-
-def prepare(item: Item, lib: Library = None) -> Prepared:
+def prepare(item: Item, lib: OperatorLibrary = STUDY) -> Prepared:
     entries = item.entries()
     exprs, programs, task_ops, depths = [], [], [], []
     seen: dict[str, None] = {}
@@ -251,7 +223,7 @@ def prepare(item: Item, lib: Library = None) -> Prepared:
                 seen.setdefault(o, None)
         depths.append(d)
     recall = tuple(seen)
-    order = _ORDER if lib is None else lib.position
+    order = lib.position
     ops_sorted = recall if len(recall) < 2 else tuple(sorted(recall, key=order.__getitem__))
     return Prepared(exprs, programs, entries, task_ops, recall, ops_sorted, depths)
 
@@ -275,27 +247,28 @@ class AnswerFormat:
     inference and the probes read these facts, never the format's name, so a new format is one
     :func:`register_answer_format` call and an unknown name raises (:func:`answer_spec`).
 
-    ``gold(recall, body, output)``: the gold answer from the recalled operators (recall order),
-    the program's code (:func:`code_body`: sources, a blank line, the entry points) and, for a
-    forward row, the output. A program format's answer must not depend on ``output`` and must hold
-    ``body`` once, so the single-row fast path caches the text around it per operator tuple.
-    ``check(text, gt)``: validate's strict check of a gold answer ("" when it holds).
+    ``gold(recall, body, output, lib)``: the gold answer from the recalled operators (recall order),
+    the program's code (:func:`code_body`: sources, a blank line, the entry points), for a forward
+    row the output, and the rows' operator library (its glosses and sources). A program format's
+    answer must not depend on ``output`` and must hold ``body`` once, so the single-row fast path
+    caches the text around it per operator tuple.
+    ``check(text, gt, lib)``: validate's strict check of a gold answer ("" when it holds).
     ``structured``: the scorer counts an answer as well formatted only when its program is the
     ``Assemble:`` block (:data:`ASSEMBLE_HEADER`), not just the last code block.
     ``markers``: the structure's header lines, as written (decomposed inference prefixes and stops
     with them; opgen/score/parse.py's linear scanner reads the same words leniently).
-    ``recall_block(op, lib=None)``: one operator's recall block (of ``lib``, None: the study's), which a
-    probe's teacher-forced prefix holds.
+    ``recall_block(op, lib)``: one operator's recall block (of the library ``lib``), which a probe's
+    teacher-forced prefix holds.
     """
 
     name: str
     mode: str  # "program" or "forward": the prompt formats it goes with (PromptFormat.mode)
     instruction: str  # program: a template of {entries}; forward: of {call}
-    gold: Callable[[tuple[str, ...], str, str], str]
-    check: Callable[[str, dict], str]
+    gold: Callable[[tuple[str, ...], str, str, OperatorLibrary], str]
+    check: Callable[[str, dict, OperatorLibrary], str]
     structured: bool = False
     markers: tuple[str, ...] = ()
-    # one operator's recall block (teacher-forced prefixes): (op_id, lib=None) -> text, lib an OperatorLibrary
+    # one operator's recall block (teacher-forced prefixes): (op_id, lib) -> text
     recall_block: Callable[..., str] | None = None
     # a forward format whose answer is a function of the output alone may say so: the single-row
     # fast path then calls it without joining the program's code (gold must give the same text)
@@ -344,16 +317,15 @@ def answer_spec(answer_format: str) -> AnswerFormat:
     return spec
 
 
-def _ra_gold(recall: tuple[str, ...], body: str, output: str) -> str:
+def _ra_gold(recall: tuple[str, ...], body: str, output: str, lib: OperatorLibrary) -> str:
     if not recall:
         return ASSEMBLE_HEADER + "\n```python\n" + body + "\n```"
-    return _recall_all(recall, _LIBRARY.get()) + "\n" + ASSEMBLE_HEADER + "\n```python\n" + body + "\n```"
+    return _recall_all(recall, lib) + "\n" + ASSEMBLE_HEADER + "\n```python\n" + body + "\n```"
 
 
-def _prose_gold(recall: tuple[str, ...], body: str, output: str) -> str:
+def _prose_gold(recall: tuple[str, ...], body: str, output: str, lib: OperatorLibrary) -> str:
     if recall:
-        get = _get(_LIBRARY.get())
-        named = _and([f"{o} ({get(o).gloss})" for o in recall])
+        named = _and([f"{o} ({lib.get(o).gloss})" for o in recall])
         lead = f"The program calls {named}. Here is the complete program with their definitions."
     else:
         lead = "The program calls no library function. Here it is."
@@ -364,7 +336,7 @@ def _json_gold_of_output(output: str) -> str:
     return '```json\n{"output": ' + _jstr(output) + "}\n```"
 
 
-def _json_gold(recall: tuple[str, ...], body: str, output: str) -> str:
+def _json_gold(recall: tuple[str, ...], body: str, output: str, lib: OperatorLibrary) -> str:
     return _json_gold_of_output(output)
 
 
@@ -376,11 +348,11 @@ _PYTHON = re.compile(r"```python\n(.*?)\n```", re.S)
 # These strict patterns run over gold answers opgen wrote itself (validate), never over model text.
 
 
-def check_code(code: str, gt: dict) -> str:
+def check_code(code: str, gt: dict, lib: OperatorLibrary) -> str:
     """That ``code`` defines every task's entry point as the row's program ("" when it does)."""
     for t in gt["tasks"]:
         try:
-            parsed = E.parse_program(code, t["entry"], _LIBRARY.get())
+            parsed = E.parse_program(code, t["entry"], lib)
         except E.ExprError as exc:
             return f"answer code: {exc}"
         if E.render(parsed) != t["expr"]:
@@ -388,7 +360,7 @@ def check_code(code: str, gt: dict) -> str:
     return ""
 
 
-def _ra_check(text: str, gt: dict) -> str:
+def _ra_check(text: str, gt: dict, lib: OperatorLibrary) -> str:
     recalls = _RECALL.findall(text)
     wanted: list[str] = []
     for t in gt["tasks"]:
@@ -401,17 +373,17 @@ def _ra_check(text: str, gt: dict) -> str:
     m = _ASSEMBLE.search(text)
     if not m:
         return "RA answer has no final Assemble: block"
-    return check_code(m.group(1), gt)
+    return check_code(m.group(1), gt, lib)
 
 
-def _prose_check(text: str, gt: dict) -> str:
+def _prose_check(text: str, gt: dict, lib: OperatorLibrary) -> str:
     blocks = _PYTHON.findall(text)
     if len(blocks) != 1:
         return f"prose_code answer has {len(blocks)} python blocks, expected 1"
-    return check_code(blocks[0], gt)
+    return check_code(blocks[0], gt, lib)
 
 
-def _json_check(text: str, gt: dict) -> str:
+def _json_check(text: str, gt: dict, lib: OperatorLibrary) -> str:
     m = _JSON.search(text)
     if not m:
         return "json_output answer has no ```json block"
@@ -444,11 +416,11 @@ def library_member(named: object) -> str:
 
 class Formatter:
     def __init__(self, prompt_format: str, answer_format: str, template: str | None = None,
-                 library: Library = None, library_tag: str = ""):
-        """``library``: the rows' operator library (None or the study's: the study's texts);
+                 library: OperatorLibrary = STUDY, library_tag: str = ""):
+        """``library``: the rows' operator library (its sources, glosses and order);
         ``library_tag``: a JSON member (``, "library": {...}``) every ground truth ends with ("" for the study)."""
         check_pair(prompt_format, answer_format)
-        self.lib = ops.unless_study(library)
+        self.lib = library
         self.gt_end = library_tag + "}"
         self.spec = prompt_spec(prompt_format)
         self.prompt_format = prompt_format
@@ -502,11 +474,8 @@ class Formatter:
     # ------------------------------------------------------------ gold answer
 
     def gold(self, recall: tuple[str, ...], body: str, output: str) -> str:
-        """The answer format's gold answer, with this formatter's library in view."""
-        if self.lib is None:
-            return self.answer_spec.gold(recall, body, output)
-        with using_library(self.lib):
-            return self.answer_spec.gold(recall, body, output)
+        """The answer format's gold answer, of this formatter's library."""
+        return self.answer_spec.gold(recall, body, output, self.lib)
 
     def answer(self, item: Item, p: Prepared) -> str:
         text = self.gold(p.recall, code_body(p.recall, p.programs, self.lib), item.tasks[0].output)
@@ -560,8 +529,8 @@ class OpsText:
 
 
 @functools.lru_cache(maxsize=65536)
-def ops_text(recall: tuple[str, ...], lib: Library = None) -> OpsText:
-    order = _ORDER if lib is None else lib.position
+def ops_text(recall: tuple[str, ...], lib: OperatorLibrary = STUDY) -> OpsText:
+    order = lib.position
     ops_sorted = recall if len(recall) < 2 else tuple(sorted(recall, key=order.__getitem__))
     head = sources(recall, lib) + "\n" if recall else ""
     return OpsText(recall, ops_sorted, _ops_json(recall), _ops_json(ops_sorted), head, _jstr(head)[:-1])

@@ -28,6 +28,8 @@ from typing import Any
 from opgen import card
 from opgen.errors import OpgenError
 from opgen.hubplan import BuildFile, Plan, Split
+from opgen.library import LibraryError, OperatorLibrary, digest_of_file, library_of, ref_of_manifest
+from opgen.outdir import LIBRARY_FILE
 
 MANIFEST = "manifest.json"
 CARD = "README.md"
@@ -172,11 +174,15 @@ def _check_unique(mpath: Path, splits: list[Split], benchmark: dict[str, str] | 
                 raise HubError(f"{mpath}: file {f.path!r} is listed more than once")
 
 
-def plan(build_dir: Path) -> Plan:
-    """Read the manifest and decide every file's place in the tree (reads no parquet)."""
+def plan(build_dir: Path, library: OperatorLibrary | None = None) -> Plan:
+    """Read the manifest and decide every file's place in the tree (reads no parquet). The build's
+    operator library is the one the manifest names, found by digest (opgen.library.library_of:
+    ``library``, the one the user gave, the study's or the user's store's): UnknownLibrary first,
+    before anything is written, when it cannot be had."""
     build_dir = Path(build_dir)
     manifest, raw = read_manifest(build_dir)
     mpath = build_dir / MANIFEST
+    lib = library_of(ref_of_manifest(manifest, str(mpath)), library, f"{mpath}: ")
     entries = [_entry(build_dir, mpath, b, manifest["splits"][b]) for b in sorted(manifest["splits"])]
 
     # One config per family; a family mixing row kinds (rl and sft rows have different columns)
@@ -199,7 +205,7 @@ def plan(build_dir: Path) -> Plan:
     splits.sort(key=lambda s: (s.config, s.name))
     _check_unique(mpath, splits, benchmark)
     first = next(iter(manifest["splits"]))  # manifest order is build order
-    return Plan(build_dir, manifest, hashlib.sha256(raw).hexdigest(), tuple(splits), config_of[first])
+    return Plan(build_dir, manifest, hashlib.sha256(raw).hexdigest(), tuple(splits), config_of[first], lib)
 
 
 # The Hub's (and datasets') conventional split names per role.
@@ -264,12 +270,12 @@ def _check_parquet(plan_: Plan, staged: Path) -> None:
                                    "every split of a family must have one row kind")
 
 
-TREE_ENTRIES = frozenset({CARD, MANIFEST, "data"})  # what a tree holds at its top
+TREE_ENTRIES = frozenset({CARD, MANIFEST, "data", LIBRARY_FILE})  # what a tree holds at its top
 DRY_RUN = "opgen push --dry-run"
 
 
 def write_tree(build_dir: Path, out_dir: Path, repo_id: str, *, license: str = "apache-2.0",
-               pretty_name: str | None = None, force: bool = False) -> Plan:
+               pretty_name: str | None = None, force: bool = False, library: OperatorLibrary | None = None) -> Plan:
     """Write the exact Hub tree of a build to ``out_dir``: a new or empty directory, or (``force``)
     a tree this function wrote before; never another folder, with or without ``force``.
 
@@ -282,7 +288,7 @@ def write_tree(build_dir: Path, out_dir: Path, repo_id: str, *, license: str = "
 
     out_dir = Path(out_dir)
     check_repo_id(repo_id)
-    plan_ = plan(build_dir)
+    plan_ = plan(build_dir, library)
     try:
         # every entry is let through here and judged by _check_replace, under the lock
         with outdir.committed(out_dir, lambda name: True, DRY_RUN, CARD) as tmp:
@@ -316,6 +322,16 @@ def _fill_tree(plan_: Plan, tmp: Path, repo_id: str, license: str, pretty_name: 
         dst.parent.mkdir(parents=True, exist_ok=True)
         _copy_verified(plan_.build_dir / f.path, dst, f)
     _check_parquet(plan_, tmp)
+    if not plan_.library.is_study:  # the build's copy of its library, read as data and checked, ships too
+        src = plan_.build_dir / LIBRARY_FILE
+        try:
+            found = digest_of_file(src)
+        except LibraryError as exc:
+            raise HubError(f"{exc} (a build of a library not the study's keeps it as {LIBRARY_FILE})") from None
+        if found != plan_.library.digest:
+            raise HubError(f"{src}: content digest {found[:12]} is not the manifest's library "
+                           f"({plan_.library.digest[:12]})")
+        shutil.copyfile(src, tmp / LIBRARY_FILE)
     # Re-check the manifest we planned from is the one we ship (a rebuild may have replaced it).
     raw = (plan_.build_dir / MANIFEST).read_bytes()
     if hashlib.sha256(raw).hexdigest() != plan_.manifest_sha256:
@@ -380,7 +396,8 @@ class PushResult:
 
 
 def push(build_dir: Path, repo_id: str, *, private: bool = False, revision: str | None = None,
-         token: str | None = None, license: str = "apache-2.0", pretty_name: str | None = None) -> PushResult:
+         token: str | None = None, license: str = "apache-2.0", pretty_name: str | None = None,
+         library: OperatorLibrary | None = None) -> PushResult:
     """Publish a build as one commit: verify and stage the tree locally, then create the repo
     (if missing), the branch (if ``revision`` names one that is missing) and one commit holding
     every file. Nothing reaches the Hub unless the whole tree verified."""
@@ -394,7 +411,7 @@ def push(build_dir: Path, repo_id: str, *, private: bool = False, revision: str 
     _check_staging_room(plan(build_dir))
     with tempfile.TemporaryDirectory(prefix="opgen-push-") as tmp:
         staged = Path(tmp) / "tree"
-        plan_ = write_tree(build_dir, staged, repo_id, license=license, pretty_name=pretty_name)
+        plan_ = write_tree(build_dir, staged, repo_id, license=license, pretty_name=pretty_name, library=library)
         files = tree_files(staged)
         operations = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(staged / rel)) for rel in files]
         api = HfApi(token=token)

@@ -1,13 +1,15 @@
 """Where every file of a build goes in its Hub tree: the types opgen.hub plans and opgen.card reads.
 
-A leaf module (it imports nothing of opgen), so the card can read a plan and the hub can write the
-card without either importing the other's module back.
+A leaf module (it imports nothing of opgen but the operator library's value), so the card can read a
+plan and the hub can write the card without either importing the other's module back.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from opgen.ops import STUDY, OperatorLibrary
 
 DATA = "data"  # the tree's folder of parquet files: data/<config>/<split>-NNNNN-of-NNNNN.parquet
 
@@ -57,6 +59,9 @@ class Plan:
     # The config ``load_dataset(repo)`` loads without a config name: that of the build's first
     # split (the first recipe's first split, e.g. heldout_trees for the eval suite).
     default_config: str = ""
+    # The build's operator library: the one its manifest names, found by digest (opgen.library.library_of),
+    # never loaded from the folder. A library not the study's ships as the tree's library.yaml.
+    library: OperatorLibrary = STUDY
 
     @property
     def configs(self) -> tuple[str, ...]:

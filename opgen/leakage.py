@@ -11,8 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opgen import ops
+from opgen import truth
 from opgen.errors import OpgenError
+from opgen.library import library_of_rows
+from opgen.ops import STUDY, OperatorLibrary
+from opgen.truth import GroundTruthError
 
 KINDS = ("program", "prompt", "heldout_composed")
 _EXAMPLES = 5
@@ -59,7 +62,7 @@ def _is_sorted(a: np.ndarray) -> bool:
 
 
 def check(splits: list[SplitKeys], heldout_ops: tuple[str, ...], allow: tuple[str, ...],
-          library: ops.OperatorLibrary = ops.STUDY) -> dict:
+          library: OperatorLibrary = STUDY) -> dict:
     train = [s for s in splits if s.role == "train"]
     evals = [s for s in splits if s.role == "eval"]
     violations = []
@@ -230,11 +233,9 @@ def file_keys(path, heldout_ops: tuple[str, ...]) -> FileKeys:
         text = "\x00".join(str(m.get("content", "")) for m in (msgs or []) if m.get("role") == "user")
         prompts.append(h64(text))
         try:
-            gt = json.loads((rm or {}).get("ground_truth") or "{}")
-        except ValueError:
-            raise LeakageInputError(f"{path}: row {i}: reward_model.ground_truth is not JSON") from None
-        if not isinstance(gt, dict):
-            raise LeakageInputError(f"{path}: row {i}: reward_model.ground_truth is not a JSON object")
+            gt = truth.read((rm or {}).get("ground_truth") or "{}", f"{path}: row {i}: reward_model.ground_truth")
+        except GroundTruthError as exc:
+            raise LeakageInputError(str(exc)) from None
         listed = gt.get("tasks")
         if not isinstance(listed, list):  # a native row: its whole program and input, depth by its calls
             code = str(gt.get("ref_code", ""))
@@ -287,27 +288,23 @@ def program_share(ev: FileKeys, pool: np.ndarray) -> dict[str, dict[str, float |
     return out
 
 
-def library_of(train_paths, eval_paths) -> ops.OperatorLibrary:
-    """The operator library the rows of these build folders and files name (one for all of them; the
-    study's for rows naming none): what ``--heldout-ops heldout`` means and the report's order."""
-    from opgen import validate as V
-
-    files = [*parquet_files(train_paths, "train"), *parquet_files(eval_paths, "eval")]
-    try:
-        return V.library_of_rows(files)[0]
-    except V.RowsLibraryError as exc:
-        raise LeakageInputError(str(exc)) from None
+def rows_library(train_paths, eval_paths, chosen: OperatorLibrary | None = None) -> OperatorLibrary:
+    """The operator library the rows of these build folders and files name (one for all of them;
+    opgen.library.library_of_rows: ``chosen``, the study's or the user's store's): what
+    ``--heldout-ops heldout`` means and the report's order."""
+    return library_of_rows([*parquet_files(train_paths, "train"), *parquet_files(eval_paths, "eval")], chosen)
 
 
 def check_files(train_paths, eval_paths, heldout_ops: tuple[str, ...] | None = None,
-                progress=None) -> dict:
+                progress=None, library: OperatorLibrary | None = None) -> dict:
     """The study's rule over files of separate builds: a report per (train file, eval file) pair.
 
     ``heldout_ops``: the operators training may not compose (None: the held-out operators of the
-    library the rows name, :func:`library_of`). ``progress(done, total, path, rows)`` is called
+    library the rows name, :func:`rows_library`; ``library``: the one the user gave).
+    ``progress(done, total, path, rows)`` is called
     after each file is read (the slow part)."""
     if heldout_ops is None:
-        heldout_ops = library_of(train_paths, eval_paths).heldout_ids
+        heldout_ops = rows_library(train_paths, eval_paths, library).heldout_ids
     train_files, eval_files = parquet_files(train_paths, "train"), parquet_files(eval_paths, "eval")
     total = len(train_files) + len(eval_files)
     read: list[FileKeys] = []
@@ -376,18 +373,20 @@ def describe_files(report: dict) -> list[str]:
 _TRAINING_PROGRAMS: dict[tuple, frozenset] = {}
 
 
-def training_programs(specs, seed: int | None = None) -> frozenset:
+def training_programs(specs, seed: int | None = None, library: OperatorLibrary = STUDY) -> frozenset:
     """Keys (``rows.h64`` of the canonical program) of every composition (depth 2 or more, a
     single call on a composed argument such as ``func_9((x + x))`` included) in the train splits
     of the recipes ``specs``, replayed as the builder draws them (a row that repeats an earlier
-    row's unique key takes its next candidate), so the keys are those of their files."""
+    row's unique key takes its next candidate), so the keys are those of their files. They are
+    replayed over ``library``, the building recipe's: a recipe named here (perhaps by a manifest
+    being verified) never loads a library of its own."""
     from opgen import recipe as R
     from opgen.expr import recursion_headroom
     from opgen.formats import scan
     from opgen.rows import h64
 
-    loaded = [R.load(s, seed) for s in specs]
-    key = tuple((r.path, r.sha256, r.seed) for r in loaded)
+    loaded = [R.load(s, seed, library) for s in specs]
+    key = tuple((r.path, r.sha256, r.seed, library.digest) for r in loaded)
     if key in _TRAINING_PROGRAMS:
         return _TRAINING_PROGRAMS[key]
     programs: set[int] = set()

@@ -7,8 +7,9 @@ from collections import Counter
 
 import numpy as np
 
-from opgen import ops
 from opgen._version import __version__
+from opgen.ops import STUDY, OperatorLibrary
+from opgen.outdir import LIBRARY_FILE
 
 
 def _counts(values: np.ndarray) -> dict[str, int]:
@@ -31,7 +32,7 @@ def length_stats(lengths: np.ndarray) -> dict[str, int]:
 
 def split_section(cfg, rows: int, files: list[dict], depth: np.ndarray, k: np.ndarray, opmask: np.ndarray,
                   conditions: Counter, out_len: np.ndarray, rejections: Counter, mode: str,
-                  library: ops.OperatorLibrary = ops.STUDY) -> dict:
+                  library: OperatorLibrary = STUDY) -> dict:
     op_counts = {}
     for i, op in enumerate(library.operators):  # an operator's bit: its position in the library
         n = int(np.count_nonzero(opmask & np.array(1 << i, dtype=opmask.dtype)))
@@ -89,9 +90,11 @@ def versions() -> dict[str, str]:
 
 
 def library_section(recipes) -> dict:
-    """The build's operator library (one for all its recipes: opgen.build checks), with its spec."""
-    lib = recipes[0].library if recipes else ops.STUDY
-    return {**lib.describe(), "spec": recipes[0].library_spec if recipes else "study"}
+    """The build's operator library (one for all its recipes: opgen.build checks): name, digest,
+    size and split, and for a library not the study's the canonical file the build folder keeps
+    (opgen.outdir.LIBRARY_FILE). Never a path or spec that anything loads."""
+    lib = recipes[0].library if recipes else STUDY
+    return lib.describe() if lib.is_study else {**lib.describe(), "file": LIBRARY_FILE}
 
 
 def manifest(recipes, seed: int | None, splits: dict, leakage: dict, limit: int | None) -> dict:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from opgen.library import OperatorLibrary
     from opgen.score.settings import GradeSettings
 
 __all__ = ["gold_answer", "list_recipes", "mix_datasets", "score_answer"]
@@ -20,12 +21,13 @@ __all__ = ["gold_answer", "list_recipes", "mix_datasets", "score_answer"]
 
 def score_answer(row: Mapping, response: str, *, mode: str = "auto", policy: str = "output",
                  group: str = "fraction", namespace: str = "strict", static: bool = True,
-                 settings: GradeSettings | None = None) -> dict:
+                 settings: GradeSettings | None = None, library: OperatorLibrary | str | None = None) -> dict:
     """Grade one ``response`` against one row (a parquet row dict, or any dict with
     ``reward_model.ground_truth``): the grade record ``opgen score`` writes for it (``score``,
     ``acc``, ``error``, ``format_ok``, recall diagnostics ...). Runs :func:`opgen.score_answers` on
     the one row, so it is that function's grade, exactly. ``settings``: the grading options as one
-    :class:`opgen.score.settings.GradeSettings` instead of the loose keywords."""
+    :class:`opgen.score.settings.GradeSettings` instead of the loose keywords. ``library``: the
+    row's operator library (default: the one it names, from the user's library store)."""
     from opgen.api import score_answers
 
     if not isinstance(row, Mapping):
@@ -35,16 +37,19 @@ def score_answer(row: Mapping, response: str, *, mode: str = "auto", policy: str
     from opgen.score.settings import GradeSettings
 
     record = GradeSettings.resolve(settings, mode=mode, policy=policy, group=group, namespace=namespace,
-                                   static=static)
+                                   static=static, library=library)
     result = score_answers([row], [response], settings=record, workers=1)
     return result.grades[0][0]
 
 
-def gold_answer(row: Mapping, library: Any = None) -> str:
+def gold_answer(row: Mapping, library: OperatorLibrary | str | None = None) -> str:
     """The gold answer of a row: an SFT row's own ``response``; for an RL or eval row, the answer its
     formats render for its ground truth (:func:`opgen.tokens.gold_answer_of_row`, the builder's own
-    renderer), so RL rows carry their gold answer too. Raises ValueError for a row with none (a
-    native benchmark row: its ground truth holds no program of opgen's)."""
+    renderer, over the row's library: ``library``, else the one it names from the user's store), so
+    RL rows carry their gold answer too. Raises ValueError for a row with none (a native benchmark
+    row: its ground truth holds no program of opgen's), UnknownLibrary / LibraryMismatch (also
+    ValueErrors) for a library that cannot be had."""
+    from opgen.library import LibraryError
     from opgen.tokens import gold_answer_of_row
 
     if isinstance(row.get("response"), str):
@@ -54,6 +59,8 @@ def gold_answer(row: Mapping, library: Any = None) -> str:
         row = {**row, "reward_model": {"ground_truth": row["ground_truth"]}}
     try:
         gold = gold_answer_of_row(row, library)
+    except LibraryError:
+        raise
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"gold_answer: the row's ground truth cannot be rendered ({type(exc).__name__}: {exc})") \
             from None

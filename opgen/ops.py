@@ -131,7 +131,8 @@ class OperatorLibrary:
     """A named, ordered set of operators: the unit a study is run on (issue 25).
 
     The study's 25 are :data:`STUDY`; a user library is loaded by :mod:`opgen.library` (a
-    ``module:obj`` import spec or a YAML file). Everything about the split is derived from the
+    ``module:obj`` import spec or a YAML file the user chose) and known by its :attr:`digest`
+    everywhere else (rows, manifests, the store). Everything about the split is derived from the
     operators' own ``split`` field, never listed twice."""
 
     name: str
@@ -172,6 +173,11 @@ class OperatorLibrary:
     def by_id(self) -> dict[str, Operator]:
         """Each operator by its id."""
         return {op.id: op for op in self.operators}
+
+    @cached_property
+    def functions(self) -> dict[str, Callable[..., str]]:
+        """Each operator's function by its id."""
+        return {op.id: op.fn for op in self.operators}
 
     @cached_property
     def position(self) -> dict[str, int]:
@@ -222,15 +228,14 @@ class OperatorLibrary:
 
     @cached_property
     def digest(self) -> str:
-        """sha256 of the library's content: each operator's id, name, source, n_inputs, params,
-        split and gloss, in order, as canonical JSON (sorted keys, no whitespace). The library's
-        name and the growth/cost callables are not content: renaming a library keeps its digest."""
-        body = [{"id": op.id, "name": op.name, "source": op.source, "n_inputs": op.n_inputs,
-                 "params": [{"name": p.name, "kind": p.kind, "lo": p.lo, "hi": p.hi, "choices": list(p.choices)}
-                            for p in op.params],
-                 "split": op.split, "gloss": op.gloss} for op in self.operators]
-        text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        """The library's identity (:func:`content_digest` of its operators): its name and the
+        growth/cost callables are not content, so renaming a library keeps its digest."""
+        return content_digest([describe_operator(op) for op in self.operators])
+
+    def __hash__(self) -> int:
+        # By identity's digest (computed once): caches keyed by a library hash it on every lookup,
+        # and the generated hash would hash every operator's fields each time.
+        return hash(self.digest)
 
     def describe(self) -> dict[str, Any]:
         """What a manifest records about the library: its name, digest, size and split."""
@@ -242,10 +247,21 @@ def _study_library() -> OperatorLibrary:
     return STUDY
 
 
-def unless_study(lib: OperatorLibrary | None) -> OperatorLibrary | None:
-    """``lib``, or None for the study's own: what every function taking ``lib: Library`` reads
-    (None: the study's operators, caches and texts, byte-identical to before libraries)."""
-    return None if lib is None or lib.is_study else lib
+def describe_operator(op: Operator) -> dict[str, Any]:
+    """What of an operator is content (its part of :func:`content_digest`): id, name, source,
+    n_inputs, params, split and gloss, as plain values."""
+    return {"id": op.id, "name": op.name, "source": op.source, "n_inputs": op.n_inputs,
+            "params": [{"name": p.name, "kind": p.kind, "lo": p.lo, "hi": p.hi, "choices": list(p.choices)}
+                       for p in op.params],
+            "split": op.split, "gloss": op.gloss}
+
+
+def content_digest(operators: list[dict[str, Any]]) -> str:
+    """sha256 of a canonical JSON (sorted keys, no whitespace) of the operators' descriptions
+    (:func:`describe_operator`), in order: a library's identity. A library file's digest is this of
+    its descriptions read as data (opgen.library.digest_of_file), with nothing compiled."""
+    text = json.dumps(operators, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _importable(fn: object) -> bool:

@@ -149,10 +149,10 @@ _CALL_LIMIT: list[int] = []  # call_recursion_limit(), once read
 
 def call_recursion_limit() -> int:
     """The recursion limit a law's call runs under, here and in the fresh process: the sandbox's
-    grading child's (its one home, ``CHILD_RECURSION_LIMIT`` of opgen/score/worker.py; read on
+    grading child's (its one home, ``CHILD_RECURSION_LIMIT`` of opgen/score/jail/child.py; read on
     first use, so importing this module loads no part of the scorer)."""
     if not _CALL_LIMIT:
-        from opgen.score.worker import CHILD_RECURSION_LIMIT
+        from opgen.score.jail.child import CHILD_RECURSION_LIMIT
 
         _CALL_LIMIT.append(CHILD_RECURSION_LIMIT)
     return _CALL_LIMIT[0]

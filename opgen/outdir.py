@@ -45,6 +45,9 @@ from typing import Any
 
 from opgen.errors import OpgenError
 
+# The canonical file of a build's operator library (opgen.library.canonical_text), beside its rows
+# when the library is not the study's: the manifest lists it (``library.file``); nothing runs it.
+LIBRARY_FILE = "library.yaml"
 LOCK_SUFFIX = ".opgen-lock"
 NEW_INFIX = ".opgen-new-"
 OLD_INFIX = ".opgen-old-"
@@ -257,7 +260,10 @@ def read_manifest(out: Path) -> dict | None:
 
 
 def listed_files(man: dict) -> set[str]:
-    return {f["path"] for s in man["splits"].values() for f in s.get("files", [])} | {"manifest.json"}
+    """The files a build's manifest lists: its splits' files, the manifest, the library file."""
+    lib = man.get("library")
+    own = {LIBRARY_FILE} if isinstance(lib, dict) and lib.get("file") == LIBRARY_FILE else set()
+    return {f["path"] for s in man["splits"].values() for f in s.get("files", [])} | {"manifest.json"} | own
 
 
 def check_owner(out: Path, force: bool) -> dict | None:

@@ -15,9 +15,11 @@ from typing import Any
 
 import yaml
 
-from opgen import formats, ops, schemacheck
+from opgen import formats, schemacheck
 from opgen import generate as G
 from opgen.errors import USAGE, OpgenError
+from opgen.library import LibraryError, given
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.resources import recipe_path, resource_dir, schema_path
 
 SPLIT_DEFAULTS: dict[str, Any] = {
@@ -99,10 +101,9 @@ class Recipe:
     # draw (opt-in; tasks are disjoint by construction, opgen.rng.input_side)
     avoid: tuple[str, ...] = ()
     split: Any = None  # the recipe's compositional split (opgen.splits.kinds.Rule), if it names one
-    # the recipe's operator library (``library:``, or the build's --library; default the study's) and
-    # the spec it was loaded from, as the manifest and a non-study row's ground truth name it
-    library: ops.OperatorLibrary = ops.STUDY
-    library_spec: str = "study"
+    # the recipe's operator library (``library:``, or the build's --library; default the study's):
+    # manifests and rows name it by name and digest (opgen.library.Ref)
+    library: OperatorLibrary = STUDY
 
     @property
     def max_prompt_length(self) -> int | None:
@@ -226,8 +227,10 @@ def locate(spec: str) -> tuple[Path, str]:
     return found, f"{resource_dir('datasets').name}/{found.name}"
 
 
-def load(spec: str, seed: int | None = None, library: Any = None) -> Recipe:
-    """The recipe ``spec`` names; ``library`` (a spec or an OperatorLibrary) replaces its ``library:``."""
+def load(spec: str, seed: int | None = None, library: OperatorLibrary | str | None = None) -> Recipe:
+    """The recipe ``spec`` names (a file the user gave, or a bundled recipe); ``library`` (an
+    OperatorLibrary or a spec the user gave) replaces its ``library:``, which is otherwise loaded
+    from the recipe's folder (:func:`own_library`: the user's recipe names the user's library)."""
     path, shown = locate(spec)
     try:
         text = _read_text(path, shown)
@@ -239,7 +242,14 @@ def load(spec: str, seed: int | None = None, library: Any = None) -> Recipe:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise RecipeError(f"{shown}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    recipe = resolve(data, shown, hashlib.sha256(text.encode()).hexdigest(), seed, base=path.parent, library=library)
+    if library is not None:
+        try:
+            lib = given(library) or STUDY
+        except LibraryError as exc:
+            raise RecipeError(f"--library {library}: {exc}") from None
+    else:
+        lib = own_library(data, shown, path.parent)
+    recipe = resolve(data, shown, hashlib.sha256(text.encode()).hexdigest(), seed, base=path.parent, library=lib)
     # a recipe file named in leakage.avoid_programs is found next to the recipe naming it
     recipe.avoid = tuple(str(path.parent / a) if a.endswith((".yaml", ".yml")) and not Path(a).is_absolute()
                          and (path.parent / a).is_file() else a for a in recipe.avoid)
@@ -268,31 +278,42 @@ def _non_finite(data: Any, parts: tuple = ()) -> tuple | None:
     return None
 
 
-def library_of(data: Any, shown: str, base: Path | None, library: Any = None) -> tuple[ops.OperatorLibrary, str]:
-    """(library, spec) of a recipe: ``library`` (an OperatorLibrary or a spec) if given, else its
-    ``library:`` (a YAML path relative to ``base``, the recipe's folder), else the study's."""
-    from opgen import library as L
-
-    if isinstance(library, ops.OperatorLibrary):
-        return library, "study" if library.operators is ops.OPERATORS else library.name
-    spec = library if library is not None else (data.get("library") if isinstance(data, dict) else None)
-    if spec is None:
-        return ops.STUDY, "study"
-    where = f"{shown}: library" if library is None else f"--library {spec}"
+def own_library(data: Any, shown: str, base: Path) -> OperatorLibrary:
+    """The library a recipe file the user gave names with ``library:`` (a YAML path relative to
+    ``base``, the recipe's folder, or ``module:obj``), loaded: the user's own; the study's when it
+    names none. Only :func:`load` (a file given on the command line or to the API) calls this."""
+    spec = data.get("library") if isinstance(data, dict) else None
+    if spec is None or spec in _STUDY_SPECS:
+        return STUDY
+    where = f"{shown}: library"
     if not isinstance(spec, str) or not spec:
         raise RecipeError(f"{where}: a library spec (study, a YAML file or module:obj), got {spec!r}")
-    target = spec
-    if library is None and spec.endswith((".yaml", ".yml")) and not Path(spec).is_absolute() and base is not None:
-        target = str(base / spec)
+    target = str(base / spec) if spec.endswith((".yaml", ".yml")) and not Path(spec).is_absolute() else spec
     try:
-        lib = L.load(target)
-    except L.LibraryError as exc:
+        return given(target) or STUDY
+    except LibraryError as exc:
         raise RecipeError(f"{where}: {exc}") from None
-    return lib, ("study" if lib.operators is ops.OPERATORS else spec)
+
+
+_STUDY_SPECS = ("study", "default")
+
+
+def _library_given(data: Any, shown: str, library: OperatorLibrary | None) -> OperatorLibrary:
+    """``library``, else the study's; a recipe naming another with ``library:`` and given none (a
+    recipe read as data) is refused, not loaded."""
+    named = data.get("library")
+    if library is None and named is not None and named not in _STUDY_SPECS:
+        raise RecipeError(f"{shown}: library: {str(named)[:80]!r}: a recipe given as data loads no library it "
+                          "names; give the library (library=, --library), or the recipe as a file")
+    return STUDY if library is None else library
 
 
 def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base: Path | None = None,
-            library: Any = None) -> Recipe:
+            library: OperatorLibrary | None = None) -> Recipe:
+    """The recipe ``data`` (a recipe's content) resolved. ``library``: its operator library, loaded
+    by the caller from what the user chose (:func:`load`, ``--library``, ``library=``); a recipe
+    read as data (a manifest's, a request's) that names one with ``library:`` and is given none is
+    refused here: nothing that data names is loaded."""
     bad = _non_finite(data)
     if bad is not None:
         raise RecipeError(f"{shown}: {_path(bad)}: {_at(data, bad)!r} is not a finite number "
@@ -303,7 +324,7 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
         err = errors[0]
         raise RecipeError(f"{shown}: {_path(err.path)}: {_explain(err)}")
     seed = data.get("seed", 0) if seed is None else seed
-    lib, lib_spec = library_of(data, shown, base, library)
+    lib = _library_given(data, shown, library)
     defaults = {**SPLIT_DEFAULTS, **data.get("defaults", {})}
     leak = data.get("leakage", {})
     if "avoid" in leak:
@@ -366,10 +387,10 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
             ability=merged["ability"] or "", prompt_template=template, prompt_template_file=template_file))
     return Recipe(name=data["name"], path=shown, sha256=sha, seed=seed, splits=splits, heldout_ops=heldout_ops,
                   allow=tuple(leak.get("allow", ())), raw=data,
-                  avoid=tuple(leak.get("avoid_programs", ())), split=rule, library=lib, library_spec=lib_spec)
+                  avoid=tuple(leak.get("avoid_programs", ())), split=rule, library=lib)
 
 
-def _check_generator_library(lib: ops.OperatorLibrary, name: str, where: str) -> None:
+def _check_generator_library(lib: OperatorLibrary, name: str, where: str) -> None:
     """A generator that knows the study's operators by name draws no other library's (Generator.ANY_LIBRARY)."""
     if lib.is_study or getattr(G.get(name), "ANY_LIBRARY", False):
         return
@@ -378,7 +399,7 @@ def _check_generator_library(lib: ops.OperatorLibrary, name: str, where: str) ->
                       f"is not the study's); generators for any library: {', '.join(fit)}")
 
 
-def _split_rule(raw: Any, shown: str, seed: int, lib: ops.OperatorLibrary = ops.STUDY) -> Any:
+def _split_rule(raw: Any, shown: str, seed: int, lib: OperatorLibrary = STUDY) -> Any:
     """The recipe's ``split`` (opgen.splits.kinds.Rule), or None."""
     from opgen.splits import kinds as SK
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from opgen.library import OperatorLibrary
     from opgen.score.settings import GradeSettings
 
 # The keys of every returned dict, in order: verl stacks them across samples, so a sample that
@@ -39,7 +40,8 @@ KEY_POLICIES = {"full": KEYS, "minimal": MINIMAL_KEYS}
 def compute_score(data_source: str, solution_str: str, ground_truth: str | dict, extra_info: dict | None = None,
                   policy: str = "output", group: str = "fraction", mode: str = "auto", namespace: str = "strict",
                   keys: str = "full", static: bool = True, allow_weak_sandbox: bool | None = None,
-                  settings: GradeSettings | None = None, library: object = None, **kwargs: Any) -> dict:
+                  settings: GradeSettings | None = None, library: OperatorLibrary | str | None = None,
+                  **kwargs: Any) -> dict:
     """Score one sample. ``policy``: "output" (default) or "output_structure"; ``group``: "fraction"
     (default) or "all"; ``mode``: "auto" (default), "forward" or "program"; ``namespace``: "strict"
     (default: programs run on their own) or "native" (with the native module's imports, ``gcd``);
@@ -50,25 +52,25 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
     in the environment; otherwise a weak sandbox raises ``SandboxError`` naming what is unprotected);
     ``settings``: policy, group, mode, namespace and static as one
     :class:`opgen.score.settings.GradeSettings` instead (then leave those keywords alone).
-    ``library``: the operator library (an ``OperatorLibrary`` or a spec); by default
-    ``OPGEN_LIBRARY``, else the one the ground truth names (its ``library.spec``, loaded once per
-    process). A row of another library, or one whose library cannot be loaded, scores 0 with the
-    error class ``library_mismatch``.
+    ``library``: the operator library the rows were built from (an ``OperatorLibrary`` or a spec:
+    the user's own file or module); by default ``OPGEN_LIBRARY``, else the library the ground truth
+    names by its digest, found in the user's library store (``opgen ops add``; every build
+    registers its library). Nothing the row names is ever loaded: a row whose library is neither
+    given nor registered raises :class:`opgen.library.UnknownLibrary` (saying how to provide it), a
+    row of another library than the one given :class:`opgen.library.LibraryMismatch`.
 
     ``structure_ok`` is 1/0 for program rows and -1 where it does not apply (forward rows): verl
     stacks every sample's keys as the first sample's, so no key may be absent (docs/verl.md)."""
     from opgen.score.batch import grade
-    from opgen.score.grade import row_fields
+    from opgen.score.judge import row_fields
     from opgen.score.sandbox import shared
     from opgen.score.settings import GradeSettings
 
     record = GradeSettings.resolve(settings, policy=policy, group=group, mode=mode, namespace=namespace,
-                                   static=static, library=_explicit_library(library))
+                                   static=static, library=library)
     _check_weak(allow_weak_sandbox)
     wanted = _key_set(keys)
-    record, refused = _row_library(record, ground_truth, library)
-    if refused is not None:
-        return _reward(refused, wanted)
+    record = _row_record(record, ground_truth)
     answer_format, assistant_prefix = row_fields(extra_info)
     g = grade(ground_truth, solution_str or "", settings=record,
               # None: grade() starts the shared sandbox only for rows that run code.
@@ -77,41 +79,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | dict,
     return _reward(g, wanted)
 
 
-def _explicit_library(library: object) -> object:
-    """The library a reward call was given: ``library=``, else ``OPGEN_LIBRARY``, else None."""
-    import os
-
-    if library is not None and library != "":
-        return library
-    return os.environ.get("OPGEN_LIBRARY", "").strip() or None
-
-
-def _row_library(record: GradeSettings, ground_truth: object, library: object) -> tuple[GradeSettings, dict | None]:
-    """(the record to grade a row with, None) — the record with the row's own library when no
-    library was given explicitly — or (record, the ``library_mismatch`` grade) when the library the
-    ground truth names cannot be loaded. A malformed ground truth is left to grade() to report."""
-    import dataclasses
-
-    from opgen.score import libs
-    from opgen.score.grade import GroundTruthError, failure, load_truth
-
-    if _explicit_library(library) is not None or (record.library is not None):
-        return record, None
-    try:
-        truth = load_truth(ground_truth)  # type: ignore[arg-type]
-    except GroundTruthError:
-        return record, None
-    if not truth.library_digest:
-        return record, None
-    try:
-        lib = libs.load_spec(truth.library_spec) if truth.library_spec else None
-    except Exception as exc:  # a LibraryError (or the user's module failing): this row's grade
-        return record, failure(truth, record.mode, "library_mismatch",
-                               f"the row's library {truth.library_spec!r} cannot be loaded: {exc}")
-    if lib is None:
-        return record, failure(truth, record.mode, "library_mismatch",
-                               "the row's ground truth names a library without a spec; give library=")
-    return dataclasses.replace(record, library=lib), None
+def _row_record(record: GradeSettings, ground_truth: object, where: str = "") -> GradeSettings:
+    """``record`` with the row's library (GradeSettings.for_row; ``OPGEN_LIBRARY`` counts as given)."""
+    return record.for_row(ground_truth, where, env=True)
 
 
 def _check_weak(flag: object) -> None:
@@ -164,7 +134,6 @@ def _check_settings(kwargs: dict) -> GradeSettings:
 
     _key_set(kwargs.get("keys", "full"))
     options = {k: kwargs[k] for k in reward_options() if k in kwargs}
-    options["library"] = _explicit_library(options.get("library"))
     record = GradeSettings.resolve(kwargs.get("settings"), **options)
     _check_weak(kwargs.get("allow_weak_sandbox"))
     return record
@@ -202,6 +171,8 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
     if not sources:
         return []
 
+    # Each row with its library, every one resolved (and its ground truth read) before any grading.
+    records = [_row_record(record, truths[i], f"ground_truths[{i}]: ") for i in range(len(sources))]
     allow = kwargs.get("allow_weak_sandbox")
     items = [Item.of_row(truths[i], texts[i] or "", extras[i]) for i in range(len(sources))]
     wanted = _key_set(str(kwargs.get("keys", "full")))
@@ -209,16 +180,11 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
     mode = record.mode
     needs_box = mode == "program" or any(not _is_forward(t, mode) for t in truths)
     box = shared(allow_weak_sandbox=allow) if needs_box else None
-    # Each row with its own library (when none was given): one grade_many per library, in order.
+    # one grade_many per library, in order
     groups: dict[str, tuple[GradeSettings, list[int]]] = {}
+    for i, rec in enumerate(records):
+        groups.setdefault(rec.library.digest, (rec, []))[1].append(i)
     out: list[dict | None] = [None] * len(items)
-    for i in range(len(items)):
-        rec, refused = _row_library(record, truths[i], kwargs.get("library"))
-        if refused is not None:
-            out[i] = _reward(refused, wanted)
-            continue
-        key = "" if rec.library is None else rec.library.digest  # type: ignore[attr-defined]
-        groups.setdefault(key, (rec, []))[1].append(i)
     for rec, idx in groups.values():
         graded = grade_many([items[i] for i in idx], sandbox=box, settings=rec,
                             answered=lambda i, g: _reward(g, wanted))
@@ -228,7 +194,7 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
 
 
 def _is_forward(ground_truth: object, mode: str) -> bool:
-    from opgen.score.grade import load_truth
+    from opgen.score.judge import load_truth
 
     truth = load_truth(ground_truth)  # type: ignore[arg-type]
     return truth.native or (mode == "forward" or (mode == "auto" and truth.mode == "forward"))
@@ -243,10 +209,16 @@ def compute_score_float(data_source: str, solution_str: str, ground_truth: str |
 
     A sample that cannot be graded (a malformed ground truth, a sandbox that cannot start) scores
     0.0 alone, with one line on stderr naming it, instead of zeroing its batch. A wrong setting
-    (``policy``, ``group``, ``mode``, ``keys``) is no sample's fault and raises ValueError."""
+    (``policy``, ``group``, ``mode``, ``keys``) is no sample's fault and raises ValueError; so is a
+    row's library that is neither given nor registered (``UnknownLibrary``) or not the one given
+    (``LibraryMismatch``): the whole run's configuration, never a reward of 0."""
+    from opgen.library import LibraryError
+
     _check_settings(kwargs)
     try:
         return float(compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)["score"])
+    except LibraryError:
+        raise
     except Exception as exc:  # one sample's failure must not reach its batch
         import sys
 

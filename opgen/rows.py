@@ -23,6 +23,7 @@ from opgen import ops
 from opgen._version import __version__
 from opgen.formats import Formatter, SingleRenderer, Text, ops_text, prepare, scan, text
 from opgen.generate.measure import call_distances, scan_measured, task_unchanged_calls, unchanged_calls
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.resources import schema_path
 from opgen.tasks import Item
 
@@ -91,9 +92,9 @@ class RowSpec:
     avoid: Any = None
     ability: str = ""  # "" = code (program rows) / code_io (forward rows)
     prompt_template: str | None = None  # a user's prompt wording (opgen.formats.TEMPLATE_FIELDS)
-    # the recipe's operator library (None: the study's) and the ground truth's member naming it
-    # (``, "library": {...}``; "" for the study, whose rows are as they always were)
-    library: Any = None
+    # the recipe's operator library and the ground truth's member naming it (``, "library":
+    # {...}``; "" for the study, whose rows are as they always were)
+    library: OperatorLibrary = STUDY
     library_tag: str = ""
 
 
@@ -192,9 +193,10 @@ class RowBuffer:
         self.spec = spec
         self.fmt = Formatter(spec.prompt_format, spec.answer_format, spec.prompt_template, spec.library,
                              spec.library_tag)
-        self.lib = lib = self.fmt.lib  # None for the study's library
+        self.lib = lib = self.fmt.lib
+        self._study = lib.is_study  # the study's masks are cached per operator tuple (_mask)
         # an operator's bit in the row's mask: its position in the library
-        self._bit = _OP_BIT if lib is None else {o: 1 << i for o, i in lib.position.items()}
+        self._bit = _OP_BIT if self._study else {o: 1 << i for o, i in lib.position.items()}
         self.schema = schema(spec.kind)
         # a template with {depth} is filled per row when the table is made (opgen.recipe checks it)
         self.per_depth_source = any(f == "depth" for _, f, _, _ in string.Formatter().parse(spec.data_source))
@@ -372,7 +374,7 @@ class RowBuffer:
                        dist: tuple | None = None) -> tuple:
         t = ops_text(tuple(used), self.lib)
         k = len(t.recall)
-        if self.lib is None:
+        if self._study:
             opmask = _mask(t.recall)
         else:
             opmask = 0

@@ -9,14 +9,17 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from opgen import truth
 from opgen.errors import OpgenError
+from opgen.library import STUDY, OperatorLibrary, library_of_rows
 from opgen.manifest import length_stats
 
 
-def collect(paths: list[Path]) -> dict:
+def collect(paths: list[Path], library: OperatorLibrary | None = None) -> dict:
     """Counts and histograms of ``paths``; operators in their library's order (the library the rows
-    name, loaded as ``opgen validate`` loads it; the study's for rows naming none)."""
-    library, position = _library(paths)
+    name, found by opgen.library.library_of: ``library``, the one the user gave, the study's or the
+    user's store's)."""
+    lib = library_of_rows(paths, library)
     counts: dict[str, Counter] = {"depth": Counter(), "k": Counter(), "op": Counter(), "structure": Counter(),
                                   "condition": Counter(), "split": Counter(), "data_source": Counter()}
     lengths: list[int] = []
@@ -26,32 +29,20 @@ def collect(paths: list[Path]) -> dict:
             n = _collect_file(path, counts, lengths, n)
         except (OSError, ValueError, KeyError, TypeError) as exc:  # pyarrow's errors are OSError/ValueError
             raise StatsError(f"{path}: {type(exc).__name__}: {exc}") from None
-    counts["op"] = Counter({o: counts["op"][o] for o in sorted(counts["op"], key=lambda o: _op_order(o, position))})
+    counts["op"] = Counter({o: counts["op"][o] for o in sorted(counts["op"], key=lambda o: _op_order(o, lib.position))})
     out = {"rows": n, "counts": {k: dict(v) for k, v in counts.items() if v},
            "output_length": length_stats(np.array(lengths, dtype=np.int64)), "lengths": lengths}
-    out["split"] = _split(paths)
-    out["library"] = library
+    out["split"] = _split(paths, lib)
+    out["library"] = {"name": lib.name, "digest": lib.digest}
     return out
 
 
-def _library(paths: list[Path]) -> tuple[dict, dict[str, int]]:
-    """The rows' operator library (what the output says of it) and its operators' order."""
-    from opgen import validate as V
-
-    try:
-        lib, tag = V.library_of_rows(paths)
-    except V.RowsLibraryError as exc:
-        raise StatsError(str(exc)) from None
-    described = {"name": lib.name, "digest": lib.digest, "spec": (tag or {}).get("spec", "study")}
-    return described, lib.position
-
-
-def _split(paths: list[Path]) -> dict | None:
+def _split(paths: list[Path], lib: OperatorLibrary) -> dict | None:
     """Atoms, compounds and split certificates (opgen.splits.report); None for rows without opgen programs."""
     from opgen.splits import report, rows
 
     try:
-        return report.stats_section(paths)
+        return report.stats_section(paths, lib)
     except rows.SplitRowsError:
         return None
 
@@ -68,13 +59,15 @@ def _collect_file(path: Path, counts: dict, lengths: list, n: int) -> int:
         if pf.schema_arrow.get_field_index(name) < 0:
             raise ValueError(f"no {name!r} column: not verl rows")
     has_extra = pf.schema_arrow.get_field_index("extra_info") >= 0
+    row = 0
     for batch in pf.iter_batches(batch_size=4096, columns=["data_source", "reward_model"]
                                  + (["extra_info"] if has_extra else [])):
         d = batch.to_pydict()
         for k, src in enumerate(d["data_source"]):
             n += 1
             counts["data_source"][src] += 1
-            lengths.append(_output_length(d["reward_model"][k]))
+            lengths.append(_output_length(d["reward_model"][k], row))
+            row += 1
             e = d["extra_info"][k] if has_extra else None
             if isinstance(e, dict):  # another project's extra_info may hold anything: count plain values
                 for key in ("depth", "k", "structure", "split"):
@@ -89,10 +82,12 @@ def _collect_file(path: Path, counts: dict, lengths: list, n: int) -> int:
     return n
 
 
-def _output_length(reward_model: object) -> int:
+def _output_length(reward_model: object, row: int = 0) -> int:
     """The longest gold output: opgen's tasks, a native row's ref_output, else (another project's verl
     row) the ground truth's own text."""
     raw = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+    if isinstance(raw, str) and truth.text_too_deep(raw):
+        raise ValueError(f"row {row}: ground_truth nests deeper than {truth.MAX_DEPTH} levels")
     try:
         gt = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
@@ -116,8 +111,8 @@ def _order(value: object) -> tuple:
 def render(stats: dict, width: int = 40) -> str:
     lines = [f"rows: {stats['rows']}"]
     lib = stats.get("library")
-    if lib and lib.get("spec") != "study":
-        lines.append(f"library: {lib['name']} (digest {lib['digest'][:12]}, spec {lib['spec']})")
+    if lib and lib.get("digest") != STUDY.digest:
+        lines.append(f"library: {lib['name']} (digest {lib['digest'][:12]})")
     for key, table in stats["counts"].items():
         lines.append(f"\n{key}:")
         top = max(table.values())

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from opgen import expr as E
-from opgen import ops
+from opgen.ops import STUDY, OperatorLibrary
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class Item:
                 seen.setdefault(op_id, None)
         return tuple(seen)
 
-    def ops_sorted(self, lib: ops.OperatorLibrary = ops.STUDY) -> tuple[str, ...]:
+    def ops_sorted(self, lib: OperatorLibrary = STUDY) -> tuple[str, ...]:
         """Distinct operators over the tasks, in the order of their library (``lib``, default the study's)."""
         used = set(self.recall_order())
         return tuple(op_id for op_id in lib.ids if op_id in used)

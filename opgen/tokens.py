@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opgen import truth
+from opgen.library import OperatorLibrary, given, library_of, ref_of_truth
+
 # Prompts and answers are rendered and then encoded in batches of this many rows: fast tokenizers
 # encode a batch in parallel, and a batch bounds the memory one split needs.
 _BATCH = 512
@@ -118,16 +121,16 @@ def answer_lengths(tokenizer: Any, answers: Iterable[str]) -> list[int]:
     return out + [n + 1 for n in _encode_lengths(tokenizer, batch)]
 
 
-def gold_answer_of_row(row: Mapping[str, Any], library: Any = None) -> str | None:
+def gold_answer_of_row(row: Mapping[str, Any], library: OperatorLibrary | str | None = None) -> str | None:
     """The gold answer of an opgen row, re-rendered from its ground truth and formats.
 
     RL rows store no answer text, but their ground truth (the expressions, inputs and outputs)
     and ``extra_info`` (prompt/answer format, teacher-forced prefix) determine it: this rebuilds
     the row's Item and renders it with the same :class:`opgen.formats.Formatter` the build used.
     None for rows that are not opgen's own (native benchmark rows carry no expression trees).
-    A row of a user operator library (``ground_truth.library``) is rendered with ``library`` (an
-    :class:`opgen.ops.OperatorLibrary`), or else with the library its spec loads (ValueError when
-    that cannot be loaded or has another digest).
+    A row of a user operator library (``ground_truth.library``) is rendered with that library
+    (opgen.library.library_of: ``library``, the one the user gave, else the user's store's by
+    digest; UnknownLibrary or LibraryMismatch when it cannot be had: nothing the row names is loaded).
     """
     from opgen import expr as E
     from opgen import formats
@@ -136,22 +139,10 @@ def gold_answer_of_row(row: Mapping[str, Any], library: Any = None) -> str | Non
     info = row.get("extra_info") or {}
     if not info.get("prompt_format") or not info.get("answer_format"):
         return None
-    gt = row["reward_model"]["ground_truth"]
-    gt = json.loads(gt) if isinstance(gt, str) else gt
+    gt = truth.read(row["reward_model"]["ground_truth"])
     if not gt.get("tasks"):
         return None
-    lib = None
-    tag = gt.get("library")
-    if tag is not None:
-        if library is not None and getattr(library, "digest", None) == (tag or {}).get("digest"):
-            lib = library
-        else:
-            from opgen.validate import Libraries
-
-            found = Libraries().get(tag)
-            if isinstance(found, str):
-                raise ValueError(found)
-            lib = found
+    lib = library_of(ref_of_truth(gt), given(library))
     item = Item(tasks=tuple(Task(program=E.parse(t["expr"], lib=lib), input=t["input"], output=t["output"])
                             for t in gt["tasks"]),
                 assistant_prefix=info.get("assistant_prefix") or "")

@@ -14,15 +14,15 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from opgen import expr as E
-from opgen import formats, rows
-from opgen.errors import OpgenError
+from opgen import formats, rows, truth
+from opgen.library import STUDY, OperatorLibrary, library_of, library_of_rows, ref_of_truth
+from opgen.outdir import listed_files
 from opgen.resources import schema_path
 from opgen.tasks import Item, Task
 
@@ -82,120 +82,25 @@ def kind_of(schema: pa.Schema) -> tuple[str, str]:
 # ---------------------------------------------------------------- opgen rows (trusted re-execution)
 
 
-class Libraries:
-    """The operator libraries a build's rows name (``ground_truth.library``: name, digest, spec),
-    loaded once each: the spec as given, else beside the files or a recipe the manifest names
-    (a recipe's ``library:`` YAML path is relative to the recipe). Rows without one are the study's."""
-
-    def __init__(self, folder: Path | None = None):
-        self.folder = folder
-        self._loaded: dict[tuple[str, str], Any] = {}
-
-    def _candidates(self, spec: str) -> list[str]:
-        out = [spec]
-        if spec.endswith((".yaml", ".yml")) and not Path(spec).is_absolute() and self.folder is not None:
-            out.append(str(self.folder / spec))
-            try:
-                man = json.loads((self.folder / "manifest.json").read_text())
-                out += [str(Path(r["path"]).parent / spec) for r in man.get("recipes", [])]
-            except (OSError, ValueError, KeyError, TypeError):
-                pass
-        return out
-
-    def get(self, tag: Any) -> Any:
-        """The library ``tag`` names, or a message (str) saying why it cannot be had."""
-        from opgen import library as L
-
-        if not isinstance(tag, dict) or not all(isinstance(tag.get(k), str) for k in ("name", "digest", "spec")):
-            return "ground_truth.library: a mapping with name, digest and spec"
-        key = (tag["spec"], tag["digest"])
-        if key not in self._loaded:
-            found: Any = f"ground_truth.library: cannot load library {tag['spec']!r}"
-            for spec in dict.fromkeys(self._candidates(tag["spec"])):
-                try:
-                    lib = L.load(spec)
-                except L.LibraryError as exc:
-                    found = f"ground_truth.library: {exc}"
-                    continue
-                found = lib if lib.digest == tag["digest"] else (
-                    f"ground_truth.library: {spec} has digest {lib.digest[:12]}, the row names {tag['digest'][:12]} "
-                    "(the library changed since the build)")
-                break
-            self._loaded[key] = found
-        return self._loaded[key]
-
-
-_STUDY_ROWS = Libraries()
-
-
-class RowsLibraryError(ValueError, OpgenError):
-    """Files whose rows name different operator libraries, or one that cannot be loaded."""
-
-    exit_code = 1
-
-
-def _first_library_tag(path: Path) -> Any:
-    """The ``ground_truth.library`` of a file's first row (None: the study's, or no opgen row)."""
+def _check_opgen_row(row: dict, kind: str, lib: OperatorLibrary = STUDY) -> str:
+    """"" when the row is what opgen renders for its program (``lib``: the library of the file's
+    rows), else the first problem. Nothing the row names is loaded: it must name ``lib``."""
     try:
-        pf = pq.ParquetFile(path)
-        if pf.schema_arrow.get_field_index("reward_model") < 0:
-            return None
-        for batch in pf.iter_batches(batch_size=1, columns=["reward_model"]):
-            for rm in batch.column(0).to_pylist():
-                raw = rm.get("ground_truth") if isinstance(rm, dict) else None
-                gt = json.loads(raw) if isinstance(raw, str) else None
-                return gt.get("library") if isinstance(gt, dict) else None
-    except (OSError, ValueError):  # not parquet, not JSON: the caller's own reading names it
-        return None
-    return None
-
-
-def library_of_rows(paths: list[Path]) -> tuple[Any, dict | None]:
-    """(library, tag) of the rows in ``paths`` (parquet files): the library their ground truth names
-    (``{"name", "digest", "spec"}``; loaded as ``opgen validate`` loads it, beside the file or its
-    build's recipe), the study's (tag None) when they name none. Files naming different libraries,
-    or a library that cannot be loaded, raise :class:`RowsLibraryError` naming the files."""
-    from opgen import ops
-
-    found: dict[str, tuple[Path, dict]] = {}
-    study_file: Path | None = None
-    for path in paths:
-        tag = _first_library_tag(Path(path))
-        if isinstance(tag, dict) and isinstance(tag.get("digest"), str):
-            found.setdefault(tag["digest"], (Path(path), tag))
-        elif study_file is None:
-            study_file = Path(path)
-    if not found:
-        return ops.STUDY, None
-    if len(found) > 1 or study_file is not None:
-        named = [f"{p} ({t.get('name')!r}, digest {t['digest'][:12]})" for p, t in found.values()]
-        named += [f"{study_file} (the study's)"] if study_file is not None else []
-        raise RowsLibraryError(f"the rows name different operator libraries: {'; '.join(named)}; "
-                               "give files of one library")
-    ((path, tag),) = found.values()
-    lib = Libraries(path.parent).get(tag)
-    if isinstance(lib, str):
-        raise RowsLibraryError(f"{path}: {lib}")
-    from opgen.score import libs
-
-    libs.register(lib, tag.get("spec", ""))  # later readers of these rows (split sections) find it by digest
-    return lib, tag
-
-
-def _check_opgen_row(row: dict, kind: str, libraries: Libraries = _STUDY_ROWS) -> str:
+        gt = truth.read(row["reward_model"]["ground_truth"], "reward_model.ground_truth")
+    except truth.GroundTruthError as exc:
+        return str(exc)
+    except (TypeError, KeyError) as exc:
+        return f"reward_model.ground_truth is missing ({exc})"
     try:
-        gt = json.loads(row["reward_model"]["ground_truth"])
-    except (TypeError, ValueError) as exc:
-        return f"reward_model.ground_truth is not JSON ({exc})"
+        ref = ref_of_truth(gt)
+    except truth.GroundTruthError as exc:
+        return str(exc)
+    if (ref.digest if ref is not None else STUDY.digest) != lib.digest:
+        return (f"ground_truth.library names library {ref or 'study'}, not the library of the file's first row "
+                f"({lib.name!r}, digest {lib.digest[:12]})")
+    tag = formats.library_member(gt["library"]) if ref is not None else ""
     try:
-        if isinstance(gt, dict) and "library" in gt:
-            lib = libraries.get(gt["library"])
-            if isinstance(lib, str):
-                return lib
-            tag = formats.library_member(gt["library"])
-            with formats.using_library(lib):
-                return _check_parsed(row, gt, kind, lib, tag)
-        return _check_parsed(row, gt, kind)
+        return _check_parsed(row, gt, kind, lib, tag)
     except (KeyError, TypeError, IndexError, AttributeError):
         return _schema_message(gt) or "ground_truth does not have the contract's shape"
 
@@ -208,7 +113,7 @@ def _schema_message(gt: object) -> str:
     return f"ground_truth.{path}: {errors[0].message}"
 
 
-def _check_parsed(row: dict, gt: dict, kind: str, lib: Any = None, tag: str = "") -> str:
+def _check_parsed(row: dict, gt: dict, kind: str, lib: OperatorLibrary = STUDY, tag: str = "") -> str:
     # The schema (schemas/ground_truth.schema.json) is consulted only to explain a mismatch: a
     # ground truth equal to the renderer's own is valid, and checking equality is ten times cheaper.
     extra = row["extra_info"]
@@ -251,7 +156,7 @@ def _check_parsed(row: dict, gt: dict, kind: str, lib: Any = None, tag: str = ""
         gold = fmt.answer(item, p)
         if row["response"] != gold:
             return "response differs from the gold answer of the answer format"
-        problem = check_answer(row["response"], extra["answer_format"], gt)
+        problem = check_answer(row["response"], extra["answer_format"], gt, lib)
         if problem:
             return problem
         msgs = row["messages"]
@@ -261,10 +166,10 @@ def _check_parsed(row: dict, gt: dict, kind: str, lib: Any = None, tag: str = ""
     return ""
 
 
-def check_answer(text: str, answer_format: str, gt: dict) -> str:
+def check_answer(text: str, answer_format: str, gt: dict, lib: OperatorLibrary = STUDY) -> str:
     """That a gold answer re-parses per docs/contracts.md and its code is the row's program (the
-    answer format's strict check, :attr:`opgen.formats.AnswerFormat.check`)."""
-    return formats.answer_spec(answer_format).check(text, gt)
+    answer format's strict check, :attr:`opgen.formats.AnswerFormat.check`, over the rows' library)."""
+    return formats.answer_spec(answer_format).check(text, gt, lib)
 
 
 def sandbox_runner(workers: int = 2, timeout_s: float = 5.0) -> Callable[[list[tuple[str, str, tuple]]], list]:
@@ -284,9 +189,9 @@ def _foreign_jobs(batch: list[dict], first: int, report: FileReport) -> tuple[li
     for n, row in enumerate(batch):
         index = first + n
         try:
-            gt = json.loads(row["reward_model"]["ground_truth"])
-        except (TypeError, ValueError) as exc:
-            report.fail(index, f"reward_model.ground_truth is not JSON ({exc})")
+            gt = truth.read(row["reward_model"]["ground_truth"], "reward_model.ground_truth")
+        except (truth.GroundTruthError, TypeError, KeyError) as exc:
+            report.fail(index, str(exc))
             continue
         errors = list(_gt_validator("native_ground_truth.schema.json").iter_errors(gt))
         if errors:
@@ -306,8 +211,11 @@ def _batches(pf: pq.ParquetFile) -> Iterator[list[dict]]:
 
 
 def validate_file(path: Path, run_foreign: Callable | None = None,
-                  on_rows: Callable[[int], object] | None = None) -> FileReport:
-    """Check one file; ``on_rows(n)`` is called after each batch of ``n`` rows (a progress bar's update)."""
+                  on_rows: Callable[[int], object] | None = None, library: OperatorLibrary | None = None) -> FileReport:
+    """Check one file; ``on_rows(n)`` is called after each batch of ``n`` rows (a progress bar's update).
+    opgen rows are checked over the library they name (opgen.library.library_of: ``library``, the
+    one the user gave, else the study's or the user's store's); one that cannot be had is
+    :class:`opgen.library.UnknownLibrary` / :class:`opgen.library.LibraryMismatch`, before any row."""
     report = FileReport(str(path))
     try:
         pf = pq.ParquetFile(path)
@@ -319,15 +227,21 @@ def validate_file(path: Path, run_foreign: Callable | None = None,
         report.error = problem
         return report
     report.kind = kind
+    lib = STUDY
+    if kind != "foreign":
+        try:
+            lib = library_of_rows([Path(path)], library)
+        except truth.GroundTruthError:  # the first row's own check says what is wrong with it
+            lib = library_of(None, library, f"{path}: ")
     try:
-        _validate_rows(pf, kind, report, run_foreign, on_rows, Libraries(Path(path).parent))
+        _validate_rows(pf, kind, report, run_foreign, on_rows, lib)
     except (OSError, pa.ArrowException, ValueError) as exc:  # a corrupt page: this file fails, the others run
         report.error = f"unreadable after {report.rows} rows ({type(exc).__name__}: {exc})"
     return report
 
 
 def _validate_rows(pf: pq.ParquetFile, kind: str, report: FileReport, run_foreign: Callable | None,
-                   on_rows: Callable[[int], object] | None = None, libraries: Libraries = _STUDY_ROWS) -> None:
+                   on_rows: Callable[[int], object] | None = None, lib: OperatorLibrary = STUDY) -> None:
     index = 0
     with E.recursion_headroom():
         for batch in _batches(pf):
@@ -342,7 +256,7 @@ def _validate_rows(pf: pq.ParquetFile, kind: str, report: FileReport, run_foreig
                                        f"ref_output is {str(want)[:60]!r}")
             else:
                 for n, row in enumerate(batch):
-                    problem = _check_opgen_row(row, kind, libraries)
+                    problem = _check_opgen_row(row, kind, lib)
                     if problem:
                         report.fail(index + n, problem)
                     elif row["extra_info"]["index"] < 0:
@@ -399,7 +313,7 @@ def check_manifest(build_dir: Path) -> list[str]:
                 continue
             if rows != f["rows"]:
                 problems.append(f"{file}: row count differs from the manifest's")
-    names = {f["path"] for _, f in listed} | {"manifest.json"}
+    names = listed_files(manifest)
     for entry in sorted(build_dir.iterdir()):
         if entry.name not in names:
             problems.append(f"{entry}: not listed in {path} (a stale or foreign file; a build owns its "

@@ -32,9 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from opgen import content
 from opgen import manifest as M
 from opgen.errors import USAGE, OpgenError
+from opgen.library import LibraryError, OperatorLibrary, digest_of_file, library_of, ref_of_manifest
+from opgen.outdir import LIBRARY_FILE, listed_files
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -189,20 +193,60 @@ def _check_file(build_dir: Path, where: Path, at: str, f: object) -> None:
             raise _bad(where, f"{at}.{key}", "a non-negative integer", f.get(key))
 
 
-def _recipes(man: dict, where: Path):
+def _recipes(man: dict, where: Path, library: OperatorLibrary):
+    """The manifest's resolved recipes, over ``library`` (the one its ``library`` section names,
+    found by opgen.library.library_of): a recorded recipe that names a library itself is refused."""
     from opgen import recipe as R
 
     recipes = []
     for n, r in enumerate(man["recipes"]):
         res = r["resolved"]
+        if "library" in res:
+            raise VerifyError(f"{where}: field 'recipes[{n}].resolved.library': a manifest names its library by name "
+                              "and digest in 'library' only; a recorded recipe naming one is not opgen's (nothing "
+                              "it names is loaded)")
+        _refuse_imports(res, f"{where}: field 'recipes[{n}].resolved")
         data = {k: v for k, v in res.items() if v is not None}
         if isinstance(data.get("splits"), dict):
             data["splits"] = {name: _recipe_split(s) for name, s in data["splits"].items()}
         try:
-            recipes.append(R.resolve(data, r.get("path", f"recipes[{n}]"), r.get("sha256", "")))
+            recipes.append(R.resolve(data, r.get("path", f"recipes[{n}]"), r.get("sha256", ""), library=library))
         except R.RecipeError as exc:
             raise VerifyError(f"{where}: recipes[{n}] no longer resolves with this opgen: {exc}") from None
     return recipes
+
+
+def _refuse_imports(resolved: dict, where: str) -> None:
+    """A recorded recipe, and each training recipe file its ``leakage.avoid_programs`` names, must
+    name its generators by registered name: verify imports no module a manifest names (a
+    ``package.module:Class`` generator is refused, as a library path is; the avoided recipes are
+    replayed over the manifest's library, never one they name: opgen.leakage.training_programs)."""
+    from opgen import generate as G
+
+    def check(recipe: object, at: str) -> None:  # every "generator" in it: the splits', an mcd pool's
+        stack = [recipe]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                gen = node.get("generator")
+                if isinstance(gen, str) and ":" in gen and gen not in G.registry():
+                    raise VerifyError(f"{at}: generator {gen!r} is an import path; verify imports no module a "
+                                      "manifest names (register the generator and rebuild with opgen build)")
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+
+    check(resolved, where)
+    leak = resolved.get("leakage")
+    for k, avoid in enumerate(leak.get("avoid_programs") or [] if isinstance(leak, dict) else []):
+        path = Path(str(avoid))
+        if not path.is_file():
+            continue  # a bundled recipe's name
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise VerifyError(f"{where}.leakage.avoid_programs[{k}]: {path}: cannot read it ({exc})") from None
+        check(data, f"{where}.leakage.avoid_programs[{k}]: {path}")
 
 
 # ---- the build-wide checks ------------------------------------------------------------------
@@ -258,8 +302,26 @@ def _recipe_check(r: dict) -> Check:
                                           "(the recipe changed since the build)")
 
 
+def _library_check(build_dir: Path, library: OperatorLibrary) -> Check:
+    """The build folder's copy of its library (opgen.outdir.LIBRARY_FILE), read as data: its content
+    digest is the manifest's."""
+    path = build_dir / LIBRARY_FILE
+    if not path.is_file():
+        return Check("library", "file", FAILED, f"{path} is missing (a build keeps the canonical file of a library "
+                                                 "not the study's)")
+    try:
+        digest = digest_of_file(path)
+    except LibraryError as exc:
+        return Check("library", "file", FAILED, str(exc))
+    if digest != library.digest:
+        return Check("library", "file", FAILED, f"{path}: content digest {digest[:12]}… is not the manifest's "
+                                                f"{library.digest[:12]}…")
+    return Check("library", "file", PASSED, f"{LIBRARY_FILE}: library {library.name!r}, content digest "
+                                            f"{digest[:12]}… is the manifest's")
+
+
 def _folder_check(build_dir: Path, man: dict) -> Check:
-    listed = {f["path"] for s in man["splits"].values() for f in s["files"]} | {"manifest.json"}
+    listed = listed_files(man)
     try:
         present = sorted(str(p.relative_to(build_dir)) for p in build_dir.iterdir())
     except OSError as exc:
@@ -368,13 +430,18 @@ def _compare(name: str, recorded: dict, rebuilt: dict, build_dir: Path, digest: 
     return SplitResult(name, not failed, want, bytes_ok, failed, checks)
 
 
-def verify(build_dir: Path, workers: int = 1, progress: bool = False) -> Report:
+def verify(build_dir: Path, workers: int = 1, progress: bool = False,
+           library: OperatorLibrary | None = None) -> Report:
+    """Verify ``build_dir`` (module docstring). Its operator library is the one its manifest names,
+    found by digest (opgen.library.library_of: ``library``, the one the user gave, the study's or
+    the user's store's; UnknownLibrary when neither): nothing the folder holds is loaded."""
     from opgen import build as B
 
     build_dir = Path(build_dir)
     where = build_dir / "manifest.json"
     man = read(build_dir)
-    recipes = _recipes(man, where)
+    lib = library_of(ref_of_manifest(man, str(where)), library, f"{where}: ")
+    recipes = _recipes(man, where, lib)
     digests = {s.name: s.digest for r in recipes for s in r.splits}
     all_names = [s.name for r in recipes for s in r.splits]
     then = man.get("versions") or {"opgen": man.get("opgen_version", "?")}
@@ -384,6 +451,8 @@ def verify(build_dir: Path, workers: int = 1, progress: bool = False) -> Report:
                                                    "well-formed"),
               _seed_check(man, recipes)]
     checks += [_recipe_check(r) for r in man["recipes"]]
+    if not lib.is_study:
+        checks.append(_library_check(build_dir, lib))
     checks.append(_folder_check(build_dir, man))
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, section in man["splits"].items():

@@ -15,7 +15,9 @@ VERL_VERSION="0.9.1"
 TORCH_VERSION="2.13.0"
 # verl.trainer.sft_trainer imports the rollout server's web stack at module level; the suite
 # imports the trainer to run its own config checks (SFTTrainer._build_config).
-SERVER_PKGS=("uvicorn==0.54.0" "fastapi==0.165.0")
+# verl.experimental.agent_loop (the multi-turn rollouts; opgen.integrations.verl_agent) imports cachetools,
+# which verl 0.9.1 does not declare.
+SERVER_PKGS=("uvicorn==0.54.0" "fastapi==0.165.0" "cachetools>=5")
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${1:-$repo/.venv-verl}"

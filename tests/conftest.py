@@ -23,6 +23,20 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _library_store(tmp_path_factory):
+    """Every test's library store is a temporary one (docs/security.md, "The library store"): builds
+    register their library there, never in the user's own store. A test that needs an empty store
+    sets OPGEN_HOME itself."""
+    old = os.environ.get("OPGEN_HOME")
+    os.environ["OPGEN_HOME"] = str(tmp_path_factory.mktemp("opgen-home"))
+    yield
+    if old is None:
+        os.environ.pop("OPGEN_HOME", None)
+    else:
+        os.environ["OPGEN_HOME"] = old
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

@@ -107,13 +107,34 @@ class _Handler(BaseHTTPRequestHandler):
         # answers arrive out of order: each waits a little, by its content
         time.sleep(int(answer(body)[4], 16) * 0.002)
         n = body.get("n", 1)
-        tokens = min(ANSWER_TOKENS, body["max_tokens"])
-        choices = [{"index": j, "message": {"role": "assistant", "content": answer(body, j)},
-                    "finish_reason": "length" if body["max_tokens"] <= ANSWER_TOKENS else "stop"}
+        budget = body.get("max_tokens") or body.get("max_completion_tokens") or 1 << 20  # verifiers sends none
+        tokens = min(ANSWER_TOKENS, budget)
+        say = server.reply or answer
+        choices = [{"index": j, "message": {"role": "assistant", "content": say(body, j)},
+                    "finish_reason": "length" if budget <= ANSWER_TOKENS else "stop"}
                    for j in reversed(range(n))]  # in any order: the client sorts by index
+        if body.get("stream"):  # server-sent events, as OpenAI streams a completion (verifiers asks for one)
+            return self._stream(server.model, choices, prompt_tokens(body), tokens * n)
         self._send(200, {"id": "x", "object": "chat.completion", "model": server.model, "choices": choices,
                          "usage": {"prompt_tokens": prompt_tokens(body), "completion_tokens": tokens * n,
                                    "total_tokens": prompt_tokens(body) + tokens * n}})
+
+    def _stream(self, model, choices, prompt, completion):
+        events = [{"id": "x", "object": "chat.completion.chunk", "model": model,
+                   "choices": [{"index": c["index"], "delta": {"role": "assistant", "content": c["message"]["content"]},
+                                "finish_reason": None}]} for c in choices]
+        events += [{"id": "x", "object": "chat.completion.chunk", "model": model,
+                    "choices": [{"index": c["index"], "delta": {}, "finish_reason": c["finish_reason"]}]}
+                   for c in choices]
+        events.append({"id": "x", "object": "chat.completion.chunk", "model": model, "choices": [],
+                       "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                 "total_tokens": prompt + completion}})
+        data = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode() + b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def _send(self, status, obj, headers=None):
         data = json.dumps(obj).encode("utf-8")
@@ -133,6 +154,7 @@ class FakeServer:
         self.headers: list[dict] = []
         self.faults: list[str] = []
         self.fail_when = None  # body -> fault or None
+        self.reply = None  # (body, j) -> the answer, instead of answer()'s digest (a scripted model)
         self.key: str | None = None
         self.gets = 0
         self.dead = False

@@ -399,14 +399,14 @@ def differential(items: list[tuple[str, dict, str]], box: object, threads: int =
     from opgen.score import static as S
     from opgen.score.settings import GradeSettings
 
-    G = importlib.import_module("opgen.score.grade")
+    G = importlib.import_module("opgen.score.judge")
     caches: dict[str, dict] = {"sandbox": {}, "static": {}}
     swap = isinstance(getattr(D, "_VERDICTS", None), dict)
     real = S.evaluate
     local = threading.local()
 
-    def counted(units, sandbox):
-        got = real(units, sandbox)
+    def counted(units, sandbox, library):
+        got = real(units, sandbox, library)
         local.hit = got is not None
         return got
 

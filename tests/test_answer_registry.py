@@ -14,16 +14,17 @@ import pytest
 from opgen import formats as F
 from opgen import validate
 from opgen.build import build
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.recipe import RecipeError, resolve
 from opgen.score import grade
 from opgen.score.sandbox import Sandbox
 
 
-def _bare_json_gold(recall: tuple[str, ...], body: str, output: str) -> str:
+def _bare_json_gold(recall: tuple[str, ...], body: str, output: str, lib: OperatorLibrary) -> str:
     return json.dumps({"output": output}, ensure_ascii=False)
 
 
-def _bare_json_check(text: str, gt: dict) -> str:
+def _bare_json_check(text: str, gt: dict, lib: OperatorLibrary) -> str:
     try:
         value = json.loads(text)["output"]
     except (ValueError, KeyError, TypeError):
@@ -31,14 +32,14 @@ def _bare_json_check(text: str, gt: dict) -> str:
     return "" if value == gt["tasks"][0]["output"] else "bare_json value differs from the output"
 
 
-def _code_only_gold(recall: tuple[str, ...], body: str, output: str) -> str:
+def _code_only_gold(recall: tuple[str, ...], body: str, output: str, lib: OperatorLibrary) -> str:
     return "# the program\n```python\n" + body + "\n```\n# end"
 
 
-def _code_only_check(text: str, gt: dict) -> str:
+def _code_only_check(text: str, gt: dict, lib: OperatorLibrary) -> str:
     if not text.startswith("# the program\n```python\n") or not text.endswith("\n```\n# end"):
         return "code_only answer is not one commented python block"
-    return F.check_code(text[len("# the program\n```python\n"):-len("\n```\n# end")], gt)
+    return F.check_code(text[len("# the program\n```python\n"):-len("\n```\n# end")], gt, lib)
 
 
 BARE_JSON = F.AnswerFormat("bare_json", "forward", 'Answer with the JSON object {{"output": <what {call} returns>}}.',
@@ -87,14 +88,14 @@ def test_a_registered_format_builds_validates_and_grades_its_gold_one(registered
         report = validate.validate_file(f)
         assert report.ok, (report.error, report.failures[:3])
     # the gold answers are this format's, and the scorer gives each 1.0
-    assert all(spec.check(r["response"], json.loads(r["reward_model"]["ground_truth"])) == "" for r in rows)
+    assert all(spec.check(r["response"], json.loads(r["reward_model"]["ground_truth"]), STUDY) == "" for r in rows)
     with Sandbox(workers=2, timeout_s=5.0) as box:
         for r in rows[:40]:
             g = grade(r["reward_model"]["ground_truth"], r["response"], sandbox=box, answer_format=af,
                       assistant_prefix=r["extra_info"]["assistant_prefix"])
             assert g["score"] == 1.0, (r["response"], g)
     # validate holds the gold answers to this format's strict check: a cut one fails it
-    assert spec.check(rows[0]["response"][:-1], json.loads(rows[0]["reward_model"]["ground_truth"])) != ""
+    assert spec.check(rows[0]["response"][:-1], json.loads(rows[0]["reward_model"]["ground_truth"]), STUDY) != ""
 
 
 def test_registration_is_undone_and_unknown_formats_raise(registered):

@@ -25,6 +25,8 @@ SHARED = {
                    "ops check"],
     "--no-plots": ["score", "fit"],
     "--json": ["validate", "stats", "verify", "ops list", "ops eval"],
+    "--library": ["build", "score", "eval", "validate", "stats", "leakage", "verify", "push", "split-stats",
+                  "ops check"],
 }
 
 

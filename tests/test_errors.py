@@ -22,7 +22,9 @@ EXEMPT: set[str] = set()
 def _error_classes() -> dict[str, type]:
     found = {}
     for m in pkgutil.walk_packages(opgen.__path__, "opgen."):
-        if m.name in ("opgen.__main__", "opgen.score.worker"):  # a script: no opgen inside the jail
+        if m.name in ("opgen.__main__", "opgen.score.jail.__main__"):  # scripts
+            continue
+        if m.name == "opgen.integrations.verl_agent":  # verl's agent loop: imports verl, only verl loads it
             continue
         mod = importlib.import_module(m.name)
         for name, cls in vars(mod).items():

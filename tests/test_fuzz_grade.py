@@ -16,7 +16,7 @@ from opgen import ops
 from opgen.reward import KEYS, compute_score, compute_score_async, compute_score_batch, compute_score_float
 from opgen.score import batch as B
 from opgen.score import grade
-from opgen.score.grade import ERRORS
+from opgen.score.judge import ERRORS
 from opgen.score.sandbox import Sandbox
 
 TRUTHS = [truth(("func_5(func_3(x), 'ab')", "fuzz")), truth(("func_17(func_11(x, 3))", "Zebra")),

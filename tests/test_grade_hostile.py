@@ -17,7 +17,7 @@ from opgen import ops
 from opgen.reward import KEYS, compute_score
 from opgen.score import diagnose as D
 from opgen.score import grade
-from opgen.score.grade import ERRORS, MAX_RESPONSE_CHARS, grade_in_process
+from opgen.score.judge import ERRORS, MAX_RESPONSE_CHARS, grade_in_process
 from opgen.score.sandbox import Sandbox
 
 GOLD = truth(("func_5(func_3(x), 'ab')", "hostile"))

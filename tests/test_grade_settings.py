@@ -44,7 +44,7 @@ def captured(monkeypatch):
 
 @pytest.mark.parametrize("name,bad", [("policy", "outputs"), ("group", "some"), ("mode", "backward"),
                                       ("namespace", "loose"), ("policy", None), ("static", "false"),
-                                      ("diagnose", 0), ("static", None)])
+                                      ("diagnose", 0), ("static", None), ("returned", 1)])
 def test_each_field_is_checked_with_an_error_naming_it(name, bad):
     with pytest.raises(SettingsError, match=f"^{name} must be"):
         GradeSettings(**{name: bad})
@@ -68,6 +68,8 @@ def test_the_wire_form_round_trips_through_marshal_and_pickle():
     assert all(type(v) in (str, bool) for v in wire.values())
     assert GradeSettings.from_wire(marshal.loads(marshal.dumps(wire))) == s
     assert pickle.loads(pickle.dumps(s)) == s
+    told = GradeSettings(returned=True)
+    assert told.to_wire()["returned"] is True and GradeSettings.from_wire(told.to_wire()) == told
     with pytest.raises(SettingsError, match="unknown grading settings: timeout"):
         GradeSettings.from_wire({**wire, "timeout": 2})
     with pytest.raises(SettingsError, match="^mode must be"):
@@ -186,7 +188,7 @@ def test_the_adapters_and_verl_read_the_records_options():
 
     assert SETTINGS == (*reward_options(), "allow_weak_sandbox", "settings")
     assert reward_options() == choices.REWARD_OPTIONS
-    assert set(reward_options()) == set(GradeSettings.names()) - {"diagnose"}
+    assert set(reward_options()) == set(GradeSettings.names()) - {"diagnose", "returned"}
     from opgen import serve
 
     assert serve.SETTINGS == tuple(CHOICES)  # the HTTP service's settings: the record's text options

@@ -185,7 +185,8 @@ def test_ray_build_of_a_user_library_equals_local_build(tmp_path):
     files = _built_locally_and_on_ray(tmp_path, recipe, 1, "*.parquet")
     assert len(files) > 2  # several shards: several Ray tasks
     man = json.loads((tmp_path / "ray" / "manifest.json").read_text())
-    assert man["library"]["name"] == "six" and man["library"]["spec"] == "six.yaml"
+    assert man["library"]["name"] == "six" and man["library"]["file"] == "library.yaml"
+    assert (tmp_path / "ray" / "library.yaml").read_bytes() == (tmp_path / "local" / "library.yaml").read_bytes()
 
 
 def test_ray_score_equals_local_score(tmp_path):

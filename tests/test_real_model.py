@@ -117,7 +117,7 @@ def test_every_backend_writes_every_artifact(runs, backend):
         assert 1 <= rec["completion_tokens"] <= MAX_NEW
         assert rec["finish_reason"] in ("stop", "length")
     scores = _scores(runs, backend)
-    from opgen.score.grade import ERRORS
+    from opgen.score.judge import ERRORS
 
     assert len(scores) == ROWS and {s["error"] for s in scores} <= set(ERRORS)
     summary = json.loads((folder / SPLIT / "summary.json").read_text())

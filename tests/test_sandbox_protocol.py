@@ -26,7 +26,7 @@ def box():
 def test_code_the_worker_cannot_unmarshal_fails_in_the_child_as_syntax(box):
     # Only the scorer's own marshal output reaches the worker; anything else still gets a verdict
     # (from the child), never a lost worker.
-    (r,) = box._request([(b"\xffnot marshal", [("f", ("a",))], False)], 1)
+    (r,) = box.run_sent([(b"\xffnot marshal", [("f", ("a",))], False)])
     assert r.status == "syntax" and r.detail.startswith(("ValueError", "EOFError")), r
     (ok,) = box.run([Job("def f(x):\n    return x * 2\n", "f", ("ab",))])
     assert ok.value == "abab"
@@ -153,13 +153,13 @@ def test_the_scorer_checks_the_workers_reply_too(reply, status, monkeypatch):
     from opgen.score import sandbox as S
 
     with Sandbox(workers=1, timeout_s=1.0, max_output=1000) as b:
-        worker = b._all[0]
-        real = worker.receive
-        monkeypatch.setattr(worker, "receive", lambda *a, **k: (real(*a, **k), reply)[1])
-        (r,) = b.run([Job("def f(x):\n    return x\n", "f", ("a",))])
+        real = S._Worker.receive  # every worker's reply, the retry's included
+        monkeypatch.setattr(S._Worker, "receive", lambda *a, **k: (real(*a, **k), reply)[1])
+        ran = b.run_request([("def f(x):\n    return x\n", [("f", ("a",))], False)])
+        (r,) = ran.results
         assert r.status == status, r
         assert (r.value is None or len(r.value) <= 1000) and len(r.detail) <= S.DETAIL_CAP
-        if status == "killed":
-            assert "worker lost" in r.detail
+        if status == "killed":  # a reply that fails the checks is a lost worker: replaced, the request retried
+            assert "worker lost" in r.detail and "again" in r.detail and ran.retries == 1
         monkeypatch.undo()
         assert b.run([Job("def f(x):\n    return x * 2\n", "f", ("ab",))])[0].value == "abab"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from opgen.score import worker as W
+from opgen.score.jail import base, bpf, imports
 from opgen.score.sandbox import Job, Sandbox, WeakSandboxWarning
 
 BLOCKED = ("ctypes", "_ctypes", "gc", "marshal", "os", "posix", "signal", "_signal", "resource", "select",
@@ -86,7 +86,7 @@ def test_no_listed_module_imports_by_any_route(box, weak_box, module):
 
 
 def test_the_allowed_modules_import(box):
-    for module in W.ALLOWED_IMPORTS:
+    for module in imports.ALLOWED_IMPORTS:
         status, value = run1(box, "def f(x):\n    return __import__(x).__name__\n", module)
         assert (status, value) == ("ok", module.partition(".")[0] if "." in module else module)
     assert run1(box, "from collections.abc import Mapping\nfrom math import gcd\nimport sys\n"
@@ -310,7 +310,7 @@ def f(x):
 def _signal_results(b: Sandbox) -> dict:
     import platform
 
-    table = W.SYSCALLS[platform.machine()]
+    table = bpf.SYSCALLS[platform.machine()]
     status, value = run1(b, _SIGNALS, repr(sorted(table.items())))
     assert status == "ok", value
     return dict(eval(value))  # our own test program's repr
@@ -336,7 +336,7 @@ _NOBODY = r'''
 import sys, warnings
 sys.path.insert(0, {root!r})
 from opgen.score.sandbox import Job, Sandbox
-from opgen.score import worker as W
+from opgen.score.jail import bpf
 import platform
 warnings.simplefilter("ignore")
 codes = {codes!r}
@@ -345,7 +345,7 @@ with Sandbox(workers=1, timeout_s=5.0) as b:
     out["level"] = b.level
     out["imports"] = [b.run([Job(codes["routes"], "f", (m,))])[0].value for m in ("ctypes", "os", "gc", "signal")]
 with Sandbox(workers=1, timeout_s=5.0, imports="open", allow_weak_sandbox=True) as b:
-    table = repr(sorted(W.SYSCALLS[platform.machine()].items()))
+    table = repr(sorted(bpf.SYSCALLS[platform.machine()].items()))
     out["signals"] = b.run([Job(codes["signals"], "f", (table,))])[0].value
     b.run([Job(codes["result"], "f", ("abcdefghijklmnopqrst",))])
     out["search"] = b.run([Job(codes["search"], "f", ("q" * 20,))])[0].value
@@ -390,11 +390,11 @@ def test_the_syscall_tables_are_the_kernels(machine, header):
         pytest.skip(f"no {header} (linux-libc-dev) here")
     kernel = _unistd(header)
     kernel.setdefault("newfstatat", kernel.get("fstatat", -1))  # the generic table's name for it
-    for name, nr in W.SYSCALLS[machine].items():
+    for name, nr in bpf.SYSCALLS[machine].items():
         assert kernel.get(name) == nr, (machine, name, nr, kernel.get(name))
     # every call the filters name is in the table where the architecture has it
-    named = set(W.ALLOWED_SYSCALLS) | set(W.WORKER_ONLY) | set(W.CHILD_DENIED) | set(W.CHILD_SIGNALS)
-    assert {n for n in named if n in kernel} <= set(W.SYSCALLS[machine])
+    named = set(bpf.ALLOWED_SYSCALLS) | set(bpf.WORKER_ONLY) | set(bpf.CHILD_DENIED) | set(bpf.CHILD_SIGNALS)
+    assert {n for n in named if n in kernel} <= set(bpf.SYSCALLS[machine])
 
 
 def _run_bpf(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int:
@@ -424,52 +424,52 @@ ALLOW, KILL, EPERM, ENOSYS = 0x7FFF0000, 0x80000000, 0x00050001, 0x00050026
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_the_shared_filter_is_an_allowlist(machine):
-    table, arch = W.SYSCALLS[machine], W.AUDIT_ARCH[machine]
-    prog = W.seccomp_program(machine, allow_mount=True)
-    strict = W.seccomp_program(machine)
+    table, arch = bpf.SYSCALLS[machine], bpf.AUDIT_ARCH[machine]
+    prog = bpf.seccomp_program(machine, allow_mount=True)
+    strict = bpf.seccomp_program(machine)
     assert prog is not None and strict is not None
-    other = W.AUDIT_ARCH["aarch64" if machine == "x86_64" else "x86_64"]
+    other = bpf.AUDIT_ARCH["aarch64" if machine == "x86_64" else "x86_64"]
     assert _run_bpf(prog, table["read"], other) == KILL  # another ABI's numbers: killed
     assert _run_bpf(prog, table["read"], 0x40000003) == KILL  # i386
     if machine == "x86_64":
         assert _run_bpf(prog, 0x40000000 | 0, arch) == KILL  # the x32 ABI
-    for name in W.ALLOWED_SYSCALLS:
+    for name in bpf.ALLOWED_SYSCALLS:
         if name in table:
             assert _run_bpf(prog, table[name], arch) == ALLOW, name
     for name in ("execve", "socket", "ptrace", "chroot", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open",
                  "pidfd_send_signal"):
         assert _run_bpf(prog, table[name], arch) == EPERM, name
     for nr in range(0, 600):  # anything not on the list, including calls added to kernels later
-        if nr not in {table[n] for n in (*W.ALLOWED_SYSCALLS, *W.WORKER_ONLY, "clone", "clone3", "unshare",
+        if nr not in {table[n] for n in (*bpf.ALLOWED_SYSCALLS, *bpf.WORKER_ONLY, "clone", "clone3", "unshare",
                                          "setns") if n in table}:
             assert _run_bpf(prog, nr, arch) == EPERM, nr
-    for name in W.WORKER_ONLY:
+    for name in bpf.WORKER_ONLY:
         assert _run_bpf(prog, table[name], arch) == ALLOW and _run_bpf(strict, table[name], arch) == EPERM
     assert _run_bpf(prog, table["clone3"], arch) == ENOSYS
     assert _run_bpf(prog, table["clone"], arch, (17,)) == ALLOW  # fork() (SIGCHLD)
     assert _run_bpf(prog, table["clone"], arch, (0x3D0F00,)) == ALLOW  # a thread
     for flag in (0x00020000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x02000000):
         assert _run_bpf(prog, table["clone"], arch, (flag | 17,)) == EPERM, hex(flag)
-        if flag != W.CLONE_NEWPID:
+        if flag != base.CLONE_NEWPID:
             assert _run_bpf(prog, table["unshare"], arch, (flag,)) == EPERM, hex(flag)
             assert _run_bpf(prog, table["setns"], arch, (3, flag)) == EPERM, hex(flag)
-    assert _run_bpf(prog, table["unshare"], arch, (W.CLONE_NEWPID,)) == ALLOW  # the zygote's fresh namespace
-    assert _run_bpf(prog, table["unshare"], arch, (W.CLONE_NEWPID | W.CLONE_NEWUSER,)) == EPERM
-    assert _run_bpf(prog, table["setns"], arch, (3, W.CLONE_NEWPID)) == ALLOW
+    assert _run_bpf(prog, table["unshare"], arch, (base.CLONE_NEWPID,)) == ALLOW  # the zygote's fresh namespace
+    assert _run_bpf(prog, table["unshare"], arch, (base.CLONE_NEWPID | base.CLONE_NEWUSER,)) == EPERM
+    assert _run_bpf(prog, table["setns"], arch, (3, base.CLONE_NEWPID)) == ALLOW
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_the_child_filter_allows_signals_to_itself_only(machine):
-    table, arch = W.SYSCALLS[machine], W.AUDIT_ARCH[machine]
-    prog = W.child_seccomp_program(machine, 1)
+    table, arch = bpf.SYSCALLS[machine], bpf.AUDIT_ARCH[machine]
+    prog = bpf.child_seccomp_program(machine, 1)
     assert prog is not None
-    for name in W.CHILD_SIGNALS:
+    for name in bpf.CHILD_SIGNALS:
         assert _run_bpf(prog, table[name], arch, (1, 9)) == ALLOW, name
         assert _run_bpf(prog, table[name], arch, (0, 9)) == ALLOW, name  # its own process group
         for target in (2, 4242, (1 << 32) - 1, (1 << 32) - 2):  # others, kill(-1), kill(-2)
             assert _run_bpf(prog, table[name], arch, (target, 9)) == EPERM, (name, target)
-    for name in W.CHILD_DENIED:
+    for name in bpf.CHILD_DENIED:
         assert _run_bpf(prog, table[name], arch, (1, 0)) == EPERM, name
     assert _run_bpf(prog, table["read"], arch) == ALLOW  # the shared filter decides the rest
     assert _run_bpf(prog, table["read"], 0x40000003) == KILL
-    assert W.seccomp_program("riscv64") is None and W.child_seccomp_program("riscv64", 1) is None
+    assert bpf.seccomp_program("riscv64") is None and bpf.child_seccomp_program("riscv64", 1) is None

@@ -7,6 +7,7 @@ rows of `opgen build`; every bad request a 4xx with a message, and nothing over 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -45,6 +46,29 @@ def get(url: str):
         return r.status, r.read().decode()
 
 
+def start_server(args: list[str], env: dict | None = None):
+    """``opgen serve ARGS`` on a free 127.0.0.1 port, once it answers: (process, base URL)."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "opgen", "serve", "--port", str(port), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5):
+                break
+        except urllib.error.HTTPError:
+            break  # answering (401 with a token)
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                raise RuntimeError("opgen serve did not start: " + (proc.stdout.read() if proc.stdout else "")) \
+                    from None
+            time.sleep(0.3)
+    return proc, url
+
+
 @pytest.fixture(scope="module")
 def curriculum_log(tmp_path_factory):
     return tmp_path_factory.mktemp("cur") / "state.jsonl"
@@ -54,28 +78,14 @@ def curriculum_log(tmp_path_factory):
 def server(curriculum_log):
     import yaml
 
-    port = _free_port()
     config = curriculum_log.parent / "curriculum.yaml"
     config.write_text(yaml.safe_dump({
-        "settings": {"window": 2, "band": [0.3, 0.7]},
+        "settings": {"tau_num": 2, "tau_acc": 0.9, "width": 1},
         "buckets": {"trees": {"recipe": RECIPE, "split": "train",
                               "ladder": [{"depths": [1], "per_depth": 6}, {"depths": [3], "per_depth": 6}]}}}))
-    proc = subprocess.Popen([sys.executable, "-m", "opgen", "serve", "--port", str(port), "--max-batch", "64",
-                             "--max-body-mb", "1", "--max-response-chars", "20000", "--max-tasks", "32",
-                             "--curriculum", str(config), "--curriculum-log", str(curriculum_log)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while True:
-        try:
-            get(url + "/health")
-            break
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                raise RuntimeError("opgen serve did not start: " + (proc.stdout.read() if proc.stdout else "")) \
-                    from None
-            time.sleep(0.3)
+    proc, url = start_server(["--max-batch", "64", "--max-body-mb", "1", "--max-response-chars", "20000",
+                              "--max-tasks", "32", "--curriculum", str(config), "--curriculum-log",
+                              str(curriculum_log)])
     yield url
     proc.terminate()
     proc.wait(timeout=30)
@@ -151,7 +161,11 @@ def test_tasks_are_the_built_rows_in_disjoint_pages(server, graded, tmp_path):
     ("/tasks", {"recipe": {**RECIPE, "splits": {"x": {**RECIPE["splits"]["test"], "generator": "os:system"}}},
                 "split": "x"}, "application/json", 422, "import paths are not served"),
     ("/tasks", {"recipe": RECIPE, "split": "test", "n": 33}, "application/json", 413, "between 1 and 32"),
-    ("/tasks", {"recipe": RECIPE, "split": "test", "n": -1}, "application/json", 422, "non-negative"),
+    ("/tasks", {"recipe": RECIPE, "split": "test", "n": -1}, "application/json", 422, "between 1 and 32"),
+    ("/tasks", {"recipe": RECIPE, "split": "test", "n": 0}, "application/json", 422, "between 1 and 32"),
+    ("/curriculum/tasks", {"n": 0}, "application/json", 422, "between 1 and 32"),
+    ("/curriculum/tasks", {"n": 33}, "application/json", 413, "between 1 and 32"),
+    ("/tasks", {"recipe": RECIPE, "split": "test", "offset": -1}, "application/json", 422, "offset"),
     ("/tasks", {"recipe": RECIPE, "split": "test", "offset": 70000}, "application/json", 413, "offset + n"),
     ("/tasks", {"recipe": RECIPE, "split": "test", "options": {"depths": "deep"}}, "application/json", 422,
      "options.depths"),
@@ -198,21 +212,25 @@ def test_curriculum_over_http_moves_with_reported_rewards_and_logs_every_step(se
     status, body = post(server + "/curriculum/tasks", {"n": 2})
     assert status == 200, body
     rows = body["rows"]
-    assert [r["extra_info"]["depth"] for r in rows] == [1, 1] and body["state"]["buckets"]["trees"]["level"] == 0
-    reports = [{"bucket": r["extra_info"]["curriculum_bucket"], "reward": 1.0, "row_id": r["extra_info"]["row_id"]}
-               for r in rows]
+    assert [r["extra_info"]["depth"] for r in rows] == [1, 1] and body["state"]["buckets"]["trees"]["window"] == [0, 0]
+    reports = [{"row": r["extra_info"]["curriculum_row"], "reward": 1.0} for r in rows]
     status, body = post(server + "/curriculum/report", {"reports": reports})
-    assert status == 200 and body["state"]["buckets"]["trees"]["level"] == 1
+    assert status == 200 and body["state"]["buckets"]["trees"]["window"] == [1, 1], body
     harder = post(server + "/curriculum/tasks", {"n": 2})[1]["rows"]
     assert [r["extra_info"]["depth"] for r in harder] == [3, 3]
     states = [json.loads(x) for x in curriculum_log.read_text().splitlines()]
-    assert [s["step"] for s in states] == [1, 2]
-    for bad, message in (({"reports": [{"bucket": "nope", "reward": 1}]}, "unknown bucket"),
-                         ({"reports": [{"bucket": "trees", "reward": 3}]}, "in [0, 1]"),
-                         ({"reports": "x"}, "reports")):
+    assert [s["step"] for s in states] == [2]  # one line per report request
+    row = harder[0]["extra_info"]["curriculum_row"]
+    for bad, status, message in (
+            ({"reports": [{"row": "trees/0/0/999", "reward": 1}]}, 422, "not a row this curriculum served"),
+            ({"reports": [{"row": row, "reward": 3}]}, 422, "in [0, 1]"),
+            ({"reports": [{"row": row, "reward": 1, "bucket": "trees"}]}, 422, "unknown fields bucket"),
+            ({"reports": reports}, 409, "reported already"),
+            ({"reports": "x"}, 422, "reports"),
+            ({"reports": [], "extra": 1}, 422, "unknown fields extra")):
         got, reply = post(server + "/curriculum/report", bad)
-        assert got == 422 and message in reply["error"], reply
-    assert 'opgen_curriculum_level{bucket="trees"} 1' in get(server + "/metrics")[1]
+        assert got == status and message in reply["error"], (bad, reply)
+    assert 'opgen_curriculum_high{bucket="trees"} 1' in get(server + "/metrics")[1]
 
 
 def test_concurrent_task_requests_all_succeed_with_the_same_rows(server):

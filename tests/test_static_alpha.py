@@ -21,7 +21,7 @@ from test_static import NoRun, goes_to_sandbox, gt_of, ra, three_ways
 from opgen import ops
 from opgen.score import diagnose as D
 from opgen.score import static as S
-from opgen.score.grade import grade_in_process
+from opgen.score.judge import grade_in_process
 from opgen.score.sandbox import Sandbox, Unit
 from opgen.score.settings import GradeSettings
 

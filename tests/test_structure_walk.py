@@ -133,7 +133,7 @@ def test_verbatim_definitions_are_not_changed_by_grading():
     before = {name: [_strip_positions(fn) for _, _, fn in S._verbatim(name)] for name in ("func_0", "func_15")}
     code = ops.get("func_0").source + "\n" + ops.get("func_15").source + "\ndef main_solution(x):\n" \
         "    return func_15(func_0(x))\n"
-    from opgen.score.grade import grade_in_process as grade  # the shared parses are this process's
+    from opgen.score.judge import grade_in_process as grade  # the shared parses are this process's
 
     with_docs = code.replace("def main_solution(x):\n", "def main_solution(x):\n    'doc'\n")
     for text in (code, with_docs):

@@ -66,10 +66,11 @@ def test_a_user_library_builds_validates_and_cards(recipe_file: Path, tmp_path: 
     man = json.loads((out / "manifest.json").read_text())
     lib = R.load(str(recipe_file)).library
     assert man["library"]["name"] == "six" and man["library"]["digest"] == lib.digest
-    assert man["library"]["spec"] == "six.yaml" and man["library"]["train"] == ["rev", "dup", "up", "mix"]
+    assert man["library"]["file"] == "library.yaml" and "spec" not in man["library"]
+    assert man["library"]["train"] == ["rev", "dup", "up", "mix"]
     for split in ("train_trees", "train_atomic", "heldout_chains", "heldout_atomic"):
         rows = _gts(out, split)
-        assert rows and all(g["library"] == {"name": "six", "digest": lib.digest, "spec": "six.yaml"} for g in rows)
+        assert rows and all(g["library"] == {"name": "six", "digest": lib.digest} for g in rows)
         used = {o for g in rows for o in g["ops"]}
         assert used <= set(lib.ids)
     assert {o for g in _gts(out, "heldout_chains") for o in g["ops"]} <= {"rot", "drop_vowels"}
@@ -161,7 +162,7 @@ def test_study_plus_one_operator_as_a_module(tmp_path: Path, monkeypatch: pytest
     result = CliRunner().invoke(main, ["build", str(path), "--out", str(out), "--no-progress", "--workers", "1"])
     assert result.exit_code == 0, result.output
     man = json.loads((out / "manifest.json").read_text())
-    assert man["library"]["n_operators"] == len(ops.STUDY) + 1 and man["library"]["spec"] == "more_ops:LIB"
+    assert man["library"]["n_operators"] == len(ops.STUDY) + 1 and "spec" not in man["library"]
     gts = _gts(out, "atoms")
     assert {o for g in gts for o in g["ops"]} == {"func_3", "func_25"}
     assert all(g["library"]["name"] == "study-plus" for g in gts)

@@ -76,7 +76,7 @@ def _write(tmp_path: Path, rows: list[dict], answers: list[str]) -> tuple[Path, 
     return data, responses
 
 
-def test_gold_and_wrong_answers_through_opgen_score_library(lib_files, cli, runner):
+def test_gold_and_wrong_answers_through_opgen_score_library(lib_files, cli, runner, monkeypatch):
     spec = str(lib_files / "toy.yaml")
     lib = L.load(spec)
     assert len(lib) == 6 and lib.heldout_ids == ("shift", "swapc")
@@ -102,11 +102,13 @@ def test_gold_and_wrong_answers_through_opgen_score_library(lib_files, cli, runn
     summary = json.loads((out / "summary.json").read_text())
     assert summary["library"] == {"name": "toy", "digest": lib.digest}
 
-    # Without --library the rows are refused before any grading, naming the rows (exit 2).
+    # Without --library, and not registered, the rows are refused before any grading, naming the
+    # first row (exit 2); the spec the rows still carry (rows of opgen before issue 31) is never loaded.
+    monkeypatch.setenv("OPGEN_HOME", str(lib_files / "empty-store"))
     res = runner.invoke(cli, ["score", "--data", str(data), "--responses", str(responses), "--out",
                               str(lib_files / "r2"), "--workers", "1", "--no-plots"])
     assert res.exit_code == 2, res.output
-    assert "row(s) 0, 1, 2, 3" in res.output and "library" in res.output
+    assert "row 0" in res.output and "opgen ops add" in res.output and lib.digest[:12] in res.output
     assert not (lib_files / "r2").exists()
 
 
@@ -134,7 +136,7 @@ def test_a_study_recall_is_diagnosed_and_a_wrong_body_is_wrong(lib_files):
 
 
 def test_static_path_with_costs_and_sandbox_without(lib_files):
-    from opgen.score.grade import grade_in_process
+    from opgen.score.judge import grade_in_process
     from opgen.score.settings import GradeSettings
 
     class NoSandbox:  # the static path's limits; running anything is this test's failure
@@ -174,46 +176,50 @@ def test_module_library_through_opgen_score(lib_files, cli, runner):
     assert [r["score"] for r in recs] == [1.0, 1.0, 1.0]
 
 
-def test_digest_mismatch_is_a_named_error_and_compute_score_reads_the_row_library(lib_files):
-    from opgen import reward
-    from opgen.score import grade, libs
+def test_a_row_library_is_found_by_digest_never_loaded_from_its_spec(lib_files, monkeypatch):
+    from opgen import reward, score_answers
+    from opgen.score import grade
 
+    monkeypatch.setenv("OPGEN_HOME", str(lib_files / "store"))
     spec = str(lib_files / "toy.yaml")
     lib = L.load(spec)
     e, used = EXPRS[2]
-    gt = _truth(lib, spec, e, used)
+    gt = _truth(lib, spec, e, used)  # a row of opgen before issue 31: it names its spec, which is never loaded
     gold = _answer(lib, e, used)
-    # compute_score: the library named by the ground truth (its spec, loaded once per process)
+    # not given, not registered: the named error, never a grade of 0
+    with pytest.raises(L.UnknownLibrary, match="opgen ops add"):
+        reward.compute_score("opgen/user_trees", gold, json.dumps(gt), {"answer_format": "ra"})
+    # registered (opgen ops add, or the build): found by its digest
+    L.store.add(lib)
     r = reward.compute_score("opgen/user_trees", gold, json.dumps(gt), {"answer_format": "ra"})
     assert r["score"] == 1.0 and r["error"] == ""
-    assert libs.load_spec(spec) is libs.load_spec(spec)
     batch = reward.compute_score_batch(["d", "d"], [gold, "nothing"], [json.dumps(gt)] * 2,
                                        [{"answer_format": "ra"}] * 2)
     assert [b["score"] for b in batch] == [1.0, 0.0]
-    # a ground truth whose digest is not its library's: library_mismatch, score 0, no exception
+    assert grade(gt, gold, answer_format="ra")["score"] == 1.0
+    # a ground truth whose digest is no registered library's: the named error
     other = {**gt, "library": {**gt["library"], "digest": "0" * 64}}
-    r = reward.compute_score("opgen/user_trees", gold, json.dumps(other), {"answer_format": "ra"})
-    assert r["score"] == 0.0 and r["error"] == "library_mismatch"
-    # the study's library given for a user row, and a user library given for a study row
-    g = grade(gt, gold)
-    assert g["error"] == "library_mismatch" and "toy" not in g["detail"] and "--library" in g["detail"]
+    with pytest.raises(L.UnknownLibrary):
+        reward.compute_score("opgen/user_trees", gold, json.dumps(other), {"answer_format": "ra"})
+    # a user library given for a study row, and another library given for the user's row: the mismatch error
     study_gt = {"mode": "program", "tasks": [{"entry": "main_solution", "expr": "func_2(x)", "input": "ab",
                                               "output": "ab", "ops": ["func_2"], "depth": 1}]}
-    assert grade(study_gt, gold, library=spec)["error"] == "library_mismatch"
-    # a library that cannot be loaded: still a grade
-    missing = {**gt, "library": {**gt["library"], "spec": str(lib_files / "gone.yaml")}}
-    r = reward.compute_score("opgen/user_trees", gold, json.dumps(missing), {"answer_format": "ra"})
-    assert r["score"] == 0.0 and r["error"] == "library_mismatch"
-    # score_answers refuses a mismatched row before grading, naming it
-    from opgen import score_answers
+    with pytest.raises(L.LibraryMismatch):
+        grade(study_gt, gold, library=spec)
+    (lib_files / "six.yaml").write_text(U.SIX)
+    with pytest.raises(L.LibraryMismatch, match="row 0"):
+        score_answers([_row(0, gt, used, "test")], [gold], library=str(lib_files / "six.yaml"))
+    # a record built by hand for another library (the low-level path): the grade's error class
+    from opgen.score.judge import grade_in_process
+    from opgen.score.settings import GradeSettings
 
-    with pytest.raises(libs.LibraryMismatch, match="row 0"):
-        score_answers([_row(0, gt, used, "test")], [gold])
+    g = grade_in_process(study_gt, gold, settings=GradeSettings(library=lib))
+    assert g["error"] == "library_mismatch" and "toy" in g["detail"]
 
 
 def test_the_library_wire_form_rebuilds_the_library():
-    from opgen.score import libs
-    from opgen.score.settings import GradeSettings
+    from opgen.library.wire import from_wire
+    from opgen.score.settings import GradeSettings, SettingsError
 
     lib = L.build("wire-toy", [{"id": "rev2", "gloss": "reverse", "split": "train",
                                 "source": "def rev2(s):\n    return s[::-1]\n"},
@@ -229,5 +235,7 @@ def test_the_library_wire_form_rebuilds_the_library():
     assert GradeSettings.from_wire(wire).library.digest == lib.digest
     bad = {**wire, "library": {**wire["library"], "digest": "f" * 64}}
     with pytest.raises(L.LibraryError, match="digest"):
-        libs.from_wire(bad["library"])
-    assert dataclasses.replace(GradeSettings(), library="study").library is None
+        from_wire(bad["library"])
+    assert GradeSettings.resolve(library="study").library is L.STUDY
+    with pytest.raises(SettingsError, match="OperatorLibrary"):
+        dataclasses.replace(GradeSettings(), library="study")

@@ -110,3 +110,43 @@ def test_verifiers_loads_the_environment_by_its_id_and_its_rubric_gives_opgen_gr
     assert [score(t, x)[0] for t, x in zip(strict.taskset, responses[:3])] == want
     with pytest.raises(TypeError, match="unknown arguments"):
         ovf.load_environment(rows=rows, polcy="x")
+
+
+@pytest.mark.trl
+@pytest.mark.slow
+def test_vf_eval_plays_the_multi_turn_environment_with_a_model_wrong_then_right(tmp_path):
+    """`vf-eval opgen-verifiers --env.id opgen-episodes` against a scripted OpenAI-compatible model
+    (tests/fake_openai.py, streaming as verifiers asks): wrong on turn 1, the gold answer once it has
+    seen the feedback. The trace's reward is the episode's: 0.5 (right at turn 2, discount 0.5)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fake_openai import FakeServer
+
+    _vf()
+    rows = opgen.create_dataset("rl-r1", "train", size=2).to_pylist()  # the taskset's rows (its seed)
+    gold = {r["prompt"][-1]["content"]: opgen.gold_answer(r) for r in rows}
+    wrong = "```python\ndef main_solution(x):\n    return x + 'q'\n```"
+
+    def reply(body, j):
+        users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+        return wrong if len(users) == 1 else gold.get(users[0], "no idea")
+
+    with FakeServer() as fake:
+        fake.reply = reply
+        cmd = [str(Path(sys.executable).with_name("vf-eval")), "opgen-verifiers", "--env.id", "opgen-episodes",
+               "--env.taskset.recipe", "rl-r1", "--env.taskset.split", "train", "--env.taskset.size", "2",
+               "--env.agent.runtime.type", "subprocess", "--client.base-url", fake.url,
+               "--client.api-key-var", "FAKE_KEY", "--model", fake.model, "--no-push", "--output-dir", str(tmp_path)]
+        got = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                             env={**os.environ, "FAKE_KEY": "x"})
+        assert got.returncode == 0, got.stdout + got.stderr
+        calls = [len(b["messages"]) for b in fake.bodies]
+    (traces,) = tmp_path.glob("*/traces.jsonl")
+    played = [json.loads(line)["traces"][0] for line in traces.read_text().splitlines()]
+    assert len(played) == 2 and sorted(calls) == [1, 1, 3, 3]  # two turns each: the feedback came between
+    for trace in played:
+        assert trace["rewards"]["opgen_score"]["score"] == 0.5 and trace["metrics"]["opgen_acc"] == 1.0
+        assert trace["info"]["opgen_episode"]["scores"] == [0.0, 1.0]

@@ -1,10 +1,10 @@
 """opgen's reward entry points under verl's own reward managers, driven with a small DataProto.
 
-Every manager here is verl's unchanged class: the reward loop's ``naive`` manager (verl 0.9.1,
-through ``RewardLoopWorker`` as the trainer builds it), and the legacy ``batch`` and ``prime``
-managers and ``main_eval``'s per-row scorer, whose files in verl 0.9.1 are byte-identical to
-verl 0.7.0's (docs/verl.md, "Reward managers"). Marked ``verl``: they run in scripts/setup-verl.sh's
-venv and skip elsewhere (fail with OPGEN_REQUIRE_HEAVY=1).
+Every manager here is verl's unchanged class: the reward loop's ``naive``, ``dapo``, ``gdpo`` and
+``rate_limited`` managers (verl 0.9.1, through ``RewardLoopWorker`` as the trainer builds it), and
+the legacy ``batch`` and ``prime`` managers and ``main_eval``'s per-row scorer, whose files in
+verl 0.9.1 are byte-identical to verl 0.7.0's (docs/verl.md, "Reward managers"). Marked ``verl``:
+they run in scripts/setup-verl.sh's venv and skip elsewhere (fail with OPGEN_REQUIRE_HEAVY=1).
 """
 
 from __future__ import annotations
@@ -180,3 +180,92 @@ def test_keys_stack_through_verls_reward_loop_output(rows, tok, tok_dir):
     for key in infos[0]:
         column = np.array([info[key] for info in infos])
         assert column.dtype.kind == ("U" if key == "error" else "f"), (key, column.dtype)
+
+
+@pytest.mark.parametrize("manager", ["naive", "dapo", "gdpo", "rate_limited"])
+def test_every_reward_loop_manager_scores_gold_1_and_wrong_0(rows, tok, tok_dir, manager):
+    # verl 0.9.1's reward loop registers five managers; each calls compute_score with keywords (awaited
+    # when it is a coroutine) and reads result["score"]. `remote` is the same call on Ray actors.
+    import opgen.reward
+
+    worker = _reward_worker(tok_dir, [f"reward.reward_manager.name={manager}"])
+    assert type(worker.reward_manager).__module__.endswith(manager if manager != "rate_limited" else "limited")
+    gold, wrong = _gold_wrong(rows)
+    outputs = _loop_scores(worker, rows + rows, gold + wrong, tok)
+    assert [o["reward_score"] for o in outputs] == _expected(rows)
+    assert {tuple(o["reward_extra_info"]) for o in outputs} == {opgen.reward.KEYS}
+
+
+def test_verls_agent_loop_plays_an_opgen_episode(rows, tok, tok_dir):
+    # verl 0.9.1's multi-turn rollouts are agent loops: opgen's (opgen.integrations.verl_agent) is built
+    # as verl builds one, its model a scripted server manager: wrong at turn 1, the gold answer at turn 2.
+    import asyncio
+
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry
+    from verl.workers.rollout.replica import TokenOutput
+
+    from opgen.integrations.verl_agent import OpgenEpisodeAgentLoop
+
+    assert _agent_loop_registry["opgen_episode"]["_target_"].endswith("verl_agent.OpgenEpisodeAgentLoop")
+    row = rows[0]
+    gold, wrong = _gold_wrong([row])
+    said: list[list[int]] = []
+
+    class Model:  # the server manager's generate, as the agent loop calls it
+        async def generate(self, request_id, prompt_ids, sampling_params, **kw):
+            said.append(list(prompt_ids))
+            text = wrong[0] if len(said) == 1 else gold[0]
+            return TokenOutput(token_ids=tok.encode(text, add_special_tokens=False) + [tok.eos_token_id])
+
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4096, "response_length": 8192}}})
+    events = asyncio.new_event_loop()  # the agent loop runs its tokenizer work on the loop current when made
+    asyncio.set_event_loop(events)
+    loop = OpgenEpisodeAgentLoop(DictConfigWrap(config), Model(), tok, None, None, DictConfigWrap(OmegaConf.create({})))
+    out = events.run_until_complete(loop.run({}, raw_prompt=row["prompt"], reward_model=row["reward_model"],
+                                             extra_info={**row["extra_info"], "episode": {"max_turns": 3}}))
+    assert out.reward_score == 0.5 and out.extra_fields["turn_scores"] == [0.0, 1.0]
+    assert len(said) == 2 and said[1][:len(said[0])] == said[0]  # turn 2 continues turn 1's context
+    text = tok.decode(out.response_ids)
+    assert "not the expected output" in text or "did not return" in text or "failed" in text  # the feedback
+    model_tokens = sum(out.response_mask)
+    assert 0 < model_tokens < len(out.response_mask)  # the feedback turn is context, not trained on
+
+
+def _verl_doc() -> str:
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parent.parent / "docs" / "verl.md").read_text()
+
+
+def _doc_commands(module: str) -> list[list[str]]:
+    """The overrides of every ``python -m verl.trainer.<module>`` line in docs/verl.md (``...`` dropped)."""
+    import re
+    import shlex
+
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", _verl_doc(), flags=re.S):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            if line.strip().startswith(f"python -m verl.trainer.{module}"):
+                found.append([a for a in shlex.split(line)[3:] if a != "..."])
+    return found
+
+
+def test_the_docs_verl_command_lines_compose_with_verls_own_config(heavy):
+    # docs/verl.md's command lines, composed by Hydra against verl's own config (a renamed key fails)
+    import re
+
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    (agent,) = _doc_commands("main_ppo")
+    config = _compose(_verl_config_dir(), "ppo_trainer", agent)
+    assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "opgen_episode"
+    loops = OmegaConf.create(re.search(r"```yaml\n# agent_loops.yaml\n(.*?)```", _verl_doc(), flags=re.S).group(1))
+    assert [x["name"] for x in loops] == ["opgen_episode"]
+    assert get_class(loops[0]["_target_"]).__name__ == "OpgenEpisodeAgentLoop"
+    (evaluation,) = _doc_commands("main_eval")
+    config = _compose(_verl_config_dir(), "evaluation", evaluation)
+    assert config.reward.custom_reward_function.name == "compute_score_float"
+    with pytest.raises(Exception, match="agent_loop_confg"):  # the check can fail
+        _compose(_verl_config_dir(), "ppo_trainer", ["actor_rollout_ref.rollout.agent.agent_loop_confg=x"])

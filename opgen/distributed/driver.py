@@ -12,8 +12,8 @@ Scoring is pipelined chunk by chunk: each chunk, once stored, is graded by the p
 (one warm sandbox, on CPUs, beside the replicas) while the replicas go on generating; rows an
 earlier run left (``--resume``) are graded as the pass starts. When a pass has all its chunks, its
 generations file is assembled (byte-identical to the local loop's) and the grader writes the
-pass's report from its records in row order (`report.write_records_report`, what `score_files`
-writes: the same scores.jsonl, summary.json, summary.csv and plots). So the replicas wait on
+pass's report from its spooled records in row order and its running counters (`Grader`, what
+`score_files` writes: the same scores.jsonl, summary.json, summary.csv and plots). So the replicas wait on
 scoring only for the last chunk's grades and the last report. metrics.json is written when all of
 a model's passes are scored, with the same content as `evaluate_model`'s.
 
@@ -160,12 +160,21 @@ class Grader:
         except ImportError:
             pass
 
-    def _pass(self, key: str) -> _PassReport:
-        if key not in self._passes:
-            from opgen.score.report import Report
+    def _pass(self, key: str, settings: GradeSettings) -> _PassReport:
+        """The pass ``key`` being graded with ``settings`` (its rows' library): every chunk of one
+        file names one library."""
+        from opgen.library import LibraryMismatch
+        from opgen.score.report import Report
 
-            self._passes[key] = _PassReport(Report(self.settings, self.metric_defs))
-        return self._passes[key]
+        p = self._passes.get(key)
+        if p is None:
+            p = self._passes[key] = _PassReport(Report(settings, self.metric_defs))
+        elif p.report.settings.library.digest != settings.library.digest:
+            had, got = p.report.settings.library, settings.library
+            raise LibraryMismatch(f"{key}: a chunk names operator library {got.name!r} (digest {got.digest[:12]}), "
+                                  f"another than the chunks before it ({had.name!r}, digest {had.digest[:12]}); "
+                                  "one file, one library")
+        return p
 
     def grade(self, key: str, data: str, n_rows: int, rows: dict, text: str, source: str) -> float:
         """Grade one chunk's lines ``text`` (rows ``rows`` of the ``n_rows`` of ``data``) into the
@@ -176,11 +185,14 @@ class Grader:
         answers = inputs.parse_responses(text, n_rows, source)
         if not set(answers) <= set(rows):
             raise RuntimeError(f"{source}: rows {sorted(set(answers) - set(rows))[:5]} were not sent with the chunk")
-        p = self._pass(key)
         pairs = [(rows[i], answers[i]) for i in sorted(answers)]
+        # the rows' library (the one given, else the study's or the user's store's), before grading
+        settings = inputs.check_truths(Path(data), ((row.position, row.ground_truth) for row, _ in pairs),
+                                       self.settings)
+        p = self._pass(key, settings)
         # As many grading processes as sandbox workers: the CPUs this grader was given.
         lines = [p.report.add(row, grades) for row, grades in
-                 report.graded(pairs, self.box, data=Path(data), settings=self.settings, processes=self.box.workers)]
+                 report.graded(pairs, self.box, data=Path(data), settings=settings, processes=self.box.workers)]
         if pairs:
             p.spool.append(pairs[0][0].position, pairs[-1][0].position, b"".join(lines))
         p.answered += len(answers)

@@ -308,8 +308,8 @@ class _SandboxHost:
     def run_units(self, units):
         return self.box.run_units(units)
 
-    def run_sent(self, sent):
-        return self.box.run_sent(sent)
+    def run_request(self, sent):
+        return self.box.run_request(sent)
 
     def close(self) -> None:
         self.box.close()
@@ -317,7 +317,7 @@ class _SandboxHost:
 
 class RaySandbox:
     """The part of the Sandbox interface the scorer uses (``workers``, ``level``, the limits the
-    static path reads, ``run_units``, ``run_sent``, ``close``), served by sandbox actors spread over the cluster's
+    static path reads, ``run_units``, ``run_request``, ``close``), served by sandbox actors spread over the cluster's
     nodes: each response's units go to the actor with the fewest in flight. Grades are the local
     sandbox's (same programs, same isolated children); only where they run changes."""
 
@@ -352,9 +352,10 @@ class RaySandbox:
     def run_units(self, units):
         return self._call("run_units", list(units))
 
-    def run_sent(self, sent):
-        """A request as the grading processes compile it (``Sandbox.run_sent``), on the least busy actor."""
-        return self._call("run_sent", list(sent))
+    def run_request(self, sent):
+        """A request as the grading processes compile it (``Sandbox.run_request``: its results and the
+        retries a dead worker cost), on the least busy actor."""
+        return self._call("run_request", list(sent))
 
     def _call(self, method: str, payload: list):
         with self._lock:

@@ -18,6 +18,7 @@ from typing import Any
 
 from opgen import ops, schemacheck
 from opgen.errors import OpgenError
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import LOWERCASE, Rng, input_side, side_of
 from opgen.tasks import Item
 
@@ -47,7 +48,7 @@ class Context:
     where: str = ""  # "<recipe file>: splits.<name>.options" — prefix for error messages
     op_sets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # the recipe's operator library (opgen.library): every operator a generator draws comes from it
-    library: ops.OperatorLibrary = ops.STUDY
+    library: OperatorLibrary = STUDY
 
 
 class Generator:

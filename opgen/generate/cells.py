@@ -22,9 +22,9 @@ from functools import lru_cache
 from typing import Any
 
 from opgen import expr as E
-from opgen import ops
 from opgen import pack as P
 from opgen.generate import OP_SET, Context, Generator, GeneratorError, sample_params, side_text
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import SIDES, Rng
 from opgen.tasks import Item, Task
 
@@ -45,7 +45,7 @@ class CellError(GeneratorError):
 
 
 def atomic_task(op_id: str, rng: Rng, first: E.Expr | None = None, *, side: int,
-                lib: ops.OperatorLibrary = ops.STUDY) -> Task:
+                lib: OperatorLibrary = STUDY) -> Task:
     """One operator of ``lib`` applied to ``x`` (an interlace operator's second input: a short
     literal), or with ``first`` as its first input (probe 1g, the mixed-depth RL pool's long
     literals); ``x`` is drawn on ``side`` (opgen.rng.input_side)."""
@@ -59,17 +59,17 @@ def atomic_task(op_id: str, rng: Rng, first: E.Expr | None = None, *, side: int,
     program = E.Call(op.id, args, sample_params(op, rng))
     with E.recursion_headroom():
         # one call on at most a few hundred characters: no operator can pass the cap
-        return Task(program, x, E.evaluate(program, x, lib=ops.unless_study(lib)))
+        return Task(program, x, E.evaluate(program, x, lib=lib))
 
 
-def unary(op_ids: Sequence[str], lib: ops.OperatorLibrary = ops.STUDY) -> tuple[str, ...]:
+def unary(op_ids: Sequence[str], lib: OperatorLibrary = STUDY) -> tuple[str, ...]:
     """Operators of ``lib`` that can stand in a pure nesting chain (one string input)."""
     return tuple(o for o in op_ids if lib.get(o).n_inputs == 1)
 
 
 def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, side: int, fixed: Mapping[int, str] | None = None,
                max_len: int = MAX_OUTPUT, no_repeat: bool = True,
-               lib: ops.OperatorLibrary = ops.STUDY) -> Task | None:
+               lib: OperatorLibrary = STUDY) -> Task | None:
     """A pure nesting chain ``f1(f2(...fd(x)))`` of exactly ``depth`` calls, grown from the inside out
     and evaluated as it grows, so each level picks among operators that keep every value within
     ``max_len``: rejecting whole chains would almost never accept a depth-20 chain over operators
@@ -77,7 +77,7 @@ def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, side: int, fixed:
     drawn on ``side``. None when a level has no operator left that fits."""
     fixed = dict(fixed or {})
     pool = [o for o in unary(op_ids, lib) if o not in fixed.values()]
-    evaluate_lib = ops.unless_study(lib)
+    evaluate_lib = lib
     x = side_text(rng, *INPUT_LEN, side)
     value = x
     node: E.Expr = E.Var()
@@ -107,7 +107,7 @@ def _canon(options: Mapping[str, Any]) -> str:
     return json.dumps(options, sort_keys=True, separators=(",", ":"))
 
 
-def resolve_ops(spec: Any, where: str, lib: ops.OperatorLibrary = ops.STUDY) -> tuple[str, ...]:
+def resolve_ops(spec: Any, where: str, lib: OperatorLibrary = STUDY) -> tuple[str, ...]:
     try:
         return lib.resolve_set(spec)
     except (ValueError, KeyError) as exc:
@@ -116,7 +116,7 @@ def resolve_ops(spec: Any, where: str, lib: ops.OperatorLibrary = ops.STUDY) -> 
 
 @lru_cache(maxsize=16)
 def _atomic_pool(name: str, per_op: int, op_ids: tuple[str, ...], seed: int, side: int,
-                 lib: ops.OperatorLibrary = ops.STUDY) -> tuple[Task, ...]:
+                 lib: OperatorLibrary = STUDY) -> tuple[Task, ...]:
     # the side names the stream only off the training side: training pools keep their keys; so does
     # the library, named only when it is not the study's (the study's pools keep theirs)
     rng = Rng("opgen-pool", "atomic", name, per_op, ",".join(op_ids), seed, *(("side", side) if side else ()),
@@ -137,7 +137,7 @@ def _atomic_pool(name: str, per_op: int, op_ids: tuple[str, ...], seed: int, sid
 
 
 def atomic_pool(name: str = "sft-atomic", per_op: int = 400, op_set: Any = "all", seed: int = 1,
-                role: str = "train", lib: ops.OperatorLibrary = ops.STUDY) -> tuple[Task, ...]:
+                role: str = "train", lib: OperatorLibrary = STUDY) -> tuple[Task, ...]:
     """``per_op`` distinct atomic tasks per operator of ``lib``, operators in library order, keyed by
     (name, per_op, operators, seed), the side of ``role`` only (an eval split naming a training
     pool's name gets that pool drawn on the eval side: never the training tasks) and the library's
@@ -153,7 +153,7 @@ class _CompPool:
     is served as a prefix of one sequence (and the cells asking 12,436 and 15,979 share the work)."""
 
     def __init__(self, name: str, trees_json: str, seed: int, unique: str = "program", role: str = "train",
-                 split_json: str = "", lib: ops.OperatorLibrary = ops.STUDY):
+                 split_json: str = "", lib: OperatorLibrary = STUDY):
         from opgen.generate.trees import Trees  # the native mixed-structure sampler
 
         # The trees generator draws row i's candidates from CounterRng(counter_key(ctx.digest,
@@ -200,7 +200,7 @@ _COMP_POOLS: dict[tuple[str | int, ...], _CompPool] = {}
 
 def comp_pool(name: str, rows: int, trees: Mapping[str, Any], seed: int = 1, where: str = "",
               unique: str = "program", role: str = "train",
-              split: Mapping[str, Any] | None = None, lib: ops.OperatorLibrary = ops.STUDY) -> tuple[Task, ...]:
+              split: Mapping[str, Any] | None = None, lib: OperatorLibrary = STUDY) -> tuple[Task, ...]:
     """The first ``rows`` distinct compositions of a named pool (trees-generator options ``trees``):
     distinct programs (``unique="program"``, the native rule) or distinct (program, input) tasks."""
     from opgen.generate.trees import Trees
@@ -220,7 +220,7 @@ def comp_pool(name: str, rows: int, trees: Mapping[str, Any], seed: int = 1, whe
 
 
 def mcd_train_tasks(split: Mapping[str, Any], rows: int, seed: int, where: str,
-                    lib: ops.OperatorLibrary = ops.STUDY) -> tuple[Task, ...]:
+                    lib: OperatorLibrary = STUDY) -> tuple[Task, ...]:
     """The first ``rows`` rows of an mcd search's train side (opgen.splits.mcd), as compositions: a
     cell on an mcd split composes only what the search put on its train side."""
     from opgen.splits import mcd

@@ -11,17 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from opgen import expr as E
-from opgen import ops
+from opgen.ops import STUDY, OperatorLibrary
 
 _Var, _Lit, _Call, _Concat, _Method = E.Var, E.Lit, E.Call, E.Concat, E.Method
 
 
-def unchanged_calls(program: E.Expr, x: str, output: str | None = None, lib: Any = None) -> int:
+def unchanged_calls(program: E.Expr, x: str, output: str | None = None, lib: OperatorLibrary = STUDY) -> int:
     """How many operator calls return their first argument unchanged (``func_21`` on lowercase
     letters, ``func_2`` on a word without vowels): a model may skip such a call and still be right.
 
     ``output`` (the task's known output) spares the evaluation of a single call on leaves;
-    ``lib``: the operator library (an opgen.ops.OperatorLibrary; None: the study's).
+    ``lib``: the operator library.
     """
     if type(program) is _Call and all(type(a) in (_Var, _Lit) for a in program.args):
         first: Any = program.args[0]  # a Var or a Lit
@@ -30,7 +30,7 @@ def unchanged_calls(program: E.Expr, x: str, output: str | None = None, lib: Any
             output = E.evaluate(program, x, None, lib)
         return int(output == arg)
     count = [0]
-    fns = _FNS if lib is None else {op.id: op.fn for op in lib.operators}
+    fns = lib.functions
 
     def walk(e: Any) -> str:  # an E.Expr, dispatched on its exact type (mypy cannot narrow through t)
         t = type(e)
@@ -54,10 +54,7 @@ def unchanged_calls(program: E.Expr, x: str, output: str | None = None, lib: Any
     return count[0]
 
 
-_FNS = {op.id: op.fn for op in ops.OPERATORS}
-
-
-def task_unchanged_calls(task, lib: Any = None) -> int:
+def task_unchanged_calls(task, lib: OperatorLibrary = STUDY) -> int:
     """:func:`unchanged_calls` of a task: the count its generator noted when drawing it
     (``tasks.with_unchanged``), else the walk."""
     known = task.__dict__.get("_unchanged")

@@ -28,6 +28,7 @@ from opgen import formats as F
 from opgen import ops
 from opgen.generate import OP_ID, OP_SET, Context, Generator
 from opgen.generate import cells as C
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import Rng
 from opgen.tasks import Item
 
@@ -44,13 +45,13 @@ DEFAULT_TARGETS = {
 }
 
 
-def recall_prefix(op_ids: Sequence[str], lib: ops.OperatorLibrary = ops.STUDY) -> str:
+def recall_prefix(op_ids: Sequence[str], lib: OperatorLibrary = STUDY) -> str:
     """The RA recall blocks of ``op_ids`` (operators of ``lib``) exactly as the renderer writes them,
     each followed by the blank line that precedes the next block: the gold answer continues with the
     target's block."""
     block = F.answer_spec("ra").recall_block
     assert block is not None
-    return "".join(block(o, ops.unless_study(lib)) + "\n" for o in op_ids)
+    return "".join(block(o, lib) + "\n" for o in op_ids)
 
 
 def measures(program: E.Expr, target: str) -> dict[str, object]:

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opgen import truth
 from opgen.choices import REWARD_OPTIONS
 from opgen.errors import OpgenError
 
@@ -79,8 +80,11 @@ def settings_of(kwargs: Mapping) -> dict:
 def grade_batch(ground_truths: Sequence[str | dict], texts: Sequence[str], extra_infos: Sequence[Mapping | None],
                 data_sources: Sequence[str] | None = None, **settings: Any) -> list[dict]:
     """One grade dict (``score``, ``acc``) per sample, in order, as :func:`opgen.reward.compute_score`
-    gives it (``settings``: policy, group, mode, namespace, static, allow_weak_sandbox, or ``settings=``
-    a GradeSettings for the first five), built into one GradeSettings here, before any grading."""
+    gives it (``settings``: policy, group, mode, namespace, static, library, allow_weak_sandbox, or
+    ``settings=`` a GradeSettings for the grading ones), built into one GradeSettings here, before
+    any grading. A row's library is found as compute_score finds it (opgen.library): never loaded
+    from the row; one that cannot be had raises UnknownLibrary / LibraryMismatch."""
+    from opgen.library import LibraryError
     from opgen.reward import compute_score_batch
     from opgen.score.settings import GradeSettings
 
@@ -96,6 +100,8 @@ def grade_batch(ground_truths: Sequence[str | dict], texts: Sequence[str], extra
         weak = {k: settings[k] for k in ("allow_weak_sandbox",) if k in settings}
         return compute_score_batch(sources, list(texts), list(ground_truths), [dict(e or {}) for e in extra_infos],
                                    keys="minimal", settings=record, **weak)
+    except LibraryError:  # a row's library neither given nor registered, or not the one given: named as it is
+        raise
     except ValueError as exc:  # a malformed ground truth the shape check let through, a bad setting
         raise AdapterError(str(exc)) from None
 
@@ -105,15 +111,20 @@ def json_value(value: object, where: str) -> object:
     else ``value`` itself."""
     if not isinstance(value, str):
         return value
+    if truth.text_too_deep(value):
+        raise AdapterError(f"{where}: JSON nested deeper than {truth.MAX_DEPTH} levels")
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise AdapterError(f"{where}: not JSON") from None
 
 
 def check_ground_truth(gt: object, where: str) -> None:
     """The contract's outer shape (docs/contracts.md): a JSON object with ``tasks`` or the native
     ``ref_output``; the scorer checks the rest."""
-    obj = json_value(gt, where)
-    if not isinstance(obj, dict) or not (isinstance(obj.get("tasks"), list) or "ref_output" in obj):
+    try:
+        obj = truth.read(gt, where)
+    except truth.GroundTruthError as exc:
+        raise AdapterError(str(exc)) from None
+    if not (isinstance(obj.get("tasks"), list) or "ref_output" in obj):
         raise AdapterError(f"{where}: not an opgen ground truth (a JSON object with 'tasks' or 'ref_output')")

@@ -92,21 +92,27 @@ def _yaml(obj: dict) -> str:
 
 def export(build_dir: Path, out_dir: Path, *, max_gen_toks: int = 2048, group: str = "opgen") -> list[Path]:
     """Write the task files of a build (docs above); returns the paths written. Parquet paths are
-    absolute, so the task folder may live anywhere.
+    absolute, so the task folder may live anywhere. The build's operator library must be one the
+    tasks' grader will find (opgen.library.library_of as compute_score_batch asks it: ``OPGEN_LIBRARY``,
+    else by digest in the user's store): UnknownLibrary before anything is written, never tasks
+    whose every answer would be refused.
 
     ``out_dir`` is written as every command writes (opgen.outdir.committed): checked (writable, not
     a mount point, holding nothing but an earlier export's files) and locked before the build is
     read, the files staged beside it and swapped in whole; an OutputError names what is wrong."""
     from opgen import outdir
     from opgen.hub import hub_name, read_manifest
+    from opgen.library import given, library_of, ref_of_manifest
 
     def own(name: str) -> bool:  # what an export writes: the group's YAML files and utils.py
         return name == "utils.py" or name.endswith(".yaml")
 
     build_dir = Path(build_dir).resolve()
+    where = build_dir / "manifest.json"
     written, names = [], []
     with outdir.committed(Path(out_dir), own, "opgen export lm-eval", "utils.py") as stage:
         manifest, _ = read_manifest(build_dir)
+        library_of(ref_of_manifest(manifest, str(where)), given(None, env=True), f"{where}: ")
         for split, info in manifest["splits"].items():
             files = [str(build_dir / f["path"]) for f in info.get("files", [])]
             for f in files:

@@ -42,6 +42,8 @@ __all__ = [  # noqa: F822
 #: The taskset id verifiers' loader resolves to the ``opgen_verifiers`` module.
 TASKSET_ID = "opgen-verifiers"
 _GRADE_KEY = "opgen_grade"
+#: Where the multi-turn environment (``opgen-episodes``) leaves an episode's state on the trace's ``info``.
+EPISODE_KEY = "opgen_episode"
 
 
 def task_fields(row: Mapping, i: int = 0) -> dict:
@@ -80,6 +82,9 @@ def grade_trace(task: Any, trace: Any, **settings: Any) -> dict:
     info = getattr(trace, "info", None)
     if isinstance(info, dict) and isinstance(info.get(_GRADE_KEY), dict):
         return dict(info[_GRADE_KEY])
+    if isinstance(info, dict) and isinstance(info.get(EPISODE_KEY), dict):  # a multi-turn episode's reward
+        played = info[EPISODE_KEY]
+        return {"score": float(played["reward"]), "acc": float(bool(played["scores"]) and played["scores"][-1] >= 1.0)}
     gt = getattr(task, "ground_truth", None)
     if not isinstance(gt, (str, dict)):
         raise AdapterError("verifiers task: no ground_truth (build tasks with opgen.integrations.verifiers)")
@@ -169,9 +174,44 @@ def _build() -> dict[str, Any]:
     class OpgenHarness(NullHarness):
         """verifiers' single-turn chat program, as this taskset's default harness."""
 
+    class OpgenEpisodesEnvConfig(vf.EnvConfig):
+        """The multi-turn environment's settings (``--env.*``): opgen.episode.EpisodeSettings."""
+
+        agent: vf.AgentConfig = vf.AgentConfig()
+        max_turns: int = 3
+        discount: float = 0.5
+        feedback: str = "returned"
+        show_expected: bool = False
+        feedback_chars: int = 1000
+
+    class OpgenEpisodesEnv(vf.Env[OpgenEpisodesEnvConfig]):
+        """Multi-turn episodes with execution feedback (opgen.episode) over an opgen taskset: the
+        agent answers, a wrong answer gets the feedback as the next user turn, up to ``max_turns``;
+        the trace's reward is the episode's (``discount ** (t - 1) * score_t``)."""
+
+        async def run(self, task: Any, agents: Any) -> None:
+            from opgen.episode import Episode, EpisodeSettings
+
+            cfg = self.config
+            settings = EpisodeSettings(cfg.max_turns, cfg.discount, cfg.feedback, cfg.show_expected,
+                                       cfg.feedback_chars)
+            data = task.data
+            row = {"prompt": [{"role": "user", "content": data.prompt_text}],
+                   "reward_model": {"ground_truth": data.ground_truth}, "extra_info": dict(data.extra_info)}
+            episode = Episode(row, settings)
+            async with agents.agent.interaction(task) as conversation:
+                segment = await conversation.turn()
+                while not segment.terminated:
+                    out = await asyncio.to_thread(episode.step, segment.last_reply)
+                    conversation.trace.info[EPISODE_KEY] = episode.state()
+                    if out["done"]:
+                        break
+                    segment = await conversation.turn(out["feedback"])
+
     return {"OpgenTaskConfig": OpgenTaskConfig, "OpgenData": OpgenData, "OpgenTask": OpgenTask,
             "OpgenTasksetConfig": OpgenTasksetConfig, "OpgenTaskset": OpgenTaskset, "OpgenHarness": OpgenHarness,
-            "OpgenEnv": vf.SingleAgentEnv}
+            "OpgenEnv": vf.SingleAgentEnv, "OpgenEpisodesEnvConfig": OpgenEpisodesEnvConfig,
+            "OpgenEpisodesEnv": OpgenEpisodesEnv}
 
 
 _classes: dict[str, Any] = {}
@@ -179,7 +219,7 @@ _classes: dict[str, Any] = {}
 
 def __getattr__(name: str) -> Any:
     if name in ("OpgenTaskConfig", "OpgenData", "OpgenTask", "OpgenTasksetConfig", "OpgenTaskset",
-                "OpgenHarness", "OpgenEnv"):
+                "OpgenHarness", "OpgenEnv", "OpgenEpisodesEnvConfig", "OpgenEpisodesEnv"):
         if not _classes:
             _classes.update(_build())
         return _classes[name]

@@ -2,22 +2,28 @@
 
 The trusted process (the one that calls :func:`grade`, ``compute_score*``, ``score_files``) never
 reads a response's text beyond its length: every response — one :func:`grade` call or a batch of
-20,000 — goes to a pool of grading processes (``python -m opgen.score.batch``: fresh interpreters
-running opgen's own code, which parse and compile model text but never run it). Each response is
-graded there under its own budget (:data:`RESPONSE_CPU_S` of CPU, :data:`RESPONSE_WALL_S` of wall
-clock), enforced by this process from the outside (each reply carries the grading process's CPU time,
-the next response's starting mark; /proc is read only for a reply that is late): a response that
-overruns is graded ``timeout``,
-one that kills its grading process (a C stack overflow in the compiler) ``killed``; the process is
-killed and replaced and the rest of its chunk goes on in the replacement, so one response costs its
-neighbours at most its own budget.
+20,000 — goes to a pool of grading processes (fresh interpreters running opgen's own code, which
+parse and compile model text but never run it), started sealed from their caller
+(opgen/score/spawn.py: ``python -I``, an explicit minimal environment, ``/`` as their directory, opgen
+loaded from this process's own copy and nothing else from there). Each response is graded there
+under its own budget (:data:`RESPONSE_CPU_S` of CPU, :data:`RESPONSE_WALL_S` of wall clock),
+enforced by this process from the outside (each reply carries the grading process's CPU time, the
+next response's starting mark; /proc is read only for a reply that is late): a response that
+overruns is graded ``timeout`` and its process replaced, the rest of its chunk going on in the
+replacement, so one response costs its neighbours at most its own budget. A grading process that
+dies while grading a response (killed from outside, as the OOM killer does, or crashed by it) is not
+the response's fault: it is replaced and the response retried once, in a fresh process; only one
+whose process dies again is graded ``killed`` (the grade's ``retries`` counts the retry).
 
 A response the static path cannot prove comes back as the request its program needs (the sandbox
 units, compiled in the grading process, :func:`opgen.score.sandbox.compile_units`); this process sends
 it to the sandbox's workers as bytes and hands the results to a grading process, which finishes the
-grade (recall verdicts, structure) exactly as :func:`opgen.score.grade.grade_in_process` does with a real
-sandbox (tests/test_batch.py compares them). Messages both ways are ``marshal`` payloads of plain
-values (no pickle: nothing a grading process sends can run code here).
+grade (recall verdicts, structure) exactly as :func:`opgen.score.judge.grade_in_process` does with a
+real sandbox (tests/test_batch.py compares them). Messages both ways are the one framing of
+``opgen/score`` (opgen/score/jail/wire.py: ``marshal`` payloads of plain values, no pickle: nothing a
+grading process sends can run code here), typed records with ``to_wire``/``from_wire``: a
+:class:`Chunk` of :class:`Task` in, one outcome per task out (:class:`Graded`, with the grade in its
+compact form, :class:`NeedsRun`, :class:`Failed`).
 
 The pool starts on first use, one process at a time as work needs them (a single :func:`grade`
 starts one), up to ``OPGEN_GRADE_PROCESSES`` (or ``processes=``; default one per CPU, at most 8).
@@ -29,23 +35,23 @@ import atexit
 import contextlib
 import hashlib
 import json
-import marshal
 import os
 import resource
 import select
-import struct
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import opgen.score.grade  # noqa: F401 - read through sys.modules in grade_many
-from opgen.score.sandbox import FairPool, Result, Sandbox, SandboxError, Unit, assemble, compile_units
+from opgen import formats as F
+from opgen.library import OperatorLibrary
+from opgen.outdir import fault
+from opgen.score import judge, spawn
+from opgen.score.jail import wire
+from opgen.score.sandbox import FairPool, Result, Sandbox, SandboxError, Unit, assemble, compile_units, shared
 from opgen.score.settings import DEFAULT, GradeSettings
 
 T = TypeVar("T")
@@ -58,8 +64,8 @@ CHUNK_CHARS = 4_000_000
 # bounds a process that is starved or stopped (a loaded machine gets that much slack).
 RESPONSE_CPU_S = 2.0
 RESPONSE_WALL_S = 20.0
-# How long a new grading process may take to start (import opgen, fill its caches) before the pool
-# reports that grading processes cannot start here.
+# How long a new grading process may take to become ready (import opgen, fill its caches) when it
+# neither dies nor says anything: one that ends first is reported at once, with what it said.
 START_TIMEOUT_S = 120.0
 # A grading process's own limits: address space, and a worker thread stack deep enough for the
 # compiler's recursion under the process's recursion limit (it never runs model code).
@@ -69,7 +75,18 @@ GRADER_RECURSION = 4_000
 # Rounds of sandbox runs for one response (a recall verdict cached in one grading process but not
 # in another changes which probes run: each round runs the units not run yet).
 MAX_ROUNDS = 8
-_HELLO = "opgen-grader-ready"
+_READY = "opgen-grader-ready"
+# A grading process: ``python -I -c BOOT <opgen/__init__.py>`` loads the opgen package from that
+# file (this process's own copy, editable install or not), never from a path entry, then serves.
+BOOT = ("import importlib.util, sys\n"
+        "init = sys.argv[1]\n"
+        "spec = importlib.util.spec_from_file_location('opgen', init, "
+        "submodule_search_locations=[init.rpartition('/')[0]])\n"
+        "package = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['opgen'] = package\n"
+        "spec.loader.exec_module(package)\n"
+        "from opgen.score.batch import serve\n"
+        "serve()\n")
 
 
 class GradingError(SandboxError):
@@ -87,10 +104,8 @@ class Item:
 
     @classmethod
     def of_row(cls, ground_truth: dict | str, response: str, extra_info: Mapping | None) -> Item:
-        """The item of a response to a row with this ``extra_info`` (:func:`grade.row_fields`)."""
-        from opgen.score.grade import row_fields
-
-        return cls(ground_truth, response, *row_fields(extra_info))
+        """The item of a response to a row with this ``extra_info`` (:func:`judge.row_fields`)."""
+        return cls(ground_truth, response, *judge.row_fields(extra_info))
 
 
 def default_processes() -> int:
@@ -106,6 +121,129 @@ def default_processes() -> int:
                              f"processes), got {n}")
         return n
     return min(8, os.cpu_count() or 1)
+
+
+# ---------------------------------------------------------------- what crosses the boundary
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The sandbox's limits the static path reads (``static.applies``): a chunk's, read once."""
+
+    timeout_s: float
+    memory_mb: int
+    max_output: int
+
+    def to_wire(self) -> tuple:
+        return (self.timeout_s, self.memory_mb, self.max_output)
+
+    @classmethod
+    def from_wire(cls, wire: tuple) -> Limits:
+        timeout_s, memory_mb, max_output = wire
+        return cls(float(timeout_s), int(memory_mb), int(max_output))
+
+
+@dataclass(frozen=True)
+class Task:
+    """One response as a grading process receives it: the row's ground truth as JSON text, the
+    response, the row's answer format and teacher-forced prefix, the format's ``structured`` fact as
+    this process resolved it (a grading process does not know formats registered here; None:
+    unknown here), and the results of units already run for it (unit key -> raw results; None in
+    the first round)."""
+
+    ground_truth: str
+    response: str
+    answer_format: str
+    assistant_prefix: str
+    structured: bool | None
+    ran: dict | None = None
+
+    def to_wire(self) -> tuple:
+        return (self.ground_truth, self.response, self.answer_format, self.assistant_prefix, self.structured,
+                self.ran)
+
+    @classmethod
+    def from_wire(cls, wire: tuple) -> Task:
+        return cls(*wire)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One message to a grading process: responses graded with one sandbox's limits and one record
+    of settings (``GradeSettings.to_wire``; read back, and checked again, there)."""
+
+    tasks: Sequence[Task]
+    limits: Limits
+    settings: dict
+
+    def to_wire(self) -> tuple:
+        return ([t.to_wire() for t in self.tasks], self.limits.to_wire(), self.settings)
+
+    @classmethod
+    def from_wire(cls, wire: tuple) -> Chunk:
+        tasks, limits, settings = wire
+        return cls([Task.from_wire(t) for t in tasks], Limits.from_wire(limits), settings)
+
+
+@dataclass(frozen=True)
+class Graded:
+    """A response's grade (on the wire in :func:`opgen.score.judge.grade_to_wire`'s compact form)."""
+
+    grade: dict
+    TAG = 0
+
+    def to_wire(self) -> tuple:
+        return (self.TAG, judge.grade_to_wire(self.grade))
+
+
+@dataclass(frozen=True)
+class NeedsRun:
+    """The response's program must run: the sandbox request's units (as :func:`compile_units` sends
+    them) and each unit's key (:func:`_unit_key`)."""
+
+    sent: list
+    keys: list
+    TAG = 1
+
+    def to_wire(self) -> tuple:
+        return (self.TAG, self.sent, self.keys)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Grading the response raised in the grading process (a scorer fault, never the model's): the
+    exception's text."""
+
+    text: str
+    TAG = 2
+
+    def to_wire(self) -> tuple:
+        return (self.TAG, self.text)
+
+
+@dataclass(frozen=True)
+class Over:
+    """(This process's own, never on the wire.) The response overran its budget (``timeout``) or
+    its grading process died under it, and again on its retry (``killed``)."""
+
+    error: str
+    detail: str
+
+
+Outcome = Graded | NeedsRun | Failed | Over
+
+
+def outcome_from_wire(wire: object) -> Graded | NeedsRun | Failed:
+    """A grading process's outcome; ``ValueError`` for anything else (the process is then lost)."""
+    if type(wire) is tuple and wire:
+        tag = wire[0]
+        if tag == 0 and len(wire) == 2 and type(wire[1]) in (tuple, dict):
+            return Graded(judge.grade_from_wire(wire[1]))
+        if tag == 1 and len(wire) == 3 and type(wire[1]) is list and type(wire[2]) is list:
+            return NeedsRun(wire[1], wire[2])
+        if tag == 2 and len(wire) == 2 and type(wire[1]) is str:
+            return Failed(wire[1])
+    raise ValueError("a malformed outcome")
 
 
 # ---------------------------------------------------------------- the grading process's side
@@ -126,9 +264,10 @@ def _unit_key(u: Unit) -> str:
 
 
 @dataclass(frozen=True)
-class _Limits:
-    """What the static path reads of a sandbox (``static.applies``); running asks this process's
-    caller for the sandbox's results (``ran``: the results of units already run, by unit key).
+class _Asking:
+    """The sandbox a grading process grades with: what the static path reads of one (its limits);
+    running asks this process's caller for the sandbox's results (``ran``: the results of units
+    already run, by unit key).
 
     Which units a response needs can differ between two grading processes (a recall verdict one of
     them has cached needs no probes): a unit not yet run is asked for, with the others kept."""
@@ -156,11 +295,9 @@ def _warm() -> None:
     """Fill a grading process's caches before its first response: grade, for every operator, its
     own canonical RA answer (the library's parses, compiled bodies and recall verdicts)."""
     from opgen import expr as E
-    from opgen import formats as F
     from opgen import ops
-    from opgen.score.grade import grade_in_process
 
-    limits = _Limits(2.0, 512, 100_000)
+    box = _Asking(2.0, 512, 100_000)
     for op in ops.OPERATORS:
         params = tuple(p.lo if p.kind == "int" else p.choices[0] if p.kind == "choice" else "ab" for p in op.params)
         tree = E.call(op.id, *[E.Var()] * op.n_inputs, params=params)
@@ -169,69 +306,58 @@ def _warm() -> None:
         gt = {"tasks": [{"entry": "main_solution", "expr": E.render(tree), "input": "abc", "output": "",
                          "ops": [op.id], "depth": 1}]}
         with contextlib.suppress(Exception):
-            grade_in_process(gt, answer, sandbox=limits)  # type: ignore[arg-type]
+            judge.grade_in_process(gt, answer, sandbox=box)  # type: ignore[arg-type]
 
 
-def _grade_task(task: tuple, limits: tuple, settings: GradeSettings) -> tuple:
-    """One response's outcome in a grading process: ``("grade", dict)``, ``("run", sent, keys)`` when
-    its program must run, or ``("failed", text)`` when grading it raised (a scorer fault)."""
-    from opgen.score.grade import grade_in_process
-
+def _grade_task(task: Task, limits: Limits, settings: GradeSettings) -> Graded | NeedsRun | Failed:
+    """One response's outcome in a grading process."""
     try:
-        ground_truth, response, answer_format, assistant_prefix, structured, ran = task
-        box = _Limits(limits[0], limits[1], limits[2], ran=ran)
-        return ("grade", grade_in_process(ground_truth, response, settings=settings,
-                                          sandbox=box,  # type: ignore[arg-type]
-                                          answer_format=answer_format, assistant_prefix=assistant_prefix,
-                                          format_structured=structured))
+        box = _Asking(limits.timeout_s, limits.memory_mb, limits.max_output, ran=task.ran)
+        return Graded(judge.grade_in_process(task.ground_truth, task.response, settings=settings,
+                                             sandbox=box,  # type: ignore[arg-type]
+                                             answer_format=task.answer_format,
+                                             assistant_prefix=task.assistant_prefix,
+                                             format_structured=task.structured))
     except _NeedsSandbox as need:
-        return ("run", need.sent, need.keys)
+        return NeedsRun(need.sent, need.keys)
     except BaseException as exc:  # the response gets a grade, the process goes on
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        return ("failed", f"{type(exc).__name__}: {str(exc)[:300]}")
+        return Failed(f"{type(exc).__name__}: {str(exc)[:300]}")
 
 
-def _write(fd: int, obj: Any) -> None:
-    data = marshal.dumps(obj)
-    view = memoryview(struct.pack("<Q", len(data)) + data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def _read_exact(stream, n: int) -> bytes | None:
-    data = stream.read(n)
-    return data if len(data) == n else None
-
-
-def _serve_loop(out_fd: int) -> None:
-    stdin = sys.stdin.buffer
+def _serve_loop(out_fd: int, quiet: int) -> None:
     _warm()
-    _write(out_fd, (time.process_time(), _HELLO))
+    # Ready: from here on nothing this process writes goes anywhere (before, its stderr told the
+    # scorer why a start failed).
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    wire.send(out_fd, (time.process_time(), _READY))
     while True:
-        head = _read_exact(stdin, 8)
-        if head is None:
-            return
-        body = _read_exact(stdin, struct.unpack("<Q", head)[0])
-        if body is None:
-            return
-        tasks, limits, wire = marshal.loads(body)
-        fault: tuple[str, str] | None = None
         try:
-            settings = GradeSettings.from_wire(wire)  # the chunk's, read once
+            chunk = wire.receive(0)
+        except EOFError:
+            return
+        tasks, limits, fault_text = [], Limits(2.0, 512, 100_000), None
+        try:
+            read = Chunk.from_wire(chunk)
+            tasks, limits = list(read.tasks), read.limits
+            settings = GradeSettings.from_wire(read.settings)  # the chunk's, read once
         except Exception as exc:  # a scorer fault: every response of the chunk reports it
-            fault = ("failed", f"{type(exc).__name__}: {str(exc)[:300]}")
+            fault_text = f"{type(exc).__name__}: {str(exc)[:300]}"
+            tasks = tasks or list(chunk[0])
         for task in tasks:  # one reply per response, as soon as it is graded, with this process's CPU
             # time so far (the next response's starting mark)
-            outcome = fault if fault is not None else _grade_task(task, limits, settings)
-            _write(out_fd, (time.process_time(), outcome))
+            outcome = Failed(fault_text) if fault_text is not None else _grade_task(task, limits, settings)
+            wire.send(out_fd, (time.process_time(), outcome.to_wire()))
 
 
-def _serve() -> None:
-    """The grading process: chunks in on stdin, one reply per response out on stdout."""
+def serve() -> None:
+    """The grading process (started by :data:`BOOT`): chunks in on stdin, one reply per response
+    out on stdout."""
     out_fd = os.dup(1)
-    os.dup2(2, 1)  # anything else written to stdout goes to stderr
+    os.dup2(2, 1)  # anything else written to stdout goes to stderr (the scorer's, until ready)
+    quiet = os.open(os.devnull, os.O_RDWR)
     with contextlib.suppress(ValueError, OSError):
         limit = GRADER_MEMORY_MB << 20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -239,7 +365,7 @@ def _serve() -> None:
     # recursion below it; the compiler's deeper nesting fails as RecursionError, left to the child).
     sys.setrecursionlimit(GRADER_RECURSION)
     threading.stack_size(GRADER_STACK_MB << 20)
-    worker = threading.Thread(target=_serve_loop, args=(out_fd,), name="opgen-grader")
+    worker = threading.Thread(target=_serve_loop, args=(out_fd, quiet), name="opgen-grader")
     worker.start()
     worker.join()
 
@@ -254,39 +380,41 @@ _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class _Overrun(Exception):
-    """The response in progress overran its budget, or its grading process died."""
+    """The response in progress overran its budget (``timeout``), or its grading process died or
+    broke the protocol (``killed``)."""
 
     def __init__(self, error: str, detail: str):
         super().__init__(detail)
         self.error, self.detail = error, detail
 
 
+# This process's own copy of the opgen package (opgen/__init__.py), which grading processes load.
+OPGEN_INIT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__init__.py")
+
+
+def grader_argv() -> list[str]:
+    """How a grading process starts: sealed (``-I``), opgen loaded from this process's own copy."""
+    return [sys.executable, "-I", "-c", BOOT, OPGEN_INIT]
+
+
 class _Grader:
     """One grading process, serving one chunk at a time over its pipes."""
 
     def __init__(self) -> None:
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])  # opgen importable as this process has it
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        what = f"a grading process ({sys.executable} -I, opgen from {os.path.dirname(OPGEN_INIT)})"
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "opgen.score.batch"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+            helper, hello = spawn.start(grader_argv(), what, START_TIMEOUT_S)
         except OSError as exc:
-            raise GradingError(f"cannot start a grading process ({sys.executable} -m opgen.score.batch): "
-                               f"{exc}") from None
-        assert self.proc.stdout is not None
-        self.fd = self.proc.stdout.fileno()
-        self.buf = bytearray()
+            raise GradingError(f"cannot start {what}: {exc}") from None
+        except spawn.StartFailed as exc:
+            raise GradingError(f"{exc}\n(responses are graded only in grading processes)") from None
+        if not (type(hello) is tuple and len(hello) == 2 and hello[1] == _READY):
+            helper.kill()
+            raise GradingError(f"{what} sent {str(hello)[:200]!r} instead of its ready message")
+        self.helper, self.proc = helper, helper.proc
+        self.fd, self.reader = helper.rfd, helper.reader
         # The process's CPU seconds when it wrote its last message, and when that message arrived.
-        self.mark, self.arrived = 0.0, time.monotonic()
-        try:
-            hello = self._message(START_TIMEOUT_S, None)
-        except _Overrun:
-            hello = None
-        if hello != _HELLO:
-            self.kill()
-            raise GradingError(f"a grading process ({sys.executable} -m opgen.score.batch) did not start "
-                               f"within {START_TIMEOUT_S:g} s; responses are graded only there")
+        self.mark, self.arrived = float(hello[0]), time.monotonic()
 
     def cpu_s(self) -> float | None:
         try:
@@ -308,17 +436,14 @@ class _Grader:
         start = time.monotonic()
         check = self.arrived + cpu_s if cpu_s is not None else None
         while True:
-            if len(self.buf) >= 8:
-                (n,) = struct.unpack_from("<Q", self.buf)
-                if len(self.buf) >= 8 + n:
-                    data = bytes(self.buf[8:8 + n])
-                    del self.buf[:8 + n]
-                    try:
-                        mark, payload = marshal.loads(data)
-                        self.mark = float(mark)
-                    except (ValueError, EOFError, TypeError):
-                        raise _Overrun("killed", "the grading process sent a malformed reply") from None
-                    return payload
+            try:
+                got, payload = self.reader.take()
+                if got:
+                    mark, body = payload
+                    self.mark = float(mark)
+                    return body
+            except (ValueError, TypeError):
+                raise _Overrun("killed", "the grading process sent a malformed reply") from None
             now = time.monotonic()
             wait = start + wall_s - now
             if wait <= 0:
@@ -338,42 +463,37 @@ class _Grader:
             if select.select([self.fd], [], [], wait)[0]:
                 part = os.read(self.fd, _READ)
                 if not part:
-                    code = self.proc.wait()
-                    how = f"signal {-code}" if code < 0 else f"exit code {code}"
+                    how = spawn.how_it_ended(self.proc.wait())
                     raise _Overrun("killed", f"grading this response killed its grading process ({how})")
-                self.buf += part
+                self.reader.feed(part)
                 self.arrived = time.monotonic()
 
-    def serve(self, tasks: list, limits: tuple, wire: dict) -> tuple[list[tuple], _Overrun | None]:
-        """The replies to ``tasks`` in order, up to the first response that overran (its failure
-        is returned beside them; this process is then dead and must be replaced)."""
-        assert self.proc.stdin is not None
+    def serve(self, chunk: Chunk, serial: int) -> tuple[list[Graded | NeedsRun | Failed], _Overrun | None]:
+        """The outcomes of ``chunk``'s tasks in order, up to the first response that overran or
+        whose process died (its failure is returned beside them; this process is then dead and must
+        be replaced). ``serial``: the chunk's number in the pool (the fault hook's)."""
+        # Test-only (OPGEN_FAULT=grading-sent[-N]:SIG, opgen/outdir.py): a signal to the process as it
+        # is given the chunk (the Nth of the pool, or every one), as the OOM killer would send it:
+        # it dies with the chunk's first response in hand, however fast it would have graded it.
+        fault("grading-sent", self.proc.pid)
+        fault(f"grading-sent-{serial}", self.proc.pid)
         try:
-            data = marshal.dumps((tasks, limits, wire))
-            self.proc.stdin.write(struct.pack("<Q", len(data)) + data)
-            self.proc.stdin.flush()
+            wire.write_all(self.helper.wfd, wire.encode(chunk.to_wire()))
             self.arrived = time.monotonic()  # idle since its last message: its CPU since then is this chunk's
         except (OSError, ValueError) as exc:
-            return [], _Overrun("killed", f"the grading process stopped: {exc}")
-        replies: list[tuple] = []
-        for _ in tasks:
+            return [], _Overrun("killed", f"the grading process had stopped ({exc})")
+        replies: list[Graded | NeedsRun | Failed] = []
+        for _ in chunk.tasks:
             try:
-                got = self._message(RESPONSE_WALL_S, RESPONSE_CPU_S)
+                replies.append(outcome_from_wire(self._message(RESPONSE_WALL_S, RESPONSE_CPU_S)))
             except _Overrun as over:
                 return replies, over
-            if not (isinstance(got, tuple) and got and got[0] in ("grade", "run", "failed")):
+            except ValueError:
                 return replies, _Overrun("killed", "the grading process sent a malformed reply")
-            replies.append(got)
         return replies, None
 
     def kill(self) -> None:
-        with contextlib.suppress(OSError):
-            self.proc.kill()
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            with contextlib.suppress(OSError):
-                if stream is not None:
-                    stream.close()
+        self.helper.kill()
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -381,9 +501,12 @@ class _Grader:
                 self.proc.stdin.close()
         try:
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        except Exception:
             self.proc.kill()
             self.proc.wait()
+        with contextlib.suppress(OSError):
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
 
 
 class _Pool:
@@ -396,43 +519,66 @@ class _Pool:
         self.free: FairPool[_Grader] = FairPool()
         self.lock = threading.Lock()
         self.started = 0  # graders started or starting
+        self.sent = 0  # chunks sent (the fault hook's count)
 
-    def _get(self) -> _Grader:
-        with self.lock:
-            grow = self.started < self.size and not self.free.has_idle()
-            if grow:
-                self.started += 1
-        if grow:
-            try:
-                g = _Grader()
-            except BaseException:
-                with self.lock:
-                    self.started -= 1
-                raise
+    def _get(self, fresh: bool = False) -> _Grader:
+        """An idle grading process (a new one while the pool is below its size and none is idle, or
+        ``fresh``: a new one where the pool has room); one found dead is dropped, never handed out."""
+        while True:
             with self.lock:
-                self.graders.append(g)
-            return g
-        return self.free.get()
-
-    def serve(self, tasks: list, limits: tuple, wire: dict) -> list[tuple]:
-        """One outcome per task, in order: a grading process's reply, or ``("over", error, detail)``
-        for a response that overran its budget or killed its process (which is then replaced, and
-        the chunk's later responses go to the replacement)."""
-        out: list[tuple] = []
-        while len(out) < len(tasks):
-            grader = self._get()
-            replies, over = grader.serve(tasks[len(out):], limits, wire)
-            out.extend(replies)
-            if over is not None:
-                grader.kill()
+                grow = self.started < self.size and (fresh or not self.free.has_idle())
+                if grow:
+                    self.started += 1
+            if grow:
+                try:
+                    g = _Grader()
+                except BaseException:
+                    with self.lock:
+                        self.started -= 1
+                    raise
                 with self.lock:
-                    self.graders.remove(grader)
-                    self.started -= 1
-                if len(out) < len(tasks):
-                    out.append(("over", over.error, over.detail))
-            else:
+                    self.graders.append(g)
+                return g
+            g = self.free.get()
+            if g.proc.poll() is None:
+                return g
+            self._drop(g)  # killed while idle: costs nothing but its replacement
+
+    def _drop(self, grader: _Grader) -> None:
+        grader.kill()
+        with self.lock:
+            self.graders.remove(grader)
+            self.started -= 1
+
+    def serve(self, tasks: Sequence[Task], limits: Limits, settings: dict) -> tuple[list[Outcome], list[int]]:
+        """One outcome per task, in order, and how many times each was retried (0 or 1).
+
+        A response that overran its budget is :class:`Over` (``timeout``): its process is replaced
+        and the chunk's later responses go to the replacement. One whose process died while it was
+        in hand (killed from outside, or by the response) is retried once, first of the rest, in a
+        fresh process; only one whose process dies again is :class:`Over` (``killed``)."""
+        out: list[Outcome] = []
+        retries = [0] * len(tasks)
+        while len(out) < len(tasks):
+            grader = self._get(fresh=retries[len(out)] > 0)
+            with self.lock:
+                self.sent += 1
+                serial = self.sent
+            replies, over = grader.serve(Chunk(tasks[len(out):], limits, settings), serial)
+            out.extend(replies)
+            if over is None:
                 self.free.put(grader)
-        return out
+                continue
+            self._drop(grader)
+            i = len(out)
+            if i == len(tasks):
+                continue
+            if over.error == "killed" and not retries[i]:
+                retries[i] = 1  # sent again, first of the rest
+            else:
+                again = " (and again on its retry in a fresh process)" if retries[i] else ""
+                out.append(Over(over.error, over.detail + again))
+        return out, retries
 
     def close(self) -> None:
         with self.lock:
@@ -485,7 +631,7 @@ def _chunks(items: Sequence[Item], size: int) -> list[tuple[int, int]]:
     return out
 
 
-_DEFAULT_LIMITS = (2.0, 512, 100_000)  # forward rows: no sandbox, nothing runs
+_DEFAULT_LIMITS = Limits(2.0, 512, 100_000)  # forward rows: no sandbox, nothing runs
 
 
 def _plain(value: object) -> object:
@@ -506,77 +652,81 @@ class _Batch:
 
     def __init__(self, items: Sequence[Item], sandbox: Sandbox | None, pool: _Pool, settings: GradeSettings,
                  answered: Callable[[int, dict], object] | None):
-        G = sys.modules["opgen.score.grade"]  # (``opgen.score.grade`` the attribute is the function)
-        self.G, self.items, self.sandbox, self.pool = G, items, sandbox, pool
+        self.items, self.sandbox, self.pool = items, sandbox, pool
         self.wire = settings.to_wire()  # what each message to a grading process carries
         self.answered, self.mode = answered, settings.mode
-        self.limits = _DEFAULT_LIMITS if sandbox is None else (sandbox.timeout_s, sandbox.memory_mb,
-                                                               sandbox.max_output)
-        self.texts = [G.response_text(item.response) for item in items]
+        self.limits = _DEFAULT_LIMITS if sandbox is None else Limits(sandbox.timeout_s, sandbox.memory_mb,
+                                                                     sandbox.max_output)
+        self.texts = [judge.response_text(item.response) for item in items]
         # The ground truths are the caller's data, checked (and raised about) here, before any
         # grading; each is kept for a grade made here (too_large, timeout, killed) only where needed.
-        self.truths: dict[int, object] = {}
+        self.truths: dict[int, judge.Truth] = {}
         formats: dict[str, bool | None] = {}
         for i, item in enumerate(items):
-            truth = G.load_truth(item.ground_truth)
-            if len(self.texts[i]) > G.MAX_RESPONSE_CHARS:
+            truth = judge.load_truth(item.ground_truth)
+            if len(self.texts[i]) > judge.MAX_RESPONSE_CHARS:
                 self.truths[i] = truth
             af = str(item.answer_format)
             if af and af not in formats:
                 formats[af] = self._format_fact(af)
             if af and formats[af] is None and not truth.native and \
                     (truth.mode if self.mode == "auto" else self.mode) == "program":
-                from opgen import formats as F
-
                 F.answer_spec(af)  # raises FormatError naming the unknown format, as grading would
         self.formats = formats
         self.done: list = [None] * len(items)
+        # Per item, the times its grading was retried because a grading process or sandbox worker
+        # died under it (the grade's ``retries``, present only where there was one).
+        self.retries: dict[int, int] = {}
         self.runners: ThreadPoolExecutor | None = None  # made when a program must first run
         self.inline = False
 
     def finish(self, i: int, g: dict) -> None:
+        retries = self.retries.get(i)
+        if retries:
+            g["retries"] = retries
         self.done[i] = g if self.answered is None else self.answered(i, g)
 
-    def truth(self, i: int) -> object:
+    def retried(self, i: int, n: int) -> None:
+        if n:
+            self.retries[i] = self.retries.get(i, 0) + n
+
+    def truth(self, i: int) -> judge.Truth:
         if i not in self.truths:
-            self.truths[i] = self.G.load_truth(self.items[i].ground_truth)
+            self.truths[i] = judge.load_truth(self.items[i].ground_truth)
         return self.truths[i]
 
     def fail(self, i: int, error: str, detail: str) -> None:
-        self.finish(i, self.G.failure(self.truth(i), self.mode, error, detail))
+        self.finish(i, judge.failure(self.truth(i), self.mode, error, detail))
 
-    def task(self, i: int, ran: dict | None = None) -> tuple:
+    def task(self, i: int, ran: dict | None = None) -> Task:
         item = self.items[i]
-        return (_plain_truth(item.ground_truth), self.texts[i], str(item.answer_format),
-                str(item.assistant_prefix), self.structured(str(item.answer_format)), ran)
-
-    def structured(self, answer_format: str) -> bool | None:
-        return self.formats.get(answer_format)
+        return Task(_plain_truth(item.ground_truth), self.texts[i], str(item.answer_format),
+                    str(item.assistant_prefix), self.formats.get(str(item.answer_format)), ran)
 
     @staticmethod
     def _format_fact(answer_format: str) -> bool | None:
         """The format's ``structured`` fact, from this process's registry (formats registered at
         run time exist here only); None when unknown here."""
-        from opgen import formats as F
-
         try:
             return F.answer_spec(answer_format).structured
         except F.FormatError:
             return None
 
-    def serve(self, indices: list[int]) -> list[tuple]:
-        return self.pool.serve([self.task(i) for i in indices], self.limits, self.wire)
+    def serve(self, indices: list[int]) -> list[Outcome]:
+        outcomes, retries = self.pool.serve([self.task(i) for i in indices], self.limits, self.wire)
+        for i, n in zip(indices, retries):
+            self.retried(i, n)
+        return outcomes
 
-    def settle(self, i: int, outcome: tuple) -> Future | None:
+    def settle(self, i: int, outcome: Outcome) -> Future | None:
         """Record a grading process's outcome for item ``i``; a program to run is started (its
         future returned)."""
-        kind = outcome[0]
-        if kind == "grade":
-            self.finish(i, outcome[1])
-        elif kind == "over":
-            self.fail(i, outcome[1], outcome[2])
-        elif kind == "failed":
-            self.fail(i, "killed", "grading this response failed: " + str(outcome[1]))
+        if isinstance(outcome, Graded):
+            self.finish(i, outcome.grade)
+        elif isinstance(outcome, Over):
+            self.fail(i, outcome.error, outcome.detail)
+        elif isinstance(outcome, Failed):
+            self.fail(i, "killed", "grading this response failed: " + outcome.text)
         elif self.sandbox is None:
             self.fail(i, "killed", "the response's program needs a sandbox; none was given")
         elif self.inline:  # one response (a grade() call): run it here, no thread to start
@@ -587,27 +737,35 @@ class _Batch:
             return self.runners.submit(self.run, i, outcome)
         return None
 
-    def run(self, i: int, outcome: tuple) -> None:
+    def run(self, i: int, need: NeedsRun) -> None:
         """Run what item ``i``'s program needs in the sandbox, then have it graded with the results."""
         assert self.sandbox is not None
         ran: dict[str, list] = {}
+        outcome: Outcome = need
         for _ in range(MAX_ROUNDS):
-            _, sent, keys = outcome
-            raw = [(r.status, r.value, r.detail) for r in self.sandbox.run_sent(sent)]
+            assert isinstance(outcome, NeedsRun)
+            done = self.sandbox.run_request(outcome.sent)
+            self.retried(i, done.retries)
+            raw = [(r.status, r.value, r.detail) for r in done.results]
             position = 0
-            for (_, calls, _), key in zip(sent, keys):
+            for (_, calls, _), key in zip(outcome.sent, outcome.keys):
                 ran[key] = raw[position:position + len(calls)]
                 position += len(calls)
-            (outcome,) = self.pool.serve([self.task(i, ran)], self.limits, self.wire)
-            if outcome[0] != "run":
+            (outcome,) = self.serve_one(i, ran)
+            if not isinstance(outcome, NeedsRun):
                 self.settle(i, outcome)
                 return
         self.fail(i, "killed", f"the response's program asked for {MAX_ROUNDS} runs")
 
+    def serve_one(self, i: int, ran: dict) -> list[Outcome]:
+        outcomes, (retries,) = self.pool.serve([self.task(i, ran)], self.limits, self.wire)
+        self.retried(i, retries)
+        return outcomes
+
     def grade(self, n_proc: int) -> list:
         todo: list[int] = []
         for i, text in enumerate(self.texts):
-            big = self.G.too_large(self.truths[i], self.mode, text) if i in self.truths else None
+            big = judge.too_large(self.truths[i], self.mode, text) if i in self.truths else None
             if big is not None:
                 self.finish(i, big)
             else:
@@ -633,7 +791,7 @@ class _Batch:
                 self.runners.shutdown()
         return self.done
 
-    def _settled(self, span: list[int], outcomes: list[tuple]) -> list[Future]:
+    def _settled(self, span: list[int], outcomes: list[Outcome]) -> list[Future]:
         return [f for i, o in zip(span, outcomes) if (f := self.settle(i, o)) is not None]
 
 
@@ -659,7 +817,8 @@ def grade_many(items: Sequence[Item], *, sandbox: Sandbox | None, settings: Grad
 def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "output", group: str = "fraction",
           mode: str = "auto", sandbox: Sandbox | None = None, diagnose: bool = True,
           answer_format: str = "", assistant_prefix: str = "", namespace: str = "strict",
-          static: bool = True, settings: GradeSettings | None = None, library: object = None) -> dict:
+          static: bool = True, settings: GradeSettings | None = None,
+          library: OperatorLibrary | str | None = None) -> dict:
     """Grade one response. ``policy``: reward output match only, or output and structure;
     ``group``: a group row's score as the fraction of tasks correct, or 1 only when all are;
     ``mode``: ``auto`` follows the ground truth, ``forward``/``program`` force one (native rows are
@@ -670,32 +829,26 @@ def grade(ground_truth: dict | str, response: str | bytes, *, policy: str = "out
     ``static=False`` runs every program in the sandbox (by default programs of library code only are
     evaluated without running: opgen/score/static.py, the same grades). ``settings``: these options
     as one :class:`opgen.score.settings.GradeSettings` instead (then leave the loose ones alone).
-    ``library``: the operator library (an ``OperatorLibrary`` or a spec ``opgen.library.load``
-    takes; None: the study's); a row of another library grades 0 with ``library_mismatch``.
+    ``library``: the operator library the row was built from (an ``OperatorLibrary`` or a spec
+    ``opgen.library.load`` takes); by default the one the ground truth names, from the user's
+    library store (GradeSettings.for_row: UnknownLibrary or LibraryMismatch when it cannot be had).
 
     Total: whatever the response's text, the result is a grade (``too_large`` over
-    :data:`opgen.score.grade.MAX_RESPONSE_CHARS`; ``timeout``/``killed`` when grading it overran its budget or crashed
+    :data:`opgen.score.judge.MAX_RESPONSE_CHARS`; ``timeout``/``killed`` when grading it overran its budget or crashed
     a grading process). The text is parsed, compiled and statically evaluated only in a grading
     process (below), never in this one. A bad setting or ground truth (the
     caller's, not the model's) raises ValueError/:class:`GroundTruthError`."""
-    G = sys.modules["opgen.score.grade"]
     record = GradeSettings.resolve(settings, policy=policy, group=group, mode=mode, namespace=namespace,
-                                   static=static, diagnose=diagnose, library=library)
+                                   static=static, diagnose=diagnose, library=library).for_row(ground_truth)
     mode = record.mode
-    truth = G.load_truth(ground_truth)
-    text = G.response_text(response)
-    big = G.too_large(truth, mode, text)
+    truth = judge.load_truth(ground_truth)
+    text = judge.response_text(response)
+    big = judge.too_large(truth, mode, text)
     if big is not None:
         return big
     effective = truth.mode if mode == "auto" or truth.native else mode
     box = sandbox
     if box is None and effective == "program":
-        from opgen.score.sandbox import shared
-
         box = shared()
     item = Item(ground_truth, text, answer_format, assistant_prefix)
     return grade_many([item], sandbox=box, settings=record)[0]
-
-
-if __name__ == "__main__":
-    _serve()

@@ -24,6 +24,7 @@ from functools import cache, lru_cache
 
 from opgen import expr as E
 from opgen import ops
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.score.cache import BoundedCache
 from opgen.score.parse import Recall
 from opgen.score.sandbox import Result, Unit
@@ -37,19 +38,14 @@ PROBE_PAIRS = (("abc", "xy"), ("", "hello"), ("Hi there", "QR"), ("aeiou", "1234
 RECALL_CLASSES = ("correct", "chimera", "arity", "wrong_body", "no_definition", "syntax", "missing_import")
 
 
-def _lib(library: ops.OperatorLibrary | None) -> ops.OperatorLibrary:
-    """The library a grade reads (None: the study's)."""
-    return ops.STUDY if library is None else library
-
-
 @cache
-def native_imports(library: ops.OperatorLibrary | None = None) -> tuple[tuple[str, str], ...]:
+def native_imports(library: OperatorLibrary = STUDY) -> tuple[tuple[str, str], ...]:
     """``(module, name)`` of every name the native benchmark's module had in scope beyond the
     builtins: what the operators' shown sources import inside their bodies (the native module
     imported them once at its top, and its shown ``func_0`` calls ``gcd`` with no import).
     Derived from the library's sources: the study's give ``(("math", "gcd"),)``."""
     found: set[tuple[str, str]] = set()
-    for op in _lib(library).operators:
+    for op in library.operators:
         for node in ast.walk(ast.parse(op.source)):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 found.update((node.module, a.name) for a in node.names if a.asname is None)
@@ -57,12 +53,12 @@ def native_imports(library: ops.OperatorLibrary | None = None) -> tuple[tuple[st
 
 
 @cache
-def native_names(library: ops.OperatorLibrary | None = None) -> frozenset[str]:
+def native_names(library: OperatorLibrary = STUDY) -> frozenset[str]:
     return frozenset(name for _, name in native_imports(library))
 
 
 def needs_native_names(code: str | None, tree: ast.Module | None = None,
-                       library: ops.OperatorLibrary | None = None) -> bool:
+                       library: OperatorLibrary = STUDY) -> bool:
     """Whether ``code`` reads a native-scope name (``gcd``) that nothing in it binds or imports."""
     if code is None:
         return False
@@ -107,10 +103,10 @@ KINDS_BY_ARITY = {a: tuple(k for k in ops.KINDS if k.count(",") + 1 == a) for a 
 
 
 @cache
-def true_outputs(op_id: str, library: ops.OperatorLibrary | None = None) -> tuple[str | None, ...]:
+def true_outputs(op_id: str, library: OperatorLibrary = STUDY) -> tuple[str | None, ...]:
     """The true operator's outputs on its kind's probes (None where it raises), computed in-process:
     this is the library's own code, not a model's."""
-    op = _lib(library).get(op_id)
+    op = library.get(op_id)
     out: list[str | None] = []
     with E.recursion_headroom():
         for args in probe_args(op.kind):
@@ -136,7 +132,7 @@ class RecallCheck:
     # strict namespace, a block that reads ``gcd`` without importing it: its probes run a second
     # time with the native names provided, to tell ``missing_import`` from ``wrong_body``.
     with_native: bool = False
-    library: ops.OperatorLibrary | None = None  # the grade's library (None: the study's)
+    library: OperatorLibrary = STUDY  # the grade's library
 
     def unit(self) -> Unit | None:
         if not self.kinds:
@@ -192,12 +188,12 @@ def _remember(check: RecallCheck, cache: bool = True) -> RecallCheck:
     return check
 
 
-def _verdict_key(op: str, code: str, namespace: str, library: ops.OperatorLibrary | None) -> tuple[str, str, str]:
+def _verdict_key(op: str, code: str, namespace: str, library: OperatorLibrary) -> tuple[str, str, str]:
     # A user library's verdicts are kept apart from the study's (the op id names another operator).
-    return (op if library is None else f"{library.digest}:{op}", code, namespace)
+    return (op if library.is_study else f"{library.digest}:{op}", code, namespace)
 
 
-def plan(recall: Recall, namespace: str, library: ops.OperatorLibrary | None = None) -> RecallCheck:
+def plan(recall: Recall, namespace: str, library: OperatorLibrary = STUDY) -> RecallCheck:
     """Static checks of one recall block, and the probe runs it needs when they pass (none when the
     same text was judged before)."""
     check = RecallCheck(recall.op, recall.code, namespace=namespace, library=library)
@@ -207,7 +203,7 @@ def plan(recall: Recall, namespace: str, library: ops.OperatorLibrary | None = N
         check.verdict, check.chimera_of, check.detail, check.arity_range = known
         return check
     try:
-        op = _lib(library).get(recall.op)
+        op = library.get(recall.op)
     except ops.UnknownOperator:
         check.verdict, check.detail = "no_definition", f"{recall.op} is not a library operator"
         return check
@@ -247,7 +243,7 @@ def conclude(check: RecallCheck, results: Sequence[Result], cache: bool = True) 
         n = len(probe_args(kind))
         got[kind] = tuple(r.value if r.ok else None for r in results[i:i + n])
         i += n
-    lib = _lib(check.library)
+    lib = check.library
     op = lib.get(check.op)
     own = op.kind
     lo, hi = check.arity_range or (0, 0)
@@ -257,8 +253,7 @@ def conclude(check: RecallCheck, results: Sequence[Result], cache: bool = True) 
         return _remember(check, cache)
     # The first operator (library order) whose every probe output the definition reproduces.
     for kind in check.kinds:
-        for other in (ops.of_kind(kind) if check.library is None
-                      else tuple(o.id for o in lib.operators if o.kind == kind)):
+        for other in lib.of_kind(kind):
             if other != op.id and got[kind] == true_outputs(other, check.library):
                 check.chimera_of = other
                 break
@@ -300,7 +295,7 @@ class RecallReport:
 
 
 def recall_plan(recalls: Sequence[Recall], expected: Sequence[str], namespace: str,
-                library: ops.OperatorLibrary | None = None) -> RecallReport:
+                library: OperatorLibrary = STUDY) -> RecallReport:
     """One check per first block of each expected operator; the rest are counted as duplicates/extras."""
     report = RecallReport(expected=tuple(expected))
     seen: dict[str, int] = {}
@@ -495,7 +490,7 @@ def _user_reference(expression: str, var: str) -> str | None:
 
 
 def structure_matches(code: str | None, entry: str, expression: str, tree: ast.Module | None = None,
-                      vouched: Collection[int] = (), library: ops.OperatorLibrary | None = None) -> bool:
+                      vouched: Collection[int] = (), library: OperatorLibrary = STUDY) -> bool:
     """Whether the ``entry`` that a call reaches returns the reference expression, as parsed trees.
 
     ``tree`` is the program's parse (parsed here when not given): the whole program is parsed, so
@@ -511,7 +506,7 @@ def structure_matches(code: str | None, entry: str, expression: str, tree: ast.M
         fn = called_def(tree, entry, code, vouched)
         if fn is None:
             return False
-        if library is not None:
+        if not library.is_study:  # the grammar parser reads the study's operators only
             return _same_expression(fn, expression)
         found = E.expression_of(fn)
         # Parsing is rendering's inverse (tests/test_expr.py's round trips): a tree that renders

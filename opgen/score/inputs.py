@@ -12,12 +12,13 @@ changed in between is an error, never a report of other data.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from opgen.errors import OpgenError
+from opgen.score.settings import GradeSettings
 
 # Rows per record batch read from a parquet file.
 READ_BATCH = 4096
@@ -359,36 +360,45 @@ def check_prompts(data: DataFile, responses: Responses) -> None:
                                   f"generated from")
 
 
-def check_libraries(data: DataFile, wanted: bytearray, library: object) -> None:
-    """The rows answered name the operator library grading was given (None: the study's), before any
-    grading: the rows that could name another one (Arrow's substring search) are parsed and compared;
-    the rest is checked again, row by row, as it is graded (:func:`check_truths`)."""
-    if library is None:  # the study's rows carry no "library" key
+def check_libraries(data: DataFile, wanted: bytearray, settings: GradeSettings) -> GradeSettings:
+    """The operator library of the rows answered, before any grading: ``settings`` with the library
+    the first of them names (:meth:`GradeSettings.for_row`: the one given when its digest matches,
+    else the study's or the user's store's), which every other must name too. Only the rows that
+    could name another one (Arrow's substring search) are parsed here; the rest is checked again,
+    chunk by chunk, as it is graded (:func:`check_truths`)."""
+    first = next(data.truths_naming(wanted, "", True), None)  # every row holds ""
+    if first is None:
+        return settings
+    record = check_truths(data.path, [first], settings)
+    if record.library.is_study:  # the study's rows name no library
         suspects = data.truths_naming(wanted, '"library"', True)
     else:  # a user library's rows carry its digest
-        suspects = data.truths_naming(wanted, library.digest, False)  # type: ignore[attr-defined]
-    check_truths(data.path, suspects, library)
+        suspects = data.truths_naming(wanted, record.library.digest, False)
+    check_truths(data.path, suspects, settings, record)
+    return record
 
 
-def check_truths(data: Path, rows: Any, library: object) -> None:
+def check_truths(data: Path | str, rows: Iterable[tuple[int, str]], settings: GradeSettings,
+                 record: GradeSettings | None = None) -> GradeSettings:
     """``rows``: (row, ground truth) pairs. Each ground truth must be readable (the contract's JSON)
-    and name ``library``; a row of another library raises :class:`opgen.score.libs.LibraryMismatch`
-    naming the rows (the first ten and the count)."""
-    from opgen.score import libs
-    from opgen.score.grade import GroundTruthError, load_truth
+    and name one operator library (:meth:`GradeSettings.for_row`, the one lookup), ``record``'s when
+    given, else the first row's: ``settings`` with that library. A malformed ground truth is a
+    :class:`ScoreInputError`, a library that cannot be had :class:`opgen.library.UnknownLibrary` or
+    :class:`opgen.library.LibraryMismatch`, each naming the row."""
+    from opgen.library import LibraryMismatch
+    from opgen.truth import GroundTruthError
 
-    wrong: list[tuple[int, str]] = []
-    count = 0
     for index, ground_truth in rows:
+        where = f"{data}: row {index}: " if str(data) else f"row {index}: "
         try:
-            truth = load_truth(ground_truth)
+            row_record = settings.for_row(ground_truth, where)
         except GroundTruthError as exc:
-            raise ScoreInputError(f"{data}: row {index}: {exc}") from None
-        detail = libs.mismatch(truth.library_digest, library)  # type: ignore[arg-type]
-        if detail:
-            count += 1
-            if len(wrong) < 10:
-                wrong.append((index, detail))
-    if wrong:
-        shown = ", ".join(str(i) for i, _ in wrong) + (f", ... ({count} in all)" if count > 10 else "")
-        raise libs.LibraryMismatch(f"{data}: row(s) {shown}: {wrong[0][1]}")
+            raise ScoreInputError(f"{where}{exc}") from None
+        if record is None:
+            record = row_record
+        elif row_record.library.digest != record.library.digest:
+            raise LibraryMismatch(f"{where}names operator library {row_record.library.name!r} (digest "
+                                  f"{row_record.library.digest[:12]}), another than the rows before it "
+                                  f"({record.library.name!r}, digest {record.library.digest[:12]}); one file, "
+                                  "one library")
+    return settings if record is None else record

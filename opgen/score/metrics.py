@@ -27,6 +27,7 @@ from opgen import ops
 
 # their home is the CLI's choices; re-exported
 from opgen.choices import DRIFT_CALLS, INTERVALS, PASS_K_ESTIMATORS
+from opgen.ops import STUDY, OperatorLibrary
 
 Z95 = 1.959963984540054
 
@@ -293,13 +294,13 @@ def arity_direction(recall: Mapping[str, Any]) -> str | None:
     return "added" if lo > arity else "dropped"
 
 
-def scope_of(op_ids: object, library: object = None) -> str:
+def scope_of(op_ids: object, library: OperatorLibrary = STUDY) -> str:
     """``id`` when a row calls only the library's train operators, ``ood`` when it calls a held-out
     one, ``""`` when its operators are unknown (a foreign file without ``extra_info.ops``).
-    ``library``: the grade's operator library (None: the study's; its split decides the roles)."""
+    ``library``: the grade's operator library (its split decides the roles)."""
     if not isinstance(op_ids, (list, tuple)) or not op_ids:
         return ""
-    held = _STUDY_HELD if library is None else frozenset(library.heldout_ids)  # type: ignore[attr-defined]
+    held = _STUDY_HELD if library is STUDY else frozenset(library.heldout_ids)
     return "ood" if not held.isdisjoint(op_ids) else "id"
 
 
@@ -316,7 +317,7 @@ def program_ops(ground_truth: object) -> tuple[str, ...] | None:
 
     try:
         gt = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: no scope
         return None
     if not isinstance(gt, Mapping):
         return None
@@ -496,6 +497,7 @@ class Summary:
         self.by_distance: dict[str, dict[str, list[Tally]]] = {}
         self.by_tails: dict[str, dict[int, list[Tally]]] = {}
         self.programs = self.missing_import = self.missing_import_blocks = 0
+        self.retries = 0
 
     # ---------------------------------------------------------------- feeding
 
@@ -538,6 +540,7 @@ class Summary:
             self.scores[r["score"]] += 1
             self.errors[r["error"]] += 1
             self.scope_from[str(r.get("scope_from"))] += 1
+            self.retries += r.get("retries", 0)
             if r.get("mode") == "program":
                 self.programs += 1
                 self.missing_import += r.get("error") == "missing_import"
@@ -631,7 +634,7 @@ class Summary:
 
     def result(self, n_rows: int, answered: int) -> dict[str, Any]:
         """The summary (``summary.json``'s tables, in its order) of everything added so far."""
-        from opgen.score.grade import ERRORS
+        from opgen.score.judge import ERRORS
 
         how = self.defs.interval
         t = self.tally
@@ -663,6 +666,8 @@ class Summary:
                                     for op in sorted(self.by_tails, key=lambda o: _op_order(o, order))},
             "pass_at_k": pass_at_k_rows(self.pass_kinds, self.defs.pass_k) if self.samples_max > 1 else {},
             "errors": {e: self.errors[e] for e in ERRORS if self.errors.get(e)},
+            # responses graded again after the grading process or sandbox worker under them died (grades' ``retries``)
+            "retries": self.retries,
         }
         summary["role"] = file_role(None, self.probe_rows)  # from the rows; the report adds the manifest's
         summary["scope_from"] = dict(sorted(self.scope_from.items()))

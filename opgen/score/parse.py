@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 
 from opgen import formats as F
+from opgen.ops import STUDY, OperatorLibrary
+from opgen.truth import too_deep
 
 # Every scan below over model text is linear in its length: no regex with a backtracking construct
 # runs over unbounded model text (the old ``re`` patterns for fences and headers were quadratic on
@@ -170,13 +172,13 @@ class ProgramAnswer:
 
 
 def parse_program_answer(text: str, entries: tuple[str, ...] = ("main_solution",),
-                         library: object = None) -> ProgramAnswer:
+                         library: OperatorLibrary = STUDY) -> ProgramAnswer:
     """The RA structure when present, else the last python block that defines every entry point.
-    ``library``: None for the study's (recall headers name ``func_N``), else a user library (an
-    ``opgen.ops.OperatorLibrary``): a recall header then names any identifier."""
+    ``library``: the rows' library; the study's recall headers name ``func_N``, another library's
+    any identifier."""
     body = strip_think(text)
     blocks = [b for b in code_blocks(body) if b.lang in _CODE_LANGS]
-    headers = _headers(body, library is not None)
+    headers = _headers(body, not library.is_study)
     recalls: list[Recall] = []
     assemble: str | None = None
     starts = [b.start for b in blocks]
@@ -211,17 +213,6 @@ MAX_OBJECT_CHARS = 200_000
 MAX_JSON_DEPTH = 100
 
 
-def _too_deep(value: object, limit: int) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, (list, dict)):
-            if depth > limit:
-                return True
-            stack.extend((c, depth + 1) for c in (v.values() if isinstance(v, dict) else v))
-    return False
-
-
 def parse_forward(text: str) -> tuple[object, bool]:
     """``(value, too_deep)``: the ``output`` value of the last JSON object holding an ``output`` key
     (or ``MISSING``), and whether any candidate object nests deeper than ``MAX_JSON_DEPTH`` (or
@@ -234,23 +225,23 @@ def parse_forward(text: str) -> tuple[object, bool]:
     body = strip_think(text)
     starts = [m.start() for m in _OBJECT_START.finditer(body)][-MAX_CANDIDATES:]
     best_end, best = -1, _MISSING
-    too_deep = False
+    deep = False
     for pos in reversed(starts):
         chunk = body[pos:pos + MAX_OBJECT_CHARS]
         try:
             obj, length = _DECODER.raw_decode(chunk)
         except RecursionError:
-            too_deep = True
+            deep = True
             continue
         except ValueError:
             continue
-        if _too_deep(obj, MAX_JSON_DEPTH):
-            too_deep = True
+        if too_deep(obj, MAX_JSON_DEPTH):
+            deep = True
             continue
         # >= : of two objects ending at the same place, the earlier-starting one encloses the other.
         if isinstance(obj, dict) and "output" in obj and pos + length >= best_end:
             best_end, best = pos + length, obj["output"]
-    return best, too_deep
+    return best, deep
 
 
 def parse_forward_answer(text: str) -> object:

@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from opgen.errors import OpgenError
+from opgen.library import STUDY, OperatorLibrary
 from opgen.score import inputs as I
 from opgen.score import metrics as M
 from opgen.score.batch import Item, grade_many
-from opgen.score.grade import ROW_FIELDS
 from opgen.score.inputs import Row
+from opgen.score.judge import ROW_FIELDS
 from opgen.score.sandbox import Sandbox
 from opgen.score.settings import DEFAULT, GradeSettings
 
@@ -80,7 +81,7 @@ EXTRA_FIELDS = tuple(dict.fromkeys((*_MEASURES, *M.MEASURED_FIELDS, *ROW_FIELDS)
 _ENCODE = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(record, ensure_ascii=False)
 
 
-def row_fields(row: Row, library: object = None) -> dict[str, Any]:
+def row_fields(row: Row, library: OperatorLibrary = STUDY) -> dict[str, Any]:
     """What every record of a row carries before its grade: the row's measures, the operators it
     calls and their scope, its degeneracy and calls (``metrics.row_measures``), its data source."""
     rec: dict[str, Any] = {k: row.extra.get(k, "") for k in _MEASURES}
@@ -96,7 +97,7 @@ def row_fields(row: Row, library: object = None) -> dict[str, Any]:
     return rec
 
 
-def records_of(row: Row, grades: list[dict], library: object = None) -> list[dict]:
+def records_of(row: Row, grades: list[dict], library: OperatorLibrary = STUDY) -> list[dict]:
     """The ``scores.jsonl`` records of a row's grades, in sample order."""
     fields = row_fields(row, library)
     return [{"index": row.position, "sample": sample, **fields, **g} for sample, g in enumerate(grades)]
@@ -108,9 +109,9 @@ def graded(pairs: Iterable[tuple[Row, list[str]]], box: Sandbox | None, *, data:
     """(row, its grades) for every (row, responses) of ``pairs``, in their order: graded with
     ``settings`` in ``box`` (the static path's share on ``processes`` grading processes,
     :func:`opgen.score.batch.grade_many`), ``chunk`` responses per call, :data:`IN_FLIGHT` calls at
-    a time. Each chunk's ground truths are checked (readable, of ``settings.library``) before it is
-    graded. ``answered()`` is called once per response as its grade comes in (from grading
-    threads: a progress bar's update)."""
+    a time. Each chunk's ground truths are checked (readable, of ``settings.library``: the rows'
+    library, :func:`opgen.score.inputs.check_libraries`) before it is graded. ``answered()`` is
+    called once per response as its grade comes in (from grading threads: a progress bar's update)."""
     def one(i: int, g: dict) -> dict:
         if answered is not None:
             answered()
@@ -125,7 +126,7 @@ def graded(pairs: Iterable[tuple[Row, list[str]]], box: Sandbox | None, *, data:
     flight: deque[tuple[list[tuple[Row, list[str]]], Future]] = deque()
     try:
         for part in _parts(pairs, chunk):
-            I.check_truths(data, ((row.position, row.ground_truth) for row, _ in part), settings.library)
+            I.check_truths(data, ((row.position, row.ground_truth) for row, _ in part), settings)
             flight.append((part, pool.submit(grade, part)))
             if len(flight) > IN_FLIGHT:
                 yield from _split(*flight.popleft())
@@ -275,7 +276,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
                 only: Collection[int] | None = None, processes: int | None = None,
                 metric_defs: M.MetricDefs = M.DEFAULT_DEFS, settings: GradeSettings | None = None,
-                progress: bool = False, library: object = None, chunk: int | None = None,
+                progress: bool = False, library: OperatorLibrary | str | None = None, chunk: int | None = None,
                 check_prompts: bool = True) -> dict:
     """Grade every response (or those of rows ``only``), write the report into ``out``, return the
     summary. ``static=False`` runs every program in the sandbox (see grade()); ``processes``: grading
@@ -283,8 +284,9 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     ``OPGEN_GRADE_PROCESSES``, else one per CPU). ``settings``: the grading options (mode, policy,
     group, namespace, static) as one :class:`GradeSettings` instead of the loose keywords;
     ``progress``: a bar of responses graded on stderr. ``library``: the operator library the rows
-    were built from (an ``OperatorLibrary`` or a spec; None: the study's): a row naming another one
-    is refused before anything is graded (:class:`opgen.score.libs.LibraryMismatch`).
+    were built from (an ``OperatorLibrary`` or a spec); by default the one the rows name, from the
+    user's library store. A row naming another one, or one neither given nor registered, is refused
+    before anything is graded (:func:`opgen.score.inputs.check_libraries`).
     ``chunk``: responses per grading call (default :data:`CHUNK`; the report is the same for any). ``check_prompts``: a
     line's ``prompt_sha256`` must be its row's (`opgen eval` turns it off for the generations it
     made from these very rows).
@@ -300,7 +302,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     data, responses, out = Path(data), Path(responses), Path(out)
     source = I.DataFile(data)
     answers = I.Responses(responses, source.n_rows, only)
-    I.check_libraries(source, answers.wanted, record.library)
+    record = I.check_libraries(source, answers.wanted, record)  # with the rows' library
     if check_prompts:
         I.check_prompts(source, answers)
     report = Report(record, metric_defs, distance_edges)
@@ -352,9 +354,8 @@ def settings_fields(settings: GradeSettings, isolation: str) -> dict:
     """The summary's fields that say how it was graded, in the summary's order."""
     out = {"mode": settings.mode, "policy": settings.policy, "group": settings.group,
            "namespace": settings.namespace, "isolation": isolation, "static": settings.static}
-    if settings.library is not None:  # a user library (the study's summaries stay as they were)
-        lib = settings.library
-        out["library"] = {"name": lib.name, "digest": lib.digest}  # type: ignore[attr-defined]
+    if not settings.library.is_study:  # a user library (the study's summaries stay as they were)
+        out["library"] = {"name": settings.library.name, "digest": settings.library.digest}
     return out
 
 

@@ -1,7 +1,8 @@
 """Run model-written code in isolated processes and get back values or error classes.
 
-A :class:`Sandbox` keeps ``workers`` warm worker processes (``opgen/score/worker.py``, started once,
-before any model code exists). Each request goes to one idle worker, which forks a fresh isolated
+A :class:`Sandbox` keeps ``workers`` warm worker processes (``opgen/score/jail/``, started once,
+before any model code exists, sealed from this process: opgen/score/spawn.py). Each request goes to
+one idle worker, which forks a fresh isolated
 child for it, enforces the wall-clock timeout by killing the child's process group, and returns
 one ``(status, value, detail)`` per call. The expected values never leave the caller: comparing
 is the caller's job, so nothing a program prints, redefines or exits with can make it pass.
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 import weakref
 from collections import deque
@@ -36,15 +38,20 @@ from types import CodeType
 from typing import Any, Generic, TypeVar
 
 from opgen.errors import OpgenError
-from opgen.score import worker as wire
+from opgen.outdir import fault
+from opgen.score import spawn
 from opgen.score.cache import BoundedCache
+from opgen.score.jail import base as jail_base
+from opgen.score.jail import wire
+from opgen.score.jail.steps import FULL_NEEDS, ISOLATION, RISKS
 
-# The worker runs as a script (``python -I -S worker.py``, no opgen on its path), so the wire
-# protocol's one home is that file: this end imports it from there (tests/test_sandbox_wire.py).
-WORKER = Path(__file__).with_name("worker.py")  # the module imported as ``wire``
+# The worker runs as a script (``python -I -S jail/__main__.py``, no opgen on its path): the wire
+# format and the isolation mechanisms live in its package, which this end imports
+# (tests/test_sandbox_wire.py, tests/test_isolation_registry.py).
+WORKER = Path(wire.__file__).with_name("__main__.py")
 STATUSES = wire.RESULTS  # what a call's Result.status can be
 DETAIL_CAP = wire.DETAIL_CAP
-MECHANISMS = wire.MECHANISMS
+MECHANISMS = tuple(ISOLATION)  # what a worker's hello reports, in order
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,14 @@ class Result:
         return self.status == "ok"
 
 
+@dataclass(frozen=True)
+class Ran:
+    """A request's results, and how many times it was retried because its worker died (0 or 1)."""
+
+    results: list[Result]
+    retries: int
+
+
 class SandboxError(RuntimeError, OpgenError):
     """The sandbox itself failed (a worker could not start); never a verdict on model code."""
 
@@ -93,8 +108,11 @@ class SandboxError(RuntimeError, OpgenError):
 
 
 # Model code has always been compiled with postponed annotations (the worker's own future flag);
-# compiling it here keeps that, so no grade changes with where it is compiled.
+# compiling it here keeps that, so no grade changes with where it is compiled. And never optimised,
+# whatever this process runs under (-O, PYTHONOPTIMIZE): ``__debug__`` is true and asserts run, as
+# plain CPython runs the program.
 _COMPILE_FLAGS = __future__.annotations.compiler_flag
+_OPTIMIZE = 0
 _warnings_lock = threading.Lock()
 
 
@@ -117,7 +135,8 @@ def _compile(code: str, tree: ast.Module | None = None,
         try:
             blocks = _compile_chunks(code, tree)
             if blocks is None:
-                blocks = (compile(code, "<answer>", "exec", flags=_COMPILE_FLAGS, dont_inherit=True),)
+                blocks = (compile(code, "<answer>", "exec", flags=_COMPILE_FLAGS, dont_inherit=True,
+                                   optimize=_OPTIMIZE),)
             if imports:
                 blocks = (_prelude(imports), *blocks)
             return marshal.dumps(blocks if len(blocks) > 1 else blocks[0])
@@ -167,7 +186,7 @@ def assemble(units: Sequence[Unit], failed: dict[int, Result], raw: Sequence[Res
 
 def _prelude(imports: tuple[tuple[str, str], ...]) -> CodeType:
     text = "".join(f"from {module} import {name}\n" for module, name in imports)
-    return compile(text, "<namespace>", "exec", dont_inherit=True)
+    return compile(text, "<namespace>", "exec", dont_inherit=True, optimize=_OPTIMIZE)
 
 
 # Top-level definitions, compiled once per exact text: models recall operator bodies verbatim, so
@@ -246,7 +265,8 @@ def _compile_chunks(code: str, tree: ast.Module | None = None) -> tuple[CodeType
         chunk = _CHUNKS.get(text)
         if chunk is None:
             try:
-                chunk = compile(text, "<answer>", "exec", flags=_COMPILE_FLAGS, dont_inherit=True)
+                chunk = compile(text, "<answer>", "exec", flags=_COMPILE_FLAGS, dont_inherit=True,
+                                optimize=_OPTIMIZE)
             except (SyntaxError, ValueError):
                 return None
             _CHUNKS.put(text, chunk, 4 * len(text) + 4 * len(marshal.dumps(chunk)) + 200)
@@ -283,103 +303,12 @@ def _shared_const(value: Any, canon: dict) -> object:
     return canon.setdefault(key, value)
 
 
-# ------------------------------------------------------------------ isolation mechanisms (their one home)
+# ------------------------------------------------------------------ isolation levels
 #
-# One frozen description per mechanism a worker can report (worker.MECHANISMS, the wire's list): what
-# ``full`` isolation needs of it and what is unprotected without it. The level, the refusal, the
-# warning and docs/scoring.md read these; tests/test_isolation_registry.py ties the registry to the
-# wire (every mechanism the worker reports is described, in the hello's order).
+# The mechanisms are the worker's (opgen/score/jail/: one module each, with its description, its risk
+# and its code; jail/steps.py lists them and the order their steps run). Here: what the scorer makes
+# of a worker's report: the level, the refusal and the warning read the descriptions.
 
-
-@dataclass(frozen=True)
-class Mechanism:
-    """One isolation mechanism. ``need``: the requirement of ``full`` it meets (its own name, or a
-    name shared by alternatives: ``uid`` is met by ``uid_drop`` or ``userns``); ``None`` when
-    ``full`` does not need it. ``risk``: what is unprotected when no mechanism meeting ``need`` is in
-    force (required with ``need``; alternatives state the same text). ``in_level``: named in
-    ``partial(...)`` (``nondumpable`` hardens the worker, not the child, and is not)."""
-
-    name: str
-    need: str | None
-    risk: str = ""
-    in_level: bool = True
-
-
-ISOLATION: dict[str, Mechanism] = {}
-FULL_NEEDS: tuple[str, ...] = ()  # what ``full`` needs, in registry order (``uid`` first)
-RISKS: dict[str, str] = {}  # need -> what is unprotected without it (a view of ISOLATION)
-
-
-def _sync_isolation() -> None:
-    global FULL_NEEDS
-    needs: dict[str, str] = {}
-    for m in ISOLATION.values():
-        if m.need is not None:
-            needs.setdefault(m.need, m.risk)
-    FULL_NEEDS = tuple(needs)
-    RISKS.clear()
-    RISKS.update(needs)
-
-
-def register_mechanism(spec: Mechanism) -> Mechanism:
-    """Describe an isolation mechanism (a name taken raises): the level, the refusal and the
-    warning then read it."""
-    if spec.name in ISOLATION:
-        raise ValueError(f"isolation mechanism {spec.name!r} is already registered")
-    if spec.need is not None:
-        if not spec.risk:
-            raise ValueError(f"isolation mechanism {spec.name!r}: a mechanism 'full' needs states its risk")
-        other = RISKS.get(spec.need)
-        if other is not None and other != spec.risk:
-            raise ValueError(f"isolation mechanism {spec.name!r}: need {spec.need!r} already has another risk text")
-    ISOLATION[spec.name] = spec
-    _sync_isolation()
-    return spec
-
-
-def unregister_mechanism(name: str) -> None:
-    if name not in ISOLATION:
-        raise ValueError(f"unknown isolation mechanism {name!r}")
-    del ISOLATION[name]
-    _sync_isolation()
-
-
-_FILES = ("model code sees the machine's files: data and answer files, /proc of other processes, and "
-          "opgen's own operators, which it can import to pass without defining any")
-_UID = ("model code runs as the scorer's own uid: it can read, write and delete every file the account "
-        "can reach and signal the account's processes (the scorer is made non-dumpable, so /proc/<pid>/mem "
-        "and ptrace of it stay closed)")
-for _m in (
-    # ``userns`` stands for ``uid_drop`` where the scorer is not root (see worker.py).
-    Mechanism("uid_drop", "uid", _UID),
-    Mechanism("userns", "uid", _UID),
-    Mechanism("pidns", "pidns", "processes a program forks or detaches can outlive its request (and, under a "
-              "shared uid, kill later responses' children)"),
-    Mechanism("netns", "netns", "model code has the machine's network"),
-    Mechanism("ipcns", "ipcns", "SysV IPC and POSIX message queues are the machine's: data parked there can "
-              "outlive the scorer"),
-    Mechanism("utsns", "utsns", "model code shares the machine's host name"),
-    Mechanism("mountns", "mountns", _FILES),
-    Mechanism("chroot", "chroot", _FILES),
-    Mechanism("worktmpfs", "worktmpfs", "the work directory is on the machine's disk, executable, with no inode "
-              "cap; what a response leaves is removed by a walk, not by unmounting"),
-    Mechanism("seccomp", "seccomp", "execve, sockets, SysV IPC, ptrace, process_vm_readv/writev and namespace or "
-              "mount calls are not refused (a binary written by the program can run; shared memory can pass "
-              "answers between responses where no IPC namespace is in force)"),
-    Mechanism("nondumpable", None, in_level=False),
-    Mechanism("zygote", "zygote", "children fork from the worker, whose memory holds earlier responses' code and "
-              "results"),
-    Mechanism("freshpidns", "freshpidns", "consecutive responses share one PID namespace: pid numbers carry bits "
-              "from one to the next, and what a program forks is removed by signalling, not with its namespace"),
-    Mechanism("imports", "imports", "model code can import every module the sandbox loaded (ctypes, gc, marshal, "
-              "os, signal...), not only the documented allowlist"),
-    # CPython 3.12+ keeps built-in types' subclass registries out of reach: not needed for full
-    # (docs/scoring.md, "imports").
-    Mechanism("hiddenclasses", None),
-):
-    register_mechanism(_m)
-if tuple(ISOLATION) != MECHANISMS:  # the wire's list and the descriptions are one list
-    raise ImportError(f"isolation mechanisms described {tuple(ISOLATION)} differ from the worker's {MECHANISMS}")
 ALLOW_WEAK_ENV = "OPGEN_ALLOW_WEAK_SANDBOX"
 
 
@@ -448,54 +377,53 @@ def _make_nondumpable() -> bool:
     try:
         import ctypes
 
-        return ctypes.CDLL(None, use_errno=True).prctl(wire.PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+        return ctypes.CDLL(None, use_errno=True).prctl(jail_base.PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     except (ImportError, OSError, AttributeError):
         return False
 
 
+# How long a new worker may take to say hello (start an interpreter, set its jail up).
+WORKER_START_S = 30.0
+
+
 class _Worker:
+    """One sandbox worker, started sealed (opgen/score/spawn.py: a bare ``python -I -S``, an empty
+    environment, ``/`` as its directory): model code must find no token, path or answer in its
+    environment, and nothing of the caller's reaches the worker."""
+
     def __init__(self, argv: list[str]):
         self.root_dir = tempfile.mkdtemp(prefix="opgen-sandbox-")
         os.chmod(self.root_dir, 0o755)
-        # A bare environment: model code must find no token, path or answer in os.environ.
         try:
-            self.proc = subprocess.Popen([*argv, self.root_dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, close_fds=True, cwd="/",
-                                         env={"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"})
-        except OSError as exc:
+            helper, hello = spawn.start([*argv, self.root_dir], "a sandbox worker", WORKER_START_S)
+            said = wire.Hello.from_wire(hello)
+        except (OSError, spawn.StartFailed, ValueError) as exc:
             shutil.rmtree(self.root_dir, ignore_errors=True)
-            raise SandboxError(f"cannot start a sandbox worker with {argv[0]}: {exc}") from None
-        stdin, stdout = self.proc.stdin, self.proc.stdout
-        assert stdin is not None and stdout is not None  # both are pipes (PIPE above)
-        self.wfd = stdin.fileno()
-        self.rfd = stdout.fileno()
-        hello = self.receive(30.0)
-        if not (isinstance(hello, tuple) and hello and hello[0] == wire.HELLO):
-            self.close()
-            raise SandboxError(f"sandbox worker failed to start (got {hello!r})")
-        self.isolation: dict = hello[1]
+            raise SandboxError(f"cannot start a sandbox worker ({argv[0]} {argv[3]}): {exc}") from None
+        self.proc, self.wfd, self.rfd, self.reader = helper.proc, helper.wfd, helper.rfd, helper.reader
+        self.isolation: dict = said.isolation
+        self.pid = said.pid  # the serving worker's, on the host (inside its namespaces); -1 if unknown
 
-    def send(self, obj: object) -> None:
-        wire.write_all(self.wfd, wire.encode_message(obj))
-
-    def _read(self, n: int, deadline_s: float) -> bytes:
-        parts = []
-        while n:
-            ready, _, _ = select.select([self.rfd], [], [], deadline_s)
-            if not ready:
-                raise SandboxError("sandbox worker stopped answering")
-            chunk = os.read(self.rfd, n)
-            if not chunk:
-                raise SandboxError("sandbox worker exited")
-            parts.append(chunk)
-            n -= len(chunk)
-        return b"".join(parts)
+    def send(self, data: bytes) -> None:
+        wire.write_all(self.wfd, data)
 
     def receive(self, deadline_s: float, max_bytes: int = 1 << 30) -> object:
-        (length,) = wire.MESSAGE_HEADER.unpack(self._read(wire.MESSAGE_HEADER.size, deadline_s))
-        if length > max_bytes:
-            raise SandboxError(f"sandbox worker sent {length} bytes, more than {max_bytes}")
-        return marshal.loads(self._read(length, deadline_s))
+        """The next message within ``deadline_s`` seconds, refused past ``max_bytes`` before it is read."""
+        deadline = time.monotonic() + deadline_s
+        while True:
+            size = self.reader.size()
+            if size is not None and size > max_bytes:
+                raise SandboxError(f"sandbox worker sent {size} bytes, more than {max_bytes}")
+            got, payload = self.reader.take()
+            if got:
+                return payload
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.rfd], [], [], left)[0]:
+                raise SandboxError("sandbox worker stopped answering")
+            chunk = os.read(self.rfd, 1 << 16)
+            if not chunk:
+                raise SandboxError(f"sandbox worker exited ({spawn.how_it_ended(self.proc.poll())})")
+            self.reader.feed(chunk)
 
     def close(self) -> None:
         for stream in (self.proc.stdin, self.proc.stdout):
@@ -588,6 +516,7 @@ class Sandbox:
         self._lock = threading.Lock()
         self._closed = False
         self._all: list[_Worker] = []
+        self._sent = 0  # requests sent (the fault hook's count)
         with ThreadPoolExecutor(workers) as pool:
             started = list(pool.map(lambda _: _Worker(self._argv), range(workers)))
         self.isolation: dict = {k: v for k, v in started[0].isolation.items() if k != "uid"}
@@ -635,33 +564,54 @@ class Sandbox:
         """Run a request's units as :func:`compile_units` gives them (``(code, calls, fail_fast)``,
         ``code`` marshalled code, source text, or ``[prelude code, source text]``), in one child;
         the results in call order. The code is passed on as it is: this process does not read it."""
+        return self.run_request(sent).results
+
+    def run_request(self, sent: Sequence) -> Ran:
+        """:meth:`run_sent`'s results, with the number of times the request was retried on a fresh
+        worker because the one running it died (a dead worker is not the response's fault: it is
+        retried once, and only a request whose worker dies again is ``killed``)."""
         if self._closed:
             raise SandboxError("the sandbox is closed")
         if os.getpid() != self._pid:
             raise SandboxError("a Sandbox cannot be used from a forked process; create one there "
                                "(opgen.score.sandbox.shared() does)")
         units = [(code, [(str(e), tuple(a)) for e, a in calls], bool(fail_fast)) for code, calls, fail_fast in sent]
-        n_calls = sum(len(c) for _, c, _ in units)
-        return self._request(units, n_calls) if n_calls else []
+        request = wire.Request(units, self.timeout_s, self.budget_s)
+        n_calls = request.calls()
+        return self._request(request, n_calls) if n_calls else Ran([], 0)
 
-    def _request(self, units: list, n_calls: int) -> list[Result]:
-        request = wire.make_request(units, self.timeout_s, self.budget_s)
+    def _request(self, request: wire.Request, n_calls: int) -> Ran:
+        message = wire.encode(request.to_wire())
         # The worker enforces the timeouts and the budget; this only guards against a worker that hangs.
         guard = self.budget_s * 2 + 30.0
         # A reply is n_calls triples of capped strings; anything larger is not the worker's.
         max_bytes = wire.reply_cap(n_calls, self.max_output)
-        worker = self._idle.get()
-        try:
+        lost = ""
+        for retries in (0, 1):
+            worker = self._idle.get()
             try:
-                worker.send(request)
-                raw = worker.receive(guard, max_bytes)
-                results = self._checked(raw, n_calls)
-            except (SandboxError, OSError, ValueError, EOFError, TypeError) as exc:
-                worker = self._replace(worker)
-                return [Result("killed", None, f"sandbox worker lost: {exc}")] * n_calls
-        finally:
-            self._idle.put(worker)
-        return results
+                try:
+                    self._fault(worker)
+                    worker.send(message)
+                    return Ran(self._checked(worker.receive(guard, max_bytes), n_calls), retries)
+                except (SandboxError, OSError, ValueError, EOFError, TypeError) as exc:
+                    lost = str(exc)
+                    worker = self._replace(worker)
+            finally:
+                self._idle.put(worker)
+        return Ran([Result("killed", None, f"sandbox worker lost: {lost} (and again on the request's retry in a "
+                                           "fresh worker)")] * n_calls, 1)
+
+    def _fault(self, worker: _Worker) -> None:
+        """Test-only (``OPGEN_FAULT=sandbox-sent[-N]:SIG``, opgen/outdir.py): a signal to the serving
+        worker as it is given the request (the Nth of this sandbox, or every one), as the OOM killer
+        would send it: it dies with the request in hand."""
+        with self._lock:
+            self._sent += 1
+            serial = self._sent
+        if worker.pid > 1:  # (-1: not known; never a group, init or every process)
+            fault("sandbox-sent", worker.pid)
+            fault(f"sandbox-sent-{serial}", worker.pid)
 
     def _checked(self, raw: object, n_calls: int) -> list[Result]:
         # The caps are the worker's job; checked once more here, on the trusted side, so that no

@@ -21,7 +21,7 @@ to a function compiled from the library's source of the body it holds (under tha
 error messages name it as Python would), in a fresh namespace per unit, so recursive operators
 recurse through whatever the program bound to their names, as in the sandbox. No model code is
 compiled or run. Exceptions get the worker's own classes and detail text
-(``worker._classify``), returned values its output cap and ``not_a_string`` rule.
+(``jail.child.classify``), returned values its output cap and ``not_a_string`` rule.
 
 tests/test_static_differential.py grades generated programs (correct, chimeras, arity errors,
 renamed variables, mutated bodies, limits) both ways and requires the same grade dict.
@@ -40,9 +40,10 @@ from functools import cache, lru_cache
 
 from opgen import expr as E
 from opgen import ops
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.score import diagnose as D
+from opgen.score.jail.child import classify
 from opgen.score.sandbox import Result, Unit
-from opgen.score.worker import _classify
 
 # The sandbox limits under which the static path applies at all: its evaluations stay far below
 # them (WORK_BUDGET is ~0.1 s of CPU at the slowest per-character operator on a loaded 2-CPU VM).
@@ -102,28 +103,24 @@ def _body_key(fn: ast.FunctionDef) -> str:
         fn.name = name
 
 
-def _lib(library: ops.OperatorLibrary | None) -> ops.OperatorLibrary:
-    return ops.STUDY if library is None else library
-
-
 @cache
-def _ids(library: ops.OperatorLibrary | None) -> frozenset[str]:
-    return frozenset(_lib(library).ids)
+def _ids(library: OperatorLibrary) -> frozenset[str]:
+    return frozenset(library.ids)
 
 
-def _op_name(name: str, library: ops.OperatorLibrary | None) -> bool:
+def _op_name(name: str, library: OperatorLibrary) -> bool:
     """Whether a definition's name is an operator's name: ``func_N`` for the study (another
     operator's number is a chimera), a user library's own ids otherwise."""
-    return bool(_FUNC_NAME.match(name)) if library is None else name in _ids(library)
+    return bool(_FUNC_NAME.match(name)) if library.is_study else name in _ids(library)
 
 
 @cache
-def _library(library: ops.OperatorLibrary | None = None) -> tuple[dict[str, str], dict[str, frozenset[str]]]:
+def _library(library: OperatorLibrary = STUDY) -> tuple[dict[str, str], dict[str, frozenset[str]]]:
     """(normalised AST dump -> operator id, operator id -> library names its body refers to)."""
     keys: dict[str, str] = {}
     refs: dict[str, frozenset[str]] = {}
     ids = _ids(library)
-    for op in _lib(library).operators:
+    for op in library.operators:
         module = ast.parse(op.source)
         if len(module.body) != 1 or not isinstance(module.body[0], ast.FunctionDef):
             continue  # a user operator whose source is more than its definition: never static
@@ -135,13 +132,13 @@ def _library(library: ops.OperatorLibrary | None = None) -> tuple[dict[str, str]
 
 
 @cache
-def _verbatim(name: str, library: ops.OperatorLibrary | None = None) -> tuple[tuple[str, str, ast.FunctionDef], ...]:
+def _verbatim(name: str, library: OperatorLibrary = STUDY) -> tuple[tuple[str, str, ast.FunctionDef], ...]:
     """(exact source text, operator id, the text's parse) of every operator's source defined under
     ``name``, the operator of that name first (the commonest case by far). The parsed definitions
     are shared by every program that holds the text: nothing may change them."""
     out = []
     refs = _library(library)[1]
-    for op in sorted(_lib(library).operators, key=lambda o: o.id != name):
+    for op in sorted(library.operators, key=lambda o: o.id != name):
         head = f"def {op.id}("
         if op.id not in refs or not op.source.startswith(head):
             continue  # (the study's sources all start so: a user's may not)
@@ -153,19 +150,19 @@ def _verbatim(name: str, library: ops.OperatorLibrary | None = None) -> tuple[tu
 
 
 @cache
-def _signature(body: str, library: ops.OperatorLibrary | None = None) -> tuple[int, tuple[type, ...], frozenset[str]]:
+def _signature(body: str, library: OperatorLibrary = STUDY) -> tuple[int, tuple[type, ...], frozenset[str]]:
     """(arity, the argument types it is written for, library names it refers to) of an operator."""
-    op = _lib(library).get(body)
+    op = library.get(body)
     types_ = (str,) * op.n_inputs + tuple(int if p.kind == "int" else str for p in op.params)
     return op.arity, types_, _library(library)[1][body]
 
 
 @lru_cache(maxsize=1024)  # names are the model's: bounded (a code object is a few KB)
 def _code(body: str, name: str, renaming: tuple[tuple[str, str], ...] = (),
-          library: ops.OperatorLibrary | None = None) -> types.CodeType:
+          library: OperatorLibrary = STUDY) -> types.CodeType:
     """The library's code for ``body`` defined as ``name``: compiled from the library's own source,
     its bound names renamed by ``renaming`` (an :class:`_Alpha`'s, proved consistent)."""
-    module = ast.parse(_lib(library).get(body).source)
+    module = ast.parse(library.get(body).source)
     fn = module.body[0]
     assert isinstance(fn, ast.FunctionDef)
     if renaming:
@@ -202,7 +199,7 @@ def _grammar_def(fn: ast.FunctionDef) -> _Grammar | None:
 
 
 def _verbatim_prefix(code: str, verbatim: dict[int, tuple[str, str]] | None,
-                     library: ops.OperatorLibrary | None = None,
+                     library: OperatorLibrary = STUDY,
                      ) -> tuple[dict[str, str | _Grammar | _Alpha], list[ast.stmt], int]:
     """The leading exact library sources of ``code`` (blank lines between them): what they bind,
     their shared definitions, and where the rest begins."""
@@ -213,7 +210,7 @@ def _verbatim_prefix(code: str, verbatim: dict[int, tuple[str, str]] | None,
         if code[pos] == "\n":
             pos += 1
             continue
-        if not code.startswith("def func_" if library is None else "def ", pos):
+        if not code.startswith("def func_" if library.is_study else "def ", pos):
             break
         name_end = code.find("(", pos + 4, pos + 40)
         name = code[pos + 4:name_end] if name_end > 0 else ""
@@ -233,7 +230,7 @@ def _verbatim_prefix(code: str, verbatim: dict[int, tuple[str, str]] | None,
 
 
 def _bindings(code: str, entries: frozenset[str], verbatim: dict[int, tuple[str, str]] | None = None,
-              library: ops.OperatorLibrary | None = None,
+              library: OperatorLibrary = STUDY,
               ) -> tuple[dict[str, str | _Grammar | _Alpha], list[ast.stmt]]:
     """What each name of the program is bound to after it runs — an operator id (the body it holds)
     or an entry's expression — and the program's top-level statements (its ``ast.parse``, line
@@ -312,7 +309,7 @@ _IDENT_FIELDS = {  # identifier fields compared exactly (never renamed)
 
 
 @cache
-def _alpha_facts(op_id: str, library: ops.OperatorLibrary | None = None,
+def _alpha_facts(op_id: str, library: OperatorLibrary = STUDY,
                  ) -> tuple[ast.FunctionDef, frozenset[str], frozenset[str]]:
     """(the operator's parse, the names its body binds that a renaming may change, the names it
     must keep): a name is renameable only where every scope of the body that knows it holds it
@@ -321,7 +318,7 @@ def _alpha_facts(op_id: str, library: ops.OperatorLibrary | None = None,
     an import) spells it."""
     import symtable
 
-    source = _lib(library).get(op_id).source
+    source = library.get(op_id).source
     (fn,) = ast.parse(source).body
     assert isinstance(fn, ast.FunctionDef)
     candidates: set[str] = set()
@@ -419,7 +416,7 @@ class _AlphaWalk:
 
 
 def _allowed_target(new: str, fixed: frozenset[str], taken: frozenset[str],
-                    library: ops.OperatorLibrary | None = None) -> bool:
+                    library: OperatorLibrary = STUDY) -> bool:
     """Whether a bound name may be renamed to ``new``: no capture of anything the body or the
     program could mean by it (a builtin, a name the body keeps, a library or entry name, the
     definition's own name, a dunder)."""
@@ -429,12 +426,12 @@ def _allowed_target(new: str, fixed: frozenset[str], taken: frozenset[str],
             and new not in _ids(library))
 
 
-def _alpha(stmt: ast.FunctionDef, entries: frozenset[str], library: ops.OperatorLibrary | None = None,
+def _alpha(stmt: ast.FunctionDef, entries: frozenset[str], library: OperatorLibrary = STUDY,
            ) -> _Alpha | None:
     """The library body ``stmt`` holds under a provably consistent renaming of its bound names,
     or None. The defined name is not part of the renaming (it binds in the module)."""
     taken = entries | {stmt.name}
-    for op in sorted(_lib(library).operators, key=lambda o: o.id != stmt.name):
+    for op in sorted(library.operators, key=lambda o: o.id != stmt.name):
         lib, renameable, fixed = _alpha_facts(op.id, library)
         walk = _AlphaWalk(renameable, lib)
         try:
@@ -454,7 +451,7 @@ def _alpha(stmt: ast.FunctionDef, entries: frozenset[str], library: ops.Operator
 class _Run:
     """One response's evaluation: its namespace per unit, its work budget, the sandbox's output cap."""
 
-    def __init__(self, max_output: int, library: ops.OperatorLibrary | None = None):
+    def __init__(self, max_output: int, library: OperatorLibrary = STUDY):
         self.max_output = max_output
         self.work = 0
         self.library = library
@@ -591,7 +588,7 @@ class _Run:
         except (RecursionError, MemoryError):
             raise _Decline from None
         except _PORTABLE as exc:
-            status, detail = _classify(exc)
+            status, detail = classify(exc)
             _encodable(detail)
             return Result(status, None, detail)
         except Exception:
@@ -632,11 +629,11 @@ def _small(value: object) -> bool:
     return type(value) is int and -SMALL_INT <= value <= SMALL_INT
 
 
-def _cost(body: str, args: tuple, library: ops.OperatorLibrary | None = None) -> tuple[int, int, int]:
+def _cost(body: str, args: tuple, library: OperatorLibrary = STUDY) -> tuple[int, int, int]:
     """(longest output, work, recursion depth) of the library operator ``body`` on well-typed
     ``args``: the operator's own cost bound (``Operator.cost`` in opgen/ops.py, integer sizes in
     bits included)."""
-    cost = _lib(library).get(body).cost
+    cost = library.get(body).cost
     if cost is None:
         raise _Decline  # an operator without a cost bound (every YAML library's): the sandbox grades it
     return cost(len(args[0]), args[1] if len(args) > 1 else None)
@@ -661,7 +658,7 @@ class Evaluation:
     trees: list[ast.Module | None]
     # The library's own definitions in the trees, matched as text: (name, operator) by node id.
     verbatim: dict[int, tuple[str, str]]
-    library: ops.OperatorLibrary | None = None
+    library: OperatorLibrary = STUDY
 
     def vouched(self, entry: str) -> frozenset[int]:
         """The ids of the trees' library definitions that cannot rebind ``entry`` behind the tree's
@@ -671,16 +668,16 @@ class Evaluation:
 
 
 @lru_cache(maxsize=4096)  # entry names are the ground truth's (a few per dataset)
-def _rebinds(name: str, body: str, entry: str, library: ops.OperatorLibrary | None = None) -> bool:
+def _rebinds(name: str, body: str, entry: str, library: OperatorLibrary = STUDY) -> bool:
     fn = next(f for _, b, f in _verbatim(name, library) if b == body)
     return D.rebinds_behind(fn, entry)
 
 
-def evaluate(units: Sequence[Unit], sandbox: object, library: ops.OperatorLibrary | None = None,
+def evaluate(units: Sequence[Unit], sandbox: object, library: OperatorLibrary = STUDY,
              ) -> Evaluation | None:
     """The results ``sandbox.run_units(units)`` would give and the units' trees, or None when the
     results are not provable (the response then goes to the sandbox). ``library``: the grade's
-    operator library (None: the study's)."""
+    operator library."""
     if not applies(sandbox):
         return None
     run = _Run(sandbox.max_output, library)  # type: ignore[attr-defined]

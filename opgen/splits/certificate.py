@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from opgen import ops
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.splits import compounds as C
 from opgen.splits import divergence as D
 from opgen.splits import rows as R
@@ -97,11 +97,11 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
     Either way the certificate says so under ``only``. Recipes none of whose splits were rebuilt
     keep their certificate (the caller's merge carries it over)."""
     spec_of: dict[str, C.CompoundSpec] = {}
-    lib_of: dict[str, Any] = {}  # a split's operator library (None: the study's)
+    lib_of: dict[str, OperatorLibrary] = {}  # a split's operator library
     for r in recipes:
         for s in r.splits:
             spec_of[s.name] = r.split.spec if r.split is not None else C.DEFAULT
-            lib_of[s.name] = ops.unless_study(r.library)
+            lib_of[s.name] = r.library
     units: dict[str, list[C.RowUnits]] = {}
     depths: dict[str, list[int]] = {}
     for name, paths in files.items():
@@ -110,7 +110,7 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
         if counted is not None and counted.spec == spec:
             man["splits"][name]["compounds"] = tally_section(counted)
             continue
-        units[name] = R.units_of(list(paths), spec, lib_of.get(name))
+        units[name] = R.units_of(list(paths), spec, lib_of.get(name, STUDY))
         man["splits"][name]["compounds"] = histogram_section(units[name], spec)
     certs: dict[str, Any] = {}
     for r in recipes:
@@ -129,7 +129,7 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
         train_names = [s.name for s in r.splits if s.role == "train"]
         eval_names = [s.name for s in r.splits if s.role == "eval"]
         for n in (*train_names, *eval_names):
-            depths[n] = R.depths_of(list(files[n]), lib_of.get(n))
+            depths[n] = R.depths_of(list(files[n]), lib_of.get(n, STUDY))
         claims = None
         if r.split.kind == "mcd":
             claims = mcd_claims(r, [man["splits"].get(n) or ((previous or {}).get("splits") or {}).get(n) or {}
@@ -186,7 +186,7 @@ def _partly_rebuilt(r: Any, names: Sequence[str], rebuilt: Sequence[str], man: M
                          f"{', '.join(absent)} to certify the split with; rebuild the whole recipe")
     others = [n for n in names if n not in units]
     for n in others:
-        units[n] = R.units_of(list(kept[n]), r.split.spec, ops.unless_study(r.library))
+        units[n] = R.units_of(list(kept[n]), r.split.spec, r.library)
     why = "no certificate in the previous build" if not isinstance(old_cert, dict) else \
         "the rebuilt splits' files differ from the previous build's"
     only = {"rebuilt": list(rebuilt), "certificate": "recomputed",

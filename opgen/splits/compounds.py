@@ -32,6 +32,7 @@ from typing import Any
 
 from opgen import expr as E
 from opgen.errors import OpgenError
+from opgen.ops import STUDY, OperatorLibrary
 
 # Literals at least this long are "long" (probe 1g's long literal first arguments start at 8).
 LONG_LITERAL = 8
@@ -238,19 +239,16 @@ def edges(tree: E.Expr) -> set[tuple[str, int, str]]:
     return out
 
 
-def arity_of(parent: str, lib: Any = None) -> int:
-    """How many expression arguments a node labelled ``parent`` has (``lib``: the operator library,
-    an opgen.ops.OperatorLibrary; None: the study's)."""
+def arity_of(parent: str, lib: OperatorLibrary = STUDY) -> int:
+    """How many expression arguments a node labelled ``parent`` has (``lib``: the operator library)."""
     if parent == "+":
         return 2
     if parent.startswith("."):
         return 1
-    from opgen import ops
-
-    return (ops.get if lib is None else lib.get)(parent).n_inputs
+    return lib.get(parent).n_inputs
 
 
-def edge_text(parent: str, pos: int, child: str, lib: Any = None) -> str:
+def edge_text(parent: str, pos: int, child: str, lib: OperatorLibrary = STUDY) -> str:
     """The compound text of an edge: ``func_12(_,func_3)`` (as :func:`row_units` writes it)."""
     parts = ["_"] * arity_of(parent, lib)
     parts[pos] = child

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opgen import expr as E
-from opgen import ops, schemacheck
+from opgen import schemacheck
 from opgen.errors import OpgenError
-from opgen.ops import OperatorLibrary, unless_study
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import Rng
 from opgen.splits import compounds as C
 from opgen.tasks import Item
@@ -77,9 +77,6 @@ POOL_CELLS = ("sft_cell", "matched_stream")
 MCD_POOL_NAME = "mcd-train"
 
 
-_STUDY = ops.STUDY
-
-
 def _canon(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
@@ -99,11 +96,7 @@ class Rule:
     extra: Mapping[str, Any] = field(default_factory=dict)
     # the recipe's operator library: the rule's operators, pairs and mcd pool are its (not config:
     # the study's resolved config, and so its digests, stay as they were)
-    library: OperatorLibrary = field(default=_STUDY, compare=False)
-
-    @property
-    def _lib(self) -> Any:  # an OperatorLibrary, or None for the study's (the field ``ops`` hides the module)
-        return unless_study(self.library)
+    library: OperatorLibrary = field(default=STUDY, compare=False)
 
     # ------------------------------------------------------------ the held-out compounds
 
@@ -124,7 +117,7 @@ class Rule:
             for pair in self.pairs:
                 a, b = (sorted(pair) * 2)[:2]
                 for p, c in ((a, b), (b, a)):
-                    out.update(C.edge_text(p, pos, c, self._lib) for pos in range(C.arity_of(p, self._lib)))
+                    out.update(C.edge_text(p, pos, c, self.library) for pos in range(C.arity_of(p, self.library)))
             return sorted(out)
         return None
 
@@ -263,14 +256,14 @@ class Rule:
         return self.config
 
 
-def _op_set(spec: Any, where: str, lib: ops.OperatorLibrary = ops.STUDY) -> tuple[str, ...]:
+def _op_set(spec: Any, where: str, lib: OperatorLibrary = STUDY) -> tuple[str, ...]:
     try:
         return lib.resolve_set(spec)
     except (ValueError, KeyError) as exc:
         raise SplitError(f"{where}: {exc}") from None
 
 
-def resolve(raw: Any, shown: str, seed: int, lib: ops.OperatorLibrary = ops.STUDY) -> Rule | None:
+def resolve(raw: Any, shown: str, seed: int, lib: OperatorLibrary = STUDY) -> Rule | None:
     """The recipe's ``split`` mapping → a :class:`Rule` over the operators of ``lib`` (the recipe's
     library; None when the recipe has none)."""
     if raw is None:
@@ -340,7 +333,7 @@ def _mcd_search(raw: Mapping[str, Any], config: dict[str, Any], where: str) -> N
 
 
 def _systematicity(raw: Mapping[str, Any], config: dict[str, Any], spec: C.CompoundSpec, where: str,
-                   seed: int, lib: ops.OperatorLibrary = ops.STUDY) -> Rule:
+                   seed: int, lib: OperatorLibrary = STUDY) -> Rule:
     if ("pairs" in raw) == ("share" in raw):
         raise SplitError(f"{where}: give exactly one of 'pairs' (named operator pairs) or 'share' (a random "
                          "share of all pairs)")
@@ -372,7 +365,7 @@ def _systematicity(raw: Mapping[str, Any], config: dict[str, Any], spec: C.Compo
                 eval_requires=config["eval"] == "require", library=lib)
 
 
-def rule_from_config(config: Mapping[str, Any], lib: ops.OperatorLibrary = ops.STUDY) -> Rule:
+def rule_from_config(config: Mapping[str, Any], lib: OperatorLibrary = STUDY) -> Rule:
     """A rule from its resolved config (as a manifest or a pool option holds it), over ``lib``."""
     rule = resolve(dict(config), "split", 0, lib)
     assert rule is not None

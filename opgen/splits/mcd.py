@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from opgen.errors import OpgenError
+from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import Rng
 from opgen.splits import compounds as C
 from opgen.splits import divergence as D
@@ -238,15 +239,13 @@ _CACHE: dict[tuple[str, int, str], tuple[list[Any], Selection]] = {}
 
 
 def pool_and_selection(config: Mapping[str, Any], seed: int, where: str = "",
-                       lib: Any = None) -> tuple[list[Any], Selection]:
+                       lib: OperatorLibrary = STUDY) -> tuple[list[Any], Selection]:
     """The pool's items (distinct programs, in draw order) and the search's selection; cached per
     (config, seed, library), so the train and eval splits of one build share the work. ``lib``: the
-    recipe's operator library (an opgen.ops.OperatorLibrary; None: the study's)."""
+    recipe's operator library."""
     from opgen import expr as E
     from opgen import generate as G
-    from opgen import ops
 
-    lib = ops.STUDY if lib is None else lib
     key = (_canon(config), seed, "" if lib.is_study else lib.digest)
     if key in _CACHE:
         return _CACHE[key]

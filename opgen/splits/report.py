@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from opgen.library import OperatorLibrary, library_of_rows
 from opgen.splits import compounds as C
 from opgen.splits import divergence as D
 from opgen.splits import rows as R
@@ -14,13 +15,17 @@ from opgen.splits import rows as R
 SHOWN = 20  # held-out compounds listed in text (all of them in --json)
 
 
-def split_stats(train: Sequence[Path], evals: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT) -> dict[str, Any]:
-    """D_A, D_C and the held-out compounds of TRAIN against EVAL (files or folders). Every file of
-    both is found and opened before any row is read: an unusable EVAL is named before TRAIN's rows
-    are parsed."""
-    for f in R.parquet_files([*train, *evals]):
+def split_stats(train: Sequence[Path], evals: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT,
+                library: OperatorLibrary | None = None) -> dict[str, Any]:
+    """D_A, D_C and the held-out compounds of TRAIN against EVAL (files or folders), over the
+    library their rows name (``library``: the one the user gave; else the study's or the store's).
+    Every file of both is found and opened before any row is read: an unusable EVAL is named
+    before TRAIN's rows are parsed."""
+    files = R.parquet_files([*train, *evals])
+    for f in files:
         R.rows_file(f)
-    out = D.compare(R.units_of(train, spec), R.units_of(evals, spec), spec)
+    lib = library_of_rows(files, library)
+    out = D.compare(R.units_of(train, spec, lib), R.units_of(evals, spec, lib), spec)
     out = {"train": [str(p) for p in train], "eval": [str(p) for p in evals], **out}
     return out
 
@@ -53,10 +58,10 @@ def _spec_text(spec: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- opgen stats, the card
 
 
-def stats_section(files: Sequence[Path]) -> dict[str, Any]:
-    """For ``opgen stats``: atoms and compounds of the rows, and the certificates of the builds they
-    come from (a file's folder's manifest.json)."""
-    units = R.units_of(list(files))
+def stats_section(files: Sequence[Path], library: OperatorLibrary) -> dict[str, Any]:
+    """For ``opgen stats``: atoms and compounds of the rows (of ``library``, the one they name), and
+    the certificates of the builds they come from (a file's folder's manifest.json)."""
+    units = R.units_of(list(files), C.DEFAULT, library)
     atoms, comps = C.histograms(units)
     top = sorted(comps.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
     certs: dict[str, Any] = {}

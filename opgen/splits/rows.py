@@ -7,16 +7,15 @@ same function measures rows just built, rows of another build and rows of anothe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 
 from opgen import expr as E
-from opgen import ops
+from opgen import truth
 from opgen.errors import OpgenError
+from opgen.library import STUDY, OperatorLibrary, ref_of_truth
 from opgen.splits import compounds as C
 
 
@@ -54,31 +53,36 @@ def rows_file(path: Path) -> pq.ParquetFile:
     return pf
 
 
-def row_programs(path: Path, lib: Any = None) -> Iterator[tuple[list[E.Expr], list[str], int]]:
-    """Each row's (trees, inputs, depth) in file order, parsed over ``lib`` (an
-    opgen.ops.OperatorLibrary; None: the library each row names, the study's for a row naming none,
-    another one when this process knows it by its digest: opgen.score.libs)."""
+def row_programs(path: Path, lib: OperatorLibrary) -> Iterator[tuple[list[E.Expr], list[str], int]]:
+    """Each row's (trees, inputs, depth) in file order, parsed over ``lib``, the library the rows
+    name (opgen.library.library_of of the files' rows): a row naming another one is an error."""
     pf = rows_file(path)
     n = 0
     memo: dict[str, E.Expr] = {}  # rows repeat programs (atomic tasks above all): parse each once
     for batch in pf.iter_batches(batch_size=4096, columns=["reward_model"]):
         for rm in batch.column(0).to_pylist():
             raw = rm.get("ground_truth") if isinstance(rm, dict) else None
+            where = f"{path}: row {n}: ground_truth"
             try:
-                gt = json.loads(raw) if isinstance(raw, str) else None
-                tasks = gt["tasks"] if isinstance(gt, dict) else None
+                gt = truth.read(raw, where)
+                ref = ref_of_truth(gt, where)
+                tasks = gt.get("tasks")
                 if not isinstance(tasks, list) or not tasks:
                     raise ValueError("no tasks")
-                row_lib = lib if lib is not None else _named_library(gt, path, n)
-                trees = [_parse(t["expr"], memo, row_lib) for t in tasks]
+                trees = [_parse(t["expr"], memo, lib) for t in tasks]
                 inputs = [str(t.get("input", "")) for t in tasks]
+            except truth.GroundTruthError as exc:
+                raise SplitRowsError(str(exc)) from None
             except (ValueError, KeyError, TypeError) as exc:
-                raise SplitRowsError(f"{path}: row {n}: ground_truth has no parseable tasks[].expr ({exc})") from None
+                raise SplitRowsError(f"{where} has no parseable tasks[].expr ({exc})") from None
+            if (ref.digest if ref is not None else STUDY.digest) != lib.digest:
+                raise SplitRowsError(f"{where}.library names library {ref or 'study'}, not the library of the "
+                                     f"rows before it ({lib.name!r}, digest {lib.digest[:12]})")
             yield trees, inputs, max(E.depth(t) for t in trees)
             n += 1
 
 
-def units_of(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT, lib: Any = None) -> list[C.RowUnits]:
+def units_of(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT, lib: OperatorLibrary = STUDY) -> list[C.RowUnits]:
     """The atoms and compounds of every row of ``paths`` (files or folders), in order."""
     out: list[C.RowUnits] = []
     with E.recursion_headroom():
@@ -87,32 +91,13 @@ def units_of(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT, lib: Any =
     return out
 
 
-def _named_library(gt: Any, path: Path, n: int) -> Any:
-    """The library a row's ground truth names (None: the study's), known to this process by digest."""
-    named = gt.get("library") if isinstance(gt, dict) else None
-    if not isinstance(named, dict):
-        return None
-    from opgen.score import libs
-
-    digest = named.get("digest")
-    try:
-        found = libs.get(digest) if isinstance(digest, str) else None
-    except KeyError:
-        found = None
-    if found is None:
-        raise SplitRowsError(f"{path}: row {n}: ground_truth.library names library {named.get('name')!r} "
-                             f"(digest {str(digest)[:12]}, spec {named.get('spec')!r}), which this process has "
-                             "not loaded; give it (--library)")
-    return ops.unless_study(found)
-
-
-def _parse(text: str, memo: dict[str, E.Expr], lib: Any = None) -> E.Expr:
+def _parse(text: str, memo: dict[str, E.Expr], lib: OperatorLibrary) -> E.Expr:
     tree = memo.get(text)
     if tree is None:
         tree = memo[text] = E.parse(text, lib)
     return tree
 
 
-def depths_of(paths: Sequence[Path], lib: Any = None) -> list[int]:
+def depths_of(paths: Sequence[Path], lib: OperatorLibrary = STUDY) -> list[int]:
     with E.recursion_headroom():
         return [d for path in parquet_files(paths) for _, _, d in row_programs(path, lib)]

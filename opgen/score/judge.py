@@ -14,14 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from opgen import formats as F
-from opgen.errors import OpgenError
+from opgen.library import STUDY, Ref, ref_of_truth
 from opgen.score import diagnose as D
 from opgen.score import parse as P
 from opgen.score import static as S
 from opgen.score.sandbox import Result, Sandbox, Unit
 from opgen.score.settings import DEFAULT, GROUP_POLICIES, MODES, NAMESPACES, POLICIES, GradeSettings
+from opgen.truth import GroundTruthError, parse
 
-__all__ = ["GROUP_POLICIES", "MODES", "NAMESPACES", "POLICIES", "GradeSettings"]  # re-exported (opgen.score.settings)
+# re-exported: the grading options (opgen.score.settings) and the ground truth's error (opgen.truth)
+__all__ = ["GROUP_POLICIES", "MODES", "NAMESPACES", "POLICIES", "GradeSettings", "GroundTruthError"]
 # Far beyond any generation budget (3,072 tokens is about 12,000 characters); longer text is not
 # parsed at all: it is graded ``too_large`` (docs/scoring.md).
 MAX_RESPONSE_CHARS = 1_000_000
@@ -30,22 +32,6 @@ MAX_RESPONSE_CHARS = 1_000_000
 ERRORS = ("", "no_answer", "wrong_output", "syntax", "missing_name", "missing_import", "arity", "exception",
           "timeout", "memory", "output_too_large", "killed", "not_a_string", "nesting", "too_large",
           "library_mismatch")
-
-
-class GroundTruthError(ValueError, OpgenError):
-    """A ground truth that is not the contract's JSON (names the missing or malformed field)."""
-
-    exit_code = 1
-
-
-def truth_library(gt: dict) -> dict | None:
-    """The ground truth's ``library`` key ({"name", "digest", "spec"}), None for the study's rows."""
-    value = gt.get("library")
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("digest"), str):
-        raise GroundTruthError("ground_truth.library must be an object with 'name', 'digest' and 'spec'")
-    return value
 
 
 @dataclass(frozen=True)
@@ -64,9 +50,8 @@ class Truth:
     tasks: tuple[TaskTruth, ...]  # empty for native benchmark rows
     native: bool = False
     ref_output: object = None  # native rows: the value to predict
-    # The row's operator library (ground truth ``library``): its digest and spec, "" for the study's.
-    library_digest: str = ""
-    library_spec: str = ""
+    # The library the ground truth names (its ``library``: name and digest); None: it names none (the study's).
+    library: Ref | None = None
 
     @property
     def recall_order(self) -> tuple[str, ...]:
@@ -92,7 +77,10 @@ def row_fields(extra_info: Mapping | None) -> tuple[str, str]:
 TRUTH_CACHE = 4096
 
 
-def load_truth(ground_truth: dict | str) -> Truth:
+def load_truth(ground_truth: object) -> Truth:
+    """The ground truth as the scorer reads it (opgen.truth: JSON nested at most ``MAX_DEPTH`` deep,
+    every field of its type); anything else is a :class:`GroundTruthError` naming the field. A text
+    read lately is not parsed again (:data:`TRUTH_CACHE`; a ``Truth`` is immutable)."""
     if isinstance(ground_truth, str):
         return _load_truth_text(ground_truth)
     return _truth_of(ground_truth)
@@ -100,36 +88,17 @@ def load_truth(ground_truth: dict | str) -> Truth:
 
 @functools.lru_cache(maxsize=TRUTH_CACHE)
 def _load_truth_text(text: str) -> Truth:
-    try:
-        gt = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise GroundTruthError(f"ground_truth is not JSON: {exc}") from None
-    return _truth_of(gt)
+    return _truth_of(text)
 
 
-def _truth_of(gt: object) -> Truth:
-    if not isinstance(gt, dict):
-        raise GroundTruthError(f"ground_truth must be a JSON object, got {type(gt).__name__}")
+def _truth_of(ground_truth: object) -> Truth:
+    gt = parse(ground_truth)
+    library = ref_of_truth(gt)
     if "tasks" not in gt:
-        if "ref_output" not in gt:
-            raise GroundTruthError("ground_truth has neither 'tasks' nor the native 'ref_output'")
-        return Truth("forward", (), native=True, ref_output=gt["ref_output"])
-    tasks = []
-    for i, t in enumerate(gt["tasks"]):
-        try:
-            tasks.append(TaskTruth(str(t["entry"]), str(t["expr"]), t["input"], t["output"],
-                                   tuple(t.get("ops", ())), int(t.get("depth", -1))))
-        except (KeyError, TypeError) as exc:
-            raise GroundTruthError(f"ground_truth.tasks[{i}] lacks or mistypes {exc}") from None
-    if not tasks:
-        raise GroundTruthError("ground_truth.tasks is empty")
-    mode = gt.get("mode", "program")
-    if mode not in ("program", "forward"):
-        raise GroundTruthError(f"ground_truth.mode must be 'program' or 'forward', got {mode!r}")
-    lib = truth_library(gt)
-    if lib is None:
-        return Truth(mode, tuple(tasks))
-    return Truth(mode, tuple(tasks), library_digest=lib["digest"], library_spec=str(lib.get("spec") or ""))
+        return Truth("forward", (), native=True, ref_output=gt["ref_output"], library=library)
+    tasks = tuple(TaskTruth(t["entry"], t["expr"], t["input"], t["output"], tuple(t.get("ops", ())),
+                            t.get("depth", -1)) for t in gt["tasks"])
+    return Truth(gt.get("mode", "program"), tasks, library=library)
 
 
 def _canonical(value: object) -> str:
@@ -142,6 +111,47 @@ def _empty(truth: Truth, mode: str) -> dict:
     return {"mode": mode, "score": 0.0, "acc": 0.0, "format_ok": False, "error": "no_answer", "detail": "",
             "structure_ok": None, "n_tasks": n, "tasks_correct": 0, "tasks": [], "recalls": [],
             "recall": D.RecallReport().counts()}
+
+
+# The grade's shape, key by key in order (the report writes grades in this order): every grade has
+# GRADE_KEYS (a forward grade, a failure: _empty's); a program grade adds missing, duplicated, extra.
+# Its tasks are {entry, status, correct, detail}, its recalls {op, verdict, chimera_of, detail}.
+GRADE_KEYS = ("mode", "score", "acc", "format_ok", "error", "detail", "structure_ok", "n_tasks", "tasks_correct",
+              "tasks", "recalls", "recall")
+PROGRAM_KEYS = (*GRADE_KEYS, "missing", "duplicated", "extra")
+COUNT_KEYS = tuple(D.RecallReport().counts())
+_SHAPES = {GRADE_KEYS: 0, PROGRAM_KEYS: 1}
+
+
+def grade_to_wire(g: dict) -> tuple | dict:
+    """A grade as a grading process sends it: ``(shape, values...)`` in key order, its tasks and
+    recalls as tuples of values, its recall counts as a tuple (under half the dict's marshalled
+    bytes: no key strings); a grade of another shape as the dict itself. :func:`grade_from_wire`
+    gives back an equal dict, key order included (tests/test_batch.py ties the two)."""
+    shape = _SHAPES.get(tuple(g))
+    if shape is None or any(len(t) != 4 for t in g["tasks"]):  # tasks with ``returned`` (settings.returned)
+        return g
+    out = (shape, g["mode"], g["score"], g["acc"], g["format_ok"], g["error"], g["detail"], g["structure_ok"],
+           g["n_tasks"], g["tasks_correct"],
+           tuple([(t["entry"], t["status"], t["correct"], t["detail"]) for t in g["tasks"]]),
+           tuple([(r["op"], r["verdict"], r["chimera_of"], r["detail"]) for r in g["recalls"]]),
+           tuple(g["recall"].values()))
+    return out + (g["missing"], g["duplicated"], g["extra"]) if shape else out
+
+
+def grade_from_wire(wire: tuple | dict) -> dict:
+    """The grade dict of :func:`grade_to_wire`'s value (a dict is passed through)."""
+    if type(wire) is dict:
+        return wire
+    w = wire
+    g = {"mode": w[1], "score": w[2], "acc": w[3], "format_ok": w[4], "error": w[5], "detail": w[6],
+         "structure_ok": w[7], "n_tasks": w[8], "tasks_correct": w[9],
+         "tasks": [{"entry": a, "status": b, "correct": c, "detail": d} for a, b, c, d in w[10]],
+         "recalls": [{"op": a, "verdict": b, "chimera_of": c, "detail": d} for a, b, c, d in w[11]],
+         "recall": dict(zip(COUNT_KEYS, w[12]))}
+    if w[0]:
+        g["missing"], g["duplicated"], g["extra"] = w[13], w[14], w[15]
+    return g
 
 
 def _grade_forward(truth: Truth, response: str, group: str) -> dict:
@@ -212,7 +222,7 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
                    assistant_prefix: str, structured: bool | None = None) -> dict:
     result = _empty(truth, "program")
     entries = tuple(t.entry for t in truth.tasks)
-    library = settings.library  # None: the study's
+    library = settings.library
     # Generated text never holds a teacher-forced prefix (probe 1b); the answer is prefix + text.
     # The prefix's recall blocks were given, not recalled: they are left out of the diagnostics.
     given: tuple[str, ...] = ()
@@ -235,8 +245,8 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
     # Programs of library code only get the sandbox's results without running (opgen/score/static.py),
     # and the program's tree from the same recognition.
     proved = None
-    if settings.static and units:  # (the study's call as it always was: tests wrap S.evaluate)
-        proved = S.evaluate(units, sandbox) if library is None else S.evaluate(units, sandbox, library)
+    if settings.static and units:
+        proved = S.evaluate(units, sandbox, library)
     if proved is not None:
         results = proved.results
         tree = proved.trees[-1] if answer.code is not None else None
@@ -270,6 +280,9 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
     correct = [r.ok and r.value == t.output for r, t in zip(main, truth.tasks)]
     result["tasks"] = [{"entry": t.entry, "status": r.status, "correct": c, "detail": r.detail}
                        for t, r, c in zip(truth.tasks, main, correct)]
+    if settings.returned:  # execution feedback (opgen.episode): what each program returned
+        for entry, r in zip(result["tasks"], main):
+            entry["returned"] = r.value if r.ok else None
     if proved is not None and tree is not None:
         # The proved tree's library definitions are known not to rebind anything: only the rest
         # of the tree is walked (no scan of the text).
@@ -329,12 +342,11 @@ def grade_in_process(ground_truth: dict | str, response: str | bytes, *, setting
     big = too_large(truth, mode, response)
     if big is not None:
         return big
-    if truth.library_digest or settings.library is not None:
-        from opgen.score import libs
-
-        wrong = libs.mismatch(truth.library_digest, settings.library)  # type: ignore[arg-type]
-        if wrong:
-            return failure(truth, mode, "library_mismatch", wrong)
+    named = truth.library.digest if truth.library is not None else STUDY.digest
+    if named != settings.library.digest:  # a record built by hand: the entry points resolve rows first
+        return failure(truth, mode, "library_mismatch",
+                       f"the row's ground truth names library digest {named[:12]}, graded against library "
+                       f"{settings.library.name!r} (digest {settings.library.digest[:12]})")
     if effective == "forward":
         return _grade_forward(truth, response, settings.group)
     if sandbox is None:

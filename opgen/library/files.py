@@ -1,7 +1,11 @@
-"""Operator libraries from outside the package (issue 25): a ``module:obj`` import spec or a YAML file.
+"""Loading an operator library the user chose (issue 25): a ``module:obj`` import spec or a YAML file,
+and the canonical library file every build folder and store entry holds.
 
-A library is an :class:`opgen.ops.OperatorLibrary`; the study's 25 are ``opgen.ops.STUDY``. A user's
-library is the user's own file, so compiling its sources here is trusted (it is not model text).
+A library is an :class:`opgen.ops.OperatorLibrary`; the study's 25 are ``opgen.ops.STUDY``. Only a
+spec the user gave (``--library``, ``library=``, ``OPGEN_LIBRARY``, a recipe file on the command
+line, ``opgen ops add``) reaches :func:`load`: compiling its sources is trusted, as the user's own
+code. Nothing that data names (a row, a manifest, a file beside them) is ever loaded here; a
+library file found beside data is read as data only (:func:`digest_of_file`).
 
 A YAML library::
 
@@ -38,7 +42,7 @@ from typing import Any
 import yaml
 
 from opgen import ops
-from opgen.errors import USAGE, OpgenError
+from opgen.library.errors import LibraryError
 from opgen.ops import Operator, OperatorLibrary, Param
 
 PARAM_KINDS: tuple[str, ...] = ("int", "choice", "letters")
@@ -46,12 +50,7 @@ _OPERATOR_FIELDS = ("id", "name", "gloss", "source", "split", "n_inputs", "param
 _REQUIRED = ("id", "gloss", "source", "split")
 _PARAM_FIELDS = ("name", "kind", "lo", "hi", "choices")
 _STUDY_NAMES = ("study", "default")
-
-
-class LibraryError(ValueError, OpgenError):
-    """A library that cannot be loaded; the message names the file (or spec), operator and field."""
-
-    exit_code = USAGE
+MAX_FILE_BYTES = 16 << 20  # far above any library's sources
 
 
 def load(spec: str) -> OperatorLibrary:
@@ -87,16 +86,27 @@ def from_import(spec: str) -> OperatorLibrary:
 
 def from_yaml(path: str | Path) -> OperatorLibrary:
     """The library a YAML file describes (module docstring); errors name the file, operator and field."""
+    name, entries = read_file(path)
+    return build(name, entries, where=str(path))
+
+
+def read_file(path: str | Path) -> tuple[str, list[object]]:
+    """(name, operator descriptions) of a library file, read as data: nothing compiled. A file over
+    :data:`MAX_FILE_BYTES` is refused unread (a library file beside data may be anyone's)."""
     path = Path(path)
     where = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise LibraryError(f"{where}: over {MAX_FILE_BYTES:,} bytes: not a library file")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise LibraryError(f"{where}: cannot read the library: {exc}") from None
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise LibraryError(f"{where}: not valid YAML: {exc}") from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise LibraryError(f"{where}: not valid YAML: {str(exc)[:200]}") from None
     if not isinstance(data, Mapping):
         raise LibraryError(f"{where}: a library file is a mapping with an 'operators' list")
     unknown = sorted(set(map(str, data)) - {"name", "operators"})
@@ -108,18 +118,60 @@ def from_yaml(path: str | Path) -> OperatorLibrary:
     entries = data.get("operators")
     if not isinstance(entries, list) or not entries:
         raise LibraryError(f"{where}: field 'operators': a non-empty list of operators")
-    return build(name, entries, where=where)
+    return name, entries
 
 
-def build(name: str, entries: Sequence[Mapping[str, Any]], where: str = "<library>") -> OperatorLibrary:
-    """A library from plain operator descriptions (the YAML fields), compiled into one namespace."""
-    return OperatorLibrary(name, compile_operators(entries, where=where, namespace_name=f"opgen.library.{name}"))
+def digest_of_file(path: str | Path) -> str:
+    """The content digest of the library a file describes, read as data: its operators are checked
+    as :func:`from_yaml` checks them, and none is compiled or run (what verify reads of a build
+    folder's library file)."""
+    _, entries = read_file(path)
+    return ops.content_digest([_described(f) for f in _checked(entries, str(path))])
 
 
-def compile_operators(entries: Sequence[Mapping[str, Any]], where: str = "<library>",
-                      namespace_name: str = "opgen.library") -> tuple[Operator, ...]:
-    """Operators from descriptions, their sources compiled into one namespace (as ``opgen/ops.py``
-    compiles the study's). ``where`` names the origin in every error."""
+def canonical_text(lib: OperatorLibrary) -> str:
+    """The library as its canonical file: a YAML library file (:func:`from_yaml` reads it back to the
+    same digest) that a build folder keeps beside its rows and the store keeps per digest. A
+    library whose operators a library file cannot state (more than one parameter, say) is a
+    :class:`LibraryError` naming the operator."""
+    entries = []
+    for op in lib.operators:
+        entry: dict[str, Any] = {"id": op.id, "name": op.name, "gloss": op.gloss, "split": op.split,
+                                 "n_inputs": op.n_inputs}
+        if op.params:
+            entry["params"] = [{"name": p.name, "kind": p.kind, "choices": list(p.choices)} if p.kind == "choice"
+                               else {"name": p.name, "kind": p.kind, "lo": p.lo, "hi": p.hi} for p in op.params]
+        entry["source"] = op.source
+        entries.append(entry)
+    where = f"library {lib.name!r}"
+    head = (f"# opgen operator library {lib.name!r}, digest {lib.digest}.\n"
+            "# The canonical file of a build's library: opgen reads it as data and never runs it. To grade or\n"
+            "# rebuild with it, vouch for it: opgen ops add THIS_FILE (or give it: --library THIS_FILE).\n")
+    text: str = head + yaml.dump({"name": lib.name, "operators": entries}, Dumper=_Dumper, sort_keys=False,
+                                 allow_unicode=True, width=1000)
+    try:  # the text read back as data, as digest_of_file reads it
+        got = ops.content_digest([_described(f) for f in _checked(yaml.safe_load(text)["operators"], where)])
+    except LibraryError as exc:
+        raise LibraryError(f"{exc} (it cannot be written as a library file)") from None
+    if got != lib.digest:
+        raise LibraryError(f"{where}: its operators cannot be written as a library file with the same digest "
+                           f"(a parameter a file cannot state: {lib.digest[:12]} becomes {got[:12]})")
+    return text
+
+
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # yaml ships no types
+    """Multi-line strings (sources) as literal blocks, where YAML can hold them so."""
+
+
+def _str(dumper: Any, value: str) -> Any:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _checked(entries: Sequence[object], where: str) -> list[dict[str, Any]]:
     checked = []
     seen: dict[str, int] = {}
     for i, entry in enumerate(entries):
@@ -129,6 +181,27 @@ def compile_operators(entries: Sequence[Mapping[str, Any]], where: str = "<libra
                                f"{seen[fields['id']]}")
         seen[fields["id"]] = i
         checked.append(fields)
+    return checked
+
+
+def _described(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Checked fields as :func:`opgen.ops.describe_operator` describes the operator they make."""
+    return {"id": fields["id"], "name": fields["name"], "source": fields["source"], "n_inputs": fields["n_inputs"],
+            "params": [{"name": p.name, "kind": p.kind, "lo": p.lo, "hi": p.hi, "choices": list(p.choices)}
+                       for p in fields["params"]],
+            "split": fields["split"], "gloss": fields["gloss"]}
+
+
+def build(name: str, entries: Sequence[object], where: str = "<library>") -> OperatorLibrary:
+    """A library from plain operator descriptions (the YAML fields), compiled into one namespace."""
+    return OperatorLibrary(name, compile_operators(entries, where=where, namespace_name=f"opgen.library.{name}"))
+
+
+def compile_operators(entries: Sequence[object], where: str = "<library>",
+                      namespace_name: str = "opgen.library") -> tuple[Operator, ...]:
+    """Operators from descriptions, their sources compiled into one namespace (as ``opgen/ops.py``
+    compiles the study's). ``where`` names the origin in every error."""
+    checked = _checked(entries, where)
     namespace: dict[str, object] = {"__name__": namespace_name}
     for i, fields in enumerate(checked):
         label = f"{where}: operator {i} ({fields['id']}): field 'source'"
