@@ -385,12 +385,18 @@ def check_truths(data: Path | str, rows: Iterable[tuple[int, str]], settings: Gr
     given, else the first row's: ``settings`` with that library. A malformed ground truth is a
     :class:`ScoreInputError`, a library that cannot be had :class:`opgen.library.UnknownLibrary` or
     :class:`opgen.library.LibraryMismatch`, each naming the row."""
-    from opgen.library import LibraryMismatch
+    from opgen.library import STUDY, LibraryMismatch
+    from opgen.score.judge import load_truth
     from opgen.truth import GroundTruthError
 
     for index, ground_truth in rows:
         where = f"{data}: row {index}: " if str(data) else f"row {index}: "
         try:
+            # parsed once (judge's cache: grade_many finds it there); a row naming the library
+            # already resolved needs no second lookup
+            named = load_truth(ground_truth).library
+            if record is not None and (STUDY.digest if named is None else named.digest) == record.library.digest:
+                continue
             row_record = settings.for_row(ground_truth, where)
         except GroundTruthError as exc:
             raise ScoreInputError(f"{where}{exc}") from None
