@@ -168,7 +168,7 @@ def _run_of(o: dict[str, Any]) -> EvalRun:
             openai=_openai_options(o),
             grading=GradeSettings.resolve(namespace=o["namespace"], static=not o["no_static"],
                                           library=o["library_spec"]),
-            metric_defs=MetricDefs(drift_call=o["drift_call"], pass_k=o["pass_k"]),
+            metric_defs=MetricDefs(drift_call=o["drift_call"], pass_k=o["pass_k"], interval=o["interval"]),
             plots=not o["no_plots"],
         )
         return EvalRun(models=o["models"], data_files=o["data_files"], out=o["out_dir"], config=cfg,
@@ -248,7 +248,8 @@ def _eval_local(model, name, data_files, out_dir, cfg) -> dict:
     from opgen.infer import evaluate as ev
     from opgen.infer.base import BackendError
     from opgen.infer.run import DataError, LogError
-    from opgen.score.report import ScoreInputError
+    from opgen.score.inputs import ScoreInputError
+    from opgen.score.report import ScoreOutputError
 
     try:
         metrics = ev.evaluate_model(model, name, data_files, out_dir, cfg)
@@ -256,7 +257,7 @@ def _eval_local(model, name, data_files, out_dir, cfg) -> dict:
         raise click.BadParameter(str(exc), param_hint="--data") from None
     except (BackendError, LogError, ev.ConfigMismatch) as exc:
         raise click.ClickException(f"{name}: {exc}") from None
-    except ScoreInputError as exc:
+    except (ScoreInputError, ScoreOutputError) as exc:
         raise click.ClickException(f"{name}: scoring failed: {exc}") from None
     except OSError as exc:  # a full disk or a read-only --out
         from opgen.files import describe_os_error
@@ -272,7 +273,8 @@ def _eval_ray(run: EvalRun) -> list[dict]:
     from opgen.distributed import driver
     from opgen.distributed.ray_executor import RayPool
     from opgen.infer.run import DataError
-    from opgen.score.report import ScoreInputError
+    from opgen.score.inputs import ScoreInputError
+    from opgen.score.report import ScoreOutputError
 
     cfg, opts, out_dir = run.config, run.ray, run.out
     assert opts is not None  # EvalRun: the defaults with --executor ray
@@ -285,7 +287,7 @@ def _eval_ray(run: EvalRun) -> list[dict]:
         raise click.BadParameter(str(exc), param_hint="--data") from None
     # BackendError, LogError, ConfigMismatch, RayError, AllReplicasLost, ChunkLost, InjectedFault: exit 1 with
     # their message (cli/__init__.py)
-    except ScoreInputError as exc:
+    except (ScoreInputError, ScoreOutputError) as exc:
         raise click.ClickException(f"scoring failed: {exc}") from None
     finally:
         if pool is not None:

@@ -229,8 +229,14 @@ def op_budget(help: str) -> Callable[[F], F]:
 
 
 def metric_defs() -> Callable[[F], F]:
-    """``--drift-call`` and ``--pass-k`` (opgen.score.metrics.MetricDefs; docs/scoring.md, "Metric definitions")."""
+    """``--drift-call``, ``--pass-k`` and ``--interval`` (opgen.score.metrics.MetricDefs; docs/scoring.md,
+    "Metric definitions")."""
     def deco(f: F) -> F:
+        f = click.option("--interval", "interval", type=click.Choice(tuple(choices.INTERVALS)), default="rows",
+                         show_default=True,
+                         help="95% intervals by row (a row's samples are not independent: Wilson at the "
+                              "effective sample size of a cluster-robust variance) or per sample. Named in "
+                              "summary.json.")(f)
         f = click.option("--pass-k", "pass_k", type=click.Choice(tuple(choices.PASS_K_ESTIMATORS)), default="unbiased",
                          show_default=True,
                          help="pass@k estimator: unbiased (Chen et al.) or earliest (the Interplay release's: one "

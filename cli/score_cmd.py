@@ -50,7 +50,7 @@ from . import options
 @click.pass_context
 def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str, workers: int, policy: str,
           group: str, timeout_s: float, namespace: str, no_plots: bool, distance_edges: str, drift_call: str,
-          pass_k: str, executor: str,
+          pass_k: str, interval: str, executor: str,
           ray_address: str | None, ray_num_cpus: int | None, sandbox_actors: int | None,
           no_static: bool, grade_processes: int | None, allow_weak_sandbox: bool, progress: bool | None,
           library_spec: str | None) -> None:
@@ -85,7 +85,7 @@ def score(ctx: click.Context, data: Path, responses: Path, out: Path, mode: str,
                                            actors=sandbox_actors))
         summary = score_files(data, responses, out, workers=workers, settings=grading, timeout_s=timeout_s,
                               plots=not no_plots, distance_edges=edges, sandbox=box, processes=grade_processes,
-                              metric_defs=MetricDefs(drift_call=drift_call, pass_k=pass_k),
+                              metric_defs=MetricDefs(drift_call=drift_call, pass_k=pass_k, interval=interval),
                               progress=options.show_progress(progress))
     except (KeyboardInterrupt, outdir.Terminated) as exc:
         term = isinstance(exc, outdir.Terminated)
@@ -140,21 +140,28 @@ def _distance_edges(text: str) -> tuple[int, ...]:
     return edges
 
 
+def _figure(p: dict) -> str:
+    """An accuracy and its interval, or what stands for none (no response counted: never 0)."""
+    if p.get("acc") is None:
+        return "n/a (no response)"
+    return f"{p['acc']:.4f} [{p['ci_low']:.4f}, {p['ci_high']:.4f}]"
+
+
 def _report(summary: dict, out: Path) -> None:
     """The summary's lines on the terminal (the files are written)."""
     from opgen.score.report import missing_import_warning
 
     o = summary["overall"]
     click.echo(f"{summary['responses']} responses over {summary['rows_answered']} of {summary['rows']} rows: "
-               f"accuracy {o['acc']:.4f} [{o['ci_low']:.4f}, {o['ci_high']:.4f}]  isolation {summary['isolation']}")
+               f"accuracy {_figure(o)}  isolation {summary['isolation']}")
     if summary["rows_without_response"]:
         click.echo(f"{summary['rows_without_response']} rows have no response")
     if summary["pass_at_k"]:
         click.echo("  ".join(f"{k} {v:.4f}" for k, v in summary["pass_at_k"].items()))
     nd = summary["non_degenerate"]
     if summary["degenerate_rows"]:
-        click.echo(f"non-degenerate rows: accuracy {nd['acc']:.4f} [{nd['ci_low']:.4f}, {nd['ci_high']:.4f}] "
-                   f"over {nd['n']} responses ({summary['degenerate_rows']} on degenerate rows)")
+        click.echo(f"non-degenerate rows: accuracy {_figure(nd)} over {nd['n']} responses "
+                   f"({summary['degenerate_rows']} on degenerate rows)")
     click.echo("errors: " + json.dumps(summary["errors"]))
     if summary.get("retries"):
         click.echo(f"{summary['retries']} responses were graded again: the grading process or sandbox worker "

@@ -223,7 +223,7 @@ def rows_list(rows: Any) -> list[dict]:
 
 
 def _rows_of(rows: Any):
-    from opgen.score.report import Row
+    from opgen.score.inputs import Row
 
     out = []
     for i, row in enumerate(rows_list(rows)):
@@ -295,30 +295,43 @@ def score_answers(rows: Any, responses: Sequence[Any], *, mode: str = "auto",
     the rows name, from the user's library store. A row naming another one, or one neither given nor
     registered, raises :class:`opgen.library.LibraryMismatch` / :class:`opgen.library.UnknownLibrary`
     before any grading."""
-    from opgen.score.report import check_truths, grade_records, settings_fields, summarize
+    from opgen.score.inputs import check_truths
+    from opgen.score.report import Report, graded, settings_fields
     from opgen.score.sandbox import Sandbox
     from opgen.score.settings import GradeSettings
 
     record = GradeSettings.resolve(settings, mode=mode, policy=policy, group=group, namespace=namespace,
                                    static=static, library=library)
     _check_score_args(workers, timeout_s)
+    if rows is None:
+        raise TypeError("rows must be an opgen Dataset, a pyarrow.Table or a list of row dicts, got None")
     if isinstance(responses, (str, bytes, Mapping)) or not isinstance(responses, Sequence):
         raise TypeError(f"responses must be a list with one entry per row, got {type(responses).__name__}")
     data = _rows_of(rows)
     if len(responses) != len(data):
         raise ValueError(f"{len(responses)} responses for {len(data)} rows (give None for a row without one)")
+    if not data:
+        raise ValueError("responses is empty (and so are rows): there is nothing to score")
     answers: dict[int, list[str]] = {}
     for i, got in enumerate(responses):
         samples = _samples(i, got)
         if samples is not None:
             answers[i] = samples
-    record = check_truths("", data, answers, record)  # ScoreInputError (a ValueError) names the row
-    with Sandbox(workers=int(workers), timeout_s=float(timeout_s)) as box:
-        records = grade_records(data, answers, box, settings=record)
-        level = box.level
-    summary = summarize(records, n_rows=len(data), answered=len(answers))
-    summary.update(settings_fields(record, level))
+    if not answers:
+        raise ValueError(f"responses holds no response (all {len(data)} entries are None): there is nothing to "
+                         f"score, and an accuracy over no response is not 0")
+    # with the rows' library; a ScoreInputError (a ValueError) names the row
+    record = check_truths("", ((i, data[i].ground_truth) for i in sorted(answers)), record)
+    report = Report(record)
     grades: list[list[dict]] = [[] for _ in data]
-    for rec in records:
-        grades[rec["index"]].append(rec)
+    records: list[dict] = []
+    with Sandbox(workers=int(workers), timeout_s=float(timeout_s)) as box:
+        for row, got in graded(((data[i], answers[i]) for i in sorted(answers)), box, data=Path("rows"),
+                               settings=record):
+            recs = report.records(row, got)
+            grades[row.position] = recs
+            records += recs
+        level = box.level
+    summary = report.summary.result(len(data), len(answers))
+    summary.update(settings_fields(record, level))
     return Scores(grades, records, summary)

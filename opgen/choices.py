@@ -30,6 +30,11 @@ PASS_K_ESTIMATORS = {  # --pass-k: each estimator, as summary.json names it
     "earliest": "earliest-rank (the Interplay release's: a row passes at k when one of its first k samples, "
                 "in generation order, is correct)",
 }
+INTERVALS = {  # --interval: how a 95% interval treats several samples of one row, as summary.json names it
+    "rows": "by row: Wilson at the effective sample size of a cluster-robust variance over rows (a row's "
+            "samples are not independent; with one sample per row, the per-sample Wilson interval)",
+    "samples": "per sample: Wilson over every sample as an independent draw",
+}
 
 EXECUTORS = ("local", "ray")  # --executor of build, score and eval
 

@@ -1,7 +1,9 @@
 """Checkpoint sweeps: one table row per evaluated model, and plots of accuracy over checkpoints.
 
-Reads what `opgen eval` wrote for each model (metrics.json and the scorer's per-row scores.jsonl),
-so a sweep can be rebuilt from an output folder without generating again.
+Reads what `opgen eval` wrote for each model: metrics.json, whose data files' summaries are added up
+(never every response at once; a summary from before these tables existed is recomputed from its
+scores.jsonl, one line at a time), so a sweep can be rebuilt from an output folder without
+generating again.
 """
 
 from __future__ import annotations
@@ -10,8 +12,7 @@ import csv
 import io
 import json
 import re
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 _STEP = re.compile(r"(?:global_step|checkpoint|ckpt|step|iter)[-_]?(\d+)", re.IGNORECASE)
@@ -27,37 +28,50 @@ def checkpoint_step(name: str) -> int | None:
     return int(name) if name.isdigit() else None
 
 
-def scope_of(op_ids) -> str:
-    from opgen.score.metrics import scope_of as of
-
-    return of(op_ids)
-
-
-def _proportion(correct: int, n: int) -> dict:
-    from opgen.score.metrics import wilson
-
-    lo, hi = wilson(correct, n)
-    return {"n": n, "acc": correct / n if n else None, "ci_low": lo if n else None, "ci_high": hi if n else None}
+def _proportion(p: Mapping | None) -> dict:
+    """A sweep cell of a combined proportion: n, acc and its interval (null when n is 0)."""
+    p = p or {}
+    return {"n": p.get("n", 0), "acc": p.get("acc"), "ci_low": p.get("ci_low"), "ci_high": p.get("ci_high")}
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def _scores_lines(path: Path) -> Iterator[dict]:
+    """The records of a scores.jsonl, one at a time."""
     with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        for line in fh:
+            if line.strip():
+                yield json.loads(line)
 
 
-def model_records(model_dir: Path, metrics: Mapping, decomposed: bool = False) -> list[dict]:
+def model_records(model_dir: Path, metrics: Mapping) -> Iterator[dict]:
     """The scorer's per-response records of one model over all its data files (scores.jsonl lines),
-    each tagged with its data file; ``split`` falls back to the data file's name."""
-    records = []
+    one at a time, each tagged with its data file; ``split`` falls back to the data file's name."""
+    for dn, entry in metrics["data"].items():
+        if not entry or "scores" not in entry:
+            continue
+        for rec in _scores_lines(model_dir / entry["scores"] / "scores.jsonl"):
+            rec["data"] = dn
+            rec["split"] = rec.get("split") or dn
+            yield rec
+
+
+def file_summaries(model_dir: Path, metrics: Mapping, decomposed: bool = False) -> dict[str, dict]:
+    """Each scored data file's summary (data name -> summary.json's tables): metrics.json's copy, or,
+    for a file scored before the tables a sweep reads existed, recomputed from its scores.jsonl read
+    one line at a time. No model's records are ever held together."""
+    from opgen.score.metrics import MetricDefs, Summary
+
+    out = {}
     for dn, entry in metrics["data"].items():
         e = entry.get("decomposed") if decomposed else entry
         if not e or "scores" not in e:
             continue
-        for rec in _read_jsonl(model_dir / e["scores"] / "scores.jsonl"):
-            rec["data"] = dn
-            rec["split"] = rec.get("split") or dn
-            records.append(rec)
-    return records
+        summary = e.get("summary") or {}
+        if "interval" not in (summary.get("metric_definitions") or {}):
+            defs = MetricDefs(drift_call=drift_call_of(metrics))
+            summary = {**summary, **Summary.of(_scores_lines(model_dir / e["scores"] / "scores.jsonl"),
+                                               defs).result(0, 0)}
+        out[dn] = summary
+    return out
 
 
 def correct(rec: Mapping) -> bool:
@@ -65,73 +79,74 @@ def correct(rec: Mapping) -> bool:
     return float(rec.get("acc", 0.0)) >= 1.0
 
 
+def _depths(table: Mapping) -> dict[str, Mapping]:
+    """A by_depth table's rows of real depths (>= 0), keyed by the depth."""
+    return {d: p for d, p in table.items() if d.isdigit()}
+
+
 def sweep_row(name: str, model_dir: Path, metrics: Mapping) -> dict:
-    """One model's line of the sweep: accuracy overall, by data file and by depth (95% Wilson
-    intervals), the arity-error and chimera rates over recall blocks, truncations, decomposed accuracy."""
-    recs = model_records(model_dir, metrics)
+    """One model's line of the sweep: accuracy overall, by data file and by depth (95% intervals),
+    the arity-error and chimera rates over recall blocks, truncations, decomposed accuracy — all
+    added up from the data files' summaries (opgen.score.metrics.combine)."""
+    from opgen.score.metrics import combine, combine_arity, interval_of
+
+    files = file_summaries(model_dir, metrics)
+    how = next((interval_of(s) for s in files.values()), "rows")
     row: dict = {"model": name, "step": checkpoint_step(name),
-                 "overall": _proportion(sum(map(correct, recs)), len(recs)), "by_split": {}, "by_depth": {}}
-    for key, field in (("by_split", "split"), ("by_depth", "depth")):
-        groups: dict = {}
-        for r in recs:
-            if field == "depth" and not (isinstance(r.get("depth"), int) and r["depth"] >= 0):
-                continue
-            groups.setdefault(r[field], []).append(correct(r))
-        row[key] = {str(k): _proportion(sum(v), len(v)) for k, v in sorted(groups.items())}
+                 "overall": _proportion(combine((s.get("overall") for s in files.values()), how)),
+                 "by_split": {}, "by_depth": {}}
+    by_split: dict[str, list] = {}
+    by_depth: dict[str, list] = {}
+    for dn, s in files.items():
+        for split, p in (s.get("by_split") or {}).items():
+            by_split.setdefault(split or dn, []).append(p)
+        for d, p in _depths(s.get("by_depth") or {}).items():
+            by_depth.setdefault(d, []).append(p)
+    row["by_split"] = {k: _proportion(combine(v, how)) for k, v in sorted(by_split.items())}
+    row["by_depth"] = {k: _proportion(combine(v, how)) for k, v in sorted(by_depth.items(), key=lambda kv: int(kv[0]))}
     # Depth columns per data file: depth 4 of held-out trees and depth 4 of train-operator chains
     # are different quantities, so pooled depth columns exist only when one data file was scored.
-    per_data: dict = {}
-    for r in recs:
-        if isinstance(r.get("depth"), int) and r["depth"] >= 0:
-            per_data.setdefault(r["data"], {}).setdefault(r["depth"], []).append(correct(r))
-    row["by_data_depth"] = {dn: {str(d): _proportion(sum(v), len(v)) for d, v in sorted(g.items())}
-                            for dn, g in sorted(per_data.items())}
-    if len({r["data"] for r in recs}) > 1:
+    row["by_data_depth"] = {dn: {d: _proportion(combine([p], how)) for d, p in
+                                 sorted(_depths(s.get("by_depth") or {}).items(), key=lambda kv: int(kv[0]))}
+                            for dn, s in sorted(files.items()) if _depths(s.get("by_depth") or {})}
+    if len([s for s in files.values() if (s.get("overall") or {}).get("n")]) > 1:
         row["by_depth"] = {}
     # Roll-ups by role: ID/OOD/total, the arity tables and rates come from eval files only; each
     # probe file reports per condition on its own (opgen.score.metrics.file_role).
     roles = data_roles(metrics)
-    evals = [r for r in recs if roles.get(r["data"], "eval") == "eval"]
+    evals = {dn: s for dn, s in files.items() if roles.get(dn, "eval") == "eval"}
     row["roles"] = {dn: roles[dn] for dn in sorted(roles)}
-    scoped: dict = {"id": [], "ood": [], "total": []}
-    scope_files: dict = {"id": {}, "ood": {}, "total": {}}
-    for r in evals:
-        scope = r.get("scope") or scope_of(r.get("ops"))
-        for k in ((scope, "total") if scope in ("id", "ood") else ("total",)):
-            scoped[k].append(correct(r))
-            scope_files[k][r["data"]] = scope_files[k].get(r["data"], 0) + 1
-    row["scope"] = {k: {**_proportion(sum(v), len(v)), "files": dict(sorted(scope_files[k].items()))}
-                    for k, v in scoped.items()}
-    plain = [correct(r) for r in evals if r.get("degenerate") is False]
-    row["non_degenerate"] = _proportion(sum(plain), len(plain))
-    from opgen.score.metrics import arity_by_distance
-
-    drift = drift_call_of(metrics)
-    row["metric_definitions"] = {"drift_call": drift}
-    row["arity_by_distance"] = arity_by_distance(evals, drift_call=drift)
-    row.update(arity_rates(evals))
+    row["scope"] = {}
+    for k in ("id", "ood", "total"):
+        cells = {dn: (s.get("by_scope") or {}).get(k) for dn, s in sorted(evals.items())}
+        row["scope"][k] = {**_proportion(combine(cells.values(), how)),
+                           "files": {dn: p["n"] for dn, p in cells.items() if p and p.get("n")}}
+    row["non_degenerate"] = _proportion(combine((s.get("non_degenerate") for s in evals.values()), how))
+    row["metric_definitions"] = {"drift_call": drift_call_of(metrics)}
+    row["arity_by_distance"] = combine_arity((s.get("arity_by_distance") for s in evals.values()), how)
+    row.update(arity_rates(evals.values()))
     row["probes"] = {}
-    for dn in sorted(d for d, role in roles.items() if role == "probe"):
-        prs = [r for r in recs if r["data"] == dn]
-        conds: dict = {}
-        for r in prs:
-            conds.setdefault(str(r.get("condition") or ""), []).append(correct(r))
-        row["probes"][dn] = {"rows": len(prs),
-                             "by_condition": {c: _proportion(sum(v), len(v)) for c, v in sorted(conds.items())},
-                             "arity_by_distance": arity_by_distance(prs, drift_call=drift), **arity_rates(prs)}
+    for dn in sorted(d for d, role in roles.items() if role == "probe" and d in files):
+        s = files[dn]
+        conds: dict[str, list] = {}
+        for c, p in (s.get("by_condition") or {}).items():
+            conds.setdefault("" if c == "None" else c, []).append(p)
+        row["probes"][dn] = {"rows": (s.get("overall") or {}).get("n", 0),
+                             "by_condition": {c: _proportion(combine(v, how)) for c, v in sorted(conds.items())},
+                             "arity_by_distance": combine_arity([s.get("arity_by_distance")], how),
+                             **arity_rates([s])}
     row["sources"] = {"scope": row["scope"]["total"]["files"],
-                      "arity": {dn: n for dn, n in sorted(Counter(r["data"] for r in evals
-                                                                  for _ in (r.get("recalls") or [])).items())}}
+                      "arity": {dn: n for dn, s in sorted(evals.items()) if (n := _blocks(s))}}
     # Program responses that fail only for want of the native module's imports (opgen score
     # --namespace native runs them with those names): a large share means the wrong namespace.
-    programs = [r for r in recs if r.get("mode") == "program"]
-    row["missing_import_rate"] = (sum(r.get("error") == "missing_import" for r in programs) / len(programs)
-                                  if programs else None)
+    programs = sum((s.get("missing_import") or {}).get("programs", 0) for s in files.values())
+    missing = sum((s.get("missing_import") or {}).get("responses", 0) for s in files.values())
+    row["missing_import_rate"] = missing / programs if programs else None
     samples = sum(e["generation"]["samples"] for e in metrics["data"].values())
     cut = sum(e["generation"]["truncated_samples"] for e in metrics["data"].values())
     row["truncated_rate"] = cut / samples if samples else None
-    dec = model_records(model_dir, metrics, decomposed=True)
-    row["decomposed"] = _proportion(sum(map(correct, dec)), len(dec)) if dec else None
+    dec = file_summaries(model_dir, metrics, decomposed=True)
+    row["decomposed"] = _proportion(combine((s.get("overall") for s in dec.values()), how)) if dec else None
     return row
 
 
@@ -156,17 +171,34 @@ def drift_call_of(metrics: Mapping) -> str:
     return "farthest"
 
 
-def arity_rates(recs: Sequence[Mapping]) -> dict:
-    """The study's arity error (func_24's recall blocks written without the argument) and, under its
-    own name, the rate over every operator's blocks; with the block counts behind each."""
-    blocks = [rc for r in recs for rc in (r.get("recalls") or [])]
-    f24 = [rc for rc in blocks if rc.get("op") == STUDY_ARITY_OP]
+def _blocks(summary: Mapping) -> int:
+    """Recall blocks written in a file (every operator's)."""
+    return sum(int(d.get("written") or 0) for d in (summary.get("recall_by_op") or {}).values())
 
-    def rate(bs, verdict):
-        return sum(rc.get("verdict") == verdict for rc in bs) / len(bs) if bs else None
 
-    return {"recall_blocks": len(blocks), "arity_error_rate": rate(f24, "arity"), "func_24_blocks": len(f24),
-            "arity_error_rate_all_ops": rate(blocks, "arity"), "chimera_rate": rate(blocks, "chimera")}
+def arity_rates(summaries: Iterable[Mapping]) -> dict:
+    """The study's arity error (func_24's recall blocks written without a parameter) and, under
+    their own names, the rates over every operator's blocks (dropped, added, chimera), with the
+    block counts behind each; from the files' ``recall_by_op``."""
+    written = dropped = added = chimera = f24 = f24_dropped = 0
+    for s in summaries:
+        for op, d in (s.get("recall_by_op") or {}).items():
+            w = int(d.get("written") or 0)
+            drop = int(d.get("arity_dropped", d.get("arity")) or 0)
+            written += w
+            dropped += drop
+            added += int(d.get("arity_added") or 0)
+            chimera += int(d.get("chimera") or 0)
+            if op == STUDY_ARITY_OP:
+                f24 += w
+                f24_dropped += drop
+
+    def rate(k: int, n: int) -> float | None:
+        return k / n if n else None
+
+    return {"recall_blocks": written, "arity_error_rate": rate(f24_dropped, f24), "func_24_blocks": f24,
+            "arity_error_rate_all_ops": rate(dropped, written), "arity_added_rate_all_ops": rate(added, written),
+            "chimera_rate": rate(chimera, written)}
 
 
 def build_sweep(out_dir: Path, all_metrics: Sequence[Mapping]) -> list[dict]:
@@ -199,8 +231,8 @@ def _flat(row: Mapping) -> dict:
         for b, d in buckets.items():
             put(f"arity[{op}|{b}]", {"acc": d["rate"] if d["written"] else None, "ci_low": d["ci_low"],
                                      "ci_high": d["ci_high"], "n": d["written"]})
-    for k in ("arity_error_rate", "arity_error_rate_all_ops", "chimera_rate", "missing_import_rate",
-              "truncated_rate"):
+    for k in ("arity_error_rate", "arity_error_rate_all_ops", "arity_added_rate_all_ops", "chimera_rate",
+              "missing_import_rate", "truncated_rate"):
         out[k] = "" if row.get(k) is None else round(row[k], 6)
     out["func_24_blocks"] = row.get("func_24_blocks", "")
     for dn, pr in row.get("probes", {}).items():

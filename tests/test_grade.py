@@ -229,10 +229,11 @@ def test_pass_at_k_is_the_unbiased_estimator():
 
 
 def test_grouped_sorts_numbers_numerically():
-    from opgen.score.metrics import grouped
+    from opgen.score.metrics import Summary
 
-    recs = [{"depth": d, "acc": float(d % 2)} for d in (10, 2, 9, 1)]
-    assert list(grouped(recs, "depth")) == ["1", "2", "9", "10"]
+    recs = [{"index": i, "depth": d, "acc": float(d % 2), "score": 0.0, "format_ok": True, "error": ""}
+            for i, d in enumerate((10, 2, 9, 1))]
+    assert list(Summary.of(recs).result(4, 4)["by_depth"]) == ["1", "2", "9", "10"]
 
 
 def test_mode_forward_on_program_rows_and_program_on_forward_rows(box):

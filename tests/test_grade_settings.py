@@ -157,7 +157,8 @@ def test_the_cli_choices_are_the_records():
     params = {p.name: p for p in score_cmd.score.params}
     for name in ("mode", "policy", "group", "namespace"):
         assert tuple(params[name].type.choices) == CHOICES[name], name
-    metric = {"drift_call": choices.DRIFT_CALLS, "pass_k": tuple(choices.PASS_K_ESTIMATORS)}
+    metric = {"drift_call": choices.DRIFT_CALLS, "pass_k": tuple(choices.PASS_K_ESTIMATORS),
+              "interval": tuple(choices.INTERVALS)}
     for command in (score_cmd.score, eval_cmd.eval_):
         params = {p.name: p for p in command.params}
         assert tuple(params["namespace"].type.choices) == choices.NAMESPACES

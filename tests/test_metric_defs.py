@@ -12,22 +12,27 @@ import tiny_model as tm
 from opgen.score import metrics as M
 
 # one row calling func_24 twice: at 10 characters (1 tail call) and at 200 (4 tail calls); its
-# func_24 recall block is an arity error
-REC = {"op_calls": {"func_24": [[10, 1], [200, 4]]}, "op_distance": {"func_24": 200},
-       "recalls": [{"op": "func_24", "verdict": "arity"}]}
+# func_24 recall block is an arity error (the study's: it drops the depth parameter)
+REC = {"index": 0, "acc": 0.0, "score": 0.0, "format_ok": True, "error": "arity",
+       "op_calls": {"func_24": [[10, 1], [200, 4]]}, "op_distance": {"func_24": 200},
+       "recalls": [{"op": "func_24", "verdict": "arity", "detail": "takes 1..1 parameters, func_24 takes 2"}]}
+
+
+def _tables(call: str) -> dict:
+    return M.Summary.of([REC], M.MetricDefs(drift_call=call)).result(1, 1)
 
 
 @pytest.mark.parametrize("call, buckets", [("farthest", {"150+": 1}), ("nearest", {"<40": 1}),
                                            ("every", {"<40": 1, "150+": 1})])
 def test_drift_bucket_by_farthest_nearest_or_every_call(call, buckets):
-    table = M.arity_by_distance([REC], drift_call=call)["func_24"]
+    table = _tables(call)["arity_by_distance"]["func_24"]
     assert {b: d["written"] for b, d in table.items() if d["written"]} == buckets
     assert all(d["arity"] == d["written"] for d in table.values())
 
 
 @pytest.mark.parametrize("call, tails", [("farthest", ["4"]), ("nearest", ["1"]), ("every", ["1", "4"])])
 def test_breakdown_by_tail_calls(call, tails):
-    assert sorted(M.arity_by_tail_calls([REC], drift_call=call)["func_24"]) == tails
+    assert sorted(_tables(call)["arity_by_tail_calls"]["func_24"]) == tails
 
 
 def test_row_measures_keep_every_call_with_its_tail_calls():

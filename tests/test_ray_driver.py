@@ -293,7 +293,7 @@ def test_a_resume_under_a_smaller_limit_grades_the_limited_rows_as_the_local_loo
 
 
 def test_an_unreadable_ground_truth_stops_the_sweep_naming_the_row(tmp_path):
-    from opgen.score.report import ScoreInputError
+    from opgen.score.inputs import ScoreInputError
 
     rows = [tm.program_row(i, "func_3(x)", "ab") for i in range(4)]
     rows[3]["reward_model"]["ground_truth"] = "not json"

@@ -216,6 +216,38 @@ def test_ray_score_equals_local_score(tmp_path):
     assert "accuracy 0.3333" in ray.output
 
 
+def test_ray_score_streamed_in_small_chunks_equals_local_score(tmp_path, monkeypatch):
+    """The Ray scorer through score_files' stream: chunks of three responses, rows of one to three
+    samples, the realistic mix of answers; the same rows and summary as the local sandbox."""
+    tm.require("ray")
+    from click.testing import CliRunner
+    from opgen.cli import cli
+
+    from opgen.score import report
+
+    monkeypatch.setattr(report, "CHUNK", 3)
+    data = tm.write_trees(tmp_path / "trees.parquet", n=18)
+    lines = []
+    for i in range(18):
+        e = tm.TREES[i % len(tm.TREES)][0]
+        good = tm.ra_answer(e)
+        samples = [good, good.replace("def func_1(s, n):", "def func_1(s):"), "no answer"][: 1 + i % 3]
+        lines.append({"index": i, "responses": samples})
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    runner = CliRunner()
+    common = ["score", "--data", str(data), "--responses", str(responses), "--no-plots"]
+    local = runner.invoke(cli, [*common, "--out", str(tmp_path / "local")], catch_exceptions=False)
+    assert local.exit_code == 0, local.output
+    ray = runner.invoke(cli, [*common, "--out", str(tmp_path / "ray"), "--workers", "1", "--executor", "ray",
+                              "--ray-num-cpus", "2", "--sandbox-actors", "2"], catch_exceptions=False)
+    assert ray.exit_code == 0, ray.output
+    assert (tmp_path / "ray" / "scores.jsonl").read_bytes() == (tmp_path / "local" / "scores.jsonl").read_bytes()
+    a, b = (json.loads((tmp_path / x / "summary.json").read_text()) for x in ("local", "ray"))
+    assert {**a, "responses_path": ""} == {**b, "responses_path": ""}
+    assert a["samples_per_row"] == {"min": 1, "max": 3} and "by_row" in a["overall"]
+
+
 def test_ray_replicas_balance_several_openai_servers(tmp_path):
     """One replica per --base-url, fed by the same pull queue; the files equal one server's."""
     tm.require("ray")

@@ -128,8 +128,13 @@ def test_program_ops_parses_never_runs():
 def test_the_study_arity_error_is_func_24s_and_the_all_operator_rate_has_its_own_name():
     from opgen.sweep import arity_rates
 
-    recs = [{"recalls": [{"op": "func_24", "verdict": "arity"}, {"op": "func_24", "verdict": "correct"}]
-             + [{"op": "func_1", "verdict": "correct"}] * 22}]
-    r = arity_rates(recs)
+    dropped = {"op": "func_24", "verdict": "arity", "detail": "takes 1..1 parameters, func_24 takes 2"}
+    added = {"op": "func_1", "verdict": "arity", "detail": "takes 3..3 parameters, func_1 takes 2"}
+    recs = [{"index": 0, "acc": 0.0, "score": 0.0, "format_ok": True, "error": "arity",
+             "recalls": [dropped, {"op": "func_24", "verdict": "correct"}, added]
+             + [{"op": "func_1", "verdict": "correct"}] * 21}]
+    r = arity_rates([M.Summary.of(recs).result(1, 1)])
     assert r["arity_error_rate"] == 0.5 and r["func_24_blocks"] == 2
+    # an added parameter is an arity verdict, but not the study's error: a rate of its own
     assert r["arity_error_rate_all_ops"] == pytest.approx(1 / 24)
+    assert r["arity_added_rate_all_ops"] == pytest.approx(1 / 24)

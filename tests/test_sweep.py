@@ -131,3 +131,27 @@ def test_sweep_without_matplotlib_is_one_line_and_the_tables_are_written(sweep_r
         "every model's scores and summaries and the sweep tables are complete"]
     assert (tmp / "out" / "sweep.csv").is_file() and (tmp / "out" / "sweep.json").is_file()
     assert not list((tmp / "out").glob("sweep_*.png"))
+
+
+@pytest.mark.slow
+def test_a_sweep_adds_summaries_and_recomputes_an_older_one_from_its_scores_line_by_line(sweep_run, monkeypatch):
+    """Issue 32 item 2: a sweep reads each model's metrics.json, never its responses; a summary of
+    before the tables it adds existed is recomputed from scores.jsonl, one line at a time."""
+    from opgen import sweep
+
+    go, tmp = sweep_run
+    go(tmp / "out")
+    metrics = sweep.load_metrics(tmp / "out")
+    expected = json.loads((tmp / "out" / "sweep.json").read_text())
+
+    def never(path):
+        raise AssertionError(f"the sweep read {path}")
+
+    with monkeypatch.context() as m:
+        m.setattr(sweep, "_scores_lines", never)
+        assert json.loads(json.dumps(sweep.build_sweep(tmp / "out", metrics))) == expected
+    for model in metrics:  # as an eval of before intervals by row wrote it
+        for entry in model["data"].values():
+            del entry["summary"]["metric_definitions"]["interval"]
+            entry["summary"]["arity_by_distance"] = {}
+    assert json.loads(json.dumps(sweep.build_sweep(tmp / "out", metrics))) == expected

@@ -239,3 +239,40 @@ def test_the_library_wire_form_rebuilds_the_library():
     assert GradeSettings.resolve(library="study").library is L.STUDY
     with pytest.raises(SettingsError, match="OperatorLibrary"):
         dataclasses.replace(GradeSettings(), library="study")
+
+
+@pytest.mark.slow  # a sandbox, and the grader loads matplotlib (~3 s)
+def test_the_sweeps_grader_grades_a_registered_librarys_rows_with_it(lib_files, monkeypatch):
+    """The sweep's grader (chunk by chunk, `opgen eval --executor ray`) finds the rows' library as
+    `opgen score` does, without --library: its report names it; a chunk of another library is refused."""
+    from opgen.distributed.driver import Grader
+    from opgen.score.inputs import Row
+    from opgen.score.settings import GradeSettings
+
+    monkeypatch.setenv("OPGEN_HOME", str(lib_files / "store"))
+    spec = str(lib_files / "toy.yaml")
+    lib = L.load(spec)
+    L.store.add(lib)
+    rows = [_row(i, _truth(lib, spec, e, used), used, "test") for i, (e, used) in enumerate(EXPRS)]
+    data, responses = _write(lib_files, rows, [_answer(lib, e, used) for e, used in EXPRS])
+    scored = {i: Row(i, r["reward_model"]["ground_truth"], r["data_source"], r["extra_info"])
+              for i, r in enumerate(rows)}
+    lines = responses.read_text().splitlines(keepends=True)
+    grader = Grader(1, GradeSettings(), plots=False)
+    try:
+        for i in (2, 0, 1):  # chunks of one row, in any order
+            grader.grade("p", str(data), len(rows), {i: scored[i]}, lines[i], str(responses))
+        summary, _ = grader.finish("p", 3, str(data), len(rows), str(responses), str(lib_files / "out"))
+        assert summary["library"] == {"name": "toy", "digest": lib.digest}
+        assert summary["overall"]["acc"] == 1.0
+        recs = [json.loads(line) for line in (lib_files / "out" / "scores.jsonl").read_text().splitlines()]
+        assert [r["index"] for r in recs] == [0, 1, 2] and [r["scope"] for r in recs] == ["ood", "id", "ood"]
+        # a study row in a later chunk of the same pass: one file, one library
+        study = Row(3, json.dumps({"mode": "program", "tasks": [{"entry": "main_solution", "expr": "func_3(x)",
+                                                                 "input": "ab", "output": "ba", "ops": ["func_3"],
+                                                                 "depth": 1}]}), "", {})
+        grader.grade("q", str(data), 4, {0: scored[0]}, lines[0], str(responses))
+        with pytest.raises(L.LibraryMismatch, match="another than the chunks before it"):
+            grader.grade("q", str(data), 4, {3: study}, '{"index": 3, "response": "x"}\n', str(responses))
+    finally:
+        grader.close()

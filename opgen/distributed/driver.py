@@ -14,8 +14,8 @@ Scoring is pipelined chunk by chunk: each chunk, once stored, is graded by the p
 (one warm sandbox, on CPUs, beside the replicas) while the replicas go on generating; rows an
 earlier run left (``--resume``) are graded as the pass starts. When a pass has all its chunks, its
 generations file is assembled (byte-identical to the local loop's) and the grader writes the
-pass's report from its records in row order (`report.write_records_report`, what `score_files`
-writes: the same scores.jsonl, summary.json, summary.csv and plots). So the replicas wait on
+pass's report from its spooled records in row order and its running counters (`Grader`, what
+`score_files` writes: the same scores.jsonl, summary.json, summary.csv and plots). So the replicas wait on
 scoring only for the last chunk's grades and the last report. metrics.json is written when all of
 a model's passes are scored, with the same content as `evaluate_model`'s.
 
@@ -25,7 +25,11 @@ opgen.distributed.ray_executor.RayPool, whose replicas are Ray actors).
 
 from __future__ import annotations
 
+import heapq
+import os
+import re
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -34,7 +38,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opgen import faults
 from opgen.errors import OpgenError
@@ -134,8 +138,10 @@ class ReplicaWorker:
 
 class Grader:
     """Grades a sweep's chunks as they come in, with one warm sandbox, and writes a pass's report
-    once all its chunks are graded: `report.grade_records` per chunk, then the records in row order
-    through `report.write_records_report` (what `score_files` writes for the whole file).
+    once all its chunks are graded. Each chunk's records go to the pass's spool (a temporary file)
+    and its running counters (`report.Report`) as it is graded, in whatever order chunks come;
+    `finish` writes the spooled lines in row order into the staged report and the summary beside
+    them: what `score_files` writes for the whole file, holding no pass's records in memory.
 
     The pools run its calls one at a time, in the order they were submitted: a pass's `finish`,
     submitted after its last chunk's `grade`, comes after every grade of that pass."""
@@ -149,8 +155,7 @@ class Grader:
         self.settings, self.plots = settings, plots
         self.metric_defs = metric_defs or DEFAULT_DEFS
         self.box = Sandbox(workers=workers, timeout_s=TIMEOUT_S)
-        self._records: dict[str, list[list[dict]]] = {}
-        self._answered: dict[str, int] = {}
+        self._passes: dict[str, _PassReport] = {}
         try:  # the plotting library loads now, while the replicas generate, not in the sweep's tail
             import matplotlib
 
@@ -159,20 +164,43 @@ class Grader:
         except ImportError:
             pass
 
+    def _pass(self, key: str, settings: GradeSettings) -> _PassReport:
+        """The pass ``key`` being graded with ``settings`` (its rows' library): every chunk of one
+        file names one library."""
+        from opgen.library import LibraryMismatch
+        from opgen.score.report import Report
+
+        p = self._passes.get(key)
+        if p is None:
+            p = self._passes[key] = _PassReport(Report(settings, self.metric_defs))
+        elif p.report.settings.library.digest != settings.library.digest:
+            had, got = p.report.settings.library, settings.library
+            raise LibraryMismatch(f"{key}: a chunk names operator library {got.name!r} (digest {got.digest[:12]}), "
+                                  f"another than the chunks before it ({had.name!r}, digest {had.digest[:12]}); "
+                                  "one file, one library")
+        return p
+
     def grade(self, key: str, data: str, n_rows: int, rows: dict, text: str, source: str) -> float:
-        """Grade one chunk's lines ``text`` (rows ``rows`` of the ``n_rows`` of ``data``); keep the
-        records for the pass ``key``. Returns the seconds it took."""
-        from opgen.score import report
+        """Grade one chunk's lines ``text`` (rows ``rows`` of the ``n_rows`` of ``data``) into the
+        pass ``key``'s spool and counters. Returns the seconds it took."""
+        from opgen.score import inputs, report
 
         t0 = time.perf_counter()
-        answers = report.parse_responses(text, n_rows, source)
+        answers = inputs.parse_responses(text, n_rows, source)
         if not set(answers) <= set(rows):
             raise RuntimeError(f"{source}: rows {sorted(set(answers) - set(rows))[:5]} were not sent with the chunk")
-        settings = report.check_truths(Path(data), rows, answers, self.settings)  # with the rows' library
+        pairs = [(rows[i], answers[i]) for i in sorted(answers)]
+        # the rows' library (the one given, else the study's or the user's store's), before grading
+        settings = inputs.check_truths(Path(data), ((row.position, row.ground_truth) for row, _ in pairs),
+                                       self.settings)
+        p = self._pass(key, settings)
         # As many grading processes as sandbox workers: the CPUs this grader was given.
-        records = report.grade_records(rows, answers, self.box, settings=settings, processes=self.box.workers)
-        self._records.setdefault(key, []).append(records)
-        self._answered[key] = self._answered.get(key, 0) + len(answers)
+        lines = [p.report.add(row, grades) for row, grades in
+                 report.graded(pairs, self.box, data=Path(data), settings=settings, processes=self.box.workers)]
+        if pairs:
+            p.spool.append(pairs[0][0].position, pairs[-1][0].position, b"".join(lines))
+        p.answered += len(answers)
+        p.jobs += 1
         return time.perf_counter() - t0
 
     def finish(self, key: str, jobs: int, data: str, n_rows: int, responses: str, out: str) -> tuple[dict, float]:
@@ -180,20 +208,115 @@ class Grader:
         from opgen.score import report
 
         t0 = time.perf_counter()
-        parts = self._records.pop(key, [])
-        answered = self._answered.pop(key, 0)
-        if len(parts) != jobs:
-            raise RuntimeError(f"{key}: {len(parts)} chunks graded, {jobs} expected")
-        # each row is in one chunk and each chunk's records are in row order, then sample order
-        records = sorted((r for part in parts for r in part), key=lambda r: (r["index"], r["sample"]))
-        summary = report.write_records_report(Path(out), records, n_rows=n_rows, answered=answered,
-                                              data=Path(data), responses=Path(responses), isolation=self.box.level,
-                                              settings=self.settings, plots=self.plots,
-                                              metric_defs=self.metric_defs)
+        p = self._passes.pop(key, None)
+        if p is None:  # a pass with no row to grade: its report says so
+            from opgen.score.report import Report
+
+            p = _PassReport(Report(self.settings, self.metric_defs))
+        try:
+            if p.jobs != jobs:
+                raise RuntimeError(f"{key}: {p.jobs} chunks graded, {jobs} expected")
+            with report.staged(Path(out)) as stage:
+                with report.ScoresFile(stage) as fh:
+                    p.spool.write_sorted(fh)
+                summary = p.report.finish(stage, plots=self.plots, n_rows=n_rows, answered=p.answered,
+                                          data=Path(data), responses=Path(responses), isolation=self.box.level)
+        finally:
+            p.spool.close()
         return summary, time.perf_counter() - t0
 
     def close(self) -> None:
+        for p in self._passes.values():
+            p.spool.close()
+        self._passes = {}
         self.box.close()
+
+
+@dataclass
+class _PassReport:
+    """One pass being graded: its counters, its spooled lines, what it has answered."""
+
+    report: Any
+    spool: Spool = field(default_factory=lambda: Spool())
+    answered: int = 0
+    jobs: int = 0
+
+
+_KEY = re.compile(rb'\{"index": (\d+), "sample": (\d+)')
+
+
+class Spool:
+    """``scores.jsonl`` lines of chunks graded in any order, in an unlinked temporary file (nothing
+    is left behind, whatever ends the process), and each chunk's rows and place in it;
+    :meth:`write_sorted` writes them in row then sample order, as `score_files` does."""
+
+    def __init__(self) -> None:
+        self.file = tempfile.TemporaryFile(prefix="opgen-scores-")
+        self.parts: list[tuple[int, int, int, int]] = []  # (first row, last row, offset, length)
+        self.size = 0
+
+    def append(self, first: int, last: int, data: bytes) -> None:
+        self.file.seek(self.size)
+        self.file.write(data)
+        self.parts.append((first, last, self.size, len(data)))
+        self.size += len(data)
+
+    def write_sorted(self, out) -> None:
+        """Chunks whose rows do not interleave are copied whole, in row order; those that interleave
+        (rows a resumed run had left, graded beside new chunks) are merged line by line."""
+        self.file.flush()
+        fd = self.file.fileno()
+        group: list[tuple[int, int, int, int]] = []
+        last = -1
+        for part in sorted(self.parts):
+            if group and part[0] > last:
+                self._write_group(fd, group, out)
+                group = []
+            group.append(part)
+            last = max(last, part[1])
+        if group:
+            self._write_group(fd, group, out)
+
+    def _write_group(self, fd: int, group: list[tuple[int, int, int, int]], out) -> None:
+        if len(group) == 1:
+            offset, length = group[0][2], group[0][3]
+            while length:
+                data = os.pread(fd, min(1 << 20, length), offset)
+                if not data:
+                    raise OSError(f"the scores spool ended at byte {offset}")
+                out.write(data)
+                offset, length = offset + len(data), length - len(data)
+            return
+
+        def keyed(part: tuple[int, int, int, int]):
+            for line in _spooled_lines(fd, part[2], part[3], 1 << 14):
+                m = _KEY.match(line)
+                assert m is not None  # the lines are report.Report's own
+                yield (int(m.group(1)), int(m.group(2))), line
+
+        for _key, line in heapq.merge(*(keyed(p) for p in group)):
+            out.write(line)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _spooled_lines(fd: int, offset: int, length: int, block: int = 1 << 20):
+    """The lines of ``length`` bytes at ``offset`` of ``fd``, read ``block`` bytes at a time."""
+    pos, end, buf, start = offset, offset + length, b"", 0
+    while True:
+        nl = buf.find(b"\n", start)
+        if nl >= 0:
+            yield buf[start:nl + 1]
+            start = nl + 1
+            continue
+        if pos >= end:
+            return
+        data = os.pread(fd, min(block, end - pos), pos)
+        if not data:
+            raise OSError(f"the scores spool ended at byte {pos} of {end}")
+        pos += len(data)
+        buf, start = buf[start:] + data, 0
 
 
 # ---------------------------------------------------------------- pools
@@ -416,25 +539,30 @@ class _Sweep:
         self.kill_after, self.abort_after = faults.value("kill-replica-after"), faults.value("abort-after")
         self.poison = faults.value("lose-chunk")
         self.written = 0
-        self.truths: dict[Path, list] = {}
+        self.n_rows: dict[Path, int] = {}
         self.bar = None
         self.t_gen0 = time.perf_counter()
         self.t_gen_end: float | None = None
 
-    def truth(self, data: Path) -> list:
-        """The scorer's rows of a data file (all of them, as score_files reads them), read once."""
-        if data not in self.truths:
-            from opgen.score.report import read_rows as read_truth
+    def rows_in(self, data: Path) -> int:
+        """The data file's row count (all of them, as score_files counts them), read once."""
+        if data not in self.n_rows:
+            import pyarrow.parquet as pq
 
-            self.truths[data] = read_truth(data)
-        return self.truths[data]
+            self.n_rows[data] = pq.ParquetFile(data).metadata.num_rows
+        return self.n_rows[data]
 
     def grade(self, p: _Pass, pairs: list[tuple[int, str]], source: Path) -> None:
-        """Hand rows' lines (index, line) of the pass to the grader."""
-        rows_all = self.truth(p.data)
-        rows = {i: rows_all[i] for i, _ in pairs if 0 <= i < len(rows_all)}
-        h = self.pool.grade("grade", p.key, str(p.data), len(rows_all), rows, "".join(line for _, line in pairs),
-                            str(source))
+        """Hand rows' lines (index, line) of the pass to the grader, with the scorer's view of those rows."""
+        from opgen.score.inputs import Row as ScoredRow
+
+        rows = {}
+        for i, _ in pairs:
+            if 0 <= i < len(p.rows):
+                r = p.rows[i]
+                rows[i] = ScoredRow(r.index, r.ground_truth, r.data_source, r.extra_info)
+        h = self.pool.grade("grade", p.key, str(p.data), self.rows_in(p.data), rows,
+                            "".join(line for _, line in pairs), str(source))
         self.scoring[h] = ("grade", p)
         p.grade_jobs += 1
 
@@ -463,7 +591,7 @@ class _Sweep:
             p.result["scores"] = name
             model_dir = self.out / self.names[p.model_idx]
             # after every grade of this pass (the grader runs its calls in order)
-            h = self.pool.grade("finish", p.key, p.grade_jobs, str(p.data), len(self.truth(p.data)),
+            h = self.pool.grade("finish", p.key, p.grade_jobs, str(p.data), self.rows_in(p.data),
                                 str(p.gen_path), str(model_dir / name))
             self.scoring[h] = ("finish", p)
         else:

@@ -193,19 +193,37 @@ def _ops_of(data_path: Path, cache: dict, obs: Observations) -> list[str]:
     """Each row's operator set (extra_info.ops of the data file the sweep was evaluated on)."""
     key = str(data_path)
     if key not in cache:
-        import pyarrow.parquet as pq
-
         if not data_path.is_file():
             raise FitInputError(f"{data_path}: the data file named in metrics.json is not there; "
                                 f"--cluster-by ops reads each row's operator set from it "
                                 f"(or use --cluster-by family/structure/prompt)")
-        try:
-            extra = pq.read_table(data_path, columns=["extra_info"]).column("extra_info").to_pylist()
-        except Exception as exc:  # pyarrow raises several types for unreadable files
-            raise FitInputError(f"{data_path}: cannot read extra_info.ops ({exc})") from None
-        cache[key] = ["+".join(sorted(e.get("ops") or [])) if isinstance(e, dict) else "" for e in extra]
+        cache[key] = _op_sets(data_path)
         obs.files[key] = sha256_of(data_path)
     return cache[key]
+
+
+def _op_sets(data_path: Path) -> list[str]:
+    """Each row's operator set, ``+``-joined, read batch by batch (only ``extra_info.ops``); equal
+    sets are one string, so a file of millions of rows costs a pointer per row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    out: list[str] = []
+    seen: dict[tuple, str] = {}
+    try:
+        pf = pq.ParquetFile(data_path, pre_buffer=False)  # (with it, memory grows with the file)
+        for batch in pf.iter_batches(batch_size=8192, columns=["extra_info"]):
+            extra = batch.column("extra_info")
+            if not pa.types.is_struct(extra.type) or extra.type.get_field_index("ops") < 0:
+                out.extend([""] * len(batch))
+                continue
+            for ops in pc.struct_field(extra, "ops").to_pylist():
+                key = tuple(sorted(ops)) if isinstance(ops, list) else ()
+                out.append(seen.setdefault(key, "+".join(key)))
+    except Exception as exc:  # pyarrow raises several types for unreadable files
+        raise FitInputError(f"{data_path}: cannot read extra_info.ops ({exc})") from None
+    return out
 
 
 def _read_metrics(model_dir: Path, obs: Observations) -> tuple[Path, dict, dict]:
@@ -267,19 +285,18 @@ def _read_checkpoint(model_dir: Path, run: str, seed: int, step: int, cluster_by
     from opgen.sweep import correct, model_records
 
     mpath, metrics, data = _read_metrics(model_dir, obs)
-    try:
-        records = model_records(model_dir, metrics)
-    except (json.JSONDecodeError, OSError) as exc:
-        raise FitInputError(f"{model_dir}: unreadable scores.jsonl ({exc})") from None
 
     def where(rec: dict) -> str:
         return f"{model_dir / data[rec['data']]['scores'] / 'scores.jsonl'}: index {rec.get('index')!r}"
 
-    for rec in records:
-        if not isinstance(rec.get("index"), int) or not isinstance(rec.get("acc"), (int, float)):
-            raise FitInputError(f"{where(rec)}: a scores.jsonl line needs an integer 'index' and a numeric 'acc'")
-        cluster = _cluster_of(rec, cluster_by, mpath, data, where, obs, ops_cache)
-        obs.add((str(rec["split"]), run, seed, step, None, cluster), int(correct(rec)), 1)
+    try:  # one record at a time: a checkpoint's millions of responses are counted, never held
+        for rec in model_records(model_dir, metrics):
+            if not isinstance(rec.get("index"), int) or not isinstance(rec.get("acc"), (int, float)):
+                raise FitInputError(f"{where(rec)}: a scores.jsonl line needs an integer 'index' and a numeric 'acc'")
+            cluster = _cluster_of(rec, cluster_by, mpath, data, where, obs, ops_cache)
+            obs.add((str(rec["split"]), run, seed, step, None, cluster), int(correct(rec)), 1)
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+        raise FitInputError(f"{model_dir}: unreadable scores.jsonl ({exc})") from None
     return _token_sums(data)
 
 

@@ -84,8 +84,10 @@ def score(data: Path, responses: Path, out: Path, workers: int, settings: GradeS
     from opgen.score import score_files
     from opgen.score.metrics import DEFAULT_DEFS
 
+    # the generations were made from these rows (and checked against them on --resume): their
+    # prompts' digests need no second look
     return score_files(data, responses, out, workers=workers, settings=settings, only=only,
-                       metric_defs=metric_defs or DEFAULT_DEFS, plots=plots)
+                       metric_defs=metric_defs or DEFAULT_DEFS, plots=plots, check_prompts=False)
 
 
 def pass_paths(model_dir: Path, data: Path, suffix: str) -> tuple[str, Path]:

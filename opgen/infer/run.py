@@ -67,6 +67,7 @@ class Row:
     ground_truth: str
     extra_info: dict
     sha: str
+    data_source: str = ""  # what the scorer's records carry of the row
 
 
 def read_rows(path: Path, limit: int | None = None) -> list[Row]:
@@ -81,7 +82,7 @@ def read_rows(path: Path, limit: int | None = None) -> list[Row]:
     for col in ("prompt", "reward_model"):
         if col not in names:
             raise DataError(f"{path}: missing column {col!r} (has {', '.join(sorted(names))})")
-    cols = ["prompt", "reward_model"] + (["extra_info"] if "extra_info" in names else [])
+    cols = ["prompt", "reward_model"] + [c for c in ("extra_info", "data_source") if c in names]
     rows: list[Row] = []
     try:
         _read_into(rows, pf, path, cols, limit)
@@ -110,7 +111,8 @@ def _read_into(rows: list[Row], pf: Any, path: Path, cols: list[str], limit: int
             extra = rec.get("extra_info") or {}
             prefix = extra.get("assistant_prefix") or ""
             messages = tuple((m["role"], m["content"]) for m in prompt)
-            rows.append(Row(i, messages, prefix, gt, extra, prompt_sha256(messages, prefix)))
+            rows.append(Row(i, messages, prefix, gt, extra, prompt_sha256(messages, prefix),
+                            rec.get("data_source") or ""))
 
 
 def read_log(path: Path, repair: bool = False, keep: Sequence[str] | None = None,

@@ -7,6 +7,7 @@ the comparison (exact: case and whitespace included) happens in this process.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 from collections.abc import Mapping
@@ -61,16 +62,36 @@ class Truth:
         return tuple(seen)
 
 
+ROW_FIELDS = ("answer_format", "assistant_prefix")  # the extra_info fields of a row that grade() reads
+
+
 def row_fields(extra_info: Mapping | None) -> tuple[str, str]:
     """``(answer_format, assistant_prefix)``: the ``extra_info`` fields of a row that :func:`grade`
-    reads; "" where absent."""
+    reads (:data:`ROW_FIELDS`); "" where absent."""
     extra = extra_info or {}
     return str(extra.get("answer_format", "") or ""), str(extra.get("assistant_prefix", "") or "")
 
 
+# Ground truths parsed lately, by their text: the scorer checks a chunk's rows, then hands them
+# to grade_many, and a row's samples follow one another, so each text is parsed once.
+TRUTH_CACHE = 4096
+
+
 def load_truth(ground_truth: object) -> Truth:
     """The ground truth as the scorer reads it (opgen.truth: JSON nested at most ``MAX_DEPTH`` deep,
-    every field of its type); anything else is a :class:`GroundTruthError` naming the field."""
+    every field of its type); anything else is a :class:`GroundTruthError` naming the field. A text
+    read lately is not parsed again (:data:`TRUTH_CACHE`; a ``Truth`` is immutable)."""
+    if isinstance(ground_truth, str):
+        return _load_truth_text(ground_truth)
+    return _truth_of(ground_truth)
+
+
+@functools.lru_cache(maxsize=TRUTH_CACHE)
+def _load_truth_text(text: str) -> Truth:
+    return _truth_of(text)
+
+
+def _truth_of(ground_truth: object) -> Truth:
     gt = parse(ground_truth)
     library = ref_of_truth(gt)
     if "tasks" not in gt:

@@ -1,135 +1,54 @@
 """Score a parquet file against a responses JSONL: ``scores.jsonl``, ``summary.json``, ``summary.csv``, plots.
 
+As a stream: the rows and responses are read in chunks (:mod:`opgen.score.inputs`), each chunk is
+graded on the grading processes while the one before it is written (:func:`graded`), each row's
+records go to ``scores.jsonl`` inside the staged report as they come, and every roll-up is a
+running counter (:class:`opgen.score.metrics.Summary`). The scorer's memory does not grow with
+the number of responses; its output is the same whatever the chunk size.
+
 Every response is graded (none skipped silently): malformed lines, unknown or duplicated indices
-are errors naming the line; rows without a response are counted in the summary.
+are errors naming the line, found before anything is graded; rows without a response are counted
+in the summary. ``--out`` is checked (and locked) before grading too, and written only by the
+final swap: an interrupted or failing run leaves it as it was.
 """
 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
-import functools
 import io
 import json
+import os
 import sys
 import threading
-from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Collection, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from opgen.errors import OpgenError
-from opgen.library import LibraryMismatch, OperatorLibrary
+from opgen.library import STUDY, OperatorLibrary
+from opgen.score import inputs as I
 from opgen.score import metrics as M
 from opgen.score.batch import Item, grade_many
-from opgen.score.judge import ERRORS, GroundTruthError
+from opgen.score.inputs import Row
+from opgen.score.judge import ROW_FIELDS
 from opgen.score.sandbox import Sandbox
 from opgen.score.settings import DEFAULT, GradeSettings
 
+# Responses per grade_many call (a row's samples are never split between two); two calls are in
+# flight at a time, so the grading processes never wait for this process to write a chunk.
+CHUNK = 2048
+IN_FLIGHT = 2
 
-class ScoreInputError(ValueError, OpgenError):
-    """An input file the scorer cannot use; the message names the file and the line, row or field."""
+
+class ScoreOutputError(RuntimeError, OpgenError):
+    """The report could not be written (a mount point, a read-only folder, a full disk); none of it
+    is left behind."""
 
     exit_code = 1
-
-
-@dataclass(frozen=True)
-class Row:
-    position: int
-    ground_truth: str
-    data_source: str
-    extra: dict
-
-
-def read_rows(path: Path) -> list[Row]:
-    import pyarrow.parquet as pq
-
-    try:  # ParquetFile, not pq.read_table: that imports pyarrow.dataset (~0.3 s of start-up)
-        table = pq.ParquetFile(path).read()
-    except (OSError, ValueError) as exc:
-        raise ScoreInputError(f"{path}: not a readable parquet file ({exc})") from None
-    missing = [c for c in ("reward_model",) if c not in table.column_names]
-    if missing:
-        raise ScoreInputError(f"{path}: no column {', '.join(missing)} (columns: {', '.join(table.column_names)})")
-    rm = table.column("reward_model").to_pylist()
-    ds = table.column("data_source").to_pylist() if "data_source" in table.column_names else [""] * len(rm)
-    ex = table.column("extra_info").to_pylist() if "extra_info" in table.column_names else [{}] * len(rm)
-    rows = []
-    for i, (r, d, e) in enumerate(zip(rm, ds, ex)):
-        if not isinstance(r, dict) or not isinstance(r.get("ground_truth"), str):
-            raise ScoreInputError(f"{path}: row {i}: reward_model.ground_truth is missing or not a string")
-        rows.append(Row(i, r["ground_truth"], d or "", e or {}))
-    return rows
-
-
-def read_responses(path: Path, n_rows: int) -> dict[int, list[str]]:
-    """``{row index: [response, ...]}`` from a JSONL of ``{"index", "response" | "responses"}`` lines."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScoreInputError(f"{path}: cannot read ({exc})") from None
-    return parse_responses(text, n_rows, path)
-
-
-def parse_responses(text: str, n_rows: int, source: object) -> dict[int, list[str]]:
-    """`read_responses` of JSONL text already read; errors name ``source`` and the line. Lines end
-    at ``\n`` only: a response may hold U+2028, U+0085 ... unescaped (JSON allows them), and
-    ``str.splitlines`` would cut its line there."""
-    out: dict[int, list[str]] = {}
-    for lineno, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
-            continue
-        where = f"{source}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise ScoreInputError(f"{where}: not JSON ({exc})") from None
-        if not isinstance(obj, dict):
-            raise ScoreInputError(f"{where}: expected an object, got {type(obj).__name__}")
-        index = obj.get("index")
-        if type(index) is not int:
-            raise ScoreInputError(f"{where}: 'index' must be an integer, got {index!r}")
-        if not 0 <= index < n_rows:
-            raise ScoreInputError(f"{where}: index {index} does not exist (the data has {n_rows} rows)")
-        if index in out:
-            raise ScoreInputError(f"{where}: duplicate index {index}")
-        if "responses" in obj and "response" in obj:  # which one was meant? never one of them silently
-            raise ScoreInputError(f"{where}: both 'response' and 'responses'; give one of them")
-        if "responses" in obj:
-            got = obj["responses"]
-            if not isinstance(got, list) or not got or not all(isinstance(s, str) for s in got):
-                raise ScoreInputError(f"{where}: 'responses' must be a non-empty list of strings")
-        elif isinstance(obj.get("response"), str):
-            got = [obj["response"]]
-        else:
-            raise ScoreInputError(f"{where}: needs 'response' (a string) or 'responses' (a list of strings)")
-        out[index] = got
-    return out
-
-
-def check_truths(data: Path | str, rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]],
-                 settings: GradeSettings = DEFAULT) -> GradeSettings:
-    """Every answered row's ground truth must be readable and name one operator library, given
-    (``settings.library``, when not the study's) or found by its digest (the study's, the user's
-    store), before anything is graded: ``settings`` with that library. A malformed ground truth is
-    a :class:`ScoreInputError`, a library that cannot be had :class:`opgen.library.UnknownLibrary`
-    or :class:`opgen.library.LibraryMismatch`, each naming the row."""
-    record: GradeSettings | None = None
-    for index in sorted(answers):
-        where = f"{data}: row {index}: " if str(data) else f"row {index}: "
-        try:
-            row_record = settings.for_row(rows[index].ground_truth, where)
-        except GroundTruthError as exc:
-            raise ScoreInputError(f"{where}{exc}") from None
-        if record is None:
-            record = row_record
-        elif row_record.library.digest != record.library.digest:
-            raise LibraryMismatch(f"{where}names operator library {row_record.library.name!r} (digest "
-                                  f"{row_record.library.digest[:12]}), another than the rows before it "
-                                  f"({record.library.name!r}, digest {record.library.digest[:12]}); one file, "
-                                  "one library")
-    return settings if record is None else record
 
 
 def _json_escape(err: UnicodeError) -> tuple[str, int]:
@@ -156,50 +75,195 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 _MEASURES = ("split", "family", "depth", "k", "condition", "structure", "answer_format", "target_op", "ops")
+# every extra_info field a record is made of (the row's fields, its measures, what grading reads):
+# the only ones read from the data file
+EXTRA_FIELDS = tuple(dict.fromkeys((*_MEASURES, *M.MEASURED_FIELDS, *ROW_FIELDS)))
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(record, ensure_ascii=False)
 
 
-def _jobs(rows: Sequence[Row] | Mapping[int, Row], responses: dict[int, list[str]]) -> Iterator[tuple[Row, int, str]]:
-    for index in sorted(responses):
-        for sample, text in enumerate(responses[index]):
-            yield rows[index], sample, text
+def row_fields(row: Row, library: OperatorLibrary = STUDY) -> dict[str, Any]:
+    """What every record of a row carries before its grade: the row's measures, the operators it
+    calls and their scope, its degeneracy and calls (``metrics.row_measures``), its data source."""
+    rec: dict[str, Any] = {k: row.extra.get(k, "") for k in _MEASURES}
+    if rec["ops"]:
+        rec["scope_from"] = "extra_info.ops"
+    else:  # foreign and native files: the operators their programs call (parsed, never run)
+        found = M.program_ops(row.ground_truth)
+        rec["ops"] = list(found) if found else ""
+        rec["scope_from"] = "program" if found else None
+    rec["scope"] = M.scope_of(rec["ops"], library)
+    rec.update(M.row_measures(row.extra))
+    rec["data_source"] = row.data_source
+    return rec
 
 
-def grade_records(rows: Sequence[Row] | Mapping[int, Row], answers: dict[int, list[str]], box: Sandbox, *,
-                  settings: GradeSettings = DEFAULT, processes: int | None = None,
-                  graded: Callable[[], object] | None = None) -> list[dict]:
-    """One record per response (row order, then sample order), graded with ``settings`` concurrently in ``box``
-    (the static path's share on ``processes`` grading processes: :func:`opgen.score.batch.grade_many`):
-    the lines of ``scores.jsonl``, and what :func:`summarize` reads. ``rows`` is indexed by row
-    index: all of a file's rows, or (a mapping) those of ``answers`` only. ``graded()`` is called
-    once per response as its grade comes in (from grading threads: a progress bar's update)."""
-    jobs = list(_jobs(rows, answers))
-    items = [Item.of_row(row.ground_truth, text, row.extra) for row, _, text in jobs]
+def records_of(row: Row, grades: list[dict], library: OperatorLibrary = STUDY) -> list[dict]:
+    """The ``scores.jsonl`` records of a row's grades, in sample order."""
+    fields = row_fields(row, library)
+    return [{"index": row.position, "sample": sample, **fields, **g} for sample, g in enumerate(grades)]
 
-    def answered(i: int, g: dict) -> dict:
-        if graded is not None:
-            graded()
+
+def graded(pairs: Iterable[tuple[Row, list[str]]], box: Sandbox | None, *, data: Path,
+           settings: GradeSettings = DEFAULT, processes: int | None = None, chunk: int | None = None,
+           answered: Callable[[], object] | None = None) -> Iterator[tuple[Row, list[dict]]]:
+    """(row, its grades) for every (row, responses) of ``pairs``, in their order: graded with
+    ``settings`` in ``box`` (the static path's share on ``processes`` grading processes,
+    :func:`opgen.score.batch.grade_many`), ``chunk`` responses per call, :data:`IN_FLIGHT` calls at
+    a time. Each chunk's ground truths are checked (readable, of ``settings.library``: the rows'
+    library, :func:`opgen.score.inputs.check_libraries`) before it is graded. ``answered()`` is
+    called once per response as its grade comes in (from grading threads: a progress bar's update)."""
+    def one(i: int, g: dict) -> dict:
+        if answered is not None:
+            answered()
         return g
 
-    grades: list[dict] = grade_many(items, sandbox=box, settings=settings, processes=processes, answered=answered)
-    records = []
-    parsed: dict[int, tuple[str, ...] | None] = {}
-    for (row, sample, _), g in zip(jobs, grades):
-        rec: dict[str, object] = {"index": row.position, "sample": sample}
-        rec.update({k: row.extra.get(k, "") for k in _MEASURES})
-        if rec["ops"]:
-            rec["scope_from"] = "extra_info.ops"
-        else:  # foreign and native files: the operators their programs call (parsed, never run)
-            if row.position not in parsed:
-                parsed[row.position] = M.program_ops(row.ground_truth)
-            found = parsed[row.position]
-            rec["ops"] = list(found) if found else ""
-            rec["scope_from"] = "program" if found else None
-        rec["scope"] = M.scope_of(rec["ops"], settings.library)
-        rec.update(M.row_measures(row.extra))
-        rec["data_source"] = row.data_source
-        rec.update(g)
-        records.append(rec)
-    return records
+    def grade(part: list[tuple[Row, list[str]]]) -> list[dict]:
+        items = [Item.of_row(row.ground_truth, text, row.extra) for row, texts in part for text in texts]
+        return grade_many(items, sandbox=box, settings=settings, processes=processes, answered=one)
+
+    chunk = CHUNK if chunk is None else chunk
+    pool = ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="opgen-grade")
+    flight: deque[tuple[list[tuple[Row, list[str]]], Future]] = deque()
+    try:
+        for part in _parts(pairs, chunk):
+            I.check_truths(data, ((row.position, row.ground_truth) for row, _ in part), settings)
+            flight.append((part, pool.submit(grade, part)))
+            if len(flight) > IN_FLIGHT:
+                yield from _split(*flight.popleft())
+        while flight:
+            yield from _split(*flight.popleft())
+    finally:
+        for _, fut in flight:
+            fut.cancel()
+        pool.shutdown(wait=True)
+
+
+def _parts(pairs: Iterable[tuple[Row, list[str]]], chunk: int) -> Iterator[list[tuple[Row, list[str]]]]:
+    part: list[tuple[Row, list[str]]] = []
+    size = 0
+    for row, texts in pairs:
+        if part and size + len(texts) > chunk:
+            yield part
+            part, size = [], 0
+        part.append((row, texts))
+        size += len(texts)
+    if part:
+        yield part
+
+
+def _split(part: list[tuple[Row, list[str]]], fut: Future) -> Iterator[tuple[Row, list[dict]]]:
+    grades = fut.result()
+    k = 0
+    for row, texts in part:
+        yield row, grades[k:k + len(texts)]
+        k += len(texts)
+
+
+def _joined(rows: Iterator[Row], answers: Iterable[I.Answer], responses: I.Responses) -> \
+        Iterator[tuple[Row, list[str]]]:
+    for answer in answers:
+        row = next(rows, None)
+        if row is None or row.position != answer.index:
+            raise responses.changed()
+        yield row, answer.samples
+
+
+class Report:
+    """One report being made: rows' grades in (:meth:`add`, any row order), their ``scores.jsonl``
+    lines out, every roll-up a running counter; :meth:`finish` writes the rest into a staging folder."""
+
+    def __init__(self, settings: GradeSettings = DEFAULT, metric_defs: M.MetricDefs = M.DEFAULT_DEFS,
+                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES):
+        self.settings = settings
+        self.summary = M.Summary(metric_defs, distance_edges)
+
+    def records(self, row: Row, grades: list[dict]) -> list[dict]:
+        """The row's records, counted."""
+        recs = records_of(row, grades, self.settings.library)
+        self.summary.add_row(recs)
+        return recs
+
+    def add(self, row: Row, grades: list[dict]) -> bytes:
+        """The row's records as ``scores.jsonl`` lines, counted."""
+        return encode_json_text("".join(_ENCODE(r) + "\n" for r in self.records(row, grades)))
+
+    def result(self, *, n_rows: int, answered: int, data: Path, responses: Path, isolation: str) -> dict:
+        summary = self.summary.result(n_rows, answered)
+        summary.update({"data_path": str(data), "responses_path": str(responses),
+                        **settings_fields(self.settings, isolation)})
+        summary["role"] = M.file_role(data, self.summary.probe_rows)
+        return summary
+
+    def finish(self, stage: Path, *, plots: bool = True, **result: Any) -> dict:
+        """``summary.csv``, the plots and ``summary.json`` (last) into ``stage``; returns the summary."""
+        summary = self.result(**result)
+        try:
+            summary["plots"] = write_plots(summary, stage) if plots else []
+            if plots and not _matplotlib():
+                summary["plots_skipped"] = PLOTS_MISSING
+            _write_atomic(stage / "summary.csv", summary_csv(summary).encode("utf-8", "backslashreplace"))
+            _write_atomic(stage / "summary.json",
+                          encode_json_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n"))
+        except OSError as exc:
+            raise _WriteFailed(exc) from None
+        return summary
+
+
+@contextlib.contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """``out``'s report staged and swapped in whole (:func:`opgen.outdir.committed`): ``out`` checked
+    (a mount point, a parent it cannot write, files a report does not hold) and locked on entry,
+    before any grading; a failure or a signal leaves it as it was. Errors writing are
+    :class:`ScoreOutputError`."""
+    from opgen import outdir
+    from opgen.files import describe_os_error
+
+    out = Path(out)
+    if out.is_dir() and not out.is_symlink() and not os.access(out, os.W_OK | os.X_OK):
+        raise ScoreOutputError(f"cannot write the report: {out}: not writable (its old report could not be "
+                               f"replaced); choose another --out")
+    try:
+        with outdir.committed(out, REPORT_FILES.__contains__, "opgen score", "summary.json") as stage:
+            yield stage
+    except outdir.OutputError as exc:
+        raise ScoreOutputError(f"cannot write the report: {exc}") from None
+    except _WriteFailed as exc:
+        raise ScoreOutputError(f"cannot write the report into {out}: {describe_os_error(exc.error)}; "
+                               f"the folder was left as it was") from None
+
+
+class _WriteFailed(Exception):
+    """An OSError writing the staged report (not reading the inputs)."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+
+class ScoresFile:
+    """``scores.jsonl`` in a staging folder, written as it comes (its errors are the report's)."""
+
+    def __init__(self, stage: Path):
+        try:
+            self.fh: IO[bytes] = open(stage / "scores.jsonl", "wb")
+        except OSError as exc:
+            raise _WriteFailed(exc) from None
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.fh.write(data)
+        except OSError as exc:
+            raise _WriteFailed(exc) from None
+
+    def __enter__(self) -> ScoresFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.fh.close()
+        except OSError as error:
+            if exc[0] is None:
+                raise _WriteFailed(error) from None
 
 
 # seconds a response's program may run (opgen score --timeout's default, and opgen eval's)
@@ -212,7 +276,8 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
                 only: Collection[int] | None = None, processes: int | None = None,
                 metric_defs: M.MetricDefs = M.DEFAULT_DEFS, settings: GradeSettings | None = None,
-                progress: bool = False, library: OperatorLibrary | str | None = None) -> dict:
+                progress: bool = False, library: OperatorLibrary | str | None = None, chunk: int | None = None,
+                check_prompts: bool = True) -> dict:
     """Grade every response (or those of rows ``only``), write the report into ``out``, return the
     summary. ``static=False`` runs every program in the sandbox (see grade()); ``processes``: grading
     processes for the static path's share (:func:`opgen.score.batch.grade_many`; default
@@ -221,53 +286,68 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     ``progress``: a bar of responses graded on stderr. ``library``: the operator library the rows
     were built from (an ``OperatorLibrary`` or a spec); by default the one the rows name, from the
     user's library store. A row naming another one, or one neither given nor registered, is refused
-    before anything is graded (:func:`check_truths`)."""
+    before anything is graded (:func:`opgen.score.inputs.check_libraries`).
+    ``chunk``: responses per grading call (default :data:`CHUNK`; the report is the same for any). ``check_prompts``: a
+    line's ``prompt_sha256`` must be its row's (`opgen eval` turns it off for the generations it
+    made from these very rows).
+
+    Before anything is graded: every line of ``responses``, the rows' ground truths and library,
+    the prompts' digests, and ``out`` (a file, a mount point, a folder it cannot write or that
+    holds other files is refused)."""
     record = GradeSettings.resolve(settings, mode=mode, policy=policy, group=group, namespace=namespace,
                                    static=static, library=library)
+    chunk = CHUNK if chunk is None else chunk
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+        raise ValueError(f"chunk must be a whole number of responses >= 1, got {chunk!r}")
     data, responses, out = Path(data), Path(responses), Path(out)
-    rows = read_rows(data)
-    answers = read_responses(responses, len(rows))
-    if only is not None:
-        answers = {i: a for i, a in answers.items() if i in only}
-    record = check_truths(data, rows, answers, record)
-    if plots:  # matplotlib's import (seconds) overlaps the grading, which mostly waits here
-        threading.Thread(target=_import_plotting, name="opgen-import-matplotlib", daemon=True).start()
-    own = sandbox is None
-    box = sandbox or Sandbox(workers=workers, timeout_s=timeout_s)
-    bar = None
-    if progress:  # tqdm only when asked for (its import costs start-up)
-        from tqdm import tqdm
+    source = I.DataFile(data)
+    answers = I.Responses(responses, source.n_rows, only)
+    record = I.check_libraries(source, answers.wanted, record)  # with the rows' library
+    if check_prompts:
+        I.check_prompts(source, answers)
+    report = Report(record, metric_defs, distance_edges)
+    with staged(out) as stage:
+        if plots:  # matplotlib's import (seconds) overlaps the grading, which mostly waits here
+            threading.Thread(target=_import_plotting, name="opgen-import-matplotlib", daemon=True).start()
+        own = sandbox is None
+        box = sandbox or Sandbox(workers=workers, timeout_s=timeout_s)
+        bar = None
+        if progress:  # tqdm only when asked for (its import costs start-up)
+            from tqdm import tqdm
 
-        bar = tqdm(total=sum(len(a) for a in answers.values()), desc="score", unit="response", file=sys.stderr,
-                   leave=False)
-    try:
-        records = grade_records(rows, answers, box, settings=record, processes=processes,
-                                graded=None if bar is None else functools.partial(bar.update, 1))
-        level = box.level
-    finally:
-        if bar is not None:
-            bar.close()
-        if own:
-            box.close()
-    return write_records_report(out, records, n_rows=len(rows), answered=len(answers), data=data,
-                                responses=responses, isolation=level, settings=record, plots=plots,
-                                distance_edges=distance_edges, metric_defs=metric_defs)
+            bar = tqdm(total=answers.samples, desc="score", unit="response", file=sys.stderr, leave=False)
+        try:
+            with ScoresFile(stage) as fh:
+                pairs = _joined(source.rows(answers.wanted, EXTRA_FIELDS), answers, answers)
+                for row, grades in graded(pairs, box, data=data, settings=record, processes=processes, chunk=chunk,
+                                          answered=None if bar is None else _Tick(bar)):
+                    fh.write(report.add(row, grades))
+                    _fault_after_row(row)
+            level = box.level
+        finally:
+            if bar is not None:
+                bar.close()
+            if own:
+                box.close()
+        return report.finish(stage, plots=plots, n_rows=source.n_rows, answered=answers.answered, data=data,
+                             responses=responses, isolation=level)
 
 
-def write_records_report(out: Path, records: list[dict], *, n_rows: int, answered: int, data: Path,
-                         responses: Path, isolation: str, settings: GradeSettings = DEFAULT,
-                         plots: bool = True, distance_edges: tuple[int, ...] = M.DISTANCE_EDGES,
-                         metric_defs: M.MetricDefs = M.DEFAULT_DEFS) -> dict:
-    """The report of graded ``records`` (`grade_records`'s, in row then sample order) into ``out``:
-    ``scores.jsonl``, ``summary.csv``, plots, ``summary.json`` (last); returns the summary. What
-    `score_files` writes once it has graded; `opgen eval --executor ray` grades chunk by chunk
-    and writes a pass's report with it once the pass's records are in."""
-    summary = summarize(records, n_rows=n_rows, answered=answered, distance_edges=distance_edges, defs=metric_defs)
-    summary.update({"data_path": str(data), "responses_path": str(responses), **settings_fields(settings, isolation)})
-    summary["role"] = M.file_role(data, records)
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    _write_report(Path(out), lines, summary, plots)
-    return summary
+class _Tick:
+    def __init__(self, bar: Any):
+        self.bar, self.lock = bar, threading.Lock()
+
+    def __call__(self) -> None:
+        with self.lock:
+            self.bar.update(1)
+
+
+def _fault_after_row(row: Row) -> None:
+    """Test-only: ``OPGEN_FAULT=scored-row-<N>:<signal>`` sends the signal once row N's records are
+    written (a run stopped mid-stream)."""
+    from opgen import outdir
+
+    outdir.fault(f"scored-row-{row.position}")
 
 
 def settings_fields(settings: GradeSettings, isolation: str) -> dict:
@@ -292,97 +372,15 @@ PLOTS_MISSING = plots_missing("scores.jsonl, summary.json and summary.csv")
 REPORT_FILES = ("scores.jsonl", "summary.csv", "summary.json", *PLOTS)
 
 
-class ScoreOutputError(ScoreInputError):
-    """The report could not be written (a full disk, a read-only folder); none of it is left behind."""
-
-
-def _write_report(out: Path, lines: str, summary: dict, plots: bool) -> None:
-    """The whole report staged beside ``out`` and swapped in at once (opgen.outdir.committed): a
-    rescore replaces the whole report (old plots included) or, killed or failing, leaves the old
-    one as it was; ``summary.json`` is written last. ``out`` is locked while it is written and
-    refused if it holds files a report does not."""
-    from opgen import outdir
-    from opgen.files import describe_os_error
-
-    try:
-        with outdir.committed(out, REPORT_FILES.__contains__, "opgen score", "summary.json") as stage:
-            _write_atomic(stage / "scores.jsonl", encode_json_text(lines))
-            summary["plots"] = write_plots(summary, stage) if plots else []
-            if plots and not _matplotlib():
-                summary["plots_skipped"] = PLOTS_MISSING
-            _write_atomic(stage / "summary.csv", summary_csv(summary).encode("utf-8", "backslashreplace"))
-            _write_atomic(stage / "summary.json",
-                          encode_json_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n"))
-    except outdir.OutputError as exc:
-        raise ScoreOutputError(f"cannot write the report: {exc}") from None
-    except OSError as exc:
-        raise ScoreOutputError(f"cannot write the report into {out}: {describe_os_error(exc)}; "
-                               f"the folder was left as it was") from None
-
-
-def summarize(records: list[dict], n_rows: int, answered: int,
-              distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, defs: M.MetricDefs = M.DEFAULT_DEFS) -> dict:
-    by_row: dict[int, list[bool]] = {}
-    for r in records:
-        by_row.setdefault(r["index"], []).append(r["acc"] >= 1.0)
-    samples = [len(v) for v in by_row.values()]
-    errors = Counter(r["error"] for r in records)
-    structured = [r for r in records if r.get("structure_ok") is not None]
-    summary = {
-        "rows": n_rows, "rows_answered": answered, "rows_without_response": n_rows - answered,
-        "responses": len(records),
-        "samples_per_row": {"min": min(samples, default=0), "max": max(samples, default=0)},
-        "overall": M.proportion(sum(r["acc"] >= 1.0 for r in records), len(records)),
-        "mean_score": sum(r["score"] for r in records) / len(records) if records else 0.0,
-        "format_ok": M.proportion(sum(bool(r["format_ok"]) for r in records), len(records)),
-        "structure_ok": M.proportion(sum(bool(r["structure_ok"]) for r in structured), len(structured)),
-        "by_split": M.grouped(records, "split"),
-        "by_depth": M.grouped(records, "depth"),
-        "by_k": M.grouped(records, "k"),
-        "by_condition": M.grouped(records, "condition"),
-        "by_split_depth": M.grouped(records, ("split", "depth")),
-        "by_scope": M.scope_table(records),
-        # rows where no call leaves its argument unchanged and the output is not the input
-        "non_degenerate": M.proportion(sum(r["acc"] >= 1.0 for r in records if r.get("degenerate") is False),
-                                       sum(1 for r in records if r.get("degenerate") is False)),
-        "degenerate_rows": sum(1 for r in records if r.get("degenerate") is True),
-        # the weaker condition: only rows whose output is their input excluded (return x scores there)
-        "output_changed": M.proportion(sum(r["acc"] >= 1.0 for r in records if r.get("output_is_input") is False),
-                                       sum(1 for r in records if r.get("output_is_input") is False)),
-        "distance_edges": list(distance_edges),
-        "metric_definitions": defs.describe(),
-        "arity_by_distance": M.arity_by_distance(records, distance_edges, defs.drift_call),
-        "arity_by_tail_calls": M.arity_by_tail_calls(records, defs.drift_call),
-        "pass_at_k": M.pass_at_k_table(by_row, defs.pass_k) if max(samples, default=0) > 1 else {},
-        "errors": {e: errors[e] for e in ERRORS if errors.get(e)},
-        # responses graded again after the grading process or sandbox worker under them died (grades' ``retries``)
-        "retries": sum(r.get("retries", 0) for r in records),
-    }
-    summary["role"] = M.file_role(None, records)  # from the rows; write_records_report adds the manifest's
-    summary["scope_from"] = dict(sorted(Counter(str(r.get("scope_from")) for r in records).items()))
-    summary.update(M.recall_tables(records))
-    summary["missing_import"] = missing_import_counts(records)
-    return summary
-
-
 # ``opgen score``/``opgen eval`` warn when more than this share of program responses fail only for
 # want of the native module's imports (``gcd``): then ``--namespace native`` is what was meant.
 MISSING_IMPORT_WARN_RATE = 0.05
 
 
-def missing_import_counts(records: list[dict]) -> dict:
-    """Program responses whose error is ``missing_import``, and recall blocks with that verdict."""
-    programs = [r for r in records if r.get("mode") == "program"]
-    n = sum(r.get("error") == "missing_import" for r in programs)
-    blocks = sum(rc.get("verdict") == "missing_import" for r in records for rc in (r.get("recalls") or ()))
-    return {"programs": len(programs), "responses": n, "rate": n / len(programs) if programs else 0.0,
-            "recall_blocks": blocks}
-
-
 def missing_import_warning(summary: dict) -> str | None:
     """The warning line to print when ``missing_import`` is frequent, else None."""
     mi = summary.get("missing_import") or {}
-    if summary.get("namespace", "strict") != "strict" or mi.get("rate", 0.0) <= MISSING_IMPORT_WARN_RATE:
+    if summary.get("namespace", "strict") != "strict" or (mi.get("rate") or 0.0) <= MISSING_IMPORT_WARN_RATE:
         return None
     from opgen.score.diagnose import native_imports
 
@@ -406,8 +404,7 @@ def summary_csv(summary: dict) -> str:
     for op, d in summary["recall_by_op"].items():
         w.writerow(["recall_op", op, d["needed"], d["correct"], d["acc"], d["ci_low"], d["ci_high"]])
     for op, d in summary["recall_by_op"].items():
-        lo, hi = M.wilson(d["arity"], d["written"])
-        w.writerow(["arity_rate", op, d["written"], d["arity"], d["arity_rate"], lo, hi])
+        w.writerow(["arity_rate", op, d["written"], d["arity_dropped"], d["arity_rate"], *d["arity_ci"]])
     for op, buckets in summary.get("arity_by_distance", {}).items():
         for b, d in buckets.items():
             w.writerow(["arity_by_distance", f"{op}|{b}", d["written"], d["arity"], d["rate"], d["ci_low"],
