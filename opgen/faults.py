@@ -90,6 +90,8 @@ register("grading-sent", "score: a grading process, as it is given a chunk (ever
          signal_value, "KILL", numbered=True)
 register("sandbox-sent", "score: a sandbox worker, as it is given a request (every one, or the N-th of the sandbox)",
          signal_value, "KILL", numbered=True)
+register("scored-row", "score: the scorer, once row N's records are written (a run stopped mid-stream)",
+         signal_value, "KILL", numbered=True)
 # counts: the driver of an eval sweep (opgen.distributed.driver)
 register("kill-replica-after", "eval sweep: the replica that produced the N-th chunk written is killed "
          "right after it is written (0: every replica, before the first chunk)", count_value)

@@ -28,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
+from opgen import faults
 from opgen.errors import OpgenError
 from opgen.library import STUDY, OperatorLibrary
 from opgen.score import inputs as I
@@ -345,9 +346,7 @@ class _Tick:
 def _fault_after_row(row: Row) -> None:
     """Test-only: ``OPGEN_FAULT=scored-row-<N>:<signal>`` sends the signal once row N's records are
     written (a run stopped mid-stream)."""
-    from opgen import outdir
-
-    outdir.fault(f"scored-row-{row.position}")
+    faults.signal_at(f"scored-row-{row.position}")
 
 
 def settings_fields(settings: GradeSettings, isolation: str) -> dict:
