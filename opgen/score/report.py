@@ -345,7 +345,8 @@ class _Tick:
 
 def _fault_after_row(row: Row) -> None:
     """Test-only: ``OPGEN_FAULT=scored-row-<N>:<signal>`` sends the signal once row N's records are
-    written (a run stopped mid-stream)."""
+    written (a run stopped mid-stream); ``scored-row`` after every row's."""
+    faults.signal_at("scored-row")
     faults.signal_at(f"scored-row-{row.position}")
 
 
