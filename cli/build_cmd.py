@@ -58,14 +58,13 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
     removing what the build had staged.
     """
     from opgen import build as B
-    from opgen import outdir
-    from opgen import recipe as R
+    from opgen import outdir, recipe
     from opgen.library import StoreWarning
 
     specs = recipes or (DEFAULT_RECIPE,)
     try:
-        loaded = [R.load(spec, seed, library_spec) for spec in specs]
-    except R.RecipeError as exc:
+        loaded = [recipe.load(spec, seed, library_spec) for spec in specs]
+    except recipe.RecipeError as exc:
         raise click.BadParameter(str(exc), param_hint="--library" if library_spec and "--library" in str(exc)
                                  else "RECIPE") from None
     out = out or Path("out") / loaded[0].name
@@ -95,7 +94,7 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
         ctx.exit(outdir.exit_code(exc))
     except B.OnlyError as exc:
         raise click.BadParameter(str(exc), param_hint="--only") from None
-    except R.RecipeError as exc:
+    except recipe.RecipeError as exc:
         raise click.BadParameter(str(exc), param_hint="RECIPE") from None
     # a BuildError or a Ray task lost past its retries (RayError): the CLI's one mapping (cli/__init__.py)
     finally:
@@ -103,20 +102,20 @@ def build(ctx: click.Context, recipes: tuple[str, ...], out: Path | None, worker
             mapper.close()
     click.echo(summary(man, out))
     if tok is not None:
-        from opgen import tokens as T
+        from opgen import tokens
 
         limits = [r.max_prompt_length for r in loaded if r.max_prompt_length is not None]
-        report = T.attach_to_build(out, tok, max_prompt_length=min(limits) if limits else None)
-        click.echo(T.render_report(report))
+        report = tokens.attach_to_build(out, tok, max_prompt_length=min(limits) if limits else None)
+        click.echo(tokens.render_report(report))
         for warning in report.get("warnings", []):
             click.echo(f"warning: {warning}", err=True)
 
 
 def _load_tokenizer(path: Path):
-    from opgen import tokens as T
+    from opgen import tokens
 
     try:
-        return T.load_tokenizer(path)
+        return tokens.load_tokenizer(path)
     except ImportError as exc:
         raise click.UsageError(f"--tokenizer: {exc}") from None
     except (OSError, ValueError) as exc:
@@ -253,17 +252,17 @@ def stats(paths: tuple[Path, ...], as_json: bool, tokenizer: Path | None, max_pr
         raise click.UsageError("--max-prompt-length needs --tokenizer")
     token_report = None
     if tokenizer is not None:
-        from opgen import tokens as T
+        from opgen import tokens
 
         tok = _load_tokenizer(tokenizer)
         builds = [p for p in paths if p.is_dir() and (p / "manifest.json").is_file()]
         loose = [p for p in paths if p not in builds]
         try:
-            token_report = {str(b): T.build_token_report(b, tok, max_prompt_length=max_prompt_length)
+            token_report = {str(b): tokens.build_token_report(b, tok, max_prompt_length=max_prompt_length)
                             for b in builds}
             if loose:
-                token_report["files"] = T.files_token_report(V.expand(loose), tok,
-                                                             max_prompt_length=max_prompt_length)
+                token_report["files"] = tokens.files_token_report(V.expand(loose), tok,
+                                                                  max_prompt_length=max_prompt_length)
         except (OSError, ValueError, KeyError) as exc:
             raise click.ClickException(f"token statistics failed: {exc}") from None
     try:
@@ -278,7 +277,7 @@ def stats(paths: tuple[Path, ...], as_json: bool, tokenizer: Path | None, max_pr
     else:
         click.echo(S.render(result))
         if token_report is not None:
-            from opgen import tokens as T
+            from opgen import tokens
 
             for report in token_report.values():
-                click.echo(T.render_report(report))
+                click.echo(tokens.render_report(report))

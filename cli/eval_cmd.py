@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from opgen.infer import backends as registry
+from opgen.infer import backends
 
 from . import options
 
@@ -24,17 +24,17 @@ class BackendName(click.ParamType):
     name = "backend"
 
     def get_metavar(self, param, ctx=None) -> str:  # click 8.1 and 8.2 signatures
-        return "[" + "|".join(registry.BACKENDS) + "]"
+        return "[" + "|".join(backends.BACKENDS) + "]"
 
     def shell_complete(self, ctx, param, incomplete):
         from click.shell_completion import CompletionItem
 
-        return [CompletionItem(name) for name in registry.BACKENDS if name.startswith(incomplete)]
+        return [CompletionItem(name) for name in backends.BACKENDS if name.startswith(incomplete)]
 
     def convert(self, value, param, ctx):
-        if value in registry.SPECS:
+        if value in backends.SPECS:
             return value
-        self.fail(f"{value!r} is not one of {', '.join(map(repr, registry.BACKENDS))}.", param, ctx)
+        self.fail(f"{value!r} is not one of {', '.join(map(repr, backends.BACKENDS))}.", param, ctx)
 
 
 @click.command("eval")
@@ -123,18 +123,18 @@ def eval_(**given: Any) -> None:
     (written last). With several models also OUT/sweep.csv, sweep.json and plots.
     Decoding is greedy with 3,072 new tokens unless told otherwise.
     """
-    from opgen.infer import evaluate as ev
+    from opgen.infer import evaluate
 
     run = _run_of(given)
     if run.config.score:
         _check_sandbox(given["allow_weak_sandbox"])
-    if registry.backend_spec(run.config.backend).model == "responses":
+    if backends.backend_spec(run.config.backend).model == "responses":
         _check_replay(run)
     from opgen import outdir
 
     outdir.install_sigterm()
     try:
-        with outdir.claim(run.out, ev.out_entry(outdir.absolute(run.out)), "opgen eval"):
+        with outdir.claim(run.out, evaluate.out_entry(outdir.absolute(run.out)), "opgen eval"):
             _evaluate(run)
     except (KeyboardInterrupt, outdir.Terminated) as exc:
         term = isinstance(exc, outdir.Terminated)
@@ -245,17 +245,17 @@ def _check_sandbox(allow_weak_sandbox: bool) -> None:
 
 def _eval_local(model, name, data_files, out_dir, cfg) -> dict:
     """One model's evaluation in this process; its metrics, reported."""
-    from opgen.infer import evaluate as ev
+    from opgen.infer import evaluate
     from opgen.infer.base import BackendError
     from opgen.infer.run import DataError, LogError
     from opgen.score.inputs import ScoreInputError
     from opgen.score.report import ScoreOutputError
 
     try:
-        metrics = ev.evaluate_model(model, name, data_files, out_dir, cfg)
+        metrics = evaluate.evaluate_model(model, name, data_files, out_dir, cfg)
     except DataError as exc:
         raise click.BadParameter(str(exc), param_hint="--data") from None
-    except (BackendError, LogError, ev.ConfigMismatch) as exc:
+    except (BackendError, LogError, evaluate.ConfigMismatch) as exc:
         raise click.ClickException(f"{name}: {exc}") from None
     except (ScoreInputError, ScoreOutputError) as exc:
         raise click.ClickException(f"{name}: scoring failed: {exc}") from None
@@ -319,8 +319,7 @@ def _check_replay(run: EvalRun) -> None:
     """Replay: the responses must belong to these data files, checked before anything is written."""
     import pyarrow.parquet as pq
 
-    from opgen.infer import decomposed as decomp
-    from opgen.infer import replay
+    from opgen.infer import decomposed, replay
     from opgen.infer.config import data_name
     from opgen.infer.run import DataError, read_rows
 
@@ -330,7 +329,7 @@ def _check_replay(run: EvalRun) -> None:
         try:
             rows = read_rows(d, cfg.limit)
             data.append((data_name(d), rows, pq.ParquetFile(d).metadata.num_rows,
-                         cfg.decomposed and decomp.applicable(rows) is None))
+                         cfg.decomposed and decomposed.applicable(rows) is None))
         except DataError as exc:
             raise click.BadParameter(str(exc), param_hint="--data") from None
     for model in run.models:

@@ -27,16 +27,16 @@ def _forms(value: str) -> tuple[str, ...]:
 
 
 def _observations(sweeps, runs_table, tidy, reference_dir, hub_repo, family, cluster_by, overrides):
-    from opgen.fit import inputs as I
+    from opgen.fit import inputs
 
     if sweeps:
-        obs = I.read_sweeps(sweeps, runs_table, cluster_by)
+        obs = inputs.read_sweeps(sweeps, runs_table, cluster_by)
     elif tidy:
-        obs = I.read_tidy(tidy)
+        obs = inputs.read_tidy(tidy)
     elif reference_dir:
-        obs = I.read_reference(reference_dir, family)
+        obs = inputs.read_reference(reference_dir, family)
     else:
-        obs = I.read_hub(hub_repo, family)
+        obs = inputs.read_hub(hub_repo, family)
     if obs.source.startswith(("reference", "hub:")):
         # the command line overrides the reference's constants
         for info in obs.runs.values():
@@ -113,10 +113,12 @@ def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, comp
     and plots. Give exactly one input: --sweep [--runs], --tidy, --reference or --hub-repo.
     """
     try:
-        from opgen.fit import FitInputError
-        from opgen.fit import inputs as I  # noqa: F401 - a missing scipy fails here, as one line
-        from opgen.fit import pipeline as P
-        from opgen.fit import report as Rp
+        from opgen.fit import (
+            FitInputError,
+            inputs,  # noqa: F401 - a missing scipy fails here, as one line
+            pipeline,
+            report,
+        )
     except ImportError as exc:  # scipy lives in the 'fit' extra
         raise click.ClickException(f"opgen fit needs scipy: pip install 'opgen[fit]' ({exc})") from None
 
@@ -155,18 +157,18 @@ def fit(sweeps, runs_table, tidy, reference_dir, hub_repo, family, out_dir, comp
                 like_reference = bool(reference_dir or hub_repo)
             if weights is None:
                 weights = "ols" if like_reference else "binomial"
-            cfg = P.FitConfig(compute=compute_def, c_ref=c_ref, forms=chosen_forms, weights=weights,
-                              like_reference=like_reference,
-                              resamples=resamples, seed=seed, level=level, holdout_frac=holdout_frac,
-                              min_step=min_step, max_step=max_step, min_n=min_n, assume_n=assume_n,
-                              overrides=overrides)
-            result, _curves = P.run_fit(obs, cfg, progress=say)
+            cfg = pipeline.FitConfig(compute=compute_def, c_ref=c_ref, forms=chosen_forms, weights=weights,
+                                     like_reference=like_reference,
+                                     resamples=resamples, seed=seed, level=level, holdout_frac=holdout_frac,
+                                     min_step=min_step, max_step=max_step, min_n=min_n, assume_n=assume_n,
+                                     overrides=overrides)
+            result, _curves = pipeline.run_fit(obs, cfg, progress=say)
         except FitInputError as exc:
             raise BadInput(str(exc)) from None
         say("writing fit.json, the CSVs" + ("" if no_plots else " and the plots"))
-        staged = Rp.write(stage, result, plots=not no_plots)
+        staged = report.write(stage, result, plots=not no_plots)
     written = [outdir.absolute(out_dir) / p.relative_to(stage) for p in staged]
-    for line in Rp.summary_lines(result):
+    for line in report.summary_lines(result):
         click.echo(line)
     for w in result["warnings"]:
         click.echo(f"warning: {w}", err=True)

@@ -37,13 +37,12 @@ def split_stats(train: Path, eval_: Path, as_json: bool, max_size: int, leaves: 
     the normalized histograms, DBCA) of TRAIN against EVAL, beside random splits of the same rows, and
     the held-out compounds (in eval, in no training row) with their share of eval rows. TRAIN and
     EVAL are build folders or parquet files."""
-    from opgen.splits import compounds as C
-    from opgen.splits import report
+    from opgen.splits import compounds, report
 
     for p, hint in ((train, "TRAIN"), (eval_, "EVAL")):
         if not p.exists():
             raise click.BadParameter(f"{p}: no such file or folder", param_hint=hint)
-    spec = C.CompoundSpec(max_size, leaves, inputs, params, depths, atoms_per, compounds_per)
+    spec = compounds.CompoundSpec(max_size, leaves, inputs, params, depths, atoms_per, compounds_per)
     result = report.split_stats([train], [eval_], spec, baseline_seeds,
                                 options.chosen_library(library_spec))  # SplitRowsError: exit 1
     if as_json:

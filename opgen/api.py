@@ -136,7 +136,7 @@ def build_splits(recipe: Any, splits: Sequence[str] | None = None, *, size: int 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from opgen import build as B
+    from opgen import build
 
     _check_build_args(size, seed, workers)
     if isinstance(splits, str):
@@ -153,8 +153,8 @@ def build_splits(recipe: Any, splits: Sequence[str] | None = None, *, size: int 
     # folder) is then removed with it, never left in the system's temp directory.
     with tempfile.TemporaryDirectory(prefix="opgen-api-") as tmp:
         where = Path(tmp) / "build"
-        man = B.build([loaded], where, workers=int(workers), only=tuple(splits or ()),
-                      limit=None if size is None else int(size), seed=None if seed is None else int(seed))
+        man = build.build([loaded], where, workers=int(workers), only=tuple(splits or ()),
+                          limit=None if size is None else int(size), seed=None if seed is None else int(seed))
         out = {}
         for name, section in man["splits"].items():
             tables = [pq.read_table(where / f["path"]) for f in section["files"]]

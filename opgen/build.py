@@ -44,16 +44,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from opgen import content, faults, formats, leakage, ops, opwatch, outdir, write
-from opgen import expr as E
-from opgen import manifest as M
+from opgen import content, expr, faults, formats, leakage, manifest, ops, opwatch, outdir, write
 from opgen.errors import USAGE, OpgenError
 from opgen.generate import Generator, GeneratorError, Unsatisfiable
 from opgen.library import LibraryError, LibraryMismatch, StoreWarning, canonical_text, ref_of, store
 from opgen.ops import OperatorLibrary
 from opgen.recipe import Recipe, RecipeError, SplitConfig, build_generator
 from opgen.rows import Facts, RowBuffer, RowSpec
-from opgen.splits import compounds as C
+from opgen.splits import compounds
 
 if TYPE_CHECKING:
     from opgen.workers import Pool
@@ -110,7 +108,7 @@ class Plan:
     # The spec of the atom/compound histograms the shards count as they generate (the manifest's
     # splits.<name>.compounds); None: they are read back from the written rows after the build (a
     # split recipe, whose certificate checks the rows themselves, or a spec with discounts).
-    tally: C.CompoundSpec | None = None
+    tally: compounds.CompoundSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -219,7 +217,7 @@ class ShardFacts:
     attempt: np.ndarray  # int32: the candidate j each row took
     rejections: Counter[str]  # candidates phase 1 rejected, by reason
     content: str | None  # the content digest of the rows, when phase 1 wrote the final parquet
-    tally: C.Tally | None = None  # the rows' atoms and compounds (Plan.tally), as phase 1 drew them
+    tally: compounds.Tally | None = None  # the rows' atoms and compounds (Plan.tally), as phase 1 drew them
 
 
 class FinishTask(NamedTuple):
@@ -238,7 +236,7 @@ class Finished(NamedTuple):
     sha256: str
     bytes: int
     content: str | None
-    tally: C.Tally | None = None  # phase 3's change to the shard's tally: redrawn rows out, their redraws in
+    tally: compounds.Tally | None = None  # phase 3's change to the shard's tally: redrawn rows out, their redraws in
 
 
 class Resolved(NamedTuple):
@@ -250,7 +248,8 @@ class Resolved(NamedTuple):
 
 
 def _shard_facts(facts: list[Facts], attempts: list[int], rejections: Counter[str],
-                 digest: str | None, tally: C.Tally | None = None, mask_dtype: str = ops.MASK_DTYPE) -> ShardFacts:
+                 digest: str | None, tally: compounds.Tally | None = None,
+                 mask_dtype: str = ops.MASK_DTYPE) -> ShardFacts:
     if facts:
         (ukey, pkey, prog_keys, depth, k, opmask, composed, out_len, condition, unchanged, identity,
          target_chars) = zip(*facts)
@@ -330,7 +329,7 @@ def _produce_rows(uid: int, start: int, stop: int, piece: int | None = None,
     pool = pa.default_memory_pool()
     digest = None
     final = _final_in_produce(shards, uid)
-    tally = C.Tally(plan.tally) if plan.tally is not None else None
+    tally = compounds.Tally(plan.tally) if plan.tally is not None else None
     put: Callable[[pa.Table], None]
     if final:
         writer = write.open_writer(unit.tmp, buf.schema)
@@ -346,7 +345,7 @@ def _produce_rows(uid: int, start: int, stop: int, piece: int | None = None,
         put = writer.write_table
     c0 = c1 = start
     try:
-        with E.recursion_headroom():
+        with expr.recursion_headroom():
             for c0 in range(start, stop, write.ROW_GROUP_ROWS):
                 buf.clear()
                 c1 = min(c0 + write.ROW_GROUP_ROWS, stop)
@@ -405,7 +404,7 @@ def _blame(plan: Plan, exc: BaseException, rows: Sequence[int], start: int = 0) 
 
     def again() -> None:
         buf = RowBuffer(plan.spec)
-        with E.recursion_headroom():
+        with expr.recursion_headroom():
             for i in rows:
                 at[0] = i
                 buf.add(i, plan.gen.first_valid(i, start)[1])
@@ -476,7 +475,7 @@ def _join(pieces: list[ShardFacts], offsets: list[int]) -> ShardFacts:
                if isinstance(getattr(first, f.name), np.ndarray) and f.name != "prog_rows"}
     tally = None
     if first.tally is not None:
-        tally = C.Tally(first.tally.spec)
+        tally = compounds.Tally(first.tally.spec)
         for p in pieces:
             assert p.tally is not None
             tally.merge(p.tally)
@@ -507,7 +506,7 @@ def _finish(task: FinishTask) -> Finished:
     plan = shards.plans[unit.plan]
     digest = delta = None
     if not _final_in_produce(shards, uid):
-        delta = C.Tally(plan.tally) if patches and plan.tally is not None else None
+        delta = compounds.Tally(plan.tally) if patches and plan.tally is not None else None
         digest = _encode(unit, plan, patches, was, delta)
     else:
         assert not patches, "the build's first shard and shards without duplicate checks are never redrawn"
@@ -518,7 +517,7 @@ def _finish(task: FinishTask) -> Finished:
 
 
 def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]], was: Sequence[int] = (),
-            delta: C.Tally | None = None) -> str:
+            delta: compounds.Tally | None = None) -> str:
     """A staged shard as parquet, with its redrawn rows swapped in; returns its content digest.
     ``delta`` (the shard's tally change) counts each redrawn row out (its phase-1 candidate, ``was``)
     and its redraw in."""
@@ -528,7 +527,7 @@ def _encode(unit: Unit, plan: Plan, patches: list[tuple[int, int]], was: Sequenc
     if patches:
         buf = RowBuffer(plan.spec)
         try:
-            with E.recursion_headroom():
+            with expr.recursion_headroom():
                 for n, (local, j) in enumerate(patches):
                     got, item = plan.gen.first_valid(unit.start + local, j)
                     assert got == j, "a redrawn candidate must be reproducible"
@@ -643,7 +642,7 @@ def plan_build(recipes: list[Recipe], only: tuple[str, ...] = (), limit: int | N
             # Shards are fixed by shard_rows, never by who builds them.
             n_shards = max(1, -(-rows // cfg.shard_rows))
             # a split recipe's rows are read back for its certificate, which checks the rows themselves
-            tally = None if recipe.split is not None else C.EDGES
+            tally = None if recipe.split is not None else compounds.EDGES
             plans.append(Plan(cfg, recipe, gen, spec, rows, tuple(range(n_units, n_units + n_shards)),
                               tuple(write.shard_names(cfg.name, n_shards)), tally))
             n_units += n_shards
@@ -761,7 +760,7 @@ def _build_into(out: Path, recipes: list[Recipe], plans: list[Plan], workers: in
             man.pop("_seconds")
             if library_text is not None:
                 write.atomic_write_text(stage / outdir.LIBRARY_FILE, library_text)
-            write.atomic_write_text(stage / "manifest.json", M.dumps(man))
+            write.atomic_write_text(stage / "manifest.json", manifest.dumps(man))
             _swap(stage, out)
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)
@@ -835,7 +834,7 @@ def estimate_bytes(plans: list[Plan]) -> int:
         per_row = 0.0
         if n:
             buf = RowBuffer(plan.spec)
-            with E.recursion_headroom():
+            with expr.recursion_headroom():
                 i = 0
                 try:
                     for k in range(n):  # spread over the split: depths and lengths change along it
@@ -933,22 +932,22 @@ def _build(recipes: list[Recipe], shards: Shards, out: Path, tmp_dir: Path, work
     if not report["ok"]:
         raise BuildError("leakage check failed (the recipe may allow it explicitly under leakage.allow):\n  "
                          + "\n  ".join(leakage.describe(report)))
-    man = M.manifest(recipes, seed, sections, report, limit)
+    man = manifest.manifest(recipes, seed, sections, report, limit)
     # atoms and compounds of every row, and each split recipe's certificate, read from the written rows
-    from opgen.splits import certificate as SC
+    from opgen.splits import certificate
 
-    tallies: dict[str, C.Tally] = {}
+    tallies: dict[str, compounds.Tally] = {}
     for plan in plans:
         if plan.tally is not None:
-            total = tallies[plan.cfg.name] = C.Tally(plan.tally)
+            total = tallies[plan.cfg.name] = compounds.Tally(plan.tally)
             for uid in plan.units:
                 for part in (results[uid].tally, finished[uid].tally):
                     if part is not None:
                         total.merge(part)
     try:
-        SC.annotate(man, recipes, {plan.cfg.name: [units[uid].tmp for uid in plan.units] for plan in plans},
-                    tallies, previous, kept)
-    except (SC.SplitError, SC.R.SplitRowsError) as exc:
+        certificate.annotate(man, recipes, {plan.cfg.name: [units[uid].tmp for uid in plan.units] for plan in plans},
+                             tallies, previous, kept)
+    except (certificate.SplitError, certificate.rows.SplitRowsError) as exc:
         raise BuildError(str(exc)) from None
     for cls in sorted({type(plan.gen) for plan in plans}, key=lambda c: c.__name__):
         summary = cls.summarize_build(sections) if cls.BUILD_KEY else None
@@ -1037,14 +1036,15 @@ def _section(plan: Plan, shards: Shards, results: list[ShardFacts], finished: li
     for name, uid in zip(plan.names, plan.units):
         f, unit = finished[uid], units[uid]
         files.append({"path": name, "rows": unit.stop - unit.start, "sha256": f.sha256, "bytes": f.bytes})
-    section = M.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"], conditions,
-                              cat["out_len"], rejections, formats.mode_of(plan.cfg.prompt_format),
-                              plan.recipe.library)
+    section = manifest.split_section(plan.cfg, plan.rows, files, cat["depth"], cat["k"], cat["opmask"], conditions,
+                                     cat["out_len"], rejections, formats.mode_of(plan.cfg.prompt_format),
+                                     plan.recipe.library)
     condition_of = {}
     for r, uid in zip(res, plan.units):
         condition_of.update({units[uid].start + i: c for i, c in r.condition_of.items()})
-    section.update(M.fidelity_sections(cat["unchanged"], cat["identity"], cat["target_chars"], condition_of, prog,
-                                       prog_rows))
+    section.update(manifest.fidelity_sections(cat["unchanged"], cat["identity"], cat["target_chars"], condition_of,
+                                              prog,
+                                              prog_rows))
     section["digest"] = plan.cfg.digest
     section["built_with"] = [p.cfg.name for p in shards.plans]
     extra = plan.gen.manifest_section(plan.rows)
@@ -1129,7 +1129,7 @@ def _redraw(plan: Plan, i: int, start: int, taken: Callable[[int], bool]) -> tup
     buf = RowBuffer(plan.spec)
     j = start
     stop = start + gen.max_attempts
-    with E.recursion_headroom():
+    with expr.recursion_headroom():
         while j < stop:
             try:
                 j, item = gen.first_valid(i, j)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from opgen import card
+from opgen import card, outdir
 from opgen.errors import OpgenError
 from opgen.hubplan import BuildFile, Plan, Split
 from opgen.library import LibraryError, OperatorLibrary, digest_of_file, library_of, ref_of_manifest
@@ -284,8 +284,6 @@ def write_tree(build_dir: Path, out_dir: Path, repo_id: str, *, license: str = "
     ``out_dir`` holds a complete, verified tree or is left as it was (a killed run's staging
     directory is removed by the next one).
     """
-    from opgen import outdir
-
     out_dir = Path(out_dir)
     check_repo_id(repo_id)
     plan_ = plan(build_dir, library)
@@ -301,8 +299,6 @@ def write_tree(build_dir: Path, out_dir: Path, repo_id: str, *, license: str = "
 
 def _check_replace(out_dir: Path, force: bool) -> None:
     """Under the lock: ``out_dir`` is missing or empty, or an earlier tree and ``force`` given."""
-    from opgen import outdir
-
     if not out_dir.is_dir() or not any(out_dir.iterdir()):
         return
     names = sorted(p.name for p in out_dir.iterdir())

@@ -72,12 +72,12 @@ def gold_answer(row: Mapping, library: OperatorLibrary | str | None = None) -> s
 def list_recipes() -> list[dict]:
     """The bundled recipes (``opgen build NAME``), sorted by name: ``name``, ``description``,
     ``splits`` (each ``{"name", "role", "kind", "generator", "prompt_format", "answer_format"}``)."""
-    from opgen import recipe as R
+    from opgen import recipe
     from opgen.resources import resource_dir
 
     out = []
     for path in sorted(resource_dir("datasets").glob("*.yaml")):
-        rec = R.load(str(path))
+        rec = recipe.load(str(path))
         out.append({"name": rec.name, "description": " ".join(str(rec.raw.get("description", "")).split()),
                     "splits": [{"name": s.name, "role": s.role, "kind": s.kind, "generator": s.generator,
                                 "prompt_format": s.prompt_format, "answer_format": s.answer_format}
@@ -94,7 +94,7 @@ def mix_datasets(datasets: Sequence[Any], weights: Sequence[float] | None = None
     ``size``: rows in the mix (default: until the first source with a positive weight runs out, so
     no row repeats); asking for more rows than a source can give raises ValueError. Every row gets
     ``extra_info.mix_source`` (the index of its source)."""
-    from opgen import rng as G
+    from opgen import rng
     from opgen.api import rows_list
 
     sources = [rows_list(d) for d in datasets]
@@ -114,7 +114,7 @@ def mix_datasets(datasets: Sequence[Any], weights: Sequence[float] | None = None
         acc += x / total
         cum.append(acc)
     last = max(i for i in range(len(w)) if w[i] > 0)  # where rounding leaves u above the last sum
-    stream = G.Rng("mix_datasets", seed, *(repr(x) for x in w))
+    stream = rng.Rng("mix_datasets", seed, *(repr(x) for x in w))
     taken = [0] * len(sources)
     out: list[dict] = []
     while size is None or len(out) < size:

@@ -15,8 +15,7 @@ from typing import Any
 
 import yaml
 
-from opgen import formats, schemacheck
-from opgen import generate as G
+from opgen import formats, generate, schemacheck
 from opgen.errors import USAGE, OpgenError
 from opgen.library import LibraryError, given
 from opgen.ops import STUDY, OperatorLibrary
@@ -350,8 +349,8 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
             if key not in merged:
                 raise RecipeError(f"{where}: '{key}' is required (in the split or in defaults)")
         try:
-            cls = G.get(merged["generator"])
-        except G.GeneratorError as exc:
+            cls = generate.get(merged["generator"])
+        except generate.GeneratorError as exc:
             raise RecipeError(f"{where}.generator: {exc}") from None
         answer = merged["answer_format"] or formats.DEFAULT_ANSWER[merged["prompt_format"]]
         try:
@@ -371,7 +370,7 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
                 raise RecipeError(f"{where}.prompt_template: {template_file}: {problem}")
         try:
             options = cls.resolve(merged["options"], f"{where}.options")
-        except G.GeneratorError as exc:
+        except generate.GeneratorError as exc:
             raise RecipeError(str(exc)) from None
         _check_generator_library(lib, merged["generator"], where)
         shaping = {"seed": seed, "generator": merged["generator"], "version": cls.VERSION, "options": options}
@@ -392,31 +391,31 @@ def resolve(data: Any, shown: str, sha: str = "", seed: int | None = None, base:
 
 def _check_generator_library(lib: OperatorLibrary, name: str, where: str) -> None:
     """A generator that knows the study's operators by name draws no other library's (Generator.ANY_LIBRARY)."""
-    if lib.is_study or getattr(G.get(name), "ANY_LIBRARY", False):
+    if lib.is_study or getattr(generate.get(name), "ANY_LIBRARY", False):
         return
-    fit = sorted(n for n in G.registry() if getattr(G.get(n), "ANY_LIBRARY", False))
+    fit = sorted(n for n in generate.registry() if getattr(generate.get(n), "ANY_LIBRARY", False))
     raise RecipeError(f"{where}.generator: {name!r} draws the study's own operators only (library {lib.name!r} "
                       f"is not the study's); generators for any library: {', '.join(fit)}")
 
 
 def _split_rule(raw: Any, shown: str, seed: int, lib: OperatorLibrary = STUDY) -> Any:
     """The recipe's ``split`` (opgen.splits.kinds.Rule), or None."""
-    from opgen.splits import kinds as SK
+    from opgen.splits import kinds
 
     try:
-        return SK.resolve(raw, shown, seed, lib)
-    except SK.SplitError as exc:
+        return kinds.resolve(raw, shown, seed, lib)
+    except kinds.SplitError as exc:
         raise RecipeError(str(exc)) from None
 
 
 def _split_prepared(rule: Any, merged: dict[str, Any], where: str) -> dict[str, Any]:
     if rule is None:
         return merged
-    from opgen.splits import kinds as SK
+    from opgen.splits import kinds
 
     try:
         return rule.prepare(merged, where)
-    except SK.SplitError as exc:
+    except kinds.SplitError as exc:
         raise RecipeError(str(exc)) from None
 
 
@@ -446,23 +445,23 @@ def _expected(schema: dict) -> str:
     return ""
 
 
-def build_generator(cfg: SplitConfig, recipe: Recipe) -> G.Generator:
-    ctx = G.Context(digest=cfg.digest, split=cfg.name, seed=recipe.seed, role=cfg.role,
-                    where=f"{cfg.where}.options",
-                    op_sets={"train": recipe.library.train_ids, "heldout": recipe.library.heldout_ids,
-                             "all": recipe.library.ids, "study_heldout": recipe.heldout_ops},
-                    library=recipe.library)
+def build_generator(cfg: SplitConfig, recipe: Recipe) -> generate.Generator:
+    ctx = generate.Context(digest=cfg.digest, split=cfg.name, seed=recipe.seed, role=cfg.role,
+                           where=f"{cfg.where}.options",
+                           op_sets={"train": recipe.library.train_ids, "heldout": recipe.library.heldout_ids,
+                                    "all": recipe.library.ids, "study_heldout": recipe.heldout_ops},
+                           library=recipe.library)
     try:
-        gen = G.get(cfg.generator)(cfg.options, ctx)
-    except G.Unsatisfiable:  # its own class: what no draw can give (opgen serve answers it with a 4xx)
+        gen = generate.get(cfg.generator)(cfg.options, ctx)
+    except generate.Unsatisfiable:  # its own class: what no draw can give (opgen serve answers it with a 4xx)
         raise
-    except G.GeneratorError as exc:
+    except generate.GeneratorError as exc:
         raise RecipeError(str(exc)) from None
     if recipe.split is not None:
-        from opgen.splits import kinds as SK
+        from opgen.splits import kinds
 
         try:
             gen = recipe.split.wrap(gen, cfg.role, cfg.generator, cfg.where)
-        except SK.SplitError as exc:
+        except kinds.SplitError as exc:
             raise RecipeError(str(exc)) from None
     return gen

@@ -35,9 +35,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from opgen import __version__
 from opgen.choices import GRADE_CHOICES
 from opgen.errors import USAGE, OpgenError
-from opgen.integrations.common import AdapterError
+from opgen.integrations.common import AdapterError, completion_text, grade_batch
 
 # The grading options a request may set (strings): GradeSettings's text options (opgen.choices).
 SETTINGS = tuple(GRADE_CHOICES)
@@ -222,8 +223,6 @@ class Service:
                                  f"{self.limits.max_response_chars}")
 
     def score(self, body: Mapping) -> dict:
-        from opgen.integrations.common import completion_text, grade_batch
-
         fields(body, ("items", *SETTINGS))
         items = body.get("items")
         if not isinstance(items, list):
@@ -467,7 +466,6 @@ class Service:
     # ---------------------------------------------------------------- health, metrics
 
     def health(self) -> dict:
-        from opgen import __version__
         from opgen.score.sandbox import shared
 
         level = shared(allow_weak_sandbox=self.allow_weak_sandbox).level

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from opgen import expr as E
+from opgen import expr
 from opgen.ops import STUDY, OperatorLibrary
 
 
 @dataclass(frozen=True)
 class Task:
-    program: E.Expr
+    program: expr.Expr
     input: str
     output: str
     # Measures and labels a generator attaches (probe target, condition, ...): sorted (key, value)
@@ -25,7 +25,7 @@ class Task:
     # A build makes one Task and one Item per row: the frozen dataclass's generated __init__ sets
     # each field through object.__setattr__ (~1.3 us here); storing into __dict__ is the same
     # object at under half the cost (tests/test_tasks.py compares them field by field).
-    def __init__(self, program: E.Expr, input: str, output: str,
+    def __init__(self, program: expr.Expr, input: str, output: str,
                  meta: tuple[tuple[str, object], ...] = ()):
         d = self.__dict__
         d["program"] = program
@@ -35,15 +35,15 @@ class Task:
 
     @property
     def expr_text(self) -> str:
-        return E.render(self.program)
+        return expr.render(self.program)
 
     @property
     def depth(self) -> int:
-        return E.depth(self.program)
+        return expr.depth(self.program)
 
     @property
     def ops(self) -> tuple[str, ...]:
-        return E.ops_used(self.program)
+        return expr.ops_used(self.program)
 
     def get(self, key: str, default: object = None) -> object:
         for k, v in self.meta:

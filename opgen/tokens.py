@@ -132,8 +132,7 @@ def gold_answer_of_row(row: Mapping[str, Any], library: OperatorLibrary | str | 
     (opgen.library.library_of: ``library``, the one the user gave, else the user's store's by
     digest; UnknownLibrary or LibraryMismatch when it cannot be had: nothing the row names is loaded).
     """
-    from opgen import expr as E
-    from opgen import formats
+    from opgen import expr, formats
     from opgen.tasks import Item, Task
 
     info = row.get("extra_info") or {}
@@ -143,7 +142,7 @@ def gold_answer_of_row(row: Mapping[str, Any], library: OperatorLibrary | str | 
     if not gt.get("tasks"):
         return None
     lib = library_of(ref_of_truth(gt), given(library))
-    item = Item(tasks=tuple(Task(program=E.parse(t["expr"], lib=lib), input=t["input"], output=t["output"])
+    item = Item(tasks=tuple(Task(program=expr.parse(t["expr"], lib=lib), input=t["input"], output=t["output"])
                             for t in gt["tasks"]),
                 assistant_prefix=info.get("assistant_prefix") or "")
     # the answer alone: no ground truth is rendered, so no library member (build.library_tag) is needed

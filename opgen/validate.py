@@ -19,8 +19,7 @@ import jsonschema
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from opgen import expr as E
-from opgen import formats, rows, truth
+from opgen import expr, formats, rows, truth
 from opgen.library import STUDY, OperatorLibrary, library_of, library_of_rows, ref_of_truth
 from opgen.outdir import listed_files
 from opgen.resources import schema_path
@@ -120,11 +119,11 @@ def _check_parsed(row: dict, gt: dict, kind: str, lib: OperatorLibrary = STUDY, 
     tasks = []
     for n, t in enumerate(gt["tasks"]):
         try:
-            program = E.parse(t["expr"], lib)
-        except E.ExprError as exc:
+            program = expr.parse(t["expr"], lib)
+        except expr.ExprError as exc:
             return f"ground_truth.tasks[{n}].expr does not parse: {exc}"
         try:
-            value = E.evaluate(program, t["input"], None, lib)
+            value = expr.evaluate(program, t["input"], None, lib)
         except Exception as exc:  # an operator failing is a broken row, reported, not a crash
             return f"ground_truth.tasks[{n}].expr fails on its input: {type(exc).__name__}: {exc}"
         if value != t["output"]:
@@ -243,7 +242,7 @@ def validate_file(path: Path, run_foreign: Callable | None = None,
 def _validate_rows(pf: pq.ParquetFile, kind: str, report: FileReport, run_foreign: Callable | None,
                    on_rows: Callable[[int], object] | None = None, lib: OperatorLibrary = STUDY) -> None:
     index = 0
-    with E.recursion_headroom():
+    with expr.recursion_headroom():
         for batch in _batches(pf):
             if kind == "foreign":
                 jobs, expected = _foreign_jobs(batch, index, report)

@@ -34,8 +34,7 @@ from typing import Any
 
 import yaml
 
-from opgen import content
-from opgen import manifest as M
+from opgen import content, manifest
 from opgen.errors import USAGE, OpgenError
 from opgen.library import LibraryError, OperatorLibrary, digest_of_file, library_of, ref_of_manifest
 from opgen.outdir import LIBRARY_FILE, listed_files
@@ -221,7 +220,7 @@ def _refuse_imports(resolved: dict, where: str) -> None:
     name its generators by registered name: verify imports no module a manifest names (a
     ``package.module:Class`` generator is refused, as a library path is; the avoided recipes are
     replayed over the manifest's library, never one they name: opgen.leakage.training_programs)."""
-    from opgen import generate as G
+    from opgen import generate
 
     def check(recipe: object, at: str) -> None:  # every "generator" in it: the splits', an mcd pool's
         stack = [recipe]
@@ -229,7 +228,7 @@ def _refuse_imports(resolved: dict, where: str) -> None:
             node = stack.pop()
             if isinstance(node, dict):
                 gen = node.get("generator")
-                if isinstance(gen, str) and ":" in gen and gen not in G.registry():
+                if isinstance(gen, str) and ":" in gen and gen not in generate.registry():
                     raise VerifyError(f"{at}: generator {gen!r} is an import path; verify imports no module a "
                                       "manifest names (register the generator and rebuild with opgen build)")
                 stack.extend(node.values())
@@ -435,7 +434,7 @@ def verify(build_dir: Path, workers: int = 1, progress: bool = False,
     """Verify ``build_dir`` (module docstring). Its operator library is the one its manifest names,
     found by digest (opgen.library.library_of: ``library``, the one the user gave, the study's or
     the user's store's; UnknownLibrary when neither): nothing the folder holds is loaded."""
-    from opgen import build as B
+    from opgen import build
 
     build_dir = Path(build_dir)
     where = build_dir / "manifest.json"
@@ -445,7 +444,7 @@ def verify(build_dir: Path, workers: int = 1, progress: bool = False,
     digests = {s.name: s.digest for r in recipes for s in r.splits}
     all_names = [s.name for r in recipes for s in r.splits]
     then = man.get("versions") or {"opgen": man.get("opgen_version", "?")}
-    now = M.versions()
+    now = manifest.versions()
     same_writer = all(then.get(k) == now[k] for k in ("opgen", "pyarrow"))
     checks = [Check("manifest", "fields", PASSED, "recipes, seed, limit, versions, splits and their files are "
                                                    "well-formed"),
@@ -472,9 +471,9 @@ def verify(build_dir: Path, workers: int = 1, progress: bool = False,
             only = () if list(group) == all_names else tuple(group)
             with tempfile.TemporaryDirectory(prefix="opgen-verify-") as tmp:
                 try:
-                    rebuilt = B.build(recipes, Path(tmp) / "build", workers=workers, only=only, limit=limit,
-                                      progress=progress)
-                except B.BuildError as exc:
+                    rebuilt = build.build(recipes, Path(tmp) / "build", workers=workers, only=only, limit=limit,
+                                          progress=progress)
+                except build.BuildError as exc:
                     raise VerifyError(f"rebuilding {', '.join(group)} failed: {exc}") from None
                 for name in names:
                     results[name] = _compare(name, man["splits"][name], rebuilt["splits"][name], build_dir,

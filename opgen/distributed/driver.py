@@ -59,6 +59,12 @@ from opgen.infer.evaluate import (
     rollup,
 )
 from opgen.infer.run import RESUME_FIELDS, Plan, Row, RunStats, batch_lines, check_done, read_log
+from opgen.library import LibraryMismatch
+from opgen.score import inputs, report
+from opgen.score.inputs import Row as ScoredRow
+from opgen.score.metrics import DEFAULT_DEFS
+from opgen.score.report import TIMEOUT_S, Report
+from opgen.score.sandbox import Sandbox
 from opgen.score.settings import GradeSettings
 
 if TYPE_CHECKING:
@@ -148,10 +154,6 @@ class Grader:
 
     def __init__(self, workers: int, settings: GradeSettings, plots: bool = True,
                  metric_defs: MetricDefs | None = None):
-        from opgen.score.metrics import DEFAULT_DEFS
-        from opgen.score.report import TIMEOUT_S
-        from opgen.score.sandbox import Sandbox
-
         self.settings, self.plots = settings, plots
         self.metric_defs = metric_defs or DEFAULT_DEFS
         self.box = Sandbox(workers=workers, timeout_s=TIMEOUT_S)
@@ -167,9 +169,6 @@ class Grader:
     def _pass(self, key: str, settings: GradeSettings) -> _PassReport:
         """The pass ``key`` being graded with ``settings`` (its rows' library): every chunk of one
         file names one library."""
-        from opgen.library import LibraryMismatch
-        from opgen.score.report import Report
-
         p = self._passes.get(key)
         if p is None:
             p = self._passes[key] = _PassReport(Report(settings, self.metric_defs))
@@ -183,8 +182,6 @@ class Grader:
     def grade(self, key: str, data: str, n_rows: int, rows: dict, text: str, source: str) -> float:
         """Grade one chunk's lines ``text`` (rows ``rows`` of the ``n_rows`` of ``data``) into the
         pass ``key``'s spool and counters. Returns the seconds it took."""
-        from opgen.score import inputs, report
-
         t0 = time.perf_counter()
         answers = inputs.parse_responses(text, n_rows, source)
         if not set(answers) <= set(rows):
@@ -205,12 +202,9 @@ class Grader:
 
     def finish(self, key: str, jobs: int, data: str, n_rows: int, responses: str, out: str) -> tuple[dict, float]:
         """Write the report of the pass ``key`` (graded in ``jobs`` calls of `grade`) into ``out``."""
-        from opgen.score import report
-
         t0 = time.perf_counter()
         p = self._passes.pop(key, None)
         if p is None:  # a pass with no row to grade: its report says so
-            from opgen.score.report import Report
 
             p = _PassReport(Report(self.settings, self.metric_defs))
         try:
@@ -554,8 +548,6 @@ class _Sweep:
 
     def grade(self, p: _Pass, pairs: list[tuple[int, str]], source: Path) -> None:
         """Hand rows' lines (index, line) of the pass to the grader, with the scorer's view of those rows."""
-        from opgen.score.inputs import Row as ScoredRow
-
         rows = {}
         for i, _ in pairs:
             if 0 <= i < len(p.rows):

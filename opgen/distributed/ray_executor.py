@@ -24,6 +24,7 @@ from opgen.errors import OpgenError
 from opgen.infer.backends import backend_spec
 from opgen.infer.base import BackendError, EngineOptions
 from opgen.infer.config import RayOptions  # defined with the other option records; read from here too
+from opgen.score.sandbox import Sandbox, SandboxError
 
 PLACEMENT_TIMEOUT_S = 120
 
@@ -211,11 +212,11 @@ class TaskLost(RayError):
 
 def _shard(state: tuple, fn, arg):
     global _ADOPTED
-    from opgen import build as B
+    from opgen import build
 
     token, recipes, only, limit, tmp_dir, seed, op_budget = state
     if _ADOPTED != token:
-        B.adopt(recipes, only, limit, tmp_dir, seed)
+        build.adopt(recipes, only, limit, tmp_dir, seed)
         _ADOPTED = token
     # the operator watch of the building process (opgen.build.build), here in the Ray worker
     with opwatch.watch(opwatch.codes_of(recipes[0].library), op_budget):
@@ -242,7 +243,7 @@ class BuildMapper:
         self.state = self.ray.put((self.token, self.recipes, self.only, self.limit, tmp_dir, seed, op_budget))
 
     def __call__(self, fn, args: list, bar) -> list:
-        from opgen import build as B
+        from opgen import build
 
         refs = [self.task.remote(self.state, fn, a) for a in args]
         index = {ref: i for i, ref in enumerate(refs)}
@@ -264,7 +265,7 @@ class BuildMapper:
                                    f"times ({type(exc).__name__}), more than the {SHARD_RETRIES} retries a shard "
                                    f"gets; the build was stopped and its output directory left as it was") from None
                 if bar is not None and isinstance(args[i], int):
-                    unit = B.current().units[args[i]]
+                    unit = build.current().units[args[i]]
                     bar.update(unit.stop - unit.start)
         return out
 
@@ -280,8 +281,6 @@ class _SandboxHost:
     """A Ray actor holding one warm `opgen.score.sandbox.Sandbox` (threaded: its workers run in parallel)."""
 
     def __init__(self, workers: int, timeout_s: float):
-        from opgen.score.sandbox import Sandbox
-
         self.box = Sandbox(workers=workers, timeout_s=timeout_s)
 
     def level(self) -> str:
@@ -350,8 +349,6 @@ class RaySandbox:
         try:
             return self.ray.get(getattr(self.hosts[i], method).remote(payload))
         except self.ray.exceptions.RayError as exc:
-            from opgen.score.sandbox import SandboxError
-
             raise SandboxError(f"sandbox actor {i} failed: {type(exc).__name__}: {exc}") from None
         finally:
             with self._lock:

@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from opgen.fit import models as M
-from opgen.fit import uncertainty as U
+from opgen.fit import models, uncertainty
 
 
 def _z_interval(r: float, se: float, level: float) -> list[float] | None:
@@ -67,7 +66,7 @@ def correlation(kind: str, x: np.ndarray, y: np.ndarray, reps: np.ndarray | None
             rv = _rowwise_pearson(stats.rankdata(x), stats.rankdata(reps, axis=1))
         else:
             rv = _rowwise_pearson(x, reps)
-        lo, hi, k = U.percentile(rv, level)
+        lo, hi, k = uncertainty.percentile(rv, level)
         out["ci_measurement"] = None if lo is None else [lo, hi]
     if n >= min_n:
         out["p"] = float(p)
@@ -93,7 +92,7 @@ def linear(x: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: float) 
         sl = ((reps - reps.mean(1, keepdims=True)) @ xc) / float(xc @ xc)
         ic = reps.mean(1) - sl * x.mean()
         for name, vals in (("slope", sl), ("intercept", ic)):
-            lo, hi, _ = U.percentile(vals, level)
+            lo, hi, _ = uncertainty.percentile(vals, level)
             out[name].update({"ci_low": lo, "ci_high": hi, "method": "bootstrap"})
     return out
 
@@ -104,21 +103,21 @@ def exponential(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None, level: fl
     of the range (the data cannot tell an exponential from a line or a step there)."""
     if len(L) < 4 or np.ptp(y) == 0:
         return None
-    form = M.FORMS["exp_loss"]
-    design = M.Design(np.asarray(L, dtype=float))
-    point = M.fit(form, design, y[None, :], polish=True)
+    form = models.FORMS["exp_loss"]
+    design = models.Design(np.asarray(L, dtype=float))
+    point = models.fit(form, design, y[None, :], polish=True)
     pars = point.params()
     pred = point.mu[0]
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1 - float(((y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else None
     out: dict = {"equation": form.equation, "R2": r2, "sse": float(((y - pred) ** 2).sum())}
-    out["shape"], out["change"] = M.shape(L, pred)
-    boot = M.fit(form, design, reps).params() if reps is not None else None
-    prof = U.profile(point, y, level)["beta"]
+    out["shape"], out["change"] = models.shape(L, pred)
+    boot = models.fit(form, design, reps).params() if reps is not None else None
+    prof = uncertainty.profile(point, y, level)["beta"]
     for name in ("alpha", "beta", "gamma"):
         entry: dict[str, Any] = {"estimate": float(pars[name][0])}
         if boot is not None:
-            lo, hi, _ = U.percentile(boot[name], level)
+            lo, hi, _ = uncertainty.percentile(boot[name], level)
             entry.update({"ci_low": lo, "ci_high": hi, "method": "bootstrap"})
         out[name] = entry
     bounded = not (prof["open_low"] or prof["open_high"])
@@ -186,7 +185,7 @@ def exponential_reference(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None,
         pred = _exp_curve(L, *popt)
         ss_res = float(((y - pred) ** 2).sum())
         out.update({"R2": 1 - ss_res / ss_tot if ss_tot > 0 else None, "sse": ss_res})
-        out["shape"], out["change"] = M.shape(L, pred)
+        out["shape"], out["change"] = models.shape(L, pred)
         boot = None
         if reps is not None:
             fits = [_curve_fit(L, row)[0] for row in reps]
@@ -195,7 +194,7 @@ def exponential_reference(L: np.ndarray, y: np.ndarray, reps: np.ndarray | None,
         for i, name in enumerate(("alpha", "beta", "gamma")):
             entry: dict[str, Any] = {"estimate": float(popt[i])}
             if boot is not None:
-                lo, hi, _ = U.percentile(boot[:, i], level)
+                lo, hi, _ = uncertainty.percentile(boot[:, i], level)
                 entry.update({"ci_low": lo, "ci_high": hi, "method": "bootstrap"})
             out[name] = entry
     alt = exponential(L, y, None, level) if len(L) >= 4 and np.ptp(y) > 0 else None

@@ -11,12 +11,8 @@ from typing import Any
 import numpy as np
 
 from opgen._version import __version__
-from opgen.fit import FitInputError
-from opgen.fit import across as X
+from opgen.fit import FitInputError, across, models, select, uncertainty
 from opgen.fit import compute as CD
-from opgen.fit import models as M
-from opgen.fit import select as S
-from opgen.fit import uncertainty as U
 from opgen.fit.inputs import RUN_FIELDS, Observations
 
 SCHEMA_ID = "opgen.fit/1"
@@ -27,7 +23,7 @@ MIN_CLUSTERS = 20  # fewer clusters than this: the cluster bootstrap carries a w
 class FitConfig:
     compute: str = "rollout"
     c_ref: float | None = None
-    forms: tuple[str, ...] = M.CURVE_FORMS
+    forms: tuple[str, ...] = models.CURVE_FORMS
     weights: str = "binomial"
     resamples: int = 1000
     seed: int = 0
@@ -141,7 +137,7 @@ def _param_entry(est: float, boot: np.ndarray | None, prof: dict | None, level: 
     e: dict = {"estimate": est, "ci_low": None, "ci_high": None, "method": None, "bounded": True,
                "n_resamples": 0}
     if boot is not None:
-        lo, hi, k = U.percentile(boot, level)
+        lo, hi, k = uncertainty.percentile(boot, level)
         e.update({"ci_low": lo, "ci_high": hi, "method": "bootstrap", "n_resamples": k})
     if prof is not None:
         e.update({"profile_low": prof["low"], "profile_high": prof["high"], "open_low": prof["open_low"],
@@ -152,19 +148,19 @@ def _param_entry(est: float, boot: np.ndarray | None, prof: dict | None, level: 
     return e
 
 
-def _fit_form(form: M.Form, design: M.Design, curve: Curve, binomial: bool, reps, level: float,
+def _fit_form(form: models.Form, design: models.Design, curve: Curve, binomial: bool, reps, level: float,
               rng: np.random.Generator, resamples: int) -> tuple[dict, dict | None]:
     y, n = curve.y, (curve.n if binomial else None)
-    point = S.point_fit(form, design, y, n)
+    point = select.point_fit(form, design, y, n)
     est = point.params()
     boot = None
     if reps is not None:
         Ys, Ns = reps
-        boot = M.fit(form, design, Ys, Ns if binomial else None).params()
+        boot = models.fit(form, design, Ys, Ns if binomial else None).params()
     elif curve.n is None and resamples:
-        Ys = U.residual_replicates(point, y, resamples, rng)
-        boot = M.fit(form, design, Ys).params() if Ys is not None else None
-    prof = U.profile(point, y, level) if form.nl_names else {}
+        Ys = uncertainty.residual_replicates(point, y, resamples, rng)
+        boot = models.fit(form, design, Ys).params() if Ys is not None else None
+    prof = uncertainty.profile(point, y, level) if form.nl_names else {}
     m = len(y)
     out: dict[str, Any] = {
         "equation": form.equation,
@@ -172,9 +168,9 @@ def _fit_form(form: M.Form, design: M.Design, curve: Curve, binomial: bool, reps
                    for k, v in est.items()},
         "chi2": float(point.chi2[0]), "dof": m - form.n_params,
     }
-    out["shape"], out["change"] = M.shape(design.x, point.mu[0])
+    out["shape"], out["change"] = models.shape(design.x, point.mu[0])
     out["dispersion"] = out["chi2"] / out["dof"] if out["dof"] > 0 and binomial else None
-    out.update(S.criteria(point, y, n))
+    out.update(select.criteria(point, y, n))
     return out, boot
 
 
@@ -214,7 +210,7 @@ def run_fit(obs: Observations, cfg: FitConfig, progress=None) -> tuple[dict, lis
     say = progress or (lambda _m: None)
     if cfg.weights not in ("binomial", "ols"):
         raise FitInputError(f"unknown weights {cfg.weights!r} (binomial, ols)")
-    forms = [M.get_form(f) for f in cfg.forms]
+    forms = [models.get_form(f) for f in cfg.forms]
     if not forms:
         raise FitInputError("no forms to fit")
     warnings: list[str] = list(obs.notes)
@@ -242,14 +238,14 @@ def run_fit(obs: Observations, cfg: FitConfig, progress=None) -> tuple[dict, lis
                         f"and tend to be too narrow; a finer --cluster-by (e.g. prompt) treats prompts as independent")
     say(f"{len(usable)} run curve(s) from {len(obs.cells)} cell(s); "
         f"{cfg.resamples} bootstrap resample(s) ({method})")
-    reps = (U.count_replicates(usable, method, cfg.resamples, cfg.seed, n_clusters)
+    reps = (uncertainty.count_replicates(usable, method, cfg.resamples, cfg.seed, n_clusters)
             if counts and cfg.resamples else None)
     rng = np.random.default_rng([cfg.seed, 1])  # residual draws: a stream of their own
     splits: dict[str, dict] = {}
     for i, c in enumerate(usable, 1):
         say(f"fitting {c.split}/{c.run} ({i}/{len(usable)})")
         rep = _rep_arrays(c, reps)
-        design = M.Design(c.x, ref)
+        design = models.Design(c.x, ref)
         info = per_run[c.run]
         entry: dict = {
             "run": c.run, "seeds": c.seeds, "n_points": len(c.y), "steps": c.steps,
@@ -261,17 +257,18 @@ def run_fit(obs: Observations, cfg: FitConfig, progress=None) -> tuple[dict, lis
         }
         boots = {}
         for form in forms:
-            if len(c.y) < S.min_points(form):
-                entry["forms"][form.name] = {"skipped": f"{len(c.y)} points; {form.name} needs {S.min_points(form)}"}
+            if len(c.y) < select.min_points(form):
+                need = select.min_points(form)
+                entry["forms"][form.name] = {"skipped": f"{len(c.y)} points; {form.name} needs {need}"}
                 continue
             entry["forms"][form.name], boots[form.name] = _fit_form(form, design, c, binomial, rep, cfg.level,
                                                                      rng, cfg.resamples)
         if c.steps is not None and cdef.name != "step":
-            lin = M.FORMS["linear_log"]
-            sdesign = M.Design(np.log10(np.array(c.steps, dtype=float)), 0.0)
+            lin = models.FORMS["linear_log"]
+            sdesign = models.Design(np.log10(np.array(c.steps, dtype=float)), 0.0)
             entry["step_only"], _ = _fit_form(lin, sdesign, c, binomial, rep, cfg.level, rng, cfg.resamples)
         n_arr = c.n if binomial else None
-        entry["backtest"] = S.backtest(forms, c.x, ref, c.y, n_arr, cfg.holdout_frac)
+        entry["backtest"] = select.backtest(forms, c.x, ref, c.y, n_arr, cfg.holdout_frac)
         _against_compute(entry, c, warnings)
         fitted = {k: v for k, v in entry["forms"].items() if "aic" in v}
         entry["best"] = {"aic": min(sorted(fitted), key=lambda k: fitted[k]["aic"]) if fitted else None,
@@ -279,7 +276,7 @@ def run_fit(obs: Observations, cfg: FitConfig, progress=None) -> tuple[dict, lis
                          "backtest": entry["backtest"]["best"]}
         sp = splits.setdefault(c.split, {"runs": [], "windows": []})
         sp["runs"].append(entry)
-        for row in S.window_table(forms, c.x, ref, c.y, n_arr):
+        for row in select.window_table(forms, c.x, ref, c.y, n_arr):
             sp["windows"].append({"run": c.run, **row})
         # per-run replicate values the across-run statistics need (the same draws as the intervals)
         entry["_reps"] = {"forms": boots, "acc_last": None if rep is None else rep[0][:, -1]}
@@ -343,7 +340,7 @@ def _across(runs: list[dict], split: str, forms, cfg: FitConfig, warnings: list[
         runs = [r for r in runs if r["loss"] is not None]
 
     def corr(kind, x, y, rep):
-        return X.correlation(kind, x, y, rep, cfg.level, cfg.min_n, withhold_p=not ref)
+        return across.correlation(kind, x, y, rep, cfg.level, cfg.min_n, withhold_p=not ref)
     # levels: R_ref of the line, A of the saturating forms (replicates refitted per run: the same
     # bootstrap draws as the per-run intervals)
     targets = [("R_ref", "linear_log", "R_ref"), ("A_sigmoid", "sigmoid", "A"), ("A_power", "power", "A")]
@@ -359,11 +356,12 @@ def _across(runs: list[dict], split: str, forms, cfg: FitConfig, warnings: list[
         rep = _stack(rs, _boot(fname, pname))
         entry: dict[str, Any] = {"x": "loss", "y": f"{fname}.{pname}", "runs": [r["run"] for r in rs],
                  "spearman": corr("spearman", L, y, rep),
-                 "exp_fit": (X.exponential_reference(L, y, rep, cfg.level) if ref and label == "R_ref"
-                             else X.exponential(L, y, rep, cfg.level))}
+                 "exp_fit": (across.exponential_reference(L, y, rep, cfg.level) if ref and label == "R_ref"
+                             else across.exponential(L, y, rep, cfg.level))}
         if entry["spearman"]["warning"]:
             warnings.append(f"{split}: {label} vs loss: {entry['spearman']['warning']}")
-        warnings.extend(f"{split}: {label} vs loss: {w}" for w in X.exp_warnings(entry["exp_fit"], f"{fname}.{pname}"))
+        warnings.extend(f"{split}: {label} vs loss: {w}" for w in across.exp_warnings(entry["exp_fit"],
+                                                                                      f"{fname}.{pname}"))
         out[f"{label}_vs_loss"] = entry
     if with_loss:
         L = np.array([r["loss"] for r in with_loss], dtype=float)
@@ -383,7 +381,7 @@ def _across(runs: list[dict], split: str, forms, cfg: FitConfig, warnings: list[
             entry = {"x": "log10_tokens", "y": "linear_log.B", "runs": [r["run"] for r in rs],
                      "pearson": corr("pearson", T, B, rep),
                      "spearman": corr("spearman", T, B, rep),
-                     "linear_fit": X.linear(T, B, rep, cfg.level) if len(rs) >= 3 else None}
+                     "linear_fit": across.linear(T, B, rep, cfg.level) if len(rs) >= 3 else None}
             if entry["pearson"]["warning"]:
                 warnings.append(f"{split}: B vs log10 tokens: {entry['pearson']['warning']}")
             out["B_vs_log10_tokens"] = entry

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from opgen.files import atomic_write_bytes as _write_atomic
 from opgen.files import write_json_atomic
-from opgen.fit import models as M
+from opgen.fit import models
 
 SIG_DIGITS = 12  # printed precision: far below any interval, and stable across BLAS builds' last bits
 
@@ -101,8 +102,6 @@ def write(out: Path, result: Mapping, plots: bool = True) -> list[Path]:
     fit.json again with the plots listed. A plot that cannot be drawn (no matplotlib, a curve with a
     parameter that is not a finite number, any plotting error) costs one line in ``warnings``, never
     the results. Returns the paths written; ``result["warnings"]`` gains the plot notes."""
-    from opgen.files import atomic_write_bytes as _write_atomic
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     final = out / "fit.json"
@@ -215,10 +214,10 @@ def _plot_curves(result: Mapping, split: str, sp: Mapping, path: Path, notes: li
                 params = None
             if params is not None:
                 xs = np.linspace(x[0], x[m_fit - 1], 80)
-                ax.plot(xs, M.predict(form, params, xs, ref), "-", color=col, lw=1.4)
+                ax.plot(xs, models.predict(form, params, xs, ref), "-", color=col, lw=1.4)
                 if m_fit < len(x):
                     xe = np.linspace(x[m_fit - 1], x[-1], 40)
-                    ax.plot(xe, M.predict(form, params, xe, ref), "--", color=col, lw=1.2)
+                    ax.plot(xe, models.predict(form, params, xe, ref), "--", color=col, lw=1.2)
         ax.set_title(form + (" (fit on all points: too few for the backtest)" if full_only else ""), fontsize=10)
         ax.set_xlabel(f"log10 compute ({result['compute']['definition']})")
         ax.set_ylim(-0.02, 1.02)

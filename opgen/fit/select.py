@@ -14,25 +14,25 @@ from typing import Any
 
 import numpy as np
 
-from opgen.fit import models as M
+from opgen.fit import models
 
 
-def min_points(form: M.Form) -> int:
+def min_points(form: models.Form) -> int:
     """Points a form needs: one more than its parameters (three for the line, as the reference)."""
     return max(3, form.n_params + 1)
 
 
-def point_fit(form: M.Form, design: M.Design, y: np.ndarray, n: np.ndarray | None) -> M.Fit:
+def point_fit(form: models.Form, design: models.Design, y: np.ndarray, n: np.ndarray | None) -> models.Fit:
     if form.name == "linear_log" and n is None:
-        return M.ols_line(design, y)
-    return M.fit(form, design, y[None, :], None if n is None else n[None, :], polish=True)
+        return models.ols_line(design, y)
+    return models.fit(form, design, y[None, :], None if n is None else n[None, :], polish=True)
 
 
-def criteria(fit: M.Fit, y: np.ndarray, n: np.ndarray | None) -> dict:
+def criteria(fit: models.Fit, y: np.ndarray, n: np.ndarray | None) -> dict:
     m = y.shape[-1]
     k = fit.form.n_params
     if n is not None:
-        ll = float(M.binomial_loglik(y * n, n, fit.mu[0]))
+        ll = float(models.binomial_loglik(y * n, n, fit.mu[0]))
     else:
         sse = float(((y - fit.mu[0]) ** 2).sum())
         k += 1
@@ -47,7 +47,7 @@ def holdout_split(m: int, frac: float) -> int:
     return m - max(1, math.ceil(frac * m))
 
 
-def backtest(forms: list[M.Form], x: np.ndarray, ref: float, y: np.ndarray, n: np.ndarray | None,
+def backtest(forms: list[models.Form], x: np.ndarray, ref: float, y: np.ndarray, n: np.ndarray | None,
              frac: float) -> dict:
     m_fit = holdout_split(len(x), frac)
     out: dict = {"holdout_frac": frac, "n_fit": m_fit, "n_heldout": len(x) - m_fit, "forms": {}, "best": None}
@@ -59,9 +59,9 @@ def backtest(forms: list[M.Form], x: np.ndarray, ref: float, y: np.ndarray, n: n
             out["forms"][form.name] = {"skipped": f"{m_fit} points before the held-out ones; needs "
                                                   f"{min_points(form)}"}
             continue
-        design = M.Design(x[:m_fit], ref)
+        design = models.Design(x[:m_fit], ref)
         f = point_fit(form, design, y[:m_fit], None if n is None else n[:m_fit])
-        pred = form.mu(M.Design(x, ref), f.phi, f.lin)[0][m_fit:]
+        pred = form.mu(models.Design(x, ref), f.phi, f.lin)[0][m_fit:]
         held = y[m_fit:]
         entry: dict[str, Any] = {"rmse": float(np.sqrt(np.mean((held - pred) ** 2))),
                  "max_abs_error": float(np.max(np.abs(held - pred))),
@@ -69,7 +69,7 @@ def backtest(forms: list[M.Form], x: np.ndarray, ref: float, y: np.ndarray, n: n
                  "fit_params": {k: float(v[0]) for k, v in f.params().items()}}
         if n is not None:
             nn = n[m_fit:]
-            entry["log_loss"] = float(-M.binomial_loglik(held * nn, nn, pred) / max(nn.sum(), 1))
+            entry["log_loss"] = float(-models.binomial_loglik(held * nn, nn, pred) / max(nn.sum(), 1))
         out["forms"][form.name] = entry
         scores[form.name] = entry["rmse"]
     if scores:
@@ -90,13 +90,14 @@ def windows(m: int) -> list[tuple[str, int, int]]:
     return uniq
 
 
-def window_table(forms: list[M.Form], x: np.ndarray, ref: float, y: np.ndarray, n: np.ndarray | None) -> list[dict]:
+def window_table(forms: list[models.Form], x: np.ndarray, ref: float, y: np.ndarray,
+                 n: np.ndarray | None) -> list[dict]:
     rows = []
     for name, a, b in windows(len(x)):
         for form in forms:
             if b - a < min_points(form):
                 continue
-            f = point_fit(form, M.Design(x[a:b], ref), y[a:b], None if n is None else n[a:b])
+            f = point_fit(form, models.Design(x[a:b], ref), y[a:b], None if n is None else n[a:b])
             rows.append({"window": name, "first": a, "last": b - 1, "n_points": b - a, "form": form.name,
                          "params": {k: float(v[0]) for k, v in f.params().items()}})
     return rows

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from opgen.fit import models as M
+from opgen.fit import models
 
 CHUNK = 250  # replicates drawn at once (fixed: the draw order, hence the result, must not depend on it)
 
@@ -65,7 +65,7 @@ def count_replicates(curves: list, method: str, resamples: int, seed: int, n_clu
     return {k: (np.concatenate(a), np.concatenate(b)) for k, (a, b) in out.items()}
 
 
-def residual_replicates(fit: M.Fit, y: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray | None:
+def residual_replicates(fit: models.Fit, y: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray | None:
     """[R, m] rates drawn around a point fit with its residual spread (None without degrees of freedom)."""
     m = y.shape[-1]
     dof = m - fit.form.n_params
@@ -108,7 +108,7 @@ def _crossing(grid: np.ndarray, prof: np.ndarray, i0: int, cut: float, step: int
     return float(grid[i]), True
 
 
-def profile(point: M.Fit, y: np.ndarray, level: float) -> dict[str, dict]:
+def profile(point: models.Fit, y: np.ndarray, level: float) -> dict[str, dict]:
     """Profile intervals of every parameter a form profiles: the weighted chi-square minimised over
     the other parameters with this one held at each of PROFILE_POINTS values across its whole range,
     cut at min + chi2_1(level) * dispersion. A side that never crosses the cut before the range ends is
@@ -136,8 +136,8 @@ def profile(point: M.Fit, y: np.ndarray, level: float) -> dict[str, dict]:
             lin_lo[:, idx] = lin_hi[:, idx] = grid
         else:
             nl_lo[:, idx] = nl_hi[:, idx] = grid
-        prof = M.fit(form, design, np.repeat(y[None], R, 0), weights=np.repeat(W[None], R, 0),
-                     nl_lo=nl_lo, nl_hi=nl_hi, lin_lo=lin_lo, lin_hi=lin_hi).chi2
+        prof = models.fit(form, design, np.repeat(y[None], R, 0), weights=np.repeat(W[None], R, 0),
+                          nl_lo=nl_lo, nl_hi=nl_hi, lin_lo=lin_lo, lin_hi=lin_hi).chi2
         i0 = int(np.searchsorted(grid, est))
 
         low, open_low = _crossing(grid, prof, i0, cut, -1)

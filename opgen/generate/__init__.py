@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opgen import ops, schemacheck
+from opgen import rng as R
 from opgen.errors import OpgenError
 from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import LOWERCASE, Rng, input_side, side_of
@@ -249,8 +250,6 @@ def rng_maker(*prefix: object):
     It reproduces :func:`opgen.rng.key_of` from a copied hasher state; a self-check against
     ``Rng`` itself guards against that module changing, falling back to plain ``Rng`` if so.
     """
-    from opgen import rng as R
-
     def slow(i: int, j: int) -> Rng:
         return Rng(*prefix, i, j)
 

@@ -6,7 +6,7 @@ interlace operator's second string input is a literal (an atomic task has one in
 
 from __future__ import annotations
 
-from opgen import expr as E
+from opgen import expr
 from opgen.generate import (
     LENGTH_RANGE,
     OP_SET,
@@ -63,18 +63,18 @@ class Atomic(Generator):
         x = self._input(rng)
         if x is None:
             return None
-        args: tuple[E.Expr, ...] = (E.Var(),)
-        lit: E.Lit | None = None
+        args: tuple[expr.Expr, ...] = (expr.Var(),)
+        lit: expr.Lit | None = None
         if op.n_inputs == 2:
-            lit = E.Lit(text(rng, self.lit_lo, self.lit_hi, alphabet))
+            lit = expr.Lit(text(rng, self.lit_lo, self.lit_hi, alphabet))
             args += (lit,)
-        program = E.Call(op.id, args, sample_params(op, rng))
+        program = expr.Call(op.id, args, sample_params(op, rng))
         # One operator call on known strings: evaluated here directly, with the evaluator's guards
         # (the size precheck before the call, the cap on every value), not by walking the tree.
         max_len = self.options["max_output_chars"]
         try:
-            out = E.call_capped(program, op.fn, (x,) if lit is None else (x, lit.value), max_len, op)
-        except E.OutputTooLong:
+            out = expr.call_capped(program, op.fn, (x,) if lit is None else (x, lit.value), max_len, op)
+        except expr.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
         return effect_ok(self, Item((Task(program, x, out),)))

@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from opgen import expr as E
-from opgen import pack as P
+from opgen import expr, pack
 from opgen.generate import OP_SET, Context, Generator, GeneratorError, register_generator, sample_params, side_text
+from opgen.generate.trees import Trees
 from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import SIDES, Rng
 from opgen.tasks import Item, Task
@@ -44,22 +44,22 @@ class CellError(GeneratorError):
 # ---------------------------------------------------------------- sampling primitives
 
 
-def atomic_task(op_id: str, rng: Rng, first: E.Expr | None = None, *, side: int,
+def atomic_task(op_id: str, rng: Rng, first: expr.Expr | None = None, *, side: int,
                 lib: OperatorLibrary = STUDY) -> Task:
     """One operator of ``lib`` applied to ``x`` (an interlace operator's second input: a short
     literal), or with ``first`` as its first input (probe 1g, the mixed-depth RL pool's long
     literals); ``x`` is drawn on ``side`` (opgen.rng.input_side)."""
     op = lib.get(op_id)
     x = side_text(rng, *INPUT_LEN, side)
-    args: tuple[E.Expr, ...] = (E.Var(),)
+    args: tuple[expr.Expr, ...] = (expr.Var(),)
     if op.n_inputs == 2:
-        args += (E.Lit(rng.text(*LITERAL_LEN)),)
+        args += (expr.Lit(rng.text(*LITERAL_LEN)),)
     if first is not None:
-        args = (first,) + ((E.Var(),) if op.n_inputs == 2 else ())
-    program = E.Call(op.id, args, sample_params(op, rng))
-    with E.recursion_headroom():
+        args = (first,) + ((expr.Var(),) if op.n_inputs == 2 else ())
+    program = expr.Call(op.id, args, sample_params(op, rng))
+    with expr.recursion_headroom():
         # one call on at most a few hundred characters: no operator can pass the cap
-        return Task(program, x, E.evaluate(program, x, lib=lib))
+        return Task(program, x, expr.evaluate(program, x, lib=lib))
 
 
 def unary(op_ids: Sequence[str], lib: OperatorLibrary = STUDY) -> tuple[str, ...]:
@@ -80,9 +80,9 @@ def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, side: int, fixed:
     evaluate_lib = lib
     x = side_text(rng, *INPUT_LEN, side)
     value = x
-    node: E.Expr = E.Var()
+    node: expr.Expr = expr.Var()
     inner = ""
-    with E.recursion_headroom():
+    with expr.recursion_headroom():
         for level in range(depth - 1, -1, -1):
             left = [fixed[level]] if level in fixed else [o for o in pool if not (no_repeat and o == inner)]
             while left:
@@ -90,10 +90,10 @@ def grow_chain(op_ids: Sequence[str], depth: int, rng: Rng, *, side: int, fixed:
                 op = lib.get(left.pop(rng.below(len(left))))
                 params = sample_params(op, rng)
                 try:
-                    out = E.evaluate(E.Call(op.id, (E.Var(),), params), value, max_len, evaluate_lib)
-                except E.OutputTooLong:
+                    out = expr.evaluate(expr.Call(op.id, (expr.Var(),), params), value, max_len, evaluate_lib)
+                except expr.OutputTooLong:
                     continue
-                node, value, inner = E.Call(op.id, (node,), params), out, op.id
+                node, value, inner = expr.Call(op.id, (node,), params), out, op.id
                 break
             else:
                 return None
@@ -154,8 +154,6 @@ class _CompPool:
 
     def __init__(self, name: str, trees_json: str, seed: int, unique: str = "program", role: str = "train",
                  split_json: str = "", lib: OperatorLibrary = STUDY):
-        from opgen.generate.trees import Trees  # the native mixed-structure sampler
-
         # The trees generator draws row i's candidates from CounterRng(counter_key(ctx.digest,
         # ctx.split), i, j): naming the pool (not the recipe) in its context is what makes the
         # pool shared between cells.
@@ -203,8 +201,6 @@ def comp_pool(name: str, rows: int, trees: Mapping[str, Any], seed: int = 1, whe
               split: Mapping[str, Any] | None = None, lib: OperatorLibrary = STUDY) -> tuple[Task, ...]:
     """The first ``rows`` distinct compositions of a named pool (trees-generator options ``trees``):
     distinct programs (``unique="program"``, the native rule) or distinct (program, input) tasks."""
-    from opgen.generate.trees import Trees
-
     trees_json = _canon(trees)
     split_json = _canon(split) if split else ""
     key: tuple[str | int, ...] = (name, trees_json, seed, unique, role) + ((split_json,) if split_json else ()) \
@@ -352,10 +348,10 @@ class SftCell(_PoolUser):
                 # Keyed by the atomic side alone: cells that differ only in their compositions
                 # (c1 / eco) pack the very same groups.
                 key = Rng("opgen-plan", "groups", _canon({**ATOMIC_DEFAULTS, **o["atomic"]}), lo, hi, self.ctx.seed)
-                groups = P.pack(P.labels_of(self.atomic), lo, hi, key)
-            except P.PackError as exc:
+                groups = pack.pack(pack.labels_of(self.atomic), lo, hi, key)
+            except pack.PackError as exc:
                 raise self.fail("width", str(exc)) from None
-        entries: list[P.Entry] = [("group", g) for g in groups] + [("comp", (c,)) for c in range(len(self.comps))]
+        entries: list[pack.Entry] = [("group", g) for g in groups] + [("comp", (c,)) for c in range(len(self.comps))]
         self.entries = self._plan_rng("order").shuffled(entries)
 
     def count(self) -> int:
@@ -383,7 +379,7 @@ def pool_summary(spec: Mapping[str, Any] | None, tasks: Sequence[Task]) -> dict[
     if spec is None:
         return None
     programs = len({t.expr_text for t in tasks})
-    return {"pool": spec["pool"], "tasks": len(tasks), "sha256": P.multiset_hash(t.identity() for t in tasks),
+    return {"pool": spec["pool"], "tasks": len(tasks), "sha256": pack.multiset_hash(t.identity() for t in tasks),
             "distinct_programs": programs, "distinct_program_share": round(programs / len(tasks), 6) if tasks else 0.0}
 
 
@@ -391,7 +387,7 @@ def step_hashes_of(tasks_per_row: Sequence[Sequence[str]], rows_per_step: int) -
     """Per-step task multiset hashes of rows read back from a file (each row: its task identities,
     ``expr + NUL + input``), complete steps only: what a trainer without shuffling consumes."""
     steps = len(tasks_per_row) // rows_per_step
-    return [P.multiset_hash(i for row in tasks_per_row[s * rows_per_step:(s + 1) * rows_per_step] for i in row)
+    return [pack.multiset_hash(i for row in tasks_per_row[s * rows_per_step:(s + 1) * rows_per_step] for i in row)
             for s in range(steps)]
 
 
@@ -410,7 +406,7 @@ def stream_match(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | 
 
 
 # Both streams of one build share their plan (it is a pure function of this key).
-_PLANS: dict[tuple[str, int], P.MatchedPlan] = {}
+_PLANS: dict[tuple[str, int], pack.MatchedPlan] = {}
 
 
 class MatchedStream(_PoolUser):
@@ -450,12 +446,12 @@ class MatchedStream(_PoolUser):
         key = (_canon(self.plan_options()), self.ctx.seed)
         if key not in _PLANS:
             try:
-                _PLANS[key] = P.plan_matched(
-                    P.labels_of(self.atomic), len(self.comps), self._plan_rng(),
+                _PLANS[key] = pack.plan_matched(
+                    pack.labels_of(self.atomic), len(self.comps), self._plan_rng(),
                     steps=o["steps"], atomic_per_step=o["atomic_per_step"],
                     grouped_rows_per_step=o["grouped_rows_per_step"], comps_per_step=o["comps_per_step"],
                     width=width)
-            except P.PackError as exc:
+            except pack.PackError as exc:
                 raise self.fail("width", str(exc)) from None
         self.plan = _PLANS[key]
         self.entries = self.plan.entries(self.stream)
@@ -483,7 +479,7 @@ class MatchedStream(_PoolUser):
         out = []
         for s in range(self.plan.steps):
             refs = self.plan.step_tasks(self.stream, s)
-            out.append(P.multiset_hash(
+            out.append(pack.multiset_hash(
                 (self.comps if pool == "comp" else self.atomic)[k].identity() for pool, k in refs))
         return out
 
@@ -562,7 +558,7 @@ class RlPool(Generator):
         if i % 2 == 0:
             return Item((chain,), meta=(("part", "chain"),))
         picked = rng.sample(list(self.atomic_ops), rng.integer(*self.literal_tasks))
-        lits = tuple(atomic_task(o, rng.derive("literal", k), first=E.Lit(rng.text(*self.literal_len)),
+        lits = tuple(atomic_task(o, rng.derive("literal", k), first=expr.Lit(rng.text(*self.literal_len)),
                                  side=self.side, lib=self.ctx.library) for k, o in enumerate(picked))
         return Item((chain,) + lits, meta=(("part", "chain_then_literal"),))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from opgen import expr as E
+from opgen import expr
 from opgen.generate import (
     DEPTH_PLAN_SCHEMA,
     LENGTH_RANGE,
@@ -65,7 +65,7 @@ class Chains(Generator):
         x = self._input(rng)
         if x is None:
             return None
-        program: E.Expr = E.Var()
+        program: expr.Expr = expr.Var()
         previous = None
         n = len(self.unary)
         max_len = self.max_len
@@ -76,7 +76,7 @@ class Chains(Generator):
         same = 0  # measure.unchanged_calls, counted as the chain grows (tests/test_generate_chains_atomic.py)
         try:
             if len(value) > max_len:
-                raise E.OutputTooLong(len(value), max_len)
+                raise expr.OutputTooLong(len(value), max_len)
             for _ in range(self.plan.depth(i)):
                 if self.options["no_repeat"] and previous is not None:
                     k = rng.below(n - 1)
@@ -85,14 +85,14 @@ class Chains(Generator):
                 else:
                     previous = rng.below(n)
                     op = self.unary[previous]
-                program = E.Call(op.id, (program,), sample_params(op, rng))
-                before, value = value, E.call_capped(program, op.fn, (value,), max_len, op)
+                program = expr.Call(op.id, (program,), sample_params(op, rng))
+                before, value = value, expr.call_capped(program, op.fn, (value,), max_len, op)
                 if value == before:
                     if effect:
                         self.rejections["no_effect"] += 1
                         return None
                     same += 1
-        except E.OutputTooLong:
+        except expr.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
         return Item((with_unchanged(Task(program, x, value), same),))

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from opgen import expr as E
+from opgen import expr
 from opgen.ops import STUDY, OperatorLibrary
 
-_Var, _Lit, _Call, _Concat, _Method = E.Var, E.Lit, E.Call, E.Concat, E.Method
+_Var, _Lit, _Call, _Concat, _Method = expr.Var, expr.Lit, expr.Call, expr.Concat, expr.Method
 
 
-def unchanged_calls(program: E.Expr, x: str, output: str | None = None, lib: OperatorLibrary = STUDY) -> int:
+def unchanged_calls(program: expr.Expr, x: str, output: str | None = None, lib: OperatorLibrary = STUDY) -> int:
     """How many operator calls return their first argument unchanged (``func_21`` on lowercase
     letters, ``func_2`` on a word without vowels): a model may skip such a call and still be right.
 
@@ -27,7 +27,7 @@ def unchanged_calls(program: E.Expr, x: str, output: str | None = None, lib: Ope
         first: Any = program.args[0]  # a Var or a Lit
         arg = x if type(first) is _Var else first.value
         if output is None:
-            output = E.evaluate(program, x, None, lib)
+            output = expr.evaluate(program, x, None, lib)
         return int(output == arg)
     count = [0]
     fns = lib.functions
@@ -61,7 +61,7 @@ def task_unchanged_calls(task, lib: OperatorLibrary = STUDY) -> int:
     return unchanged_calls(task.program, task.input, task.output, lib) if known is None else known
 
 
-def call_distances(program: E.Expr) -> tuple[tuple[str, int, int], ...]:
+def call_distances(program: expr.Expr) -> tuple[tuple[str, int, int], ...]:
     """``(op, chars, call_tails)`` per parameterised call in pre-order: the characters between the
     end of the call's name and the start of its own trailing argument, and how many other library
     calls' parameter tails lie in between (``expr.tail_distances``, as the probes measure them)."""

@@ -23,11 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from opgen import expr as E
-from opgen import formats as F
-from opgen import ops
-from opgen.generate import OP_ID, OP_SET, Context, Generator, register_generator
-from opgen.generate import cells as C
+from opgen import expr, formats, ops
+from opgen.generate import OP_ID, OP_SET, Context, Generator, cells, register_generator
 from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import Rng
 from opgen.tasks import Item
@@ -49,16 +46,16 @@ def recall_prefix(op_ids: Sequence[str], lib: OperatorLibrary = STUDY) -> str:
     """The RA recall blocks of ``op_ids`` (operators of ``lib``) exactly as the renderer writes them,
     each followed by the blank line that precedes the next block: the gold answer continues with the
     target's block."""
-    block = F.answer_spec("ra").recall_block
+    block = formats.answer_spec("ra").recall_block
     assert block is not None
     return "".join(block(o, lib) + "\n" for o in op_ids)
 
 
-def measures(program: E.Expr, target: str) -> dict[str, object]:
+def measures(program: expr.Expr, target: str) -> dict[str, object]:
     """Tail measures of the target's first call in ``program`` (-1 where it has no trailing argument)."""
-    calls = [n for n in E.walk(program) if isinstance(n, E.Call)]
+    calls = [n for n in expr.walk(program) if isinstance(n, expr.Call)]
     position = next(i for i, n in enumerate(calls) if n.op == target)
-    tail = next((t for t in E.tail_distances(program) if t.position == position), None)
+    tail = next((t for t in expr.tail_distances(program) if t.position == position), None)
     return {
         "target_op": target,
         "call_position": position,
@@ -152,8 +149,9 @@ class DefinitionLoad(Probe):
     def build(self, cond: Condition, target: str, rng: Rng) -> Item:
         r, src = cond.value
         others = rng.sample([o for o in self.lib.resolve_set(src) if o != target], r)
-        tasks = [C.atomic_task(o, rng.derive("other", k), side=self.side, lib=self.lib) for k, o in enumerate(others)]
-        tasks.append(C.atomic_task(target, rng.derive("target"), side=self.side, lib=self.lib))
+        tasks = [cells.atomic_task(o, rng.derive("other", k), side=self.side, lib=self.lib) for k,
+                 o in enumerate(others)]
+        tasks.append(cells.atomic_task(target, rng.derive("target"), side=self.side, lib=self.lib))
         meta = measures(tasks[-1].program, target)
         meta.update(family="probe_1b", r=r, others_from=src, others=",".join(others), position=r)
         return Item(tuple(tasks), condition=cond.name, assistant_prefix=recall_prefix(others, self.lib),
@@ -176,7 +174,7 @@ class ChainPosition(Probe):
     }}
 
     def make_conditions(self) -> list[Condition]:
-        self.chain_ops = C.unary(self.op_set(self.options["chain_ops"], "chain_ops"), self.lib)
+        self.chain_ops = cells.unary(self.op_set(self.options["chain_ops"], "chain_ops"), self.lib)
         for t in self.targets:
             if self.lib.get(t).n_inputs != 1:
                 raise self.fail("targets", f"{t} takes two strings and cannot stand in a chain")
@@ -189,8 +187,9 @@ class ChainPosition(Probe):
     def build(self, cond: Condition, target: str, rng: Rng) -> Item | None:
         d, where = cond.value
         level = {"outer": 0, "middle": d // 2, "inner": d - 1}[where]
-        task = C.grow_chain([o for o in self.chain_ops if o != target], d, rng, fixed={level: target}, side=self.side,
-                            lib=self.lib)
+        task = cells.grow_chain([o for o in self.chain_ops if o != target], d, rng, fixed={level: target},
+                                side=self.side,
+                                lib=self.lib)
         if task is None:
             self.rejections["chain_stuck"] += 1
             return None
@@ -218,13 +217,13 @@ class MethodTails(Probe):
         return [Condition(f"m{m}", m) for m in self.options["m"]]
 
     def build(self, cond: Condition, target: str, rng: Rng) -> Item:
-        node: E.Expr = E.Var()
+        node: expr.Expr = expr.Var()
         last = ""
         methods = self.options["methods"]
         for _ in range(cond.value):
             name = rng.choice([m for m in methods if m != last] or methods)
-            node, last = E.Method(node, name), name
-        task = C.atomic_task(target, rng, first=node, side=self.side, lib=self.lib)
+            node, last = expr.Method(node, name), name
+        task = cells.atomic_task(target, rng, first=node, side=self.side, lib=self.lib)
         meta = measures(task.program, target)
         meta.update(family="probe_1f", m=cond.value)
         return Item((task,), condition=cond.name, meta=_meta(meta))
@@ -238,7 +237,7 @@ class LongLiteral(Probe):
     DEFAULTS = {**Probe.COMMON, "targets": list(DEFAULT_TARGETS["1g"]), "lengths": [8, 25, 50, 100, 200]}
     OPTIONS_SCHEMA = {"properties": {
         "per_condition": {"type": "integer", "minimum": 1}, "targets": _TARGETS,
-        "lengths": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": C.MAX_OUTPUT // 2},
+        "lengths": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": cells.MAX_OUTPUT // 2},
                     "minItems": 1},
     }}
 
@@ -246,7 +245,8 @@ class LongLiteral(Probe):
         return [Condition(f"lit{n}", n) for n in self.options["lengths"]]
 
     def build(self, cond: Condition, target: str, rng: Rng) -> Item:
-        task = C.atomic_task(target, rng, first=E.Lit(rng.text(cond.value, cond.value)), side=self.side, lib=self.lib)
+        task = cells.atomic_task(target, rng, first=expr.Lit(rng.text(cond.value, cond.value)), side=self.side,
+                                 lib=self.lib)
         meta = measures(task.program, target)
         meta.update(family="probe_1g", literal_len=cond.value)
         return Item((task,), condition=cond.name, meta=_meta(meta))

@@ -17,8 +17,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 
-from opgen import expr as E
-from opgen import ops
+from opgen import expr, ops
 from opgen.generate import (
     DEPTH_PLAN_SCHEMA,
     LENGTH_RANGE,
@@ -178,7 +177,7 @@ class Trees(Generator):
             else:
                 self._shape(word, d - 1, out)
 
-    def _detail(self, rng: Rng, kinds, x: str) -> tuple[E.Expr, str]:
+    def _detail(self, rng: Rng, kinds, x: str) -> tuple[expr.Expr, str]:
         kind = next(kinds)
         max_len = self.max_len
         if kind == _LEAF_X:
@@ -190,31 +189,31 @@ class Trees(Generator):
                 params = sample_params(op, rng)
                 on_x = None
             inner, arg = self._detail(rng, kinds, x)
-            node = on_x if on_x is not None and inner is _X else E.Call(op.id, (inner,), params)
+            node = on_x if on_x is not None and inner is _X else expr.Call(op.id, (inner,), params)
             _precheck(op, node, (arg,), max_len)
             value = op.fn(arg, *params)
             if value == arg:  # measure.unchanged_calls, counted on the way up (tested equal)
                 self._same += 1
         elif kind == _LEAF_LIT:
             value = self._literal(rng)
-            node = E.Lit(value)
+            node = expr.Lit(value)
         elif kind == _CONCAT:
             left, lv = self._detail(rng, kinds, x)
             right, rv = self._detail(rng, kinds, x)
-            node, value = E.Concat(left, right), lv + rv
+            node, value = expr.Concat(left, right), lv + rv
         elif kind == _INTERLACE:
             op = self.interlace[rng.below(len(self.interlace))] if len(self.interlace) > 1 else self.interlace[0]
             left, lv = self._detail(rng, kinds, x)
             right, rv = self._detail(rng, kinds, x)
-            node, value = E.Call(op.id, (left, right), ()), op.fn(lv, rv)
+            node, value = expr.Call(op.id, (left, right), ()), op.fn(lv, rv)
             if value == lv:
                 self._same += 1
         else:
             name = self.methods[rng.below(len(self.methods))]
             inner, value = self._detail(rng, kinds, x)
-            node, value = E.Method(inner, name), getattr(value, name)()
+            node, value = expr.Method(inner, name), getattr(value, name)()
         if len(value) > max_len:
-            raise E.OutputTooLong(len(value), max_len)
+            raise expr.OutputTooLong(len(value), max_len)
         return node, value
 
     def candidate(self, i: int, j: int) -> Item | None:
@@ -369,24 +368,24 @@ class Trees(Generator):
             else:
                 try:
                     if check_input and len(x) > max_len:
-                        raise E.OutputTooLong(len(x), max_len)
+                        raise expr.OutputTooLong(len(x), max_len)
                     if on_x[r]:
                         op, params, node, guarded = calls[picks_at[at][r]]
                         if params is None:
                             params = sample_params(op, CounterRng.resume(seed, tuple(first), 3 + at))
-                            node = E.Call(op.id, (_X,), params)
+                            node = expr.Call(op.id, (_X,), params)
                         if guarded:
                             precheck(op, node, (x,), max_len)
                         value = op.fn(x, *params)
                         if len(value) > max_len:
-                            raise E.OutputTooLong(len(value), max_len)
+                            raise expr.OutputTooLong(len(value), max_len)
                         found = Item((with_unchanged(Task(node, x, value), int(value == x)),))
                     else:
                         self._same = 0
                         program, value = self._detail(CounterRng.resume(seed, tuple(first), 2 + at),
                                                       iter(shapes[shape]), x)
                         found = Item((with_unchanged(Task(program, x, value), self._same),))
-                except E.OutputTooLong:
+                except expr.OutputTooLong:
                     rejections["output_too_long"] += 1
             out[i - start] = (jj, found) if found is not None else self._first_in(i, jj + 1, self.max_attempts)
 
@@ -396,10 +395,10 @@ class Trees(Generator):
             return None
         try:
             if len(x) > self.max_len:
-                raise E.OutputTooLong(len(x), self.max_len)
+                raise expr.OutputTooLong(len(x), self.max_len)
             self._same = 0
             program, out = self._detail(rng, iter(kinds), x)
-        except E.OutputTooLong:
+        except expr.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
         return Item((with_unchanged(Task(program, x, out), self._same),))
@@ -413,10 +412,10 @@ class Trees(Generator):
         op, params, node = self._calls[bisect_right(self._call_thresholds, rng.word() >> 11)]
         if params is None:
             params = sample_params(op, rng)
-            node = E.Call(op.id, (_X,), params)
+            node = expr.Call(op.id, (_X,), params)
         try:
-            value = E.call_capped(node, op.fn, (x,), max_len, op)
-        except E.OutputTooLong:
+            value = expr.call_capped(node, op.fn, (x,), max_len, op)
+        except expr.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None
         return Item((with_unchanged(Task(node, x, value), int(value == x)),))
@@ -445,7 +444,7 @@ class Trees(Generator):
                     values = list(range(p.lo, p.hi + 1)) if p.kind == "int" else list(p.choices)
                     combos = [c + (v,) for c in combos for v in values]
                 for params in combos:
-                    entries.append(((op, params, E.Call(op.id, (_X,), params)), p_op / len(combos)))
+                    entries.append(((op, params, expr.Call(op.id, (_X,), params)), p_op / len(combos)))
         self._call_thresholds, self._calls = _cumulative(entries)
 
     def _verdict(self, kinds) -> str:
@@ -488,14 +487,14 @@ def _cumulative(weighted: list) -> tuple[list[float], list]:
     return thresholds, [v for v, _ in weighted]
 
 
-_X = E.Var()
+_X = expr.Var()
 # Binary kinds first: ``kind <= _INTERLACE`` means two children.
 _CONCAT, _INTERLACE, _METHOD, _OP, _LEAF_X, _LEAF_LIT = range(6)
 _CALL_ON_X = (_OP, _LEAF_X)
 _TABLE_DEPTH = 2  # 312 shapes of depth 2 with the default options; depth 3 would have ~10^5
 # The evaluator's guard against calls that would build a huge string (func_1 with a large n),
 # applied before the call as ``expr.evaluate`` does.
-_precheck = E.precheck_op
+_precheck = expr.precheck_op
 
 
 

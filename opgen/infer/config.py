@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 
 from opgen.choices import EXECUTORS
 from opgen.errors import USAGE, OpgenError
-from opgen.infer.base import EngineOptions, Sampling
+from opgen.infer import backends
+from opgen.infer.base import EngineOptions, Sampling, check_chat_template_kwargs
+from opgen.score.metrics import MetricDefs
 from opgen.score.settings import DEFAULT as DEFAULT_GRADING
 from opgen.score.settings import GradeSettings
 
 if TYPE_CHECKING:
     from opgen.infer.openai_backend import OpenAIOptions
-    from opgen.score.metrics import MetricDefs
 
 
 class EvalConfigError(ValueError, OpgenError):
@@ -71,11 +72,9 @@ _OPTION_FIELDS = {"--engine-arg": "engine_args", "--chat-template-kwarg": "chat_
 def check_backend_takes(backend: str, option: str) -> None:
     """``option`` (one of opgen.infer.backends.OPTIONS) given: EvalConfigError unless ``backend``
     takes it (`opgen eval` asks before parsing the option's values)."""
-    from opgen.infer import backends as registry
-
-    if option not in registry.backend_spec(backend).options:
+    if option not in backends.backend_spec(backend).options:
         raise EvalConfigError(f"engine.{_OPTION_FIELDS[option]}", option, f"applies to --backend "
-                              f"{_phrase(registry.accepting(option))} (this run: {backend})")
+                              f"{_phrase(backends.accepting(option))} (this run: {backend})")
 
 
 @dataclass(frozen=True)
@@ -99,18 +98,14 @@ class EvalConfig:
     plots: bool = True  # the scorer's plots (--no-plots: none)
 
     def __post_init__(self) -> None:
-        from opgen.infer import backends as registry
-
-        if self.backend not in registry.SPECS:
+        if self.backend not in backends.SPECS:
             raise EvalConfigError("backend", "--backend", f"{self.backend!r} is not one of "
-                                  f"{', '.join(map(repr, registry.BACKENDS))}")
-        spec = registry.backend_spec(self.backend)
+                                  f"{', '.join(map(repr, backends.BACKENDS))}")
+        spec = backends.backend_spec(self.backend)
         _kind("sampling", self.sampling, Sampling)
         _kind("engine", self.engine, EngineOptions)
         _kind("grading", self.grading, GradeSettings)
         if self.metric_defs is not None:
-            from opgen.score.metrics import MetricDefs
-
             _kind("metric_defs", self.metric_defs, MetricDefs)
         _count("limit", "--limit", self.limit, 1, none=True)
         _count("batch_size", "--batch-size", self.batch_size, 1)
@@ -124,7 +119,7 @@ class EvalConfig:
             raise EvalConfigError("openai", "--base-url", f"--backend {self.backend} needs --base-url "
                                   f"(e.g. http://127.0.0.1:8000/v1)", usage=True)
         if not spec.servers and self.openai is not None:
-            servers = tuple(s.name for s in registry.SPECS.values() if s.servers)
+            servers = tuple(s.name for s in backends.SPECS.values() if s.servers)
             raise EvalConfigError("openai", "--base-url", f"--base-url is for --backend {' or '.join(servers)}",
                                   usage=True)
         if self.openai is not None:
@@ -145,7 +140,6 @@ class EvalConfig:
         if keys != sorted(set(keys)):
             raise EvalConfigError(f"engine.{name}", option, f"{option}: the keys must be unique and sorted, "
                                   f"not {keys}")
-        from opgen.infer.base import check_chat_template_kwargs
         from opgen.infer.vllm_backend import check_engine_args
 
         try:
@@ -195,8 +189,6 @@ class EvalRun:
     names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        from opgen.infer import backends as registry
-
         object.__setattr__(self, "models", tuple(Path(m) for m in self.models))
         object.__setattr__(self, "data_files", tuple(Path(d) for d in self.data_files))
         object.__setattr__(self, "out", Path(self.out))
@@ -213,7 +205,7 @@ class EvalRun:
             _kind("ray", self.ray, RayOptions)
         elif self.ray is not None:
             raise EvalConfigError("ray", "--executor", "Ray options: only with --executor ray", usage=True)
-        if registry.backend_spec(self.config.backend).model != "served":
+        if backends.backend_spec(self.config.backend).model != "served":
             for m in self.models:
                 if not m.exists():
                     raise EvalConfigError("models", "--model", f"{m} does not exist")

@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import re
 
-from opgen import expr
-from opgen import formats as F
+from opgen import expr, formats
 from opgen.errors import OpgenError
 from opgen.infer.base import LENGTH, STOP, Generation, Request, Sampling
 from opgen.infer.run import Plan, Row
 
 # The answer written is the RA format's; a recall ends where the model would start its next block.
-_RECALL_HEADER, _ASSEMBLE_HEADER = F.answer_spec("ra").markers  # "Recall {op}:", "Assemble:"
+_RECALL_HEADER, _ASSEMBLE_HEADER = formats.answer_spec("ra").markers  # "Recall {op}:", "Assemble:"
 RECALL_STOP = ("\n" + _RECALL_HEADER.split("{", 1)[0], "\n" + _ASSEMBLE_HEADER)
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)

@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING
 from opgen._version import __version__
 from opgen.errors import OpgenError
 from opgen.files import write_json_atomic
-from opgen.infer import decomposed as decomp
+from opgen.infer import decomposed
 from opgen.infer.backends import backend_spec, make_backend
 from opgen.infer.base import Backend
 from opgen.infer.config import EvalConfig, data_name  # EvalConfig: its home is opgen.infer.config
 from opgen.infer.run import SUMMARY_FIELDS, Plan, plain_plan, read_log, read_rows, run, summarize_log
+from opgen.score import score_files
+from opgen.score.metrics import DEFAULT_DEFS, rollup_by_role
 from opgen.score.settings import DEFAULT as DEFAULT_GRADING
 from opgen.score.settings import GradeSettings
 
@@ -81,9 +83,6 @@ def _check_settings(path: Path, settings: dict, resume: bool) -> None:
 
 def score(data: Path, responses: Path, out: Path, workers: int, settings: GradeSettings = DEFAULT_GRADING,
           only: set[int] | None = None, metric_defs: MetricDefs | None = None, plots: bool = True) -> dict:
-    from opgen.score import score_files
-    from opgen.score.metrics import DEFAULT_DEFS
-
     # the generations were made from these rows (and checked against them on --resume): their
     # prompts' digests need no second look
     return score_files(data, responses, out, workers=workers, settings=settings, only=only,
@@ -150,8 +149,6 @@ def note_subset(summary: dict, gen_path: Path, only: set[int] | None) -> dict:
 def rollup(metrics: dict) -> dict:
     """ID (train operators) / OOD (held-out) / total accuracy over the scored eval files of a model
     (probes left out: opgen.score.metrics.rollup_by_role), as the Interplay release publishes it."""
-    from opgen.score.metrics import rollup_by_role
-
     return rollup_by_role(metrics["data"])
 
 
@@ -172,8 +169,8 @@ def passes(loaded, cfg: EvalConfig):
     for data, rows in loaded:
         yield data, rows, "", plain_plan(cfg.sampling), None
         if cfg.decomposed:
-            why = decomp.applicable(rows)
-            yield data, rows, "_decomposed", (decomp.decomposed_plan(cfg.sampling) if why is None else None), why
+            why = decomposed.applicable(rows)
+            yield data, rows, "_decomposed", (decomposed.decomposed_plan(cfg.sampling) if why is None else None), why
 
 
 def evaluate_model(model: Path, name: str, data_files: Sequence[Path], out: Path, cfg: EvalConfig) -> dict:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from opgen.integrations.common import (
+    SETTINGS,
     AdapterError,
     completion_text,
     extra_info_of,
@@ -36,8 +37,6 @@ def make_reward(**settings: Any):
     """A TRL reward function with scorer settings fixed (``policy``, ``group``, ``mode``,
     ``namespace``, ``static``, ``allow_weak_sandbox``, or ``settings=`` a GradeSettings); its
     ``__name__`` is what TRL logs it as."""
-    from opgen.integrations.common import SETTINGS
-
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
         raise TypeError(f"make_reward: unknown settings {', '.join(unknown)} (known: {', '.join(SETTINGS)})")

@@ -26,6 +26,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import opgen
 from opgen.integrations.common import (
     SETTINGS,
     AdapterError,
@@ -116,8 +117,6 @@ def _build() -> dict[str, Any]:
 
     import verifiers.v1 as vf
     from verifiers.v1.harnesses.null import NullHarness
-
-    import opgen
 
     class OpgenTaskConfig(vf.TaskConfig):
         """Scorer settings (``--env.taskset.task.*``): docs/scoring.md."""

@@ -46,7 +46,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TypeVar
 
-from opgen import faults
+from opgen import expr, faults, ops
 from opgen import formats as F
 from opgen.library import OperatorLibrary
 from opgen.score import judge, spawn
@@ -294,16 +294,13 @@ class _Asking:
 def _warm() -> None:
     """Fill a grading process's caches before its first response: grade, for every operator, its
     own canonical RA answer (the library's parses, compiled bodies and recall verdicts)."""
-    from opgen import expr as E
-    from opgen import ops
-
     box = _Asking(2.0, 512, 100_000)
     for op in ops.OPERATORS:
         params = tuple(p.lo if p.kind == "int" else p.choices[0] if p.kind == "choice" else "ab" for p in op.params)
-        tree = E.call(op.id, *[E.Var()] * op.n_inputs, params=params)
-        code = op.source + "\n" + E.render_program(tree)
+        tree = expr.call(op.id, *[expr.Var()] * op.n_inputs, params=params)
+        code = op.source + "\n" + expr.render_program(tree)
         answer = f"{F.recall_block(op.id)}\n{F.ASSEMBLE_HEADER}\n```python\n{code}\n```"
-        gt = {"tasks": [{"entry": "main_solution", "expr": E.render(tree), "input": "abc", "output": "",
+        gt = {"tasks": [{"entry": "main_solution", "expr": expr.render(tree), "input": "abc", "output": "",
                          "ops": [op.id], "depth": 1}]}
         with contextlib.suppress(Exception):
             judge.grade_in_process(gt, answer, sandbox=box)  # type: ignore[arg-type]

@@ -22,8 +22,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 
-from opgen import expr as E
-from opgen import ops
+from opgen import expr, ops
 from opgen.ops import STUDY, OperatorLibrary
 from opgen.score.cache import BoundedCache
 from opgen.score.parse import Recall
@@ -46,7 +45,7 @@ def native_imports(library: OperatorLibrary = STUDY) -> tuple[tuple[str, str], .
     Derived from the library's sources: the study's give ``(("math", "gcd"),)``."""
     found: set[tuple[str, str]] = set()
     for op in library.operators:
-        for node in ast.walk(E.parse_python(op.source)):
+        for node in ast.walk(expr.parse_python(op.source)):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 found.update((node.module, a.name) for a in node.names if a.asname is None)
     return tuple(sorted(found))
@@ -67,7 +66,7 @@ def needs_native_names(code: str | None, tree: ast.Module | None = None,
         return False
     if tree is None:
         try:
-            tree = E.parse_python(code)
+            tree = expr.parse_python(code)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return False
     read: set[str] = set()
@@ -108,7 +107,7 @@ def true_outputs(op_id: str, library: OperatorLibrary = STUDY) -> tuple[str | No
     this is the library's own code, not a model's."""
     op = library.get(op_id)
     out: list[str | None] = []
-    with E.recursion_headroom():
+    with expr.recursion_headroom():
         for args in probe_args(op.kind):
             try:
                 out.append(op.fn(*args))
@@ -154,7 +153,7 @@ class RecallCheck:
 def _signature(code: str, name: str) -> tuple[int, int] | None | str:
     """(min, max) positional parameters of ``def name`` in ``code``; None if absent; "syntax" if unparsable."""
     try:
-        module = E.parse_python(code)
+        module = expr.parse_python(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return "syntax"
     for node in module.body:
@@ -441,22 +440,22 @@ def parse_tree(code: str | None) -> ast.Module | None:
     if code is None:
         return None
     try:
-        tree = E.parse_python(code)
+        tree = expr.parse_python(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return tree if isinstance(tree, ast.Module) else None
 
 
 # Reference trees by ground-truth expression text (trusted), bounded in bytes: 64 bytes per character.
-_REFERENCES: BoundedCache[str, tuple[E.Expr | None]] = BoundedCache(16 << 20)
+_REFERENCES: BoundedCache[str, tuple[expr.Expr | None]] = BoundedCache(16 << 20)
 
 
-def _reference(expression: str) -> E.Expr | None:
+def _reference(expression: str) -> expr.Expr | None:
     hit = _REFERENCES.get(expression)
     if hit is None:
         try:
-            hit = (E.parse(expression),)
-        except E.ExprError:
+            hit = (expr.parse(expression),)
+        except expr.ExprError:
             hit = (None,)
         _REFERENCES.put(expression, hit, 64 * len(expression) + 200)
     return hit[0]
@@ -480,7 +479,7 @@ def _same_expression(fn: ast.FunctionDef, expression: str) -> bool:
 @lru_cache(maxsize=4096)  # reference expressions and parameter names: a few per dataset
 def _user_reference(expression: str, var: str) -> str | None:
     try:
-        node = E.parse_python(expression.strip(), mode="eval").body
+        node = expr.parse_python(expression.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     for sub in ast.walk(node):
@@ -508,12 +507,12 @@ def structure_matches(code: str | None, entry: str, expression: str, tree: ast.M
             return False
         if not library.is_study:  # the grammar parser reads the study's operators only
             return _same_expression(fn, expression)
-        found = E.expression_of(fn)
+        found = expr.expression_of(fn)
         # Parsing is rendering's inverse (tests/test_expr.py's round trips): a tree that renders
         # to the reference text IS the reference's tree, whose parse (~0.1 ms, most of this check
         # for a row seen once) is then not needed.
-        return E.render(found) == expression or found == _reference(expression)
-    except E.ExprError:
+        return expr.render(found) == expression or found == _reference(expression)
+    except expr.ExprError:
         return False
     except (RecursionError, MemoryError, ValueError):
         return False

@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from opgen.errors import OpgenError
+from opgen.library import STUDY, LibraryMismatch
+from opgen.score.judge import load_truth
 from opgen.score.settings import GradeSettings
+from opgen.truth import GroundTruthError
 
 # Rows per record batch read from a parquet file.
 READ_BATCH = 4096
@@ -385,10 +388,6 @@ def check_truths(data: Path | str, rows: Iterable[tuple[int, str]], settings: Gr
     given, else the first row's: ``settings`` with that library. A malformed ground truth is a
     :class:`ScoreInputError`, a library that cannot be had :class:`opgen.library.UnknownLibrary` or
     :class:`opgen.library.LibraryMismatch`, each naming the row."""
-    from opgen.library import STUDY, LibraryMismatch
-    from opgen.score.judge import load_truth
-    from opgen.truth import GroundTruthError
-
     for index, ground_truth in rows:
         where = f"{data}: row {index}: " if str(data) else f"row {index}: "
         try:

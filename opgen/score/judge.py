@@ -13,12 +13,11 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from opgen import formats as F
+from opgen import formats
 from opgen.library import STUDY, Ref, ref_of_truth
-from opgen.score import diagnose as D
+from opgen.score import diagnose, static
 from opgen.score import parse as P
-from opgen.score import static as S
-from opgen.score.sandbox import Result, Sandbox, Unit
+from opgen.score.sandbox import Result, Sandbox, Unit, shared
 from opgen.score.settings import DEFAULT, GROUP_POLICIES, MODES, NAMESPACES, POLICIES, GradeSettings
 from opgen.truth import GroundTruthError, parse
 
@@ -110,7 +109,7 @@ def _empty(truth: Truth, mode: str) -> dict:
     n = max(len(truth.tasks), 1)
     return {"mode": mode, "score": 0.0, "acc": 0.0, "format_ok": False, "error": "no_answer", "detail": "",
             "structure_ok": None, "n_tasks": n, "tasks_correct": 0, "tasks": [], "recalls": [],
-            "recall": D.RecallReport().counts()}
+            "recall": diagnose.RecallReport().counts()}
 
 
 # The grade's shape, key by key in order (the report writes grades in this order): every grade has
@@ -119,7 +118,7 @@ def _empty(truth: Truth, mode: str) -> dict:
 GRADE_KEYS = ("mode", "score", "acc", "format_ok", "error", "detail", "structure_ok", "n_tasks", "tasks_correct",
               "tasks", "recalls", "recall")
 PROGRAM_KEYS = (*GRADE_KEYS, "missing", "duplicated", "extra")
-COUNT_KEYS = tuple(D.RecallReport().counts())
+COUNT_KEYS = tuple(diagnose.RecallReport().counts())
 _SHAPES = {GRADE_KEYS: 0, PROGRAM_KEYS: 1}
 
 
@@ -234,9 +233,10 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
     own_recalls = answer.recalls[len(given):]
     expected = tuple(op for op in truth.recall_order if op not in given)
     namespace = settings.namespace
-    report = D.recall_plan(own_recalls, expected, namespace, library) if settings.diagnose else D.RecallReport()
+    report = diagnose.recall_plan(own_recalls, expected, namespace,
+                                  library) if settings.diagnose else diagnose.RecallReport()
     checks = [c for c in report.checks if c.kinds]
-    imports = D.native_imports(library) if namespace == "native" else ()
+    imports = diagnose.native_imports(library) if namespace == "native" else ()
     # Recall probes run first, the program last: only the first check's probes ran in a child that
     # nothing else had touched, so only its verdict may be cached (see diagnose._VERDICTS).
     units = [u for c in checks for u in c.units()]
@@ -246,31 +246,31 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
     # and the program's tree from the same recognition.
     proved = None
     if settings.static and units:
-        proved = S.evaluate(units, sandbox, library)
+        proved = static.evaluate(units, sandbox, library)
     if proved is not None:
         results = proved.results
         tree = proved.trees[-1] if answer.code is not None else None
     else:
         # One parse of the whole program decides what runs (the sandbox's blocks) and what is
         # checked (the structure of the binding a call reaches).
-        tree = D.parse_tree(answer.code)
+        tree = diagnose.parse_tree(answer.code)
         if answer.code is not None:
             units[-1] = dataclasses.replace(units[-1], tree=tree)
         results = sandbox.run_units(units) if units else []
     for k, check in enumerate(checks):
         n = sum(len(u.calls) for u in check.units())
-        D.conclude(check, results[:n], cache=k == 0)
+        diagnose.conclude(check, results[:n], cache=k == 0)
         results = results[n:]
     if answer.code is not None:
         main = results[:len(entries)]
         if namespace == "strict":
-            main = [_native_status(r, D.native_names(library)) for r in main]
+            main = [_native_status(r, diagnose.native_names(library)) for r in main]
     else:
         main = [Result("no_answer", None, "no code block defines " + ", ".join(entries))] * len(entries)
     # A structured format (recall-then-assemble) is well formed only with its Assemble block; a row
     # without a format (native rows) is held to it when the answer shows the structure.
     ra_wanted = (answer.recalls or answer.has_assemble) if answer_format == "" else \
-        F.answer_spec(answer_format).structured if structured is None else structured
+        formats.answer_spec(answer_format).structured if structured is None else structured
     result["format_ok"] = answer.code is not None and (not ra_wanted or answer.source == "assemble")
     result["recalls"] = [{"op": c.op, "verdict": c.verdict, "chimera_of": c.chimera_of, "detail": c.detail}
                          for c in report.checks]
@@ -286,10 +286,11 @@ def _grade_program(truth: Truth, response: str, sandbox: Sandbox, settings: Grad
     if proved is not None and tree is not None:
         # The proved tree's library definitions are known not to rebind anything: only the rest
         # of the tree is walked (no scan of the text).
-        structure = [D.structure_matches(answer.code, t.entry, t.expr, tree, proved.vouched(t.entry), library)
+        structure = [diagnose.structure_matches(answer.code, t.entry, t.expr, tree, proved.vouched(t.entry), library)
                      for t in truth.tasks]
     else:
-        structure = [tree is not None and D.structure_matches(answer.code, t.entry, t.expr, tree, library=library)
+        structure = [tree is not None and diagnose.structure_matches(answer.code, t.entry, t.expr, tree,
+                                                                     library=library)
                      for t in truth.tasks]
     result["structure_ok"] = all(structure)
     if answer.code is None:
@@ -350,7 +351,5 @@ def grade_in_process(ground_truth: dict | str, response: str | bytes, *, setting
     if effective == "forward":
         return _grade_forward(truth, response, settings.group)
     if sandbox is None:
-        from opgen.score.sandbox import shared
-
         sandbox = shared()
     return _grade_program(truth, response, sandbox, settings, answer_format, assistant_prefix, format_structured)

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from opgen import ops
+from opgen import expr, ops
 
 # their home is the CLI's choices; re-exported
 from opgen.choices import DRIFT_CALLS, INTERVALS, PASS_K_ESTIMATORS
 from opgen.ops import STUDY, OperatorLibrary
+from opgen.score.judge import ERRORS
 
 Z95 = 1.959963984540054
 
@@ -313,8 +314,6 @@ def program_ops(ground_truth: object) -> tuple[str, ...] | None:
     never by running it. None when there is no program text opgen can parse (then no scope)."""
     import json
 
-    from opgen import expr as X
-
     try:
         gt = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
     except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: no scope
@@ -326,14 +325,14 @@ def program_ops(ground_truth: object) -> tuple[str, ...] | None:
         tasks = [t for t in (gt.get("tasks") or []) if isinstance(t, Mapping)]
         if tasks and all(isinstance(t.get("expr"), str) for t in tasks):
             for t in tasks:
-                seen.update(dict.fromkeys(X.ops_used(X.parse(t["expr"]))))
+                seen.update(dict.fromkeys(expr.ops_used(expr.parse(t["expr"]))))
         elif isinstance(gt.get("ref_code"), str):
             funcname = gt.get("funcname")
             entry: str = funcname if isinstance(funcname, str) else "main_solution"
-            seen.update(dict.fromkeys(X.ops_used(X.parse_program(gt["ref_code"], entry))))
+            seen.update(dict.fromkeys(expr.ops_used(expr.parse_program(gt["ref_code"], entry))))
         else:
             return None
-    except (X.ExprError, ValueError, TypeError, KeyError):
+    except (expr.ExprError, ValueError, TypeError, KeyError):
         return None
     return tuple(seen) or None
 
@@ -634,8 +633,6 @@ class Summary:
 
     def result(self, n_rows: int, answered: int) -> dict[str, Any]:
         """The summary (``summary.json``'s tables, in its order) of everything added so far."""
-        from opgen.score.judge import ERRORS
-
         how = self.defs.interval
         t = self.tally
         order = {op_id: i for i, op_id in enumerate(ops.ALL_IDS)}

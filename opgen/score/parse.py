@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from opgen import formats as F
+from opgen import formats
 from opgen.ops import STUDY, OperatorLibrary
 from opgen.truth import too_deep
 
@@ -25,8 +25,8 @@ from opgen.truth import too_deep
 #   assemble: ^[ \t]*Assemble[ \t]*:[ \t]*$   (re.M)
 _BLANKS = " \t"
 # The header words come from the answer formats' markers (opgen/formats.py), read leniently here.
-RECALL_WORD = F.RECALL_HEADER.split(" ", 1)[0]  # "Recall"
-ASSEMBLE_WORD = F.ASSEMBLE_HEADER.rstrip(":")  # "Assemble"
+RECALL_WORD = formats.RECALL_HEADER.split(" ", 1)[0]  # "Recall"
+ASSEMBLE_WORD = formats.ASSEMBLE_HEADER.rstrip(":")  # "Assemble"
 
 _CODE_LANGS = ("python", "py", "python3", "")
 _DECODER = json.JSONDecoder()

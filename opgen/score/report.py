@@ -28,12 +28,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
-from opgen import faults
+from opgen import faults, outdir
 from opgen.errors import OpgenError
 from opgen.library import STUDY, OperatorLibrary
-from opgen.score import inputs as I
-from opgen.score import metrics as M
+from opgen.score import inputs, metrics
 from opgen.score.batch import Item, grade_many
+from opgen.score.diagnose import native_imports
 from opgen.score.inputs import Row
 from opgen.score.judge import ROW_FIELDS
 from opgen.score.sandbox import Sandbox
@@ -78,7 +78,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 _MEASURES = ("split", "family", "depth", "k", "condition", "structure", "answer_format", "target_op", "ops")
 # every extra_info field a record is made of (the row's fields, its measures, what grading reads):
 # the only ones read from the data file
-EXTRA_FIELDS = tuple(dict.fromkeys((*_MEASURES, *M.MEASURED_FIELDS, *ROW_FIELDS)))
+EXTRA_FIELDS = tuple(dict.fromkeys((*_MEASURES, *metrics.MEASURED_FIELDS, *ROW_FIELDS)))
 _ENCODE = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(record, ensure_ascii=False)
 
 
@@ -89,11 +89,11 @@ def row_fields(row: Row, library: OperatorLibrary = STUDY) -> dict[str, Any]:
     if rec["ops"]:
         rec["scope_from"] = "extra_info.ops"
     else:  # foreign and native files: the operators their programs call (parsed, never run)
-        found = M.program_ops(row.ground_truth)
+        found = metrics.program_ops(row.ground_truth)
         rec["ops"] = list(found) if found else ""
         rec["scope_from"] = "program" if found else None
-    rec["scope"] = M.scope_of(rec["ops"], library)
-    rec.update(M.row_measures(row.extra))
+    rec["scope"] = metrics.scope_of(rec["ops"], library)
+    rec.update(metrics.row_measures(row.extra))
     rec["data_source"] = row.data_source
     return rec
 
@@ -127,7 +127,7 @@ def graded(pairs: Iterable[tuple[Row, list[str]]], box: Sandbox | None, *, data:
     flight: deque[tuple[list[tuple[Row, list[str]]], Future]] = deque()
     try:
         for part in _parts(pairs, chunk):
-            I.check_truths(data, ((row.position, row.ground_truth) for row, _ in part), settings)
+            inputs.check_truths(data, ((row.position, row.ground_truth) for row, _ in part), settings)
             flight.append((part, pool.submit(grade, part)))
             if len(flight) > IN_FLIGHT:
                 yield from _split(*flight.popleft())
@@ -160,7 +160,7 @@ def _split(part: list[tuple[Row, list[str]]], fut: Future) -> Iterator[tuple[Row
         k += len(texts)
 
 
-def _joined(rows: Iterator[Row], answers: Iterable[I.Answer], responses: I.Responses) -> \
+def _joined(rows: Iterator[Row], answers: Iterable[inputs.Answer], responses: inputs.Responses) -> \
         Iterator[tuple[Row, list[str]]]:
     for answer in answers:
         row = next(rows, None)
@@ -173,10 +173,10 @@ class Report:
     """One report being made: rows' grades in (:meth:`add`, any row order), their ``scores.jsonl``
     lines out, every roll-up a running counter; :meth:`finish` writes the rest into a staging folder."""
 
-    def __init__(self, settings: GradeSettings = DEFAULT, metric_defs: M.MetricDefs = M.DEFAULT_DEFS,
-                 distance_edges: tuple[int, ...] = M.DISTANCE_EDGES):
+    def __init__(self, settings: GradeSettings = DEFAULT, metric_defs: metrics.MetricDefs = metrics.DEFAULT_DEFS,
+                 distance_edges: tuple[int, ...] = metrics.DISTANCE_EDGES):
         self.settings = settings
-        self.summary = M.Summary(metric_defs, distance_edges)
+        self.summary = metrics.Summary(metric_defs, distance_edges)
 
     def records(self, row: Row, grades: list[dict]) -> list[dict]:
         """The row's records, counted."""
@@ -192,7 +192,7 @@ class Report:
         summary = self.summary.result(n_rows, answered)
         summary.update({"data_path": str(data), "responses_path": str(responses),
                         **settings_fields(self.settings, isolation)})
-        summary["role"] = M.file_role(data, self.summary.probe_rows)
+        summary["role"] = metrics.file_role(data, self.summary.probe_rows)
         return summary
 
     def finish(self, stage: Path, *, plots: bool = True, **result: Any) -> dict:
@@ -216,7 +216,6 @@ def staged(out: Path) -> Iterator[Path]:
     (a mount point, a parent it cannot write, files a report does not hold) and locked on entry,
     before any grading; a failure or a signal leaves it as it was. Errors writing are
     :class:`ScoreOutputError`."""
-    from opgen import outdir
     from opgen.files import describe_os_error
 
     out = Path(out)
@@ -274,9 +273,9 @@ TIMEOUT_S = 2.0
 def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", workers: int = 2,
                 policy: str = "output", group: str = "fraction", sandbox: Sandbox | None = None,
                 timeout_s: float = TIMEOUT_S, plots: bool = True, namespace: str = "strict",
-                distance_edges: tuple[int, ...] = M.DISTANCE_EDGES, static: bool = True,
+                distance_edges: tuple[int, ...] = metrics.DISTANCE_EDGES, static: bool = True,
                 only: Collection[int] | None = None, processes: int | None = None,
-                metric_defs: M.MetricDefs = M.DEFAULT_DEFS, settings: GradeSettings | None = None,
+                metric_defs: metrics.MetricDefs = metrics.DEFAULT_DEFS, settings: GradeSettings | None = None,
                 progress: bool = False, library: OperatorLibrary | str | None = None, chunk: int | None = None,
                 check_prompts: bool = True) -> dict:
     """Grade every response (or those of rows ``only``), write the report into ``out``, return the
@@ -301,11 +300,11 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
     if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
         raise ValueError(f"chunk must be a whole number of responses >= 1, got {chunk!r}")
     data, responses, out = Path(data), Path(responses), Path(out)
-    source = I.DataFile(data)
-    answers = I.Responses(responses, source.n_rows, only)
-    record = I.check_libraries(source, answers.wanted, record)  # with the rows' library
+    source = inputs.DataFile(data)
+    answers = inputs.Responses(responses, source.n_rows, only)
+    record = inputs.check_libraries(source, answers.wanted, record)  # with the rows' library
     if check_prompts:
-        I.check_prompts(source, answers)
+        inputs.check_prompts(source, answers)
     report = Report(record, metric_defs, distance_edges)
     with staged(out) as stage:
         if plots:  # matplotlib's import (seconds) overlaps the grading, which mostly waits here
@@ -382,7 +381,6 @@ def missing_import_warning(summary: dict) -> str | None:
     mi = summary.get("missing_import") or {}
     if summary.get("namespace", "strict") != "strict" or (mi.get("rate") or 0.0) <= MISSING_IMPORT_WARN_RATE:
         return None
-    from opgen.score.diagnose import native_imports
 
     names = ", ".join(f"from {m} import {n}" for m, n in native_imports())
     return (f"warning: {mi['responses']} of {mi['programs']} programs ({mi['rate']:.1%}) fail only for want of "

@@ -39,10 +39,10 @@ from typing import Any, Generic, TypeVar
 
 from opgen import faults
 from opgen.errors import OpgenError
+from opgen.expr import parse_python
 from opgen.score import spawn
 from opgen.score.cache import BoundedCache
-from opgen.score.jail import base as jail_base
-from opgen.score.jail import wire
+from opgen.score.jail import base, wire
 from opgen.score.jail.steps import FULL_NEEDS, ISOLATION, RISKS
 
 # The worker runs as a script (``python -I -S jail/__main__.py``, no opgen on its path): the wire
@@ -213,8 +213,6 @@ _CHUNKS: BoundedCache[str, CodeType] = BoundedCache(CHUNK_CACHE_BYTES)
 
 
 def _parse(code: str) -> ast.Module | None:
-    from opgen.expr import parse_python
-
     try:
         tree = parse_python(code)
     except Exception:  # SyntaxError, ValueError, RecursionError, MemoryError: compiled whole
@@ -377,7 +375,7 @@ def _make_nondumpable() -> bool:
     try:
         import ctypes
 
-        return ctypes.CDLL(None, use_errno=True).prctl(jail_base.PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+        return ctypes.CDLL(None, use_errno=True).prctl(base.PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     except (ImportError, OSError, AttributeError):
         return False
 

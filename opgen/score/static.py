@@ -41,7 +41,7 @@ from functools import cache, lru_cache
 from opgen import expr as E
 from opgen import ops
 from opgen.ops import STUDY, OperatorLibrary
-from opgen.score import diagnose as D
+from opgen.score import diagnose
 from opgen.score.jail.child import classify
 from opgen.score.sandbox import Result, Unit
 
@@ -670,7 +670,7 @@ class Evaluation:
 @lru_cache(maxsize=4096)  # entry names are the ground truth's (a few per dataset)
 def _rebinds(name: str, body: str, entry: str, library: OperatorLibrary = STUDY) -> bool:
     fn = next(f for _, b, f in _verbatim(name, library) if b == body)
-    return D.rebinds_behind(fn, entry)
+    return diagnose.rebinds_behind(fn, entry)
 
 
 def evaluate(units: Sequence[Unit], sandbox: object, library: OperatorLibrary = STUDY,

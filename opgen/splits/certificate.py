@@ -20,15 +20,13 @@ from typing import Any
 
 from opgen import write
 from opgen.ops import STUDY, OperatorLibrary
-from opgen.splits import compounds as C
-from opgen.splits import divergence as D
-from opgen.splits import rows as R
+from opgen.splits import compounds, divergence, rows
 from opgen.splits import table as T
 from opgen.splits.kinds import Read, Rule, SplitError
 
 
-def histogram_section(units: Sequence[C.RowUnits], spec: C.CompoundSpec) -> dict[str, Any]:
-    atoms, comps = C.histograms(units, spec)
+def histogram_section(units: Sequence[compounds.RowUnits], spec: compounds.CompoundSpec) -> dict[str, Any]:
+    atoms, comps = compounds.histograms(units, spec)
     return {"spec": spec.as_dict(), "rows": len(units),
             "atoms": {k: _num(v) for k, v in sorted(atoms.items())},
             "compounds": {k: _num(v) for k, v in sorted(comps.items())}}
@@ -42,7 +40,7 @@ def _num(v: float) -> float | int:
 COMPOUND_ONLY_ATOM_BOUND = 0.02
 
 
-def definitions(spec: C.CompoundSpec) -> dict[str, str]:
+def definitions(spec: compounds.CompoundSpec) -> dict[str, str]:
     """What the certificate's numbers mean, in words (the card shows them)."""
     return {"compounds": spec.describe(),
             "atom_divergence": "D_A = 1 - C_0.5(F_A(train) || F_A(eval)), Chernoff coefficient of the normalized "
@@ -53,7 +51,7 @@ def definitions(spec: C.CompoundSpec) -> dict[str, str]:
                         "their mean"}
 
 
-def certify(rule: Rule, train: R.Rows, evals: R.Rows, claims: Mapping[str, Any] | None = None,
+def certify(rule: Rule, train: rows.Rows, evals: rows.Rows, claims: Mapping[str, Any] | None = None,
             seed_parts: Sequence[object] = ()) -> dict[str, Any]:
     """The certificate of ``rule`` over the rows read back from a build (``claims``: an mcd search's;
     ``seed_parts``: what seeds the baseline's random splits besides the rule)."""
@@ -64,7 +62,7 @@ def certify(rule: Rule, train: R.Rows, evals: R.Rows, claims: Mapping[str, Any] 
     problems: list[str] = []
     check: dict[str, Any] = {"read_from": "the written rows (ground_truth → typed trees → compound texts)"}
     if train.units and evals.units:
-        measured = D.compare(train.units, evals.units, spec)
+        measured = divergence.compare(train.units, evals.units, spec)
         cert.update({"atom_divergence": measured["atom_divergence"],
                      "compound_divergence": measured["compound_divergence"],
                      "unseen_compounds": measured["heldout_compounds"],
@@ -93,7 +91,8 @@ def certify(rule: Rule, train: R.Rows, evals: R.Rows, claims: Mapping[str, Any] 
     return cert
 
 
-def _baseline(rule: Rule, train: Sequence[C.RowUnits], evals: Sequence[C.RowUnits], claims: Mapping[str, Any],
+def _baseline(rule: Rule, train: Sequence[compounds.RowUnits], evals: Sequence[compounds.RowUnits],
+              claims: Mapping[str, Any],
               seed_parts: Sequence[object]) -> dict[str, Any]:
     """Random splits at the same spec and sizes: of the search's pool when the build's rows are the
     search's own selection (mcd), else of the certificate's own train and eval rows together."""
@@ -106,7 +105,7 @@ def _baseline(rule: Rule, train: Sequence[C.RowUnits], evals: Sequence[C.RowUnit
     return {**out, "of": "this certificate's train and eval rows, pooled"}
 
 
-def tally_section(tally: C.Tally) -> dict[str, Any]:
+def tally_section(tally: compounds.Tally) -> dict[str, Any]:
     """:func:`histogram_section` of the rows a :class:`~opgen.splits.compounds.Tally` counted."""
     atoms, comps = tally.histograms()
     return {"spec": tally.spec.as_dict(), "rows": tally.rows,
@@ -121,7 +120,7 @@ def _recorded_files(section: Mapping[str, Any] | None) -> list[tuple[Any, Any]] 
 
 
 def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Sequence[Path]],
-             tallies: Mapping[str, C.Tally] | None = None, previous: Mapping[str, Any] | None = None,
+             tallies: Mapping[str, compounds.Tally] | None = None, previous: Mapping[str, Any] | None = None,
              kept: Mapping[str, Sequence[Path]] | None = None) -> None:
     """Add per-split histograms and each split recipe's certificate to ``man`` (raises SplitError
     when a certificate's check fails). ``files``: each built split's parquet files; ``tallies``:
@@ -134,18 +133,18 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
     manifest recorded, and is otherwise certified again from the rebuilt rows and the kept splits'
     files, read back from the folder. Either way the certificate says so under ``only``. Recipes
     none of whose splits were rebuilt keep their certificate (the caller's merge carries it over)."""
-    spec_of: dict[str, C.CompoundSpec] = {}
+    spec_of: dict[str, compounds.CompoundSpec] = {}
     rule_of: dict[str, Rule] = {}
     lib_of: dict[str, OperatorLibrary] = {}  # a split's operator library
     for r in recipes:
         for s in r.splits:
-            spec_of[s.name] = r.split.spec if r.split is not None else C.EDGES
+            spec_of[s.name] = r.split.spec if r.split is not None else compounds.EDGES
             lib_of[s.name] = r.library
             if r.split is not None:
                 rule_of[s.name] = r.split
-    read: dict[str, R.Rows] = {}
+    read: dict[str, rows.Rows] = {}
     for name, paths in files.items():
-        spec = spec_of.get(name, C.EDGES)
+        spec = spec_of.get(name, compounds.EDGES)
         counted = (tallies or {}).get(name)
         if counted is not None and counted.spec == spec:
             man["splits"][name]["compounds"] = tally_section(counted)
@@ -182,18 +181,18 @@ def annotate(man: dict[str, Any], recipes: Sequence[Any], files: Mapping[str, Se
         man["split_certificates"] = certs
 
 
-def _read(paths: Sequence[Path], spec: C.CompoundSpec, lib: OperatorLibrary, rule: Rule | None) -> R.Rows:
+def _read(paths: Sequence[Path], spec: compounds.CompoundSpec, lib: OperatorLibrary, rule: Rule | None) -> rows.Rows:
     fact = None if rule is None else (lambda trees: rule.impl.row_fact(rule, trees))
-    return R.read(list(paths), spec, lib, fact)
+    return rows.read(list(paths), spec, lib, fact)
 
 
-def _joined(read: Mapping[str, R.Rows], names: Sequence[str]) -> R.Rows:
-    return R.Rows([u for n in names for u in read[n].units], [d for n in names for d in read[n].depths],
-                  [f for n in names for f in read[n].facts])
+def _joined(read: Mapping[str, rows.Rows], names: Sequence[str]) -> rows.Rows:
+    return rows.Rows([u for n in names for u in read[n].units], [d for n in names for d in read[n].depths],
+                     [f for n in names for f in read[n].facts])
 
 
 def _partly_rebuilt(r: Any, names: Sequence[str], rebuilt: Sequence[str], man: Mapping[str, Any],
-                    read: dict[str, R.Rows], prev: Mapping[str, Any], kept: Mapping[str, Sequence[Path]],
+                    read: dict[str, rows.Rows], prev: Mapping[str, Any], kept: Mapping[str, Sequence[Path]],
                     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """--only rebuilt some of a split recipe's splits: (the previous certificate, kept, when the
     rebuilt files are those recorded and the kept files are still the bytes the manifest recorded;

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opgen import expr as E
+from opgen import expr
 from opgen.errors import OpgenError
 from opgen.ops import STUDY, OperatorLibrary
 
@@ -103,19 +103,19 @@ DEFAULT = CompoundSpec()
 EDGES = CompoundSpec(max_size=2, atoms_per="row")
 
 
-def label(node: E.Expr) -> str:
+def label(node: expr.Expr) -> str:
     """A node's label (see the module docstring)."""
-    if isinstance(node, E.Call):
+    if isinstance(node, expr.Call):
         return node.op
-    if isinstance(node, E.Method):
+    if isinstance(node, expr.Method):
         return "." + node.name
-    if isinstance(node, E.Concat):
+    if isinstance(node, expr.Concat):
         return "+"
-    if isinstance(node, E.Var):
+    if isinstance(node, expr.Var):
         return "x"
-    if isinstance(node, E.Lit):
+    if isinstance(node, expr.Lit):
         return "lit:long" if len(node.value) >= LONG_LITERAL else "lit:short"
-    raise E.ExprError(f"not an expression node: {node!r}")
+    raise expr.ExprError(f"not an expression node: {node!r}")
 
 
 def input_class(x: str) -> str:
@@ -126,8 +126,8 @@ def input_class(x: str) -> str:
     raise AssertionError("the last class is open-ended")
 
 
-def _is_node(e: E.Expr, spec: CompoundSpec) -> bool:
-    return spec.leaves or isinstance(e, (E.Call, E.Method, E.Concat))
+def _is_node(e: expr.Expr, spec: CompoundSpec) -> bool:
+    return spec.leaves or isinstance(e, (expr.Call, expr.Method, expr.Concat))
 
 
 # An occurrence: (compound text, the ids of its nodes in the row, a frozenset)
@@ -135,18 +135,18 @@ Occurrence = tuple[str, frozenset[int]]
 Fragment = tuple[str, frozenset[int], int]  # (text, node ids, size)
 
 
-def _numbered(tree: E.Expr, spec: CompoundSpec, base: int) -> tuple[list[E.Expr], list[list[int | None]]]:
+def _numbered(tree: expr.Expr, spec: CompoundSpec, base: int) -> tuple[list[expr.Expr], list[list[int | None]]]:
     """The tree's nodes in pre-order, numbered from ``base`` by position (never by object: a generator
     may share one subtree object between two places), and each node's children's numbers (None for a
     child that is no node)."""
-    nodes: list[E.Expr] = []
+    nodes: list[expr.Expr] = []
     kids: list[list[int | None]] = []
 
-    def visit(e: E.Expr) -> int:
+    def visit(e: expr.Expr) -> int:
         me = len(nodes)
         nodes.append(e)
         kids.append([])
-        kids[me] = [visit(k) + base if _is_node(k, spec) else None for k in E.children(e)]
+        kids[me] = [visit(k) + base if _is_node(k, spec) else None for k in expr.children(e)]
         return me
 
     if _is_node(tree, spec):
@@ -154,14 +154,14 @@ def _numbered(tree: E.Expr, spec: CompoundSpec, base: int) -> tuple[list[E.Expr]
     return nodes, kids
 
 
-def occurrences(trees: Sequence[E.Expr], spec: CompoundSpec = DEFAULT) -> tuple[list[str], list[Occurrence]]:
+def occurrences(trees: Sequence[expr.Expr], spec: CompoundSpec = DEFAULT) -> tuple[list[str], list[Occurrence]]:
     """A row's atom labels (with repeats) and compound occurrences, over all of its trees."""
     if spec.max_size == 2:
         return _edge_occurrences(trees, spec)
     return _fragment_occurrences(trees, spec)
 
 
-def _edge_occurrences(trees: Sequence[E.Expr], spec: CompoundSpec) -> tuple[list[str], list[Occurrence]]:
+def _edge_occurrences(trees: Sequence[expr.Expr], spec: CompoundSpec) -> tuple[list[str], list[Occurrence]]:
     """``_fragment_occurrences`` for two-node compounds (edges), without enumerating fragments: the
     builder measures every row with it (tests/test_splits.py ties the two)."""
     atoms: list[str] = []
@@ -181,7 +181,7 @@ def _edge_occurrences(trees: Sequence[E.Expr], spec: CompoundSpec) -> tuple[list
     return atoms, found
 
 
-def _fragment_occurrences(trees: Sequence[E.Expr], spec: CompoundSpec) -> tuple[list[str], list[Occurrence]]:
+def _fragment_occurrences(trees: Sequence[expr.Expr], spec: CompoundSpec) -> tuple[list[str], list[Occurrence]]:
     """Every connected fragment of 2 to ``spec.max_size`` nodes, each node's fragments grown from its
     children's (bottom-up: pre-order numbers children after their parent)."""
     atoms: list[str] = []
@@ -225,19 +225,19 @@ def _grown(own: str, me: int, kids: Sequence[list[Fragment] | None], max_size: i
     return out
 
 
-def _edge_texts(trees: Sequence[E.Expr], leaves: bool) -> tuple[set[str], set[str]]:
+def _edge_texts(trees: Sequence[expr.Expr], leaves: bool) -> tuple[set[str], set[str]]:
     """A row's distinct atom labels and two-node compound texts: what :func:`row_units` gives for
     a spec of edges, without the occurrences' node sets (the builder's tally reads only these)."""
     atoms: set[str] = set()
     comps: set[str] = set()
-    ops_types = (E.Call, E.Method, E.Concat)
+    ops_types = (expr.Call, expr.Method, expr.Concat)
     for tree in trees:
-        for n in E.walk(tree):
+        for n in expr.walk(tree):
             if not (leaves or isinstance(n, ops_types)):
                 continue
             own = label(n)
             atoms.add(own)
-            kids = E.children(n)
+            kids = expr.children(n)
             if len(kids) == 1:
                 if leaves or isinstance(kids[0], ops_types):
                     comps.add(f"{own}({label(kids[0])})")
@@ -277,38 +277,38 @@ def _intern(text: str) -> str:
     return _TEXTS.setdefault(text, text)
 
 
-def param_atom(node: E.Call) -> str:
+def param_atom(node: expr.Call) -> str:
     """A parameterised call's parameters as one atom: ``func_1=2``, ``func_13='-'``, ``func_5=text``
     (an integer or a one-character choice by its value, a longer string by its kind)."""
     return node.op + "=" + ",".join(str(v) if isinstance(v, int) else repr(v) if len(v) <= 1 else "text"
                                     for v in node.params)
 
 
-def row_units(trees: Sequence[E.Expr], inputs: Sequence[str] = (), spec: CompoundSpec = DEFAULT) -> RowUnits:
+def row_units(trees: Sequence[expr.Expr], inputs: Sequence[str] = (), spec: CompoundSpec = DEFAULT) -> RowUnits:
     """The atoms and compounds of a row made of ``trees`` (one per task) with those ``inputs``."""
     atoms, found = occurrences(trees, spec)
     if spec.inputs:
         atoms += [input_class(x) for x in inputs]
     if spec.params:
-        atoms += [param_atom(n) for tree in trees for n in E.walk(tree) if isinstance(n, E.Call) and n.params]
+        atoms += [param_atom(n) for tree in trees for n in expr.walk(tree) if isinstance(n, expr.Call) and n.params]
     if spec.depths:
-        atoms += [f"depth:{E.depth(tree)}" for tree in trees]
+        atoms += [f"depth:{expr.depth(tree)}" for tree in trees]
     counts = Counter(atoms)
     names = tuple(sorted(counts))
     return RowUnits(tuple(_intern(a) for a in names), tuple((_intern(t), m) for t, m in found),
                     tuple(counts[a] for a in names))
 
 
-def edges(tree: E.Expr) -> set[tuple[str, int, str]]:
+def edges(tree: expr.Expr) -> set[tuple[str, int, str]]:
     """The parent→child edges of a tree between operator nodes: (parent, argument position, child).
 
     The held-out rules of systematicity splits are stated over these; the compound text of an
     edge is :func:`edge_text` of it."""
     out: set[tuple[str, int, str]] = set()
-    for n in E.walk(tree):
-        if isinstance(n, (E.Call, E.Method, E.Concat)):
-            for pos, kid in enumerate(E.children(n)):
-                if isinstance(kid, (E.Call, E.Method, E.Concat)):
+    for n in expr.walk(tree):
+        if isinstance(n, (expr.Call, expr.Method, expr.Concat)):
+            for pos, kid in enumerate(expr.children(n)):
+                if isinstance(kid, (expr.Call, expr.Method, expr.Concat)):
                     out.add((label(n), pos, label(kid)))
     return out
 
@@ -401,7 +401,7 @@ class Tally:
         if self.spec.params or self.spec.depths or "occurrence" in (self.spec.atoms_per, self.spec.compounds_per):
             raise CompoundError("compounds: a tally counts each atom and compound once per row, without params")
 
-    def add(self, trees: Sequence[E.Expr], inputs: Sequence[str], sign: int = 1) -> None:
+    def add(self, trees: Sequence[expr.Expr], inputs: Sequence[str], sign: int = 1) -> None:
         """Count (``sign`` 1) or uncount (-1) one row made of ``trees`` with those ``inputs``."""
         atoms, comps = _edge_texts(trees, self.spec.leaves)
         if self.spec.inputs:

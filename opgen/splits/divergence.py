@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opgen.splits import compounds as C
+from opgen.splits import compounds
 
 ATOM_ALPHA = 0.5
 COMPOUND_ALPHA = 0.1
@@ -49,15 +49,15 @@ def _clean(d: float) -> float:
     return 0.0 if abs(d) < 1e-12 else max(0.0, min(1.0, d))
 
 
-def compare(train: Sequence[C.RowUnits], eval_: Sequence[C.RowUnits],
-            spec: C.CompoundSpec = C.DEFAULT) -> dict[str, Any]:
+def compare(train: Sequence[compounds.RowUnits], eval_: Sequence[compounds.RowUnits],
+            spec: compounds.CompoundSpec = compounds.DEFAULT) -> dict[str, Any]:
     """D_A, D_C and the held-out compounds (in eval, weight 0 in train) of two collections of rows.
 
     The compound discount (max_size > 2) is taken over both collections together, as DBCA does
     over its whole dataset."""
-    cond = C.conditional([*train, *eval_]) if C.needs_discount(spec) else None
-    ta, tc = C.histograms(train, spec, cond)
-    ea, ec = C.histograms(eval_, spec, cond)
+    cond = compounds.conditional([*train, *eval_]) if compounds.needs_discount(spec) else None
+    ta, tc = compounds.histograms(train, spec, cond)
+    ea, ec = compounds.histograms(eval_, spec, cond)
     held = sorted(k for k in ec if tc.get(k, 0) <= 0)
     held_set = set(held)
     eval_with = sum(1 for r in eval_ if held_set.intersection(r.compounds))

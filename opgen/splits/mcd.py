@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from opgen import expr
 from opgen.errors import OpgenError
 from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import Rng
-from opgen.splits import compounds as C
-from opgen.splits import divergence as D
+from opgen.splits import compounds, divergence
 from opgen.splits import table as T
 
 DEFAULT_ATOM_BOUND = 0.02
@@ -67,8 +67,8 @@ class Selection:
     target: float | None = None  # the D_C the search stopped at (exchange), if it was given one
 
 
-def search(units: Sequence[C.RowUnits] | T.Table, train_rows: int, eval_rows: int, seed_parts: Sequence[object],
-           spec: C.CompoundSpec = C.DEFAULT, max_atom_divergence: float = DEFAULT_ATOM_BOUND,
+def search(units: Sequence[compounds.RowUnits] | T.Table, train_rows: int, eval_rows: int, seed_parts: Sequence[object],
+           spec: compounds.CompoundSpec = compounds.DEFAULT, max_atom_divergence: float = DEFAULT_ATOM_BOUND,
            candidates: int = DEFAULT_CANDIDATES, rounds: int = DEFAULT_ROUNDS, method: str = DEFAULT_SEARCH,
            steps: int = DEFAULT_STEPS, temperature: float = DEFAULT_TEMPERATURE,
            target: float | None = None, baseline: Mapping[str, Any] | None = None,
@@ -91,7 +91,8 @@ def search(units: Sequence[C.RowUnits] | T.Table, train_rows: int, eval_rows: in
     comps = table.compound_weights()
     atoms = table.atom_weights()
     start_train, start_eval = perm[:train_rows], perm[train_rows:train_rows + eval_rows]
-    r_da = T.divergence(atoms.hist(table.member(start_train)), atoms.hist(table.member(start_eval)), D.ATOM_ALPHA)
+    r_da = T.divergence(atoms.hist(table.member(start_train)), atoms.hist(table.member(start_eval)),
+                        divergence.ATOM_ALPHA)
     if r_da > max_atom_divergence and method != "exchange":  # the exchange search first brings it within
         raise McdError(f"even a random split of this pool has atom divergence {r_da:.4f}, above "
                        f"max_atom_divergence {max_atom_divergence}; use a larger pool or a looser bound")
@@ -162,9 +163,9 @@ def _exchange(comps: T.Weights, atoms: T.Weights, perm: np.ndarray, train_rows: 
         return w.hist(side == 1), w.hist(side == 2)
 
     hc, ha = hists(comps), hists(atoms)
-    if T.divergence(*ha, D.ATOM_ALPHA) > bound:
+    if T.divergence(*ha, divergence.ATOM_ALPHA) > bound:
         hc, ha = _within_bound(comps, atoms, side, classes, rank, a_tot, bound, min(train_rows, eval_rows), hists)
-    dc = T.divergence(*hc, D.COMPOUND_ALPHA)
+    dc = T.divergence(*hc, divergence.COMPOUND_ALPHA)
     batch, weight, done = max(1, min(train_rows, eval_rows) // 20), 1.0, 0
     for done in range(1, rounds + 1):
         if target is not None and dc >= target:
@@ -187,7 +188,7 @@ def _exchange(comps: T.Weights, atoms: T.Weights, perm: np.ndarray, train_rows: 
         _, rows_out, rows_back, frm, to = best
         side[rows_out], side[rows_back] = to, frm
         hc2, ha2 = hists(comps), hists(atoms)
-        dc2, da2 = T.divergence(*hc2, D.COMPOUND_ALPHA), T.divergence(*ha2, D.ATOM_ALPHA)
+        dc2, da2 = T.divergence(*hc2, divergence.COMPOUND_ALPHA), T.divergence(*ha2, divergence.ATOM_ALPHA)
         over = target is not None and dc2 > target + TARGET_SLACK and batch > 1
         if dc2 > dc + 1e-12 and da2 <= bound and not over:
             hc, ha, dc = hc2, ha2, dc2
@@ -210,7 +211,7 @@ def _within_bound(comps: T.Weights, atoms: T.Weights, side: np.ndarray, classes:
     """A random start whose D_A breaks the bound, brought within it by the moves that lower D_A most
     (``side`` changed in place); an McdError when they cannot. Returns the new histograms."""
     ha: tuple[np.ndarray, np.ndarray] = hists(atoms)
-    da = T.divergence(ha[0], ha[1], D.ATOM_ALPHA)
+    da = T.divergence(ha[0], ha[1], divergence.ATOM_ALPHA)
     batch = max(1, smaller // 20)
     for _ in range(REPAIR_ROUNDS):
         if da <= bound:
@@ -227,7 +228,7 @@ def _within_bound(comps: T.Weights, atoms: T.Weights, side: np.ndarray, classes:
         _, rows_out, rows_back, frm, to = best
         side[rows_out], side[rows_back] = to, frm
         ha2: tuple[np.ndarray, np.ndarray] = hists(atoms)
-        da2 = T.divergence(ha2[0], ha2[1], D.ATOM_ALPHA)
+        da2 = T.divergence(ha2[0], ha2[1], divergence.ATOM_ALPHA)
         if da2 < da - 1e-12:
             ha, da, batch = ha2, da2, min(batch * 2, max(1, smaller // 4))
             continue
@@ -251,7 +252,7 @@ def _ranked_atoms(atoms: T.Weights, ha: tuple[np.ndarray, np.ndarray], a_tot: np
     rows = np.flatnonzero(side == frm)
     if rows.size == 0:
         return rows, np.zeros(0)
-    score = np.round(-_move_deltas(atoms, ha, D.ATOM_ALPHA, frm, to, a_tot)[rows], 12)
+    score = np.round(-_move_deltas(atoms, ha, divergence.ATOM_ALPHA, frm, to, a_tot)[rows], 12)
     ok = np.isfinite(score)
     rows, score = rows[ok], score[ok]
     order = np.lexsort((rank[rows], -score))
@@ -293,8 +294,8 @@ def _ranked(comps: T.Weights, atoms: T.Weights, hc: tuple[np.ndarray, np.ndarray
     rows = np.flatnonzero(side == frm)
     if rows.size == 0:
         return rows, np.zeros(0)
-    gain_c = _move_deltas(comps, hc, D.COMPOUND_ALPHA, frm, to, c_tot)[rows]
-    gain_a = _move_deltas(atoms, ha, D.ATOM_ALPHA, frm, to, a_tot)[rows]
+    gain_c = _move_deltas(comps, hc, divergence.COMPOUND_ALPHA, frm, to, c_tot)[rows]
+    gain_a = _move_deltas(atoms, ha, divergence.ATOM_ALPHA, frm, to, a_tot)[rows]
     score = np.round(gain_c - weight * np.maximum(gain_a, 0.0), 12)
     ok = np.isfinite(score)
     rows, score = rows[ok], score[ok]
@@ -336,8 +337,8 @@ def _greedy(table: T.Table, comps: T.Weights, atoms: T.Weights, perm: np.ndarray
 
     def score(train: np.ndarray, ev: np.ndarray) -> tuple[float, float]:
         t, e = table.member(train), table.member(ev)
-        return (T.divergence(atoms.hist(t), atoms.hist(e), D.ATOM_ALPHA),
-                T.divergence(comps.hist(t), comps.hist(e), D.COMPOUND_ALPHA))
+        return (T.divergence(atoms.hist(t), atoms.hist(e), divergence.ATOM_ALPHA),
+                T.divergence(comps.hist(t), comps.hist(e), divergence.COMPOUND_ALPHA))
 
     has_p = np.zeros(n, dtype=bool)
     start = pick(has_p)
@@ -450,18 +451,17 @@ def pool(config: Mapping[str, Any], seed: int, where: str = "",
          lib: OperatorLibrary = STUDY) -> tuple[list[Any], T.Table]:
     """The pool's items (distinct programs, in draw order) and their table under the config's
     compound spec; cached per (pool, spec, seed, library). ``lib``: the recipe's operator library."""
-    from opgen import expr as E
-    from opgen import generate as G
+    from opgen import generate
 
-    spec = C.CompoundSpec.from_dict(config.get("compounds"))
+    spec = compounds.CompoundSpec.from_dict(config.get("compounds"))
     key = (_canon({"pool": config["pool"], "compounds": spec.as_dict()}), seed, "" if lib.is_study else lib.digest)
     if key in _POOL:
         return _POOL[key]
     pool_cfg = config["pool"]
     try:
-        cls = G.get(pool_cfg["generator"])
+        cls = generate.get(pool_cfg["generator"])
         opts = cls.resolve({**pool_cfg.get("options", {})}, f"{where}split.pool.options")
-    except G.GeneratorError as exc:
+    except generate.GeneratorError as exc:
         raise McdError(str(exc)) from None
     if not lib.is_study and not getattr(cls, "ANY_LIBRARY", False):
         raise McdError(f"{where}split.pool.generator: {pool_cfg['generator']!r} draws the study's own operators only "
@@ -469,23 +469,23 @@ def pool(config: Mapping[str, Any], seed: int, where: str = "",
     # another library's pool is another pool: its digest names the library (the study's stays as it was)
     digest = "opgen-split-pool:" + _canon({"pool": pool_cfg, "version": cls.VERSION,
                                            **({} if lib.is_study else {"library": lib.digest})})
-    ctx = G.Context(digest=digest, split="mcd-pool", seed=seed, role="train", where=f"{where}split.pool.options",
-                    op_sets={"train": lib.train_ids, "heldout": lib.heldout_ids, "all": lib.ids}, library=lib)
+    ctx = generate.Context(digest=digest, split="mcd-pool", seed=seed, role="train", where=f"{where}split.pool.options",
+                           op_sets={"train": lib.train_ids, "heldout": lib.heldout_ids, "all": lib.ids}, library=lib)
     try:
         gen = cls(opts, ctx)
-    except G.GeneratorError as exc:
+    except generate.GeneratorError as exc:
         raise McdError(str(exc)) from None
     want = pool_cfg["rows"]
     items: list[Any] = []
     seen: set[str] = set()
     i = 0
     total = gen.count()
-    with E.recursion_headroom():
+    with expr.recursion_headroom():
         while len(items) < want and i < total:
             stop = min(total, i + max(want - len(items), 256))
             try:
                 got = gen.first_valid_many(i, stop)
-            except G.GeneratorError as exc:
+            except generate.GeneratorError as exc:
                 raise McdError(str(exc)) from None
             for _, item in got:
                 key_ = "\x00".join(t.expr_text for t in item.tasks)
@@ -498,7 +498,7 @@ def pool(config: Mapping[str, Any], seed: int, where: str = "",
         if len(items) < want:
             raise McdError(f"{where}split.pool.rows: the pool generator gave {len(items)} distinct programs in "
                            f"{total} rows, fewer than {want}; raise its rows or widen its options")
-        table = T.Table.of((C.row_units([t.program for t in it.tasks], [t.input for t in it.tasks], spec)
+        table = T.Table.of((compounds.row_units([t.program for t in it.tasks], [t.input for t in it.tasks], spec)
                             for it in items), spec)
     _POOL.clear()
     _SELECTIONS.clear()
@@ -509,10 +509,8 @@ def pool(config: Mapping[str, Any], seed: int, where: str = "",
 
 def _depths(items: Sequence[Any]) -> list[int]:
     """Each pool row's depth (its deepest task's): the classes the exchange search keeps matched."""
-    from opgen import expr as E
-
-    with E.recursion_headroom():
-        return [max(E.depth(t.program) for t in it.tasks) for it in items]
+    with expr.recursion_headroom():
+        return [max(expr.depth(t.program) for t in it.tasks) for it in items]
 
 
 def _pool_baseline(config: Mapping[str, Any], seed: int, table: T.Table) -> Mapping[str, Any]:

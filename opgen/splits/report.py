@@ -8,15 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from opgen.library import OperatorLibrary, library_of_rows
-from opgen.splits import compounds as C
-from opgen.splits import divergence as D
+from opgen.splits import compounds, divergence
 from opgen.splits import rows as R
 from opgen.splits import table as T
 
 SHOWN = 20  # held-out compounds listed in text (all of them in --json)
 
 
-def split_stats(train: Sequence[Path], evals: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT,
+def split_stats(train: Sequence[Path], evals: Sequence[Path], spec: compounds.CompoundSpec = compounds.DEFAULT,
                 baseline_seeds: int = T.BASELINE_SEEDS, library: OperatorLibrary | None = None) -> dict[str, Any]:
     """D_A, D_C and the held-out compounds of TRAIN against EVAL (files or folders), over the
     library their rows name (``library``: the one the user gave; else the study's or the store's),
@@ -28,7 +27,7 @@ def split_stats(train: Sequence[Path], evals: Sequence[Path], spec: C.CompoundSp
         R.rows_file(f)
     lib = library_of_rows(files, library)
     tu, eu = R.units_of(train, spec, lib), R.units_of(evals, spec, lib)
-    out = D.compare(tu, eu, spec)
+    out = divergence.compare(tu, eu, spec)
     out = {"train": [str(p) for p in train], "eval": [str(p) for p in evals], **out}
     if baseline_seeds and tu and eu:
         base = T.random_baseline(T.Table.of([*tu, *eu], spec), len(tu), len(eu), ("split-stats",), seeds=baseline_seeds)
@@ -42,7 +41,7 @@ def render_split_stats(r: Mapping[str, Any]) -> str:
     held = r["heldout_compounds"]
     lines = [f"train: {', '.join(r['train'])} ({r['train_rows']:,} rows)",
              f"eval:  {', '.join(r['eval'])} ({r['eval_rows']:,} rows)",
-             f"compounds: {C.CompoundSpec.from_dict(r['compounds_spec']).describe()}",
+             f"compounds: {compounds.CompoundSpec.from_dict(r['compounds_spec']).describe()}",
              f"atom divergence     D_A = 1 - C_0.5 = {r['atom_divergence']:.4f}  "
              f"({r['atoms']['train']} atoms in train, {r['atoms']['eval']} in eval)",
              f"compound divergence D_C = 1 - C_0.1 = {r['compound_divergence']:.4f}  "
@@ -70,8 +69,8 @@ def render_split_stats(r: Mapping[str, Any]) -> str:
 def stats_section(files: Sequence[Path], library: OperatorLibrary) -> dict[str, Any]:
     """For ``opgen stats``: atoms and compounds of the rows (of ``library``, the one they name), and
     the certificates of the builds they come from (a file's folder's manifest.json)."""
-    units = R.units_of(list(files), C.EDGES, library)
-    atoms, comps = C.histograms(units, C.EDGES)
+    units = R.units_of(list(files), compounds.EDGES, library)
+    atoms, comps = compounds.histograms(units, compounds.EDGES)
     top = sorted(comps.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
     certs: dict[str, Any] = {}
     for folder in sorted({Path(f).parent for f in files}):

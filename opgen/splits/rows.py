@@ -14,11 +14,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from opgen import expr as E
-from opgen import truth
+from opgen import expr, truth
 from opgen.errors import OpgenError
 from opgen.library import STUDY, OperatorLibrary, ref_of_truth
-from opgen.splits import compounds as C
+from opgen.splits import compounds
 
 
 class SplitRowsError(ValueError, OpgenError):
@@ -55,12 +54,12 @@ def rows_file(path: Path) -> pq.ParquetFile:
     return pf
 
 
-def row_programs(path: Path, lib: OperatorLibrary) -> Iterator[tuple[list[E.Expr], list[str], int]]:
+def row_programs(path: Path, lib: OperatorLibrary) -> Iterator[tuple[list[expr.Expr], list[str], int]]:
     """Each row's (trees, inputs, depth) in file order, parsed over ``lib``, the library the rows
     name (opgen.library.library_of of the files' rows): a row naming another one is an error."""
     pf = rows_file(path)
     n = 0
-    memo: dict[str, E.Expr] = {}  # rows repeat programs (atomic tasks above all): parse each once
+    memo: dict[str, expr.Expr] = {}  # rows repeat programs (atomic tasks above all): parse each once
     for batch in pf.iter_batches(batch_size=4096, columns=["reward_model"]):
         for rm in batch.column(0).to_pylist():
             raw = rm.get("ground_truth") if isinstance(rm, dict) else None
@@ -80,11 +79,12 @@ def row_programs(path: Path, lib: OperatorLibrary) -> Iterator[tuple[list[E.Expr
             if (ref.digest if ref is not None else STUDY.digest) != lib.digest:
                 raise SplitRowsError(f"{where}.library names library {ref or 'study'}, not the library of the "
                                      f"rows before it ({lib.name!r}, digest {lib.digest[:12]})")
-            yield trees, inputs, max(E.depth(t) for t in trees)
+            yield trees, inputs, max(expr.depth(t) for t in trees)
             n += 1
 
 
-def units_of(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT, lib: OperatorLibrary = STUDY) -> list[C.RowUnits]:
+def units_of(paths: Sequence[Path], spec: compounds.CompoundSpec = compounds.DEFAULT,
+             lib: OperatorLibrary = STUDY) -> list[compounds.RowUnits]:
     """The atoms and compounds of every row of ``paths`` (files or folders), in order."""
     return read(paths, spec, lib).units
 
@@ -93,29 +93,29 @@ def units_of(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT, lib: Opera
 class Rows:
     """What a certificate reads from every row of some files, in one pass (rows in file order)."""
 
-    units: list[C.RowUnits]
+    units: list[compounds.RowUnits]
     depths: list[int]
     facts: list[Any]  # ``fact(trees)`` of each row (empty without one)
 
 
-def read(paths: Sequence[Path], spec: C.CompoundSpec = C.DEFAULT, lib: OperatorLibrary = STUDY,
-         fact: Callable[[list[E.Expr]], Any] | None = None) -> Rows:
+def read(paths: Sequence[Path], spec: compounds.CompoundSpec = compounds.DEFAULT, lib: OperatorLibrary = STUDY,
+         fact: Callable[[list[expr.Expr]], Any] | None = None) -> Rows:
     """Atoms and compounds, depth and ``fact`` of every row of ``paths`` (files or folders), parsed
     over ``lib``, the library the rows name (opgen.library.library_of_rows)."""
     out = Rows([], [], [])
-    with E.recursion_headroom():
+    with expr.recursion_headroom():
         for path in parquet_files(paths):
             for trees, inputs, depth in row_programs(path, lib):
-                out.units.append(C.row_units(trees, inputs, spec))
+                out.units.append(compounds.row_units(trees, inputs, spec))
                 out.depths.append(depth)
                 if fact is not None:
                     out.facts.append(fact(trees))
     return out
 
 
-def _parse(text: str, memo: dict[str, E.Expr], lib: OperatorLibrary) -> E.Expr:
+def _parse(text: str, memo: dict[str, expr.Expr], lib: OperatorLibrary) -> expr.Expr:
     tree = memo.get(text)
     if tree is None:
-        tree = memo[text] = E.parse(text, lib)
+        tree = memo[text] = expr.parse(text, lib)
     return tree
 

@@ -26,12 +26,10 @@ from typing import Any
 
 import yaml
 
-from opgen import build as B
+from opgen import build, write
 from opgen import recipe as R
-from opgen import write
 from opgen.errors import OpgenError
-from opgen.splits import mcd
-from opgen.splits import table as T
+from opgen.splits import mcd, table
 
 # DBCA's CFQ MCD splits (Keysers et al., ICLR 2020, table 2): D_C at D_A <= 0.02.
 CFQ = {"MCD1": 0.694, "MCD2": 0.713, "MCD3": 0.704}
@@ -127,7 +125,7 @@ def run(recipe: R.Recipe, out: Path, *, per_level: int = DEFAULT_PER_LEVEL, boun
             write.atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
             one = R.load(str(path), library=recipe.library)
             w0, c0 = time.perf_counter(), time.process_time()
-            man = B.build([one], where / "rows", workers=workers, force=True)
+            man = build.build([one], where / "rows", workers=workers, force=True)
             cert = man["split_certificates"][one.name]
             rows.append({
                 "level": level, "replicate": rep, "recipe": str(path), "build": str(where / "rows"),
@@ -152,8 +150,8 @@ def summarize(recipe: R.Recipe, swept: Plan, rows: list[dict[str, Any]], per_lev
     for r in rows:
         by_level.setdefault(r["level"], []).append(r)
     levels: list[dict[str, Any]] = [
-        {"level": lv, "splits": len(rs), "compound_divergence": T.spread([r["compound_divergence"] for r in rs]),
-         "atom_divergence": T.spread([r["atom_divergence"] for r in rs])} for lv, rs in by_level.items()]
+        {"level": lv, "splits": len(rs), "compound_divergence": table.spread([r["compound_divergence"] for r in rs]),
+         "atom_divergence": table.spread([r["atom_divergence"] for r in rs])} for lv, rs in by_level.items()]
     means = [lv["compound_divergence"]["mean"] for lv in levels if lv["level"] != MAX]
     top = [lv["compound_divergence"]["mean"] for lv in levels if lv["level"] == MAX]
     best = max(rows, key=lambda r: r["compound_divergence"])

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from opgen.rng import Rng
-from opgen.splits import compounds as C
+from opgen.splits import compounds
 from opgen.splits import divergence as D
 
 
@@ -44,7 +44,7 @@ class Weights:
 class Table:
     """Rows' atoms and compound occurrences (see the module docstring); build with :meth:`of`."""
 
-    def __init__(self, spec: C.CompoundSpec, n: int, atom_vocab: list[str], comp_vocab: list[str],
+    def __init__(self, spec: compounds.CompoundSpec, n: int, atom_vocab: list[str], comp_vocab: list[str],
                  a_row: np.ndarray, a_col: np.ndarray, a_cnt: np.ndarray,
                  o_row: np.ndarray, o_comp: np.ndarray, p_occ: np.ndarray, p_big: np.ndarray):
         self.spec, self.n = spec, n
@@ -54,7 +54,7 @@ class Table:
         self.p_occ, self.p_big = p_occ, p_big
 
     @classmethod
-    def of(cls, units: Iterable[C.RowUnits], spec: C.CompoundSpec) -> Table:
+    def of(cls, units: Iterable[compounds.RowUnits], spec: compounds.CompoundSpec) -> Table:
         """The table of ``units`` (any iterable: a pool's rows are measured one by one, not kept)."""
         atom_ids: dict[str, int] = {}
         comp_ids: dict[str, int] = {}
@@ -66,7 +66,7 @@ class Table:
         p_occ: list[int] = []
         p_big: list[int] = []
         n = 0
-        discount = C.needs_discount(spec)
+        discount = compounds.needs_discount(spec)
         for r, u in enumerate(units):
             n = r + 1
             counts = u.atom_counts or (1,) * len(u.atoms)
@@ -79,7 +79,7 @@ class Table:
                 o_row.append(r)
                 o_comp.append(comp_ids.setdefault(text, len(comp_ids)))
             if discount:
-                for k, sup in enumerate(C._supers(u)):
+                for k, sup in enumerate(compounds._supers(u)):
                     for big in sup:
                         p_occ.append(base + k)
                         p_big.append(comp_ids.setdefault(big, len(comp_ids)))
@@ -141,7 +141,7 @@ class Table:
         """(D_A, D_C) of the rows ``train`` against ``evals``, the discount over both together."""
         t, e = self.member(train), self.member(evals)
         atoms = self.atom_weights()
-        comps = self.compound_weights(t | e if C.needs_discount(self.spec) else None)
+        comps = self.compound_weights(t | e if compounds.needs_discount(self.spec) else None)
         return (divergence(atoms.hist(t), atoms.hist(e), D.ATOM_ALPHA),
                 divergence(comps.hist(t), comps.hist(e), D.COMPOUND_ALPHA))
 

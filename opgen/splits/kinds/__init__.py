@@ -17,7 +17,7 @@ from typing import Any
 
 from opgen import schemacheck
 from opgen.ops import STUDY, OperatorLibrary
-from opgen.splits import compounds as C
+from opgen.splits import compounds
 from opgen.splits.kinds import heldout_ops, mcd, productivity, systematicity
 from opgen.splits.kinds.base import POOL_CELLS, Read, Rule, SplitError, SplitKind
 
@@ -61,8 +61,8 @@ def resolve(raw: Any, shown: str, seed: int, lib: OperatorLibrary = STUDY) -> Ru
                 extra = f" (expected one of: {', '.join(sorted(schema['properties']))})"
             raise SplitError(f"{where}{path}: {err.message}{extra}")
     try:
-        spec = C.CompoundSpec.from_dict(raw.get("compounds"), "compounds")
-    except C.CompoundError as exc:
+        spec = compounds.CompoundSpec.from_dict(raw.get("compounds"), "compounds")
+    except compounds.CompoundError as exc:
         raise SplitError(f"{where}.{exc}") from None
     config: dict[str, Any] = {"kind": impl.name, "compounds": spec.as_dict()}
     if raw.get("description"):

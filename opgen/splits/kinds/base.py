@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opgen import expr as E
+from opgen import expr
 from opgen.errors import OpgenError
 from opgen.ops import STUDY, OperatorLibrary
-from opgen.splits import compounds as C
+from opgen.splits import compounds
 from opgen.tasks import Item
 
 
@@ -33,11 +33,11 @@ OP_ID: dict[str, Any] = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"
 OP_SET: dict[str, Any] = {"oneOf": [{"enum": ["train", "heldout", "all"]},
                                     {"type": "array", "items": OP_ID, "minItems": 1}]}
 COMPOUNDS = {"type": "object", "additionalProperties": False,
-             "properties": {"max_size": {"type": "integer", "minimum": 2, "maximum": C.MAX_SIZE_LIMIT},
+             "properties": {"max_size": {"type": "integer", "minimum": 2, "maximum": compounds.MAX_SIZE_LIMIT},
                             "leaves": {"type": "boolean"}, "inputs": {"type": "boolean"},
                             "params": {"type": "boolean"}, "depths": {"type": "boolean"},
-                            "atoms_per": {"enum": list(C.COUNTS)},
-                            "compounds_per": {"enum": list(C.COUNTS)}}}
+                            "atoms_per": {"enum": list(compounds.COUNTS)},
+                            "compounds_per": {"enum": list(compounds.COUNTS)}}}
 PAIR = {"type": "array", "items": OP_ID, "minItems": 2, "maxItems": 2}
 # The generators that plan their rows from composition pools: a split reaches their pools
 # through ``compositions.split`` (opgen/generate/cells.py), not through a redraw.
@@ -69,7 +69,7 @@ class Rule:
 
     impl: SplitKind
     config: dict[str, Any]
-    spec: C.CompoundSpec
+    spec: compounds.CompoundSpec
     where: str
     data: Any = None
     # the recipe's operator library: the rule's operators, pairs and mcd pool are its (not config:
@@ -84,7 +84,7 @@ class Rule:
         """The test a candidate row of a split of ``role`` must pass (None: every row passes)."""
         return self.impl.admitter(self, role)
 
-    def tree_holds_heldout(self, tree: E.Expr) -> bool:
+    def tree_holds_heldout(self, tree: expr.Expr) -> bool:
         return self.impl.tree_holds_heldout(self, tree)
 
     def heldout_compounds(self) -> list[str] | None:
@@ -107,8 +107,8 @@ class Rule:
 class Read:
     """What a certificate read back from a build's written rows, for a kind's check."""
 
-    train: Sequence[C.RowUnits]
-    evals: Sequence[C.RowUnits]
+    train: Sequence[compounds.RowUnits]
+    evals: Sequence[compounds.RowUnits]
     train_depths: Sequence[int]
     eval_depths: Sequence[int]
     claims: Mapping[str, Any]  # what the kind's search claimed (mcd), else empty
@@ -138,7 +138,7 @@ class SplitKind:
 
     # ------------------------------------------------------------ resolve
 
-    def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: C.CompoundSpec, where: str,
+    def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: compounds.CompoundSpec, where: str,
                 seed: int, lib: OperatorLibrary) -> Rule:
         """The rule of ``raw`` (checked against :meth:`schema`): ``config`` holds ``kind``, ``compounds``
         (and ``description``); the kind adds its resolved fields."""
@@ -149,7 +149,7 @@ class SplitKind:
     def admitter(self, rule: Rule, role: str) -> Callable[[Item], bool] | None:
         return None
 
-    def tree_holds_heldout(self, rule: Rule, tree: E.Expr) -> bool:
+    def tree_holds_heldout(self, rule: Rule, tree: expr.Expr) -> bool:
         return False
 
     def prepare(self, rule: Rule, merged: dict[str, Any], where: str) -> dict[str, Any]:
@@ -163,7 +163,7 @@ class SplitKind:
     def heldout_compounds(self, rule: Rule) -> list[str] | None:
         return None
 
-    def row_fact(self, rule: Rule, trees: Sequence[E.Expr]) -> Any:
+    def row_fact(self, rule: Rule, trees: Sequence[expr.Expr]) -> Any:
         """What the kind's check reads from a written row's trees beyond its atoms, compounds and
         depth (None: nothing)."""
         return None

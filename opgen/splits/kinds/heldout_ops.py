@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from opgen import expr as E
+from opgen import expr
 from opgen.ops import OperatorLibrary
-from opgen.splits import compounds as C
+from opgen.splits import compounds
 from opgen.splits.kinds.base import OP_SET, FilterKind, Read, Rule, check_heldout, op_set, tokens
 from opgen.tasks import Item
 
@@ -24,15 +24,15 @@ class HeldOps:
 
 
 class HeldoutOps(FilterKind):
-    def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: C.CompoundSpec, where: str,
+    def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: compounds.CompoundSpec, where: str,
                 seed: int, lib: OperatorLibrary) -> Rule:
         held = op_set(raw.get("ops", "heldout"), f"{where}.ops", lib)
         config.update({"ops": list(held), "eval": raw.get("eval", "any")})
         return Rule(self, config, spec, where, HeldOps(frozenset(held), config["eval"] == "require"), library=lib)
 
-    def tree_holds_heldout(self, rule: Rule, tree: E.Expr) -> bool:
+    def tree_holds_heldout(self, rule: Rule, tree: expr.Expr) -> bool:
         held = rule.data.ops
-        return any(p in held or c in held for p, _, c in C.edges(tree))
+        return any(p in held or c in held for p, _, c in compounds.edges(tree))
 
     def admitter(self, rule: Rule, role: str) -> Callable[[Item], bool] | None:
         if role == "train":
@@ -46,7 +46,7 @@ class HeldoutOps(FilterKind):
         held = set(rule.data.ops)
         cert["heldout_compounds"] = f"every compound with one of {', '.join(rule.config['ops'])}"
 
-        def holds(u: C.RowUnits) -> set[str]:  # the held-out operators the row composes
+        def holds(u: compounds.RowUnits) -> set[str]:  # the held-out operators the row composes
             return set().union(*(tokens(c) & held for c in u.compounds))
 
         in_eval = [holds(u) for u in read.evals]

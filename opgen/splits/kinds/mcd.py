@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opgen.ops import OperatorLibrary
-from opgen.splits import compounds as C
-from opgen.splits import mcd
+from opgen.splits import compounds, mcd
 from opgen.splits.generator import McdSide
 from opgen.splits.kinds.base import POOL_CELLS, Read, Rule, SplitError, SplitKind, filtered
 from opgen.tasks import Item
@@ -26,7 +25,7 @@ SEARCH_FIELDS = {"candidates": ("greedy", "anneal"), "steps": ("anneal",), "temp
 
 
 class Mcd(SplitKind):
-    def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: C.CompoundSpec, where: str,
+    def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: compounds.CompoundSpec, where: str,
                 seed: int, lib: OperatorLibrary) -> Rule:
         method = raw.get("search", mcd.DEFAULT_SEARCH)
         config.update({"pool": {"generator": raw["pool"]["generator"], "options": raw["pool"].get("options", {}),
@@ -105,7 +104,7 @@ class Mcd(SplitKind):
         spec = rule.spec
 
         def admit_mcd(item: Item) -> bool:
-            units = C.row_units([t.program for t in item.tasks], [t.input for t in item.tasks], spec)
+            units = compounds.row_units([t.program for t in item.tasks], [t.input for t in item.tasks], spec)
             return not held.intersection(units.compounds)
 
         return filtered(gen, admit_mcd)

@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from opgen import expr as E
+from opgen import expr
 from opgen.ops import OperatorLibrary
-from opgen.splits import compounds as C
+from opgen.splits import compounds
 from opgen.splits.kinds.base import FilterKind, Read, Rule, SplitError
 from opgen.tasks import Item
 
@@ -23,7 +23,7 @@ class Depth:
 
 
 class Productivity(FilterKind):
-    def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: C.CompoundSpec, where: str,
+    def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: compounds.CompoundSpec, where: str,
                 seed: int, lib: OperatorLibrary) -> Rule:
         config["max_train_depth"] = raw["max_train_depth"]
         return Rule(self, config, spec, where, Depth(raw["max_train_depth"]), library=lib)
@@ -31,8 +31,8 @@ class Productivity(FilterKind):
     def admitter(self, rule: Rule, role: str) -> Callable[[Item], bool] | None:
         d = rule.data.max_train_depth
         if role == "train":
-            return lambda item: max(E.depth(t.program) for t in item.tasks) <= d
-        return lambda item: max(E.depth(t.program) for t in item.tasks) > d
+            return lambda item: max(expr.depth(t.program) for t in item.tasks) <= d
+        return lambda item: max(expr.depth(t.program) for t in item.tasks) > d
 
     def prepare(self, rule: Rule, merged: dict[str, Any], where: str) -> dict[str, Any]:
         merged = super().prepare(rule, merged, where)

@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from opgen import expr as E
+from opgen import expr
 from opgen.ops import OperatorLibrary
 from opgen.rng import Rng
-from opgen.splits import compounds as C
+from opgen.splits import compounds
 from opgen.splits.kinds.base import (
     OP_SET,
     PAIR,
@@ -51,22 +51,22 @@ def path_text(above: str, below: str) -> str:
     return f"{above}(..{below})"
 
 
-def path_pairs(trees: Sequence[E.Expr]) -> frozenset[tuple[str, str]]:
+def path_pairs(trees: Sequence[expr.Expr]) -> frozenset[tuple[str, str]]:
     """Every (operator above, operator below) on one root-to-leaf path of the trees, at any distance."""
     out: set[tuple[str, str]] = set()
     for tree in trees:
-        stack: list[tuple[E.Expr, tuple[str, ...]]] = [(tree, ())]
+        stack: list[tuple[expr.Expr, tuple[str, ...]]] = [(tree, ())]
         while stack:
             node, above = stack.pop()
-            if isinstance(node, E.Call):
+            if isinstance(node, expr.Call):
                 out.update((a, node.op) for a in above)
                 above = (*above, node.op) if node.op not in above else above
-            stack.extend((kid, above) for kid in E.children(node))
+            stack.extend((kid, above) for kid in expr.children(node))
     return frozenset(out)
 
 
 class Systematicity(FilterKind):
-    def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: C.CompoundSpec, where: str,
+    def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: compounds.CompoundSpec, where: str,
                 seed: int, lib: OperatorLibrary) -> Rule:
         if ("pairs" in raw) == ("share" in raw):
             raise SplitError(f"{where}: give exactly one of 'pairs' (named operator pairs) or 'share' (a random "
@@ -104,20 +104,20 @@ class Systematicity(FilterKind):
                      {k: frozenset(v) for k, v in partners.items()})
         return Rule(self, config, spec, where, data, library=lib)
 
-    def tree_holds_heldout(self, rule: Rule, tree: E.Expr) -> bool:
+    def tree_holds_heldout(self, rule: Rule, tree: expr.Expr) -> bool:
         data: Pairs = rule.data
         if not data.path:
-            return any(frozenset((p, c)) in data.pairs for p, _, c in C.edges(tree))
+            return any(frozenset((p, c)) in data.pairs for p, _, c in compounds.edges(tree))
         partners = data.partners
-        stack: list[tuple[E.Expr, frozenset[str]]] = [(tree, frozenset())]
+        stack: list[tuple[expr.Expr, frozenset[str]]] = [(tree, frozenset())]
         while stack:
             node, above = stack.pop()
-            if isinstance(node, E.Call):
+            if isinstance(node, expr.Call):
                 mine = partners.get(node.op)
                 if mine is not None and not mine.isdisjoint(above):
                     return True
                 above = above | {node.op}
-            stack.extend((kid, above) for kid in E.children(node))
+            stack.extend((kid, above) for kid in expr.children(node))
         return False
 
     def admitter(self, rule: Rule, role: str) -> Callable[[Item], bool] | None:
@@ -150,15 +150,16 @@ class Systematicity(FilterKind):
                 if rule.data.path:
                     out.add(path_text(p, c))
                 else:
-                    out.update(C.edge_text(p, pos, c, rule.library) for pos in range(C.arity_of(p, rule.library)))
+                    out.update(compounds.edge_text(p, pos, c,
+                                                   rule.library) for pos in range(compounds.arity_of(p, rule.library)))
         return sorted(out)
 
-    def row_fact(self, rule: Rule, trees: Sequence[E.Expr]) -> frozenset[str]:
+    def row_fact(self, rule: Rule, trees: Sequence[expr.Expr]) -> frozenset[str]:
         """The held-out compounds the row holds (path texts or edge texts, as the rule says)."""
         data: Pairs = rule.data
         if data.path:
             return frozenset(path_text(a, b) for a, b in path_pairs(trees) if frozenset((a, b)) in data.pairs)
-        return frozenset(C.edge_text(p, pos, c, rule.library) for t in trees for p, pos, c in C.edges(t)
+        return frozenset(compounds.edge_text(p, pos, c, rule.library) for t in trees for p, pos, c in compounds.edges(t)
                          if frozenset((p, c)) in data.pairs)
 
     def check(self, rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems: list[str],
