@@ -23,7 +23,6 @@ from typing import Any
 
 from opgen import expr, pack
 from opgen.generate import OP_SET, Context, Generator, GeneratorError, register_generator, sample_params, side_text
-from opgen.generate.trees import Trees
 from opgen.ops import STUDY, OperatorLibrary
 from opgen.rng import SIDES, Rng
 from opgen.tasks import Item, Task
@@ -156,7 +155,10 @@ class _CompPool:
                  split_json: str = "", lib: OperatorLibrary = STUDY):
         # The trees generator draws row i's candidates from CounterRng(counter_key(ctx.digest,
         # ctx.split), i, j): naming the pool (not the recipe) in its context is what makes the
-        # pool shared between cells.
+        # pool shared between cells. Imported here: trees registers itself, the registry then loads every
+        # bundled generator, and probes reads this module's constants while it is half made.
+        from opgen.generate.trees import Trees  # habits: keep (import order)
+
         self.name = name
         opts = Trees.resolve({**json.loads(trees_json), "rows": 1})
         ctx = Context(digest=f"opgen-pool:comp:{name}:{trees_json}" + (f":{role}" if role != "train" else "")
@@ -206,6 +208,8 @@ def comp_pool(name: str, rows: int, trees: Mapping[str, Any], seed: int = 1, whe
     key: tuple[str | int, ...] = (name, trees_json, seed, unique, role) + ((split_json,) if split_json else ()) \
         + (() if lib.is_study else (lib.digest,))
     if key not in _COMP_POOLS:
+        from opgen.generate.trees import Trees  # habits: keep (import order: see _CompPool)
+
         # checked here so that a bad option is named from the recipe that gave it
         Trees.resolve({**trees, "rows": 1}, f"{where}.trees" if where else f"composition pool {name!r}")
         _COMP_POOLS[key] = _CompPool(name, trees_json, seed, unique, role, split_json, lib)
