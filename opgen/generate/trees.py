@@ -41,7 +41,7 @@ _P = {"type": "number", "minimum": 0, "maximum": 1}
 
 # A tree's nodes are drawn before anything is checked against max_output_chars; past this many the
 # draw stops with Unsatisfiable (option max_nodes, read with .get: recipes without it keep their digests).
-# The bundled recipes draw at most a few hundred (changes/honest.md: every bundled recipe measured).
+# The bundled recipes draw at most a few hundred (benchmarks/NOTES.md, 2026-12-03: every bundled recipe measured).
 MAX_NODES = 1_000_000
 MAX_NODES_OPTION = {"type": "integer", "minimum": 1, "description": "stop (Unsatisfiable) when a candidate "
                     "tree grows past this many nodes while it is drawn; a depth whose trees average more is "
