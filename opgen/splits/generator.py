@@ -18,7 +18,8 @@ from opgen.tasks import Item
 class McdSide(Generator):
     NAME = "mcd_side"
     # 2: DBCA compounds of up to 3 nodes with atoms per occurrence (compounds.DEFAULT) and the exchange
-    # search by default: the selections of split-mcd and sft-eco-mcd changed (CHANGELOG.md, "Which rows change, and why")
+    # search by default: the selections of split-mcd and sft-eco-mcd changed (CHANGELOG.md, "Which rows
+    # change, and why")
     VERSION = 2
     REDRAWABLE = False  # the selection is planned: a row is what the search chose
     MANIFEST_KEY = "mcd"

@@ -271,6 +271,18 @@ def filtered(gen: Any, admit: Callable[[Item], bool]) -> Any:
     return gen
 
 
+class HeldKind(FilterKind):
+    """A filter kind that holds something out of training (pairs, operators): a training row may hold
+    none of it; an eval row must hold some when the rule's ``data.eval_requires`` says so."""
+
+    def admitter(self, rule: Rule, role: str) -> Callable[[Item], bool] | None:
+        if role == "train":
+            return lambda item: not any(self.tree_holds_heldout(rule, t.program) for t in item.tasks)
+        if rule.data.eval_requires:
+            return lambda item: any(self.tree_holds_heldout(rule, t.program) for t in item.tasks)
+        return None
+
+
 def check_heldout(cert: dict[str, Any], check: dict[str, Any], problems: list[str], train_holds: Sequence[bool],
                   eval_holds: Sequence[bool], eval_requires: bool) -> None:
     """The check of a kind that holds compounds out of training (whether each training and each eval

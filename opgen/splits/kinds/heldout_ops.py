@@ -6,15 +6,14 @@ Training rows never compose a held-out operator with any node; eval rows have no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from opgen import expr
 from opgen.ops import OperatorLibrary
 from opgen.splits import compounds
-from opgen.splits.kinds.base import OP_SET, FilterKind, Read, Rule, check_heldout, op_set, tokens
-from opgen.tasks import Item
+from opgen.splits.kinds.base import OP_SET, HeldKind, Read, Rule, check_heldout, op_set, tokens
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,7 @@ class HeldOps:
     eval_requires: bool
 
 
-class HeldoutOps(FilterKind):
+class HeldoutOps(HeldKind):
     def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: compounds.CompoundSpec, where: str,
                 seed: int, lib: OperatorLibrary) -> Rule:
         held = op_set(raw.get("ops", "heldout"), f"{where}.ops", lib)
@@ -33,13 +32,6 @@ class HeldoutOps(FilterKind):
     def tree_holds_heldout(self, rule: Rule, tree: expr.Expr) -> bool:
         held = rule.data.ops
         return any(p in held or c in held for p, _, c in compounds.edges(tree))
-
-    def admitter(self, rule: Rule, role: str) -> Callable[[Item], bool] | None:
-        if role == "train":
-            return lambda item: not any(self.tree_holds_heldout(rule, t.program) for t in item.tasks)
-        if rule.data.eval_requires:
-            return lambda item: any(self.tree_holds_heldout(rule, t.program) for t in item.tasks)
-        return None
 
     def check(self, rule: Rule, cert: dict[str, Any], check: dict[str, Any], problems: list[str],
               read: Read) -> None:

@@ -13,7 +13,7 @@ of ``ops`` (an operator with itself included). What "compose" means is the ``rul
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from opgen.splits import compounds
 from opgen.splits.kinds.base import (
     OP_SET,
     PAIR,
-    FilterKind,
+    HeldKind,
     Read,
     Rule,
     SplitError,
@@ -33,7 +33,6 @@ from opgen.splits.kinds.base import (
     op_set,
     tokens,
 )
-from opgen.tasks import Item
 
 RULES = ("path", "adjacent")
 
@@ -65,7 +64,7 @@ def path_pairs(trees: Sequence[expr.Expr]) -> frozenset[tuple[str, str]]:
     return frozenset(out)
 
 
-class Systematicity(FilterKind):
+class Systematicity(HeldKind):
     def resolve(self, raw: Mapping[str, Any], config: dict[str, Any], spec: compounds.CompoundSpec, where: str,
                 seed: int, lib: OperatorLibrary) -> Rule:
         if ("pairs" in raw) == ("share" in raw):
@@ -119,13 +118,6 @@ class Systematicity(FilterKind):
                 above = above | {node.op}
             stack.extend((kid, above) for kid in expr.children(node))
         return False
-
-    def admitter(self, rule: Rule, role: str) -> Callable[[Item], bool] | None:
-        if role == "train":
-            return lambda item: not any(self.tree_holds_heldout(rule, t.program) for t in item.tasks)
-        if rule.data.eval_requires:
-            return lambda item: any(self.tree_holds_heldout(rule, t.program) for t in item.tasks)
-        return None
 
     def impossible(self, rule: Rule, depth: int | None) -> str:
         pairs = ", ".join(f"[{', '.join(sorted(p) * (2 if len(p) == 1 else 1))}]" for p in
