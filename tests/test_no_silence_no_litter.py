@@ -18,6 +18,8 @@ from integration_fixtures import build
 from opgen.cli import options
 
 import opgen
+import opgen.api
+from opgen import taskbuild
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +170,14 @@ def test_create_dataset_says_how_many_rows_came_back_when_fewer_than_asked():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(opgen.create_dataset(recipe, "t", size=4)) == 4  # all that was asked: no warning
+
+
+def test_the_task_builder_answers_fewer_rows_with_their_count_and_no_warning(capfd):
+    """opgen serve's /tasks: the answer says how many rows came back; the server's log stays quiet."""
+    recipe = {"name": "small", "seed": 0, "defaults": {"role": "eval"},
+              "splits": {"t": {"generator": "chains", "options": {"ops": "train", "depths": [1, 2], "per_depth": 2}}}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        header, rows = taskbuild._answer({"recipe": recipe, "split": "t", "size": 5000, "seed": 0})
+    assert header == {"ok": True, "rows": 4} and len(rows) == 4
+    assert "FewerRows" not in capfd.readouterr().err
