@@ -30,7 +30,7 @@ once per row.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,18 +166,13 @@ def _edge_occurrences(trees: Sequence[expr.Expr], spec: CompoundSpec) -> tuple[l
     builder measures every row with it (tests/test_splits.py ties the two)."""
     atoms: list[str] = []
     found: list[Occurrence] = []
-    base = 0
-    for tree in trees:
-        nodes, kids = _numbered(tree, spec, base)
-        labels = [label(n) for n in nodes]
-        atoms += labels
+    for base, kids, labels in _labelled(trees, spec, atoms):
         for i, slots in enumerate(kids):
             for pos, k in enumerate(slots):
                 if k is not None:
                     parts = ["_"] * len(slots)
                     parts[pos] = labels[k - base]
                     found.append((f"{labels[i]}({','.join(parts)})", frozenset((base + i, k))))
-        base += len(nodes)
     return atoms, found
 
 
@@ -186,19 +181,27 @@ def _fragment_occurrences(trees: Sequence[expr.Expr], spec: CompoundSpec) -> tup
     children's (bottom-up: pre-order numbers children after their parent)."""
     atoms: list[str] = []
     found: list[Occurrence] = []
+    for base, kids, labels in _labelled(trees, spec, atoms):
+        tops: list[list[Fragment]] = [[] for _ in labels]
+        for i in range(len(labels) - 1, -1, -1):
+            tops[i] = _grown(labels[i], base + i, [None if k is None else tops[k - base] for k in kids[i]],
+                             spec.max_size)
+        for frags in tops:
+            found += [(text, members) for text, members, size in frags if size >= 2]
+    return atoms, found
+
+
+def _labelled(trees: Sequence[expr.Expr], spec: CompoundSpec,
+              atoms: list[str]) -> Iterator[tuple[int, list[list[int | None]], list[str]]]:
+    """Each tree's first number, its nodes' children's numbers and its nodes' labels, numbered on from
+    tree to tree; every label is added to ``atoms`` (the atoms of the rows, per occurrence)."""
     base = 0
     for tree in trees:
         nodes, kids = _numbered(tree, spec, base)
         labels = [label(n) for n in nodes]
         atoms += labels
-        tops: list[list[Fragment]] = [[] for _ in nodes]
-        for i in range(len(nodes) - 1, -1, -1):
-            tops[i] = _grown(labels[i], base + i, [None if k is None else tops[k - base] for k in kids[i]],
-                             spec.max_size)
-        for frags in tops:
-            found += [(text, members) for text, members, size in frags if size >= 2]
+        yield base, kids, labels
         base += len(nodes)
-    return atoms, found
 
 
 def _grown(own: str, me: int, kids: Sequence[list[Fragment] | None], max_size: int) -> list[Fragment]:
