@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from test_habits import files, loaded_at_import, module_name
 
 import opgen
 
@@ -119,26 +120,9 @@ def test_the_checker_sees_local_and_relative_imports(tmp_path):
 def test_every_module_imports_first_in_a_fresh_interpreter():
     """Import order is a cycle's other face: a module imported first must not meet itself half made
     (a hoisted import once made ``import opgen.generate.cells`` fail this way: trees registers, the
-    registry loads probes, probes reads cells)."""
-    import subprocess
-    import sys
-    from concurrent.futures import ThreadPoolExecutor
-
-    root = Path(opgen.__file__).parent
+    registry loads probes, probes reads cells). Each module is imported by test_habits's probe, in a
+    child that has loaded no opgen module."""
     optional = {"opgen.integrations.verl_agent"}  # imported by verl only
-    names = []
-    for path in sorted(root.rglob("*.py")):
-        parts = ("opgen",) + path.relative_to(root).with_suffix("").parts
-        if parts[-1] == "__main__":
-            continue
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        if name not in optional:
-            names.append(name)
-
-    def imports(name: str) -> tuple[str, str]:
-        r = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=300)
-        return name, "" if r.returncode == 0 else (r.stderr.strip().splitlines() or ["?"])[-1]
-
-    with ThreadPoolExecutor(4) as pool:
-        failed = [f"{n}: {err}" for n, err in pool.map(imports, names) if err]
+    names = [n for n in (module_name(p) for p in files()) if not n.endswith("__main__") and n not in optional]
+    failed = [f"{n}: {got['error']}" for n, got in loaded_at_import(names).items() if isinstance(got, dict)]
     assert not failed, "\n".join(failed)
