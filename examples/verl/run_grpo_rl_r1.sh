@@ -8,12 +8,7 @@
 # 3072, the study's generation budget), PYTHON (default python3), DRY_RUN=1 (build the data and
 # print the verl command instead of running it).
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-: "${MODEL:?set MODEL to a local model folder}"
-DATA="${DATA:-data/verl}"
-PYTHON="${PYTHON:-python3}"
-limit=()
-[[ -n "${OPGEN_LIMIT:-}" ]] && limit=(--limit "$OPGEN_LIMIT")
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 # Same recipe + seed -> byte-identical files: rebuilding gives the same data.
 opgen build rl-r1 --out "$DATA/rl-r1" "${limit[@]}"
@@ -28,8 +23,4 @@ fi
 
 cmd=("$PYTHON" -m verl.trainer.main_ppo --config-path "$here/config" --config-name grpo_rl_r1
      "${data_args[@]}" "actor_rollout_ref.model.path=$MODEL" "$@")
-if [[ "${DRY_RUN:-0}" == 1 ]]; then
-    printf '%s\n' "${cmd[@]}"  # one argument per line
-    exit 0
-fi
-exec "${cmd[@]}"
+run_or_print "${cmd[@]}"

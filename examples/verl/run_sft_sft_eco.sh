@@ -7,12 +7,7 @@
 # per split, for a smoke run), PYTHON (default python3), DRY_RUN=1 (build the data and print the
 # command instead of running it).
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-: "${MODEL:?set MODEL to a local model folder}"
-DATA="${DATA:-data/verl}"
-PYTHON="${PYTHON:-python3}"
-limit=()
-[[ -n "${OPGEN_LIMIT:-}" ]] && limit=(--limit "$OPGEN_LIMIT")
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 opgen build sft-eco --out "$DATA/sft-eco" "${limit[@]}"
 
@@ -21,8 +16,4 @@ mapfile -t data_args < <("$PYTHON" "$here/verl_args.py" --kind sft --train "$DAT
 cmd=("$PYTHON" -m torch.distributed.run --standalone --nnodes=1 --nproc_per_node="${NGPUS:-8}"
      -m verl.trainer.sft_trainer --config-path "$here/config" --config-name sft_sft_eco
      "${data_args[@]}" "model.path=$MODEL" "$@")
-if [[ "${DRY_RUN:-0}" == 1 ]]; then
-    printf '%s\n' "${cmd[@]}"  # one argument per line
-    exit 0
-fi
-exec "${cmd[@]}"
+run_or_print "${cmd[@]}"
