@@ -129,6 +129,16 @@ def value(point: str) -> Any:
     return armed().get(point)
 
 
+def signal_nth(point: str, n: int, pid: int | None = None) -> None:
+    """At the ``n``-th time through a numbered point: send its signal when ``$OPGEN_FAULT`` arms it every
+    time (``point``) or this time (``point-n``); the variable is read once for both."""
+    assert POINTS[point].numbered, f"fault point {point!r} is not numbered"
+    got = armed()
+    for name in (point, f"{point}-{n}"):
+        if name in got:
+            os.kill(pid if pid is not None else os.getpid(), got[name])
+
+
 def signal_at(point: str, pid: int | None = None) -> None:
     """Send the point's signal to ``pid`` (default: this process) when ``$OPGEN_FAULT`` arms it."""
     sig = value(point)

@@ -42,8 +42,8 @@ def test_value_reads_the_environment(monkeypatch):
 def test_every_registered_point_fires_somewhere_in_the_package():
     source = "\n".join(p.read_text() for p in Path(opgen.__file__).parent.rglob("*.py"))
     fired = set(re.findall(r"faults\.(?:signal_at|value)\(\"([a-z-]+)\"", source))
-    assert fired == set(faults.POINTS)
-    numbered = set(re.findall(r"faults\.(?:signal_at|value)\(f\"([a-z-]+)-\{", source))
+    numbered = set(re.findall(r"faults\.signal_nth\(\"([a-z-]+)\"", source))
+    assert fired | numbered == set(faults.POINTS)
     assert numbered == {name for name, p in faults.POINTS.items() if p.numbered}
 
 
@@ -58,6 +58,17 @@ def test_a_numbered_point_is_armed_every_time_or_its_n_th_time(monkeypatch):
             faults.armed("produced-2")  # not a numbered point
         monkeypatch.setenv(faults.ENV, "test-numbered-2")
         assert faults.value("test-numbered-2") == signal.SIGKILL and faults.value("test-numbered-1") is None
+        got: list[int] = []
+        previous = signal.signal(signal.SIGUSR1, lambda signum, frame: got.append(signum))
+        try:
+            for spec, sent in (("test-numbered-2:USR1", [2]), ("test-numbered:USR1", [1, 2, 3]), ("", [])):
+                monkeypatch.setenv(faults.ENV, spec)
+                for n in (1, 2, 3):
+                    faults.signal_nth("test-numbered", n)
+                    assert got == [signal.SIGUSR1] * (n in sent), (spec, n)
+                    got.clear()
+        finally:
+            signal.signal(signal.SIGUSR1, previous)
     finally:
         del faults.POINTS["test-numbered"]
 

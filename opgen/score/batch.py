@@ -472,8 +472,7 @@ class _Grader:
         # Test-only (OPGEN_FAULT=grading-sent[-N]:SIG, opgen/faults.py): a signal to the process as it
         # is given the chunk (the Nth of the pool, or every one), as the OOM killer would send it:
         # it dies with the chunk's first response in hand, however fast it would have graded it.
-        faults.signal_at("grading-sent", self.proc.pid)
-        faults.signal_at(f"grading-sent-{serial}", self.proc.pid)
+        faults.signal_nth("grading-sent", serial, self.proc.pid)
         try:
             wire.write_all(self.helper.wfd, wire.encode(chunk.to_wire()))
             self.arrived = time.monotonic()  # idle since its last message: its CPU since then is this chunk's

@@ -322,7 +322,7 @@ def score_files(data: Path, responses: Path, out: Path, mode: str = "auto", work
                 for row, grades in graded(pairs, box, data=data, settings=record, processes=processes, chunk=chunk,
                                           answered=None if bar is None else _Tick(bar)):
                     fh.write(report.add(row, grades))
-                    _fault_after_row(row)
+                    faults.signal_nth("scored-row", row.position)  # test-only: a run stopped mid-stream
             level = box.level
         finally:
             if bar is not None:
@@ -340,13 +340,6 @@ class _Tick:
     def __call__(self) -> None:
         with self.lock:
             self.bar.update(1)
-
-
-def _fault_after_row(row: Row) -> None:
-    """Test-only: ``OPGEN_FAULT=scored-row-<N>:<signal>`` sends the signal once row N's records are
-    written (a run stopped mid-stream); ``scored-row`` after every row's."""
-    faults.signal_at("scored-row")
-    faults.signal_at(f"scored-row-{row.position}")
 
 
 def settings_fields(settings: GradeSettings, isolation: str) -> dict:

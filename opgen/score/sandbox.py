@@ -608,8 +608,7 @@ class Sandbox:
             self._sent += 1
             serial = self._sent
         if worker.pid > 1:  # (-1: not known; never a group, init or every process)
-            faults.signal_at("sandbox-sent", worker.pid)
-            faults.signal_at(f"sandbox-sent-{serial}", worker.pid)
+            faults.signal_nth("sandbox-sent", serial, worker.pid)
 
     def _checked(self, raw: object, n_calls: int) -> list[Result]:
         # The caps are the worker's job; checked once more here, on the trusted side, so that no
