@@ -10,20 +10,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import small_builds
 
 from opgen import manifest as M
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    from click.testing import CliRunner
-    from opgen.cli import cli
-
-    out = tmp_path_factory.mktemp("verify") / "o"
-    r = CliRunner().invoke(cli, ["build", "native-stage1", "--out", str(out), "--limit", "40", "--workers", "1",
-                                 "--no-progress"])
-    assert r.exit_code == 0, r.output
-    return out
+    return small_builds.native_stage1(tmp_path_factory.mktemp("verify") / "o", limit=40)
 
 
 @pytest.fixture
