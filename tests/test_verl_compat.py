@@ -198,15 +198,16 @@ def builds(request):
     return _all_builds(request)
 
 
-def _each_split(builds: dict[str, Path], tok, kind: str):
-    """(where, files, rows measured, limit) for every split of ``kind`` in ``builds``, the limit being
-    the length opgen.tokens recommends for that split alone (verl's max_prompt_length for RL files,
-    max_length for SFT ones)."""
-    key = {"rl": "data.max_prompt_length", "sft": "data.max_length"}[kind]
+def _each_split(builds: dict[str, Path], tok, kind: str, data_defaults: dict):
+    """(where, verl's dataset, rows, rows measured, limit) for every split of ``kind`` in ``builds``:
+    the dataset made at the length opgen.tokens recommends for that split alone (max_prompt_length
+    for RL files, max_length for SFT ones)."""
+    key, dataset = {"rl": ("data.max_prompt_length", _rl_dataset), "sft": ("data.max_length", _sft_dataset)}[kind]
     for name, build in builds.items():
         for split, paths in _files(build, kind).items():
             measured = tokens.measure_files(paths, tok, kind=kind)
-            yield f"{name}/{split}", paths, measured.rows, tokens.recommend({split: measured})[key]
+            limit = tokens.recommend({split: measured})[key]
+            yield f"{name}/{split}", dataset(paths, tok, data_defaults, limit), _rows(paths), measured.rows, limit
 
 
 # ---------------------------------------------------------------- RL files through RLHFDataset
@@ -224,9 +225,7 @@ def _rl_dataset(paths, tok, data_defaults, max_prompt_length):
 @pytest.mark.verl
 def test_every_rl_file_loads_whole_at_the_recommended_prompt_length(builds, tok, ppo_data_defaults):
     checked = 0
-    for where, paths, measured_rows, limit in _each_split(builds, tok, "rl"):
-        ds = _rl_dataset(paths, tok, ppo_data_defaults, limit)
-        rows = _rows(paths)
+    for where, ds, rows, measured_rows, limit in _each_split(builds, tok, "rl", ppo_data_defaults):
         assert len(ds) == len(rows) == measured_rows, f"{where}: verl dropped prompts at {limit}"
         for i in range(len(ds)):
             item = ds[i]
@@ -290,9 +289,7 @@ def _check_sft_items(ds, rows, tok, where):
 @pytest.mark.verl
 def test_every_sft_file_loads_with_the_loss_on_the_answer(builds, tok, sft_data_defaults):
     checked = 0
-    for where, paths, _, limit in _each_split(builds, tok, "sft"):
-        ds = _sft_dataset(paths, tok, sft_data_defaults, limit)
-        rows = _rows(paths)
+    for where, ds, rows, _, _ in _each_split(builds, tok, "sft", sft_data_defaults):
         assert len(ds) == len(rows)
         _check_sft_items(ds, rows, tok, where)
         checked += 1
