@@ -8,7 +8,6 @@ and refused credentials fail before the first request.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import tiny_model as tm
+from eval_helpers import read_jsonl
 from fake_openai import FakeServer
 
 from opgen import outdir
@@ -35,10 +35,6 @@ def _about(body: dict, i: int) -> bool:
 def _eval(cli, runner, out: Path, url: str, data: Path, *extra: str):
     return runner.invoke(cli, ["eval", "--backend", "openai", "--model", MODEL, "--base-url", url, "--data", str(data),
                                "--out", str(out), "--no-score", "--quiet", "--max-new-tokens", "64", *extra])
-
-
-def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 @pytest.fixture
@@ -92,7 +88,7 @@ def test_two_evals_at_once_one_refuses_and_the_other_completes(cli, runner, serv
     assert second.exit_code == 1 and "another opgen eval" in second.output, second.output
     assert during < 8
     assert first.returncode == 0 and "30 rows" in text, text
-    assert [r["index"] for r in _lines(out / MODEL / "d_generations.jsonl")] == list(range(30))
+    assert [r["index"] for r in read_jsonl(out / MODEL / "d_generations.jsonl")] == list(range(30))
 
 
 @pytest.mark.slow
@@ -119,7 +115,7 @@ def test_a_row_that_keeps_failing_costs_only_itself_and_resume_retries_it(cli, r
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert "2 of 100 rows failed (row 37:" in r.output and "--resume" in r.output, r.output
     gen = out / MODEL / "d_generations.jsonl"
-    lines = _lines(gen)
+    lines = read_jsonl(gen)
     answered = [x["index"] for x in lines if "response" in x]
     assert len(answered) == 98 and 37 not in answered and 61 not in answered
     assert {x["index"] for x in lines if "failed" in x} == {37, 61}
@@ -151,7 +147,7 @@ def test_a_server_dying_mid_run_keeps_every_answered_row(cli, runner, tmp_path, 
         r = _eval(cli, runner, out, srv.url, data, "--batch-size", "10", "--concurrency", "2", "--retries", "1")
     assert r.exit_code == 1 and "Traceback" not in r.output and "--resume" in r.output, r.output
     gen = out / MODEL / "d_generations.jsonl"
-    answered = {x["index"] for x in _lines(gen) if "response" in x}
+    answered = {x["index"] for x in read_jsonl(gen) if "response" in x}
     # two batches, and the third's rows answered before the death (one more may have been in flight)
     assert set(range(20)) <= answered and 24 <= len(answered) <= 25
     with FakeServer(MODEL) as srv:  # the same server back at another port

@@ -8,10 +8,10 @@ read what it wrote. Generations are short (16 tokens) and the model's weights ar
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import tiny_model as tm
+from eval_helpers import read_jsonl, vllm_inputs
 
 pytestmark = pytest.mark.vllm
 
@@ -19,24 +19,14 @@ MAX_NEW = 16
 PLANTED = "PLANTED BEFORE THE RUN"
 
 
-def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    tm.require("vllm")
-    tm.require("transformers")
     from click.testing import CliRunner
     from opgen.cli import cli
 
     from opgen.infer.run import read_rows
 
-    base = tmp_path_factory.getbasetemp()
-    model = tm.build(base / "tiny-model")
-    work = tmp_path_factory.mktemp("vllm")
-    trees = tm.write_trees(work / "trees.parquet")
-    prefixed = tm.write_prefixed(work / "prefixed.parquet")
+    model, work, trees, prefixed = vllm_inputs(tmp_path_factory, "vllm")
     out = work / "out"
     # rows 0-1 "already generated" by an interrupted run: --resume must keep them and not ask the engine
     (out / "tiny-model").mkdir(parents=True)
@@ -64,7 +54,7 @@ def test_cli_run_succeeds(run):
 
 
 def test_every_row_has_a_generation_with_token_counts(run):
-    lines = _lines(run["out"] / "trees_generations.jsonl")
+    lines = read_jsonl(run["out"] / "trees_generations.jsonl")
     assert [r["index"] for r in lines] == list(range(len(tm.TREES)))
     for rec in lines[2:]:
         assert rec["prompt_tokens"] > 10
@@ -74,7 +64,7 @@ def test_every_row_has_a_generation_with_token_counts(run):
 
 
 def test_resume_kept_planted_rows_and_generated_only_the_rest(run):
-    lines = _lines(run["out"] / "trees_generations.jsonl")
+    lines = read_jsonl(run["out"] / "trees_generations.jsonl")
     assert [r["response"] for r in lines[:2]] == [PLANTED, PLANTED]
     assert all(r["response"] != PLANTED for r in lines[2:])
     metrics = json.loads((run["out"] / "metrics.json").read_text())
@@ -85,7 +75,7 @@ def test_resume_kept_planted_rows_and_generated_only_the_rest(run):
 def test_truncations_are_counted(run):
     metrics = json.loads((run["out"] / "metrics.json").read_text())
     for name in ("trees", "prefixed"):
-        lines = _lines(run["out"] / f"{name}_generations.jsonl")
+        lines = read_jsonl(run["out"] / f"{name}_generations.jsonl")
         want = sum(r["finish_reason"] == "length" for r in lines)
         assert metrics["data"][name]["generation"]["truncated_rows"] == want
 
@@ -101,7 +91,7 @@ def test_assistant_prefix_is_continued_not_restarted(run):
     from opgen.infer.run import read_rows
 
     tok = AutoTokenizer.from_pretrained(str(run["model"]))
-    for row, rec in zip(read_rows(run["prefixed"]), _lines(run["out"] / "prefixed_generations.jsonl")):
+    for row, rec in zip(read_rows(run["prefixed"]), read_jsonl(run["out"] / "prefixed_generations.jsonl")):
         conv = [{"role": r, "content": c} for r, c in row.messages] + [
             {"role": "assistant", "content": row.assistant_prefix}]
         continued = tok.apply_chat_template(conv, tokenize=False, continue_final_message=True)
@@ -112,7 +102,7 @@ def test_assistant_prefix_is_continued_not_restarted(run):
 def test_decomposed_pass_recalled_each_operator_separately(run):
     from opgen import expr
 
-    lines = _lines(run["out"] / "trees_decomposed_generations.jsonl")
+    lines = read_jsonl(run["out"] / "trees_decomposed_generations.jsonl")
     assert [r["index"] for r in lines] == list(range(len(tm.TREES)))
     for rec in lines:
         e = tm.TREES[rec["index"]][0]

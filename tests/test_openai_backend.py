@@ -11,16 +11,13 @@ from pathlib import Path
 
 import pytest
 import tiny_model as tm
+from eval_helpers import read_jsonl
 from fake_openai import ANSWER_TOKENS, FakeServer, answer, prompt_tokens
 
 from opgen.infer.base import BackendError, Request, Sampling
 from opgen.infer.openai_backend import OpenAIBackend, OpenAIOptions
 
 MODEL = "served-model"
-
-
-def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 @pytest.fixture
@@ -55,7 +52,7 @@ def test_cli_writes_rows_in_order_with_explicit_sampling_and_counts(cli, runner,
     trees = tm.write_trees(tmp_path / "trees.parquet", n=12)
     res = _eval(cli, runner, tmp_path / "out", [server.url], trees, extra=("--concurrency", "4"))
     assert res.exit_code == 0, res.output
-    lines = _lines(tmp_path / "out" / MODEL / "trees_generations.jsonl")
+    lines = read_jsonl(tmp_path / "out" / MODEL / "trees_generations.jsonl")
     assert [r["index"] for r in lines] == list(range(12))
     by_prompt = {json.dumps(b["messages"], sort_keys=True): b for b in server.bodies}
     from opgen.infer.run import read_rows
@@ -79,7 +76,7 @@ def test_truncation_seed_and_samples_are_recorded(cli, runner, server, tmp_path)
                 extra=("--max-new-tokens", "5", "--n", "3", "--temperature", "0.7", "--top-p", "0.9",
                        "--seed", "11"))
     assert res.exit_code == 0, res.output
-    lines = _lines(tmp_path / "out" / MODEL / "trees_generations.jsonl")
+    lines = read_jsonl(tmp_path / "out" / MODEL / "trees_generations.jsonl")
     for rec in lines:
         assert rec["finish_reasons"] == ["length"] * 3
         assert [r.rsplit("-", 1)[1] for r in rec["responses"]] == ["0", "1", "2"]  # by choice index
@@ -212,7 +209,7 @@ def test_resume_keeps_rows_and_asks_only_for_the_rest(cli, runner, server, tmp_p
     res = _eval(cli, runner, tmp_path / "out", [server.url], trees, extra=("--resume",))
     assert res.exit_code == 0, res.output
     assert (asked, len(server.bodies)) == (4, 6)
-    assert [r["index"] for r in _lines(tmp_path / "out" / MODEL / "trees_generations.jsonl")] == list(range(6))
+    assert [r["index"] for r in read_jsonl(tmp_path / "out" / MODEL / "trees_generations.jsonl")] == list(range(6))
 
 
 def test_ray_options_need_the_ray_executor(cli, runner, tmp_path):

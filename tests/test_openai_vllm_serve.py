@@ -8,7 +8,6 @@ the test waits for its /health for at most SERVER_START_S and stops it in every 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -19,16 +18,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import tiny_model as tm
+from eval_helpers import read_jsonl, vllm_inputs
 
 pytestmark = pytest.mark.vllm
 
 MAX_NEW = 16
 SERVER_START_S = 420
-
-
-def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def _free_port() -> int:
@@ -83,16 +78,10 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    tm.require("vllm")
-    tm.require("transformers")
     from click.testing import CliRunner
     from opgen.cli import cli
 
-    base = tmp_path_factory.getbasetemp()
-    model = tm.build(base / "tiny-model")
-    work = tmp_path_factory.mktemp("serve")
-    trees = tm.write_trees(work / "trees.parquet")
-    prefixed = tm.write_prefixed(work / "prefixed.parquet")
+    model, work, trees, prefixed = vllm_inputs(tmp_path_factory, "serve")
     port = _free_port()
     log = work / "serve.log"
     # the engine arguments of the offline run below, and sampling defaults from opgen, not the
@@ -127,8 +116,8 @@ def test_both_runs_succeed(runs):
 
 @pytest.mark.parametrize("name", ["trees", "prefixed"])
 def test_served_greedy_output_equals_the_offline_engine(runs, name):
-    offline = _lines(runs["work"] / "offline" / "tiny-model" / f"{name}_generations.jsonl")
-    served = _lines(runs["work"] / "served" / "tiny-model" / f"{name}_generations.jsonl")
+    offline = read_jsonl(runs["work"] / "offline" / "tiny-model" / f"{name}_generations.jsonl")
+    served = read_jsonl(runs["work"] / "served" / "tiny-model" / f"{name}_generations.jsonl")
     assert [r["index"] for r in served] == [r["index"] for r in offline]
     for a, b in zip(offline, served):
         assert b["response"] == a["response"], (name, a["index"])

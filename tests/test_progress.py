@@ -10,18 +10,12 @@ import json
 from pathlib import Path
 
 import pytest
+import small_builds
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    from click.testing import CliRunner
-    from opgen.cli import cli
-
-    out = tmp_path_factory.mktemp("progress") / "b"
-    res = CliRunner().invoke(cli, ["build", "native-stage1", "--out", str(out), "--limit", "8", "--workers", "1",
-                                   "--no-progress"])
-    assert res.exit_code == 0, res.output
-    return out
+    return small_builds.native_stage1(tmp_path_factory.mktemp("progress") / "b", limit=8)
 
 
 def _stderr(runner, cli, args: list[str]) -> str:

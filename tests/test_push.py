@@ -586,20 +586,24 @@ def test_failed_commit_is_a_clear_failure(hand_build: Path, fake_hub):
     assert fake_hub.commits == []
 
 
-def test_no_token_says_how_to_log_in(hand_build: Path, tmp_path: Path, monkeypatch, fake_hub):
+@pytest.fixture
+def login_cache(tmp_path: Path, monkeypatch, fake_hub) -> Path:
+    """No HF_TOKEN: huggingface_hub's login cache, here a file no test has written yet, is all it has."""
     monkeypatch.delenv("HF_TOKEN")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token-here"))
+    cache = tmp_path / "token"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(cache))
+    return cache
+
+
+def test_no_token_says_how_to_log_in(hand_build: Path, login_cache: Path, fake_hub):
     result = run(hand_build, "--repo-id", "org/x")
     assert result.exit_code == 1
     assert "hf auth login" in result.output and "HF_TOKEN" in result.output
     assert fake_hub.calls == []
 
 
-def test_token_from_the_login_cache(hand_build: Path, tmp_path: Path, monkeypatch, fake_hub):
-    monkeypatch.delenv("HF_TOKEN")
-    cached = tmp_path / "token"
-    cached.write_text("hf_cached_token\n")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(cached))
+def test_token_from_the_login_cache(hand_build: Path, login_cache: Path, fake_hub):
+    login_cache.write_text("hf_cached_token\n")
     result = run(hand_build, "--repo-id", "org/x")
     assert result.exit_code == 0, result.output
     assert fake_hub.tokens == ["hf_cached_token"]

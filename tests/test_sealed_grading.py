@@ -186,30 +186,27 @@ def test_model_code_is_compiled_without_optimisation_whatever_the_compiling_proc
 # ------------------------------------------------------------ a process that cannot start says why
 
 
-def _fake_interpreter(tmp_path: Path, body: str) -> str:
-    path = tmp_path / "python"
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(0o755)
-    return str(path)
+def _start_error(box, monkeypatch, tmp_path: Path, script: str) -> str:
+    """The error of a grade whose grading process is the shell ``script`` instead of the interpreter."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    monkeypatch.setattr(B.sys, "executable", str(fake))
+    with pytest.raises(B.GradingError) as err:
+        grade(GOLD, ra_answer(GOLD), sandbox=box)
+    return str(err.value)
 
 
 def test_a_grading_process_that_cannot_start_says_why(box, fresh_pool, monkeypatch, tmp_path):
     """On main: 'did not start within 120 s' whatever happened, with its stderr thrown away."""
-    fake = _fake_interpreter(tmp_path, "echo 'Fatal: the interpreter cannot load opgen here' >&2\nexit 3\n")
-    monkeypatch.setattr(B.sys, "executable", fake)
-    with pytest.raises(B.GradingError) as err:
-        grade(GOLD, ra_answer(GOLD), sandbox=box)
-    text = str(err.value)
+    text = _start_error(box, monkeypatch, tmp_path,
+                        "echo 'Fatal: the interpreter cannot load opgen here' >&2\nexit 3\n")
     assert "exit code 3" in text and "Fatal: the interpreter cannot load opgen here" in text, text
     assert "within" not in text
 
 
 def test_a_grading_process_killed_before_it_is_ready_is_reported_as_killed(box, fresh_pool, monkeypatch, tmp_path):
-    fake = _fake_interpreter(tmp_path, "echo starting >&2\nkill -KILL $$\n")
-    monkeypatch.setattr(B.sys, "executable", fake)
-    with pytest.raises(B.GradingError) as err:
-        grade(GOLD, ra_answer(GOLD), sandbox=box)
-    text = str(err.value)
+    text = _start_error(box, monkeypatch, tmp_path, "echo starting >&2\nkill -KILL $$\n")
     assert "SIGKILL" in text and "before it was ready" in text and "within" not in text, text
 
 

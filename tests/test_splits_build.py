@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import yaml
+from split_helpers import fragment_texts, mcd_recipe, opgen, trees_of
 
 from opgen import expr as E
 from opgen import ops
@@ -25,18 +23,7 @@ splits:
   test: {role: eval, options: {ops: [func_3, func_9, func_15, func_17], depths: [2, 3], per_depth: 20}}
 """
 
-MCD = """\
-name: mcd-e2e
-seed: 2
-split:
-  kind: mcd
-  pool: {generator: trees, rows: 1500, options: {ops: all, depths: [2, 3], rows: 2000}}
-  train_rows: 500
-  eval_rows: 120
-  max_atom_divergence: 0.05
-defaults: {kind: rl, prompt_format: closed_book, answer_format: ra}
-splits: {train: {role: train}, test: {role: eval}}
-"""
+MCD = mcd_recipe("mcd-e2e", max_atom_divergence=0.05)
 
 PRODUCTIVITY = """\
 name: prod-e2e
@@ -62,15 +49,7 @@ splits:
       compositions: {pool: e2e-comps, rows: 150, ops: all, depths: [2, 3]}
 """
 
-MCD_CELLS = """\
-name: mcd-cells-e2e
-seed: 2
-split:
-  kind: mcd
-  pool: {generator: trees, rows: 1500, options: {ops: all, depths: [2, 3], rows: 2000}}
-  train_rows: 500
-  eval_rows: 120
-  max_atom_divergence: 0.05
+MCD_CELLS = mcd_recipe("mcd-cells-e2e", max_atom_divergence=0.05, rest="""\
 defaults: {prompt_format: closed_book, answer_format: ra}
 splits:
   train:
@@ -83,14 +62,7 @@ splits:
       compositions: {rows: 400}
   rl: {generator: rl_pool, role: train, kind: rl, options: {rows: 60, chain_depth: [3, 5], width: [1, 3]}}
   test: {role: eval, kind: rl}
-"""
-
-
-def opgen(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "opgen", *args], capture_output=True, text=True)
-    if check:
-        assert r.returncode == 0, r.stdout + r.stderr
-    return r
+""")
 
 
 def build(tmp: Path, text: str, name: str, *extra: str) -> tuple[Path, dict]:
@@ -99,11 +71,6 @@ def build(tmp: Path, text: str, name: str, *extra: str) -> tuple[Path, dict]:
     out = tmp / name
     opgen("build", str(recipe), "--out", str(out), *extra)
     return out, json.loads((out / "manifest.json").read_text())
-
-
-def trees_of(path: Path) -> list[list[E.Expr]]:
-    rows = pq.read_table(path, columns=["reward_model"]).column(0).to_pylist()
-    return [[E.parse(t["expr"]) for t in json.loads(r["ground_truth"])["tasks"]] for r in rows]
 
 
 def direct_pairs(tree: E.Expr) -> set[frozenset[str]]:
@@ -173,42 +140,13 @@ def test_mcd_recipe_builds_within_its_atom_bound(tmp_path: Path):
     assert held
     # independently: no held-out compound (a fragment of up to 3 nodes, walked here) in any training row
     train = trees_of(out / "train.parquet")
-    assert len(train) == 500 and not any(held & _fragment_texts(t) for row in train for t in row)
+    assert len(train) == 500 and not any(held & fragment_texts(t) for row in train for t in row)
     assert len(trees_of(out / "test.parquet")) == 120
     assert "FAIL" not in opgen("verify", str(out)).stdout
     tree = tmp_path / "tree"
     opgen("push", str(out), "--repo-id", "org/mcd", "--dry-run", str(tree))
     card = (tree / "README.md").read_text()
     assert f"{cert['compound_divergence']:.4f}" in card and "random splits of the search's pool" in card
-
-
-def _fragment_texts(t: E.Expr) -> set[str]:
-    """A tree's compound texts of 2 and 3 operator nodes (an edge, a node with two of its arguments, a
-    path of three), walked here (not via opgen.splits' occurrences)."""
-    lab = {E.Call: lambda x: x.op, E.Concat: lambda x: "+", E.Method: lambda x: "." + x.name}
-
-    def kids(n: E.Expr) -> list[E.Expr | None]:
-        return [k if isinstance(k, (E.Call, E.Concat, E.Method)) else None for k in E.children(n)]
-
-    def text(n: E.Expr, chosen: dict[int, str]) -> str:
-        return f"{lab[type(n)](n)}({','.join(chosen.get(i, '_') for i in range(len(E.children(n))))})"
-
-    out = set()
-    for n in E.walk(t):
-        if not isinstance(n, (E.Call, E.Concat, E.Method)):
-            continue
-        ks = kids(n)
-        for i, k in enumerate(ks):
-            if k is None:
-                continue
-            out.add(text(n, {i: lab[type(k)](k)}))
-            for j, g in enumerate(kids(k)):
-                if g is not None:
-                    out.add(text(n, {i: text(k, {j: lab[type(g)](g)})}))
-            for j in range(i + 1, len(ks)):
-                if ks[j] is not None:
-                    out.add(text(n, {i: lab[type(k)](k), j: lab[type(ks[j])](ks[j])}))
-    return out
 
 
 def path_pairs(tree: E.Expr) -> set[frozenset[str]]:
@@ -234,8 +172,8 @@ def test_training_cells_on_an_mcd_split_compose_only_the_search_train_side(tmp_p
     assert held and cert["compound_divergence"] > 0
     # independently: no held-out compound in any training row of either cell
     rows = {n: trees_of(out / f"{n}.parquet") for n in ("train", "rl", "test")}
-    assert not any(held & _fragment_texts(t) for n in ("train", "rl") for row in rows[n] for t in row)
-    assert any(held & _fragment_texts(t) for row in rows["test"] for t in row)
+    assert not any(held & fragment_texts(t) for n in ("train", "rl") for row in rows[n] for t in row)
+    assert any(held & fragment_texts(t) for row in rows["test"] for t in row)
     # the cell's compositions are the search's train side; its atomic skills cover every operator
     comps = [row[0] for row in rows["train"] if E.depth(row[0]) > 1]
     assert len(comps) == 400 and man["splits"]["train"]["cell"]["compositions"]["pool"] == "mcd-train"
@@ -278,7 +216,7 @@ def test_annealed_mcd_recipe_builds_and_its_certificate_names_the_search(tmp_pat
     assert cert["search"]["search"] == "anneal" and cert["search"]["anneal_steps"] == 80
     assert cert["config"]["search"] == "anneal" and cert["config"]["temperature"] == 0.005
     held = set(cert["heldout_compounds"])
-    assert held and not any(held & _fragment_texts(t) for row in trees_of(out / "train.parquet") for t in row)
+    assert held and not any(held & fragment_texts(t) for row in trees_of(out / "train.parquet") for t in row)
     # steps without the annealed search is refused, naming the field
     bad = MCD.replace("max_atom_divergence: 0.05", "max_atom_divergence: 0.05\n  steps: 5")
     (tmp_path / "bad.yaml").write_text(bad)

@@ -10,20 +10,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import small_builds
 
 from opgen import manifest as M
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    from click.testing import CliRunner
-    from opgen.cli import cli
-
-    out = tmp_path_factory.mktemp("verify") / "o"
-    r = CliRunner().invoke(cli, ["build", "native-stage1", "--out", str(out), "--limit", "40", "--workers", "1",
-                                 "--no-progress"])
-    assert r.exit_code == 0, r.output
-    return out
+    return small_builds.native_stage1(tmp_path_factory.mktemp("verify") / "o", limit=40)
 
 
 @pytest.fixture
@@ -149,22 +143,12 @@ def test_the_report_names_every_check_that_ran(runner, cli, out):
 
 
 @pytest.mark.slow
-def test_verify_shows_progress_on_stderr_when_asked(out):
-    r = subprocess.run([sys.executable, "-m", "opgen", "verify", str(out), "--progress"], capture_output=True,
-                       text=True)
+@pytest.mark.parametrize(("command", "shown"), [("verify", ("check files", "generate")),
+                                               ("validate", ("validate", "/80"))])
+def test_verify_and_validate_show_progress_on_stderr_when_asked(out, command, shown):
+    r = subprocess.run([sys.executable, "-m", "opgen", command, str(out), "--progress"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "check files" in r.stderr and "generate" in r.stderr
-    quiet = subprocess.run([sys.executable, "-m", "opgen", "verify", str(out), "--no-progress"], capture_output=True,
+    assert all(s in r.stderr for s in shown), r.stderr
+    quiet = subprocess.run([sys.executable, "-m", "opgen", command, str(out), "--no-progress"], capture_output=True,
                            text=True)
-    assert quiet.returncode == 0 and quiet.stderr == ""
-
-
-@pytest.mark.slow
-def test_validate_shows_progress_on_stderr_when_asked(out):
-    r = subprocess.run([sys.executable, "-m", "opgen", "validate", str(out), "--progress"], capture_output=True,
-                       text=True)
-    assert r.returncode == 0, r.stderr
-    assert "validate" in r.stderr and "/80" in r.stderr
-    quiet = subprocess.run([sys.executable, "-m", "opgen", "validate", str(out), "--no-progress"],
-                           capture_output=True, text=True)
     assert quiet.returncode == 0 and quiet.stderr == ""

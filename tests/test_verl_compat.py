@@ -198,6 +198,18 @@ def builds(request):
     return _all_builds(request)
 
 
+def _each_split(builds: dict[str, Path], tok, kind: str, data_defaults: dict):
+    """(where, verl's dataset, rows, rows measured, limit) for every split of ``kind`` in ``builds``:
+    the dataset made at the length opgen.tokens recommends for that split alone (max_prompt_length
+    for RL files, max_length for SFT ones)."""
+    key, dataset = {"rl": ("data.max_prompt_length", _rl_dataset), "sft": ("data.max_length", _sft_dataset)}[kind]
+    for name, build in builds.items():
+        for split, paths in _files(build, kind).items():
+            measured = tokens.measure_files(paths, tok, kind=kind)
+            limit = tokens.recommend({split: measured})[key]
+            yield f"{name}/{split}", dataset(paths, tok, data_defaults, limit), _rows(paths), measured.rows, limit
+
+
 # ---------------------------------------------------------------- RL files through RLHFDataset
 
 def _rl_dataset(paths, tok, data_defaults, max_prompt_length):
@@ -213,20 +225,15 @@ def _rl_dataset(paths, tok, data_defaults, max_prompt_length):
 @pytest.mark.verl
 def test_every_rl_file_loads_whole_at_the_recommended_prompt_length(builds, tok, ppo_data_defaults):
     checked = 0
-    for name, build in builds.items():
-        for split, paths in _files(build, "rl").items():
-            measured = tokens.measure_files(paths, tok, kind="rl")
-            limit = tokens.recommend({split: measured})["data.max_prompt_length"]
-            ds = _rl_dataset(paths, tok, ppo_data_defaults, limit)
-            rows = _rows(paths)
-            assert len(ds) == len(rows) == measured.rows, f"{name}/{split}: verl dropped prompts at {limit}"
-            for i in range(len(ds)):
-                item = ds[i]
-                assert [dict(m) for m in item["raw_prompt"]] == rows[i]["prompt"], f"{name}/{split} row {i}"
-                assert item["reward_model"]["ground_truth"] == rows[i]["reward_model"]["ground_truth"]
-                assert item["data_source"] == rows[i]["data_source"]
-                assert item["index"] == rows[i]["extra_info"]["index"]
-            checked += 1
+    for where, ds, rows, measured_rows, limit in _each_split(builds, tok, "rl", ppo_data_defaults):
+        assert len(ds) == len(rows) == measured_rows, f"{where}: verl dropped prompts at {limit}"
+        for i in range(len(ds)):
+            item = ds[i]
+            assert [dict(m) for m in item["raw_prompt"]] == rows[i]["prompt"], f"{where} row {i}"
+            assert item["reward_model"]["ground_truth"] == rows[i]["reward_model"]["ground_truth"]
+            assert item["data_source"] == rows[i]["data_source"]
+            assert item["index"] == rows[i]["extra_info"]["index"]
+        checked += 1
     assert checked, "no RL file was checked"
 
 
@@ -282,15 +289,10 @@ def _check_sft_items(ds, rows, tok, where):
 @pytest.mark.verl
 def test_every_sft_file_loads_with_the_loss_on_the_answer(builds, tok, sft_data_defaults):
     checked = 0
-    for name, build in builds.items():
-        for split, paths in _files(build, "sft").items():
-            measured = tokens.measure_files(paths, tok, kind="sft")
-            limit = tokens.recommend({split: measured})["data.max_length"]
-            ds = _sft_dataset(paths, tok, sft_data_defaults, limit)
-            rows = _rows(paths)
-            assert len(ds) == len(rows)
-            _check_sft_items(ds, rows, tok, f"{name}/{split}")
-            checked += 1
+    for where, ds, rows, _, _ in _each_split(builds, tok, "sft", sft_data_defaults):
+        assert len(ds) == len(rows)
+        _check_sft_items(ds, rows, tok, where)
+        checked += 1
     if not checked and builds.keys() != {"contract"}:
         pytest.fail("no bundled recipe has an SFT split")
 
