@@ -15,6 +15,7 @@ import subprocess
 import symtable
 import sys
 
+import op_cases
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -357,18 +358,8 @@ FIXED_STRINGS = ["", " ", "  a  b\tc\n", "a", "ab", "aba", "abc", "Hello, World!
 
 
 def _cases(op: ops.Operator) -> list[tuple]:
-    """Every fixed string (and pair of strings) with every sampled parameter value."""
-    domains = []
-    for p in op.params:
-        if p.kind == "int":
-            domains.append(list(range(p.lo, p.hi + 1)) + [0, -1])
-        elif p.kind == "choice":
-            domains.append(list(p.choices) + [""])
-        else:
-            domains.append(["ab", "xyz", "qrst"])
-    inputs = ([(s,) for s in FIXED_STRINGS] if op.n_inputs == 1
-              else list(itertools.product(FIXED_STRINGS[:12], repeat=2)))
-    return [i + tuple(p) for i in inputs for p in itertools.product(*domains)]
+    """Every fixed string (and pair of the first twelve) with every sampled parameter value, and "" for a choice."""
+    return op_cases.cases(op, FIXED_STRINGS, FIXED_STRINGS[:12], off_choice=("",))
 
 
 @pytest.mark.parametrize("op", ops.OPERATORS, ids=ops.ALL_IDS)
