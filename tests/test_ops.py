@@ -14,6 +14,7 @@ import string
 import subprocess
 import symtable
 import sys
+import textwrap
 
 import op_cases
 import pytest
@@ -449,12 +450,20 @@ def test_recursive_operators_raise_recursion_error_beyond_headroom():
 
 
 def test_headroom_is_needed_at_the_default_limit_and_restored_after():
-    code = ("import sys\nfrom opgen import ops\nfrom opgen.expr import recursion_headroom\n"
-            "limit = sys.getrecursionlimit()\n"
-            "try:\n    ops.call('func_17', 'a' * 3000)\n    print('ran')\n"
-            "except RecursionError:\n    print('recursion')\n"
-            "with recursion_headroom():\n    assert len(ops.call('func_17', 'a' * 3000)) == 3000\n"
-            "print(sys.getrecursionlimit() == limit)\n")
+    code = textwrap.dedent("""\
+        import sys
+        from opgen import ops
+        from opgen.expr import recursion_headroom
+        limit = sys.getrecursionlimit()
+        try:
+            ops.call('func_17', 'a' * 3000)
+            print('ran')
+        except RecursionError:
+            print('recursion')
+        with recursion_headroom():
+            assert len(ops.call('func_17', 'a' * 3000)) == 3000
+        print(sys.getrecursionlimit() == limit)
+        """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["recursion", "True"]
