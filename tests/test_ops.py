@@ -499,16 +499,22 @@ def test_func_0_fixes_strings_shorter_than_three(s):
     assert run("func_0", s) == s
 
 
+@pytest.mark.parametrize("op_id", ["func_1", "func_18"])
 @LAW
 @given(texts, nonneg)
-def test_func_1_multiplies_length_by_n(s, n):
-    assert len(run("func_1", s, n)) == n * len(s)
+def test_func_1_and_func_18_multiply_length_by_n(op_id, s, n):
+    assert len(run(op_id, s, n)) == n * len(s)
 
 
+# Operators that compute one function under two names (func_8 and func_19 only for n >= 0: below it,
+# func_19 leaves s alone).
+@pytest.mark.parametrize("op_id,twin,ns", [("func_1", "func_18", st.integers(-5, 6)),
+                                           ("func_8", "func_19", nonneg)])
 @LAW
-@given(texts, st.integers(-5, 6))
-def test_func_1_equals_func_18(s, n):
-    assert run("func_1", s, n) == run("func_18", s, n)
+@given(s=texts, data=st.data())
+def test_twin_operators_agree(op_id, twin, ns, s, data):
+    n = data.draw(ns)
+    assert run(op_id, s, n) == run(twin, s, n)
 
 
 @LAW
@@ -567,12 +573,6 @@ def test_func_8_is_a_length_preserving_rotation_periodic_in_length(s, n):
     assert sorted(out) == sorted(s)
     assert out in (s + s) or not s
     assert run("func_8", s, n + len(s)) == out
-
-
-@LAW
-@given(texts, nonneg)
-def test_func_8_equals_func_19_for_non_negative_n(s, n):
-    assert run("func_8", s, n) == run("func_19", s, n)
 
 
 @LAW
@@ -648,12 +648,6 @@ def test_func_16_is_idempotent_without_adjacent_repeats(s):
 @given(texts)
 def test_func_17_is_an_involution(s):
     assert run("func_17", run("func_17", s)) == s
-
-
-@LAW
-@given(texts, nonneg)
-def test_func_18_multiplies_length_by_n(s, n):
-    assert len(run("func_18", s, n)) == n * len(s)
 
 
 @LAW
