@@ -9,8 +9,8 @@ from pathlib import Path
 
 def _library(name: str, *operators: str) -> str:
     """The YAML of the library ``name`` whose operators are the list entries ``operators`` (each
-    written at the left margin, as :data:`REV`)."""
-    return f"name: {name}\noperators:\n" + textwrap.indent("".join(operators), "  ")
+    block of entries dedented, so it may stand at any indent)."""
+    return f"name: {name}\noperators:\n" + textwrap.indent("".join(map(textwrap.dedent, operators)), "  ")
 
 
 # Operators that several libraries below hold.
@@ -35,38 +35,38 @@ UP = """\
 # Six operators a user might write, touching no package file: four train (one with an int param,
 # one of two string inputs), two held-out (one with a param).
 SIX = _library("six", REV, """\
-- id: dup
-  gloss: repeat the string n times
-  split: train
-  params: [{name: n, kind: int, lo: 1, hi: 3}]
-  source: |
-    def dup(s, n):
-        return s * n
-""", UP, """\
-- id: mix
-  gloss: interleave two strings
-  split: train
-  n_inputs: 2
-  source: |
-    def mix(s1, s2):
-        return "".join(a + b for a, b in zip(s1, s2)) + s1[len(s2):] + s2[len(s1):]
-- id: rot
-  gloss: rotate left by n
-  split: heldout
-  params: [{name: n, kind: int, lo: 0, hi: 4}]
-  source: |
-    def rot(s, n):
-        if not s:
-            return s
-        n = n % len(s)
-        return s[n:] + s[:n]
-- id: drop_vowels
-  gloss: remove the vowels
-  split: heldout
-  source: |
-    def drop_vowels(s):
-        return "".join(c for c in s if c not in "aeiou")
-""")
+      - id: dup
+        gloss: repeat the string n times
+        split: train
+        params: [{name: n, kind: int, lo: 1, hi: 3}]
+        source: |
+          def dup(s, n):
+              return s * n
+    """, UP, """\
+      - id: mix
+        gloss: interleave two strings
+        split: train
+        n_inputs: 2
+        source: |
+          def mix(s1, s2):
+              return "".join(a + b for a, b in zip(s1, s2)) + s1[len(s2):] + s2[len(s1):]
+      - id: rot
+        gloss: rotate left by n
+        split: heldout
+        params: [{name: n, kind: int, lo: 0, hi: 4}]
+        source: |
+          def rot(s, n):
+              if not s:
+                  return s
+              n = n % len(s)
+              return s[n:] + s[:n]
+      - id: drop_vowels
+        gloss: remove the vowels
+        split: heldout
+        source: |
+          def drop_vowels(s):
+              return "".join(c for c in s if c not in "aeiou")
+    """)
 
 
 def write_six(folder: Path, name: str = "six.yaml") -> Path:
@@ -135,39 +135,39 @@ KINDS = textwrap.dedent('''\
 # Six operators graded in tests/test_user_library_grading.py: two held out (shift, swapc), two
 # with an int parameter, and a dup/evens pair that a chimera recall confuses.
 TOY = _library("toy", REV, """\
-- id: dup
-  gloss: repeat the string twice
-  split: train
-  source: |
-    def dup(s):
-        return s + s
-- id: shift
-  gloss: shift each lowercase letter n places forward
-  split: heldout
-  params: [{name: n, kind: int, lo: 1, hi: 3}]
-  source: |
-    def shift(s, n):
-        return ''.join(chr((ord(c) - 97 + n) % 26 + 97) if 'a' <= c <= 'z' else c for c in s)
-- id: evens
-  gloss: keep the characters at even positions
-  split: train
-  source: |
-    def evens(s):
-        return s[::2]
-- id: swapc
-  gloss: swap the case of every letter
-  split: heldout
-  source: |
-    def swapc(s):
-        return s.swapcase()
-- id: tail
-  gloss: drop the first n characters
-  split: train
-  params: [{name: n, kind: int, lo: 1, hi: 2}]
-  source: |
-    def tail(s, n):
-        return s[n:]
-""")
+      - id: dup
+        gloss: repeat the string twice
+        split: train
+        source: |
+          def dup(s):
+              return s + s
+      - id: shift
+        gloss: shift each lowercase letter n places forward
+        split: heldout
+        params: [{name: n, kind: int, lo: 1, hi: 3}]
+        source: |
+          def shift(s, n):
+              return ''.join(chr((ord(c) - 97 + n) % 26 + 97) if 'a' <= c <= 'z' else c for c in s)
+      - id: evens
+        gloss: keep the characters at even positions
+        split: train
+        source: |
+          def evens(s):
+              return s[::2]
+      - id: swapc
+        gloss: swap the case of every letter
+        split: heldout
+        source: |
+          def swapc(s):
+              return s.swapcase()
+      - id: tail
+        gloss: drop the first n characters
+        split: train
+        params: [{name: n, kind: int, lo: 1, hi: 2}]
+        source: |
+          def tail(s, n):
+              return s[n:]
+    """)
 
 
 # A ``module:obj`` library over one of the YAML files above (written beside it): the same operators
@@ -219,21 +219,21 @@ HOSTILE = {
 }
 
 _HOSTILE = _library("hostile", REV, UP, """\
-- id: bad
-  gloss: misbehaves on long strings
-  split: train
-  source: |
-    def bad(s):
-        if len(s) > 5:
-            {body}
-        return s
-- id: rot
-  gloss: rotate left by one
-  split: heldout
-  source: |
-    def rot(s):
-        return s[1:] + s[:1]
-""")
+  - id: bad
+    gloss: misbehaves on long strings
+    split: train
+    source: |
+      def bad(s):
+          if len(s) > 5:
+              {body}
+          return s
+  - id: rot
+    gloss: rotate left by one
+    split: heldout
+    source: |
+      def rot(s):
+          return s[1:] + s[:1]
+  """)
 
 
 def hostile(kind: str) -> str:
