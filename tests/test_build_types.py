@@ -10,23 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_build_paths import PATCHED  # 1,200 rows in shards of 300: later shards hold rows redrawn in phase 2
 
 from opgen import build as B
 from opgen import outdir
 from opgen import recipe as R
 from opgen.rows import Facts
-
-# 2 operators x 26**3 inputs, 1,200 rows in shards of 300: later shards hold rows redrawn in phase 2.
-PATCHED = """\
-name: patched
-seed: 3
-defaults: {role: eval, unique: task}
-splits:
-  atoms:
-    generator: atomic
-    shard_rows: 300
-    options: {ops: [func_3, func_9], rows: 1200, input_len: [3, 3]}
-"""
 
 SMALL = """\
 name: small

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -183,13 +184,17 @@ def test_eval_max_len_is_adjustable(runner, cli):
 
 
 def test_ops_commands_import_nothing_heavy():
-    code = ("import sys\nfrom click.testing import CliRunner\nfrom opgen.cli import cli\n"
-            "r = CliRunner()\n"
-            "for args in (['--help'], ['ops', 'list'], ['ops', 'show', 'func_3'], "
-            "['ops', 'eval', 'func_3(x)', '--input', 'ba']):\n"
-            "    assert r.invoke(cli, args).exit_code == 0, args\n"
-            "heavy = ('torch', 'vllm', 'datasets', 'transformers', 'matplotlib', 'huggingface_hub', 'pyarrow')\n"
-            "print(sorted(m for m in heavy if m in sys.modules))\n")
+    code = textwrap.dedent("""\
+        import sys
+        from click.testing import CliRunner
+        from opgen.cli import cli
+        r = CliRunner()
+        for args in (['--help'], ['ops', 'list'], ['ops', 'show', 'func_3'],
+                     ['ops', 'eval', 'func_3(x)', '--input', 'ba']):
+            assert r.invoke(cli, args).exit_code == 0, args
+        heavy = ('torch', 'vllm', 'datasets', 'transformers', 'matplotlib', 'huggingface_hub', 'pyarrow')
+        print(sorted(m for m in heavy if m in sys.modules))
+        """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import op_cases
 import pytest
 
 from opgen import card, ops
@@ -16,23 +17,10 @@ from opgen.score import diagnose
 STRINGS = ["", "a", "ab", "abc", "Hello, World!", "aAeEiIoOuU", "ßtraße", "x²", "racecar", "a" * 300]
 
 
-def _cases(op: ops.Operator) -> list[tuple]:
-    domains = []
-    for p in op.params:
-        if p.kind == "int":
-            domains.append(list(range(p.lo, p.hi + 1)) + [0, -1])
-        elif p.kind == "choice":
-            domains.append(list(p.choices))
-        else:
-            domains.append(["ab", "xyz", "qrst"])
-    inputs = [(s,) for s in STRINGS] if op.n_inputs == 1 else list(itertools.product(STRINGS, repeat=2))
-    return [i + tuple(p) for i in inputs for p in itertools.product(*domains)]
-
-
 @pytest.mark.parametrize("op", ops.OPERATORS, ids=ops.ALL_IDS)
 def test_growth_bound_is_exact_and_unbounded_operators_grow_at_most_twofold(op):
     with recursion_headroom():
-        for args in _cases(op):
+        for args in op_cases.cases(op, STRINGS):
             inputs, params = args[:op.n_inputs], args[op.n_inputs:]
             out = op.fn(*args)
             if op.out_len is not None:

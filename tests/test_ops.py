@@ -14,7 +14,9 @@ import string
 import subprocess
 import symtable
 import sys
+import textwrap
 
+import op_cases
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -357,18 +359,8 @@ FIXED_STRINGS = ["", " ", "  a  b\tc\n", "a", "ab", "aba", "abc", "Hello, World!
 
 
 def _cases(op: ops.Operator) -> list[tuple]:
-    """Every fixed string (and pair of strings) with every sampled parameter value."""
-    domains = []
-    for p in op.params:
-        if p.kind == "int":
-            domains.append(list(range(p.lo, p.hi + 1)) + [0, -1])
-        elif p.kind == "choice":
-            domains.append(list(p.choices) + [""])
-        else:
-            domains.append(["ab", "xyz", "qrst"])
-    inputs = ([(s,) for s in FIXED_STRINGS] if op.n_inputs == 1
-              else list(itertools.product(FIXED_STRINGS[:12], repeat=2)))
-    return [i + tuple(p) for i in inputs for p in itertools.product(*domains)]
+    """Every fixed string (and pair of the first twelve) with every sampled parameter value, and "" for a choice."""
+    return op_cases.cases(op, FIXED_STRINGS, FIXED_STRINGS[:12], off_choice=("",))
 
 
 @pytest.mark.parametrize("op", ops.OPERATORS, ids=ops.ALL_IDS)
@@ -458,12 +450,20 @@ def test_recursive_operators_raise_recursion_error_beyond_headroom():
 
 
 def test_headroom_is_needed_at_the_default_limit_and_restored_after():
-    code = ("import sys\nfrom opgen import ops\nfrom opgen.expr import recursion_headroom\n"
-            "limit = sys.getrecursionlimit()\n"
-            "try:\n    ops.call('func_17', 'a' * 3000)\n    print('ran')\n"
-            "except RecursionError:\n    print('recursion')\n"
-            "with recursion_headroom():\n    assert len(ops.call('func_17', 'a' * 3000)) == 3000\n"
-            "print(sys.getrecursionlimit() == limit)\n")
+    code = textwrap.dedent("""\
+        import sys
+        from opgen import ops
+        from opgen.expr import recursion_headroom
+        limit = sys.getrecursionlimit()
+        try:
+            ops.call('func_17', 'a' * 3000)
+            print('ran')
+        except RecursionError:
+            print('recursion')
+        with recursion_headroom():
+            assert len(ops.call('func_17', 'a' * 3000)) == 3000
+        print(sys.getrecursionlimit() == limit)
+        """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["recursion", "True"]
@@ -499,16 +499,22 @@ def test_func_0_fixes_strings_shorter_than_three(s):
     assert run("func_0", s) == s
 
 
+@pytest.mark.parametrize("op_id", ["func_1", "func_18"])
 @LAW
 @given(texts, nonneg)
-def test_func_1_multiplies_length_by_n(s, n):
-    assert len(run("func_1", s, n)) == n * len(s)
+def test_func_1_and_func_18_multiply_length_by_n(op_id, s, n):
+    assert len(run(op_id, s, n)) == n * len(s)
 
 
+# Operators that compute one function under two names (func_8 and func_19 only for n >= 0: below it,
+# func_19 leaves s alone).
+@pytest.mark.parametrize("op_id,twin,ns", [("func_1", "func_18", st.integers(-5, 6)),
+                                           ("func_8", "func_19", nonneg)])
 @LAW
-@given(texts, st.integers(-5, 6))
-def test_func_1_equals_func_18(s, n):
-    assert run("func_1", s, n) == run("func_18", s, n)
+@given(s=texts, data=st.data())
+def test_twin_operators_agree(op_id, twin, ns, s, data):
+    n = data.draw(ns)
+    assert run(op_id, s, n) == run(twin, s, n)
 
 
 @LAW
@@ -567,12 +573,6 @@ def test_func_8_is_a_length_preserving_rotation_periodic_in_length(s, n):
     assert sorted(out) == sorted(s)
     assert out in (s + s) or not s
     assert run("func_8", s, n + len(s)) == out
-
-
-@LAW
-@given(texts, nonneg)
-def test_func_8_equals_func_19_for_non_negative_n(s, n):
-    assert run("func_8", s, n) == run("func_19", s, n)
 
 
 @LAW
@@ -648,12 +648,6 @@ def test_func_16_is_idempotent_without_adjacent_repeats(s):
 @given(texts)
 def test_func_17_is_an_involution(s):
     assert run("func_17", run("func_17", s)) == s
-
-
-@LAW
-@given(texts, nonneg)
-def test_func_18_multiplies_length_by_n(s, n):
-    assert len(run("func_18", s, n)) == n * len(s)
 
 
 @LAW

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from score_golden import NATIVE
 
 from opgen import expr as E
 
@@ -195,10 +196,7 @@ def test_missing_files_and_bad_parquet(cli, runner, tmp_path):
 
 
 def test_native_benchmark_rows(cli, runner, tmp_path):
-    gts = [{"ref_code": "def main_solution(x):\n    return x[::-1]", "ref_input": {"x": "abc"}, "ref_output": "cba",
-            "funcname": "main_solution"},
-           {"ref_code": "def main_solution(n):\n    return [n]", "ref_input": {"n": 2}, "ref_output": [2],
-            "funcname": "main_solution"}]
+    gts = NATIVE[:2]  # a string output and a list one
     table = pa.table({"data_source": ["codeio-forward-stage1"] * 2,
                       "reward_model": [{"style": "rule", "ground_truth": json.dumps(g)} for g in gts]})
     pq.write_table(table, tmp_path / "native.parquet")

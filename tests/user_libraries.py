@@ -6,17 +6,35 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+
+def _library(name: str, *operators: str) -> str:
+    """The YAML of the library ``name`` whose operators are the list entries ``operators`` (each
+    block of entries dedented, so it may stand at any indent)."""
+    return f"name: {name}\noperators:\n" + textwrap.indent("".join(map(textwrap.dedent, operators)), "  ")
+
+
+# Operators that several libraries below hold.
+REV = """\
+- id: rev
+  gloss: reverse the string
+  split: train
+  source: |
+    def rev(s):
+        return s[::-1]
+"""
+
+UP = """\
+- id: up
+  gloss: upper-case the string
+  split: train
+  source: |
+    def up(s):
+        return s.upper()
+"""
+
 # Six operators a user might write, touching no package file: four train (one with an int param,
 # one of two string inputs), two held-out (one with a param).
-SIX = textwrap.dedent("""\
-    name: six
-    operators:
-      - id: rev
-        gloss: reverse the string
-        split: train
-        source: |
-          def rev(s):
-              return s[::-1]
+SIX = _library("six", REV, """\
       - id: dup
         gloss: repeat the string n times
         split: train
@@ -24,12 +42,7 @@ SIX = textwrap.dedent("""\
         source: |
           def dup(s, n):
               return s * n
-      - id: up
-        gloss: upper-case the string
-        split: train
-        source: |
-          def up(s):
-              return s.upper()
+    """, UP, """\
       - id: mix
         gloss: interleave two strings
         split: train
@@ -121,15 +134,7 @@ KINDS = textwrap.dedent('''\
 
 # Six operators graded in tests/test_user_library_grading.py: two held out (shift, swapc), two
 # with an int parameter, and a dup/evens pair that a chimera recall confuses.
-TOY = textwrap.dedent('''
-    name: toy
-    operators:
-      - id: rev
-        gloss: reverse the string
-        split: train
-        source: |
-          def rev(s):
-              return s[::-1]
+TOY = _library("toy", REV, """\
       - id: dup
         gloss: repeat the string twice
         split: train
@@ -162,7 +167,7 @@ TOY = textwrap.dedent('''
         source: |
           def tail(s, n):
               return s[n:]
-''')
+    """)
 
 
 # A ``module:obj`` library over one of the YAML files above (written beside it): the same operators
@@ -213,21 +218,7 @@ HOSTILE = {
                 "        pass",
 }
 
-_HOSTILE = '''\
-name: hostile
-operators:
-  - id: rev
-    gloss: reverse the string
-    split: train
-    source: |
-      def rev(s):
-          return s[::-1]
-  - id: up
-    gloss: upper-case the string
-    split: train
-    source: |
-      def up(s):
-          return s.upper()
+_HOSTILE = _library("hostile", REV, UP, """\
   - id: bad
     gloss: misbehaves on long strings
     split: train
@@ -242,7 +233,7 @@ operators:
     source: |
       def rot(s):
           return s[1:] + s[:1]
-'''
+  """)
 
 
 def hostile(kind: str) -> str:
