@@ -371,6 +371,15 @@ def bench_cli(n: int) -> tuple[float, float, float]:
     return n / dt, dt, cpu
 
 
+def against_options(doc: str, n: int) -> argparse.ArgumentParser:
+    """The command line of a benchmark of this tree against another checkout (``--against DIR``),
+    over ``--n`` rows; the benchmark adds its own rounds and workers."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--against", type=Path, required=True, help="another opgen checkout (the 'before' tree)")
+    ap.add_argument("--n", type=int, default=n)
+    return ap
+
+
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[len(ordered) // 2]

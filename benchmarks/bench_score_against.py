@@ -15,7 +15,6 @@ counts. Run it under ``flock /tmp/opgen-bench.lock nice`` on a shared machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -28,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_score import typical_rows, write_score_inputs  # noqa: E402
+from bench_score import against_options, typical_rows, write_score_inputs  # noqa: E402
 
 ONE_ROUND = r'''
 import json, os, resource, sys, time
@@ -105,9 +104,7 @@ def _median(values: list[float]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--against", type=Path, required=True, help="another opgen checkout (the 'before' tree)")
-    ap.add_argument("--n", type=int, default=20_000)
+    ap = against_options(__doc__, n=20_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--processes", type=int, default=2)
     args = ap.parse_args()

@@ -12,13 +12,14 @@ process and all its descendants) and the load average around the runs (the machi
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from bench_score import against_options  # benchmarks/, this script's folder
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -58,9 +59,7 @@ def one_round(tree: Path, n: int, workers: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--against", type=Path, required=True, help="another opgen checkout (the 'before')")
-    ap.add_argument("--n", type=int, default=1000)
+    ap = against_options(__doc__, n=1000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()

@@ -82,20 +82,24 @@ def read_manifest(build_dir: Path) -> tuple[dict, bytes]:
         raise HubError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(manifest, dict):
         raise HubError(f"{path}: expected a JSON object at the top level")
-    for key in ("opgen_version", "splits"):
-        if key not in manifest:
-            raise HubError(f"{path}: missing field {key!r}")
+    _object(str(path), manifest, ("opgen_version", "splits"))
     if not isinstance(manifest["splits"], dict) or not manifest["splits"]:
         raise HubError(f"{path}: field 'splits' must be a non-empty object")
     return manifest, raw
 
 
-def _build_file(build_dir: Path, where: str, entry: object) -> BuildFile:
-    if not isinstance(entry, dict):
+def _object(where: str, value: object, keys: tuple[str, ...]) -> dict:
+    """``value``, an object holding every field of ``keys``."""
+    if not isinstance(value, dict):
         raise HubError(f"{where}: expected an object")
-    for key in _FILE_KEYS:
-        if key not in entry:
+    for key in keys:
+        if key not in value:
             raise HubError(f"{where}: missing field {key!r}")
+    return value
+
+
+def _build_file(build_dir: Path, where: str, entry: object) -> BuildFile:
+    entry = _object(where, entry, _FILE_KEYS)
     rel = entry["path"]
     if not isinstance(rel, str) or not rel.endswith(".parquet"):
         raise HubError(f"{where}.path: expected a relative path to a .parquet file, got {rel!r}")
@@ -115,11 +119,7 @@ def _build_file(build_dir: Path, where: str, entry: object) -> BuildFile:
 def _entry(build_dir: Path, mpath: Path, build_name: str, info: object) -> tuple:
     """One manifest split, checked: (build name, Hub name, family, its manifest entry, its files)."""
     where = f"{mpath}: splits.{build_name}"
-    if not isinstance(info, dict):
-        raise HubError(f"{where}: expected an object")
-    for key in _SPLIT_KEYS:
-        if key not in info:
-            raise HubError(f"{where}: missing field {key!r}")
+    info = _object(where, info, _SPLIT_KEYS)
     if not isinstance(info["files"], list) or not info["files"]:
         raise HubError(f"{where}.files: expected a non-empty list")
     files = tuple(_build_file(build_dir, f"{where}.files[{i}]", f) for i, f in enumerate(info["files"]))

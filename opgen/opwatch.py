@@ -68,29 +68,21 @@ class OperatorFault(RuntimeError, OpgenError):
         return OperatorFault(self.op_id, self.call, self.what, self.library, where)
 
 
-class OverBudget(BaseException):
-    """Raised inside an operator call that ran past the budget (not an Exception: the operator's own
-    ``except Exception`` must not swallow it)."""
+class Stopped(BaseException):
+    """An operator call the watch stopped (not an Exception: the operator's own ``except Exception``
+    must not swallow it); ``what`` it did, as an :class:`OperatorFault` says it."""
 
-    def __init__(self, op_id: str, call: str, budget_s: float):
-        super().__init__(op_id, call, budget_s)
-        self.op_id, self.call, self.budget_s = op_id, call, budget_s
-
-    @property
-    def what(self) -> str:
-        return f"ran past the per-call budget of {budget_text(self.budget_s)}"
+    def __init__(self, op_id: str, call: str, what: str):
+        super().__init__(op_id, call, what)
+        self.op_id, self.call, self.what = op_id, call, what
 
 
-class OperatorExit(BaseException):
+class OverBudget(Stopped):
+    """Raised inside an operator call that ran past the budget."""
+
+
+class OperatorExit(Stopped):
     """``os._exit(code)`` called by an operator while a watch is on."""
-
-    def __init__(self, code: int, op_id: str, call: str):
-        super().__init__(code, op_id, call)
-        self.code, self.op_id, self.call = code, op_id, call
-
-    @property
-    def what(self) -> str:
-        return f"called os._exit({self.code})"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -112,7 +104,7 @@ def render_call(op_id: str, args: tuple[Any, ...] | list[Any]) -> str:
 
 def describe(exc: BaseException) -> str:
     """What an operator that raised ``exc`` did, as a message says it."""
-    if isinstance(exc, (OverBudget, OperatorExit)):
+    if isinstance(exc, Stopped):
         return exc.what
     text = str(exc)
     return f"raised {type(exc).__name__}" + (f": {text}" if text else "")
@@ -222,14 +214,14 @@ class Watch:
         if call is None or call is not self._frame:
             self._frame, self._since, self._stopped_at = call, now, None
             return
+        past = f"ran past the per-call budget of {budget_text(self.budget_s)}"
         if self._stopped_at is None:
             if now - self._since >= self.budget_s:
                 self._stopped_at = now
-                raise OverBudget(*_as_call(call, self.codes), self.budget_s)
+                raise OverBudget(*_as_call(call, self.codes), past)
         elif now - self._stopped_at >= self.budget_s:  # it swallowed OverBudget and ran on
             op_id, shown = _as_call(call, self.codes)
-            self._end(f"operator {op_id!r}: {shown} ran past the per-call budget of {budget_text(self.budget_s)} "
-                      f"and did not stop when interrupted", EXIT_STUCK)
+            self._end(f"operator {op_id!r}: {shown} {past} and did not stop when interrupted", EXIT_STUCK)
 
     @staticmethod
     def _end(why: str, status: int) -> NoReturn:
@@ -242,7 +234,7 @@ class Watch:
         call = _outermost(sys._getframe(1), self.codes)
         if call is None:
             _REAL_EXIT(status)
-        raise OperatorExit(status, *_as_call(call, self.codes))
+        raise OperatorExit(*_as_call(call, self.codes), f"called os._exit({status})")
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
@@ -364,7 +356,7 @@ def name_fault(exc: BaseException, codes: Codes, run_again: Callable[[], object]
     if isinstance(exc, OpgenError) or _is_signal(exc):
         return None
     # A BaseException that no operator raised is a signal or the process ending: not replayed.
-    if not isinstance(exc, Exception) and not isinstance(exc, (OverBudget, OperatorExit)):
+    if not isinstance(exc, Exception) and not isinstance(exc, Stopped):
         tb, through = exc.__traceback__, False
         while tb is not None and not through:
             through = tb.tb_frame.f_code in codes
@@ -372,7 +364,7 @@ def name_fault(exc: BaseException, codes: Codes, run_again: Callable[[], object]
         if not through:
             return None
     fault = replay(run_again, codes, library)
-    if fault is None and isinstance(exc, (OverBudget, OperatorExit)):
+    if fault is None and isinstance(exc, Stopped):
         # not repeated (an operator that is not deterministic): what the watch saw, arguments as the frame held them
         fault = OperatorFault(exc.op_id, exc.call, exc.what, library)
     return fault

@@ -474,13 +474,7 @@ def _plan_passes(models: Sequence[Path], names: Sequence[str], out: Path, loaded
         m = metrics_header(model, name, cfg)
         metrics.append(m)
         mine: list[_Pass] = []
-        for data, rows, suffix, plan, skipped in passes(loaded, cfg):
-            dn = data_name(data)
-            if not suffix:
-                m["data"][dn] = {"path": str(data), "rows": len(rows)}
-            if skipped is not None:
-                m["data"][dn]["decomposed"] = {"skipped": skipped}
-                continue
+        for data, _, rows, suffix, plan in passes(loaded, cfg, m):
             p, pending = _open_pass(mi, model, model_dir, out, name, data, rows, suffix, plan, cfg)
             mine.append(p)
             chunks = make_chunks(pending, batch, chunk_rows)

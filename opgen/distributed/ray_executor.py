@@ -67,6 +67,22 @@ def init(ray, opts: RayOptions) -> bool:
     return True
 
 
+def _close_and_kill(ray, actors: Sequence, timeout: float) -> None:
+    """Ask each actor to close (waiting ``timeout`` seconds at most), then kill it; an actor already
+    dead is no error."""
+    if not actors:
+        return
+    try:
+        ray.wait([a.close.remote() for a in actors], num_returns=len(actors), timeout=timeout)
+    except Exception:
+        pass
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:
+            pass
+
+
 class RayPool:
     """The `driver` pool interface over Ray actors."""
 
@@ -176,17 +192,8 @@ class RayPool:
 
     def release(self) -> None:
         """Stop the replicas and free their placement group (scoring tasks may then use it)."""
-        ray = self.ray
-        if self.actors:  # let each engine shut down (vLLM's engine core is a process of its own)
-            try:
-                ray.wait([a.close.remote() for a in self.actors], num_returns=len(self.actors), timeout=60)
-            except Exception:
-                pass
-        for actor in self.actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:
-                pass
+        # let each engine shut down (vLLM's engine core is a process of its own)
+        _close_and_kill(self.ray, self.actors, timeout=60)
         self.actors = []
         if self.pg is not None:
             try:
@@ -355,20 +362,10 @@ class RaySandbox:
                 self._busy[i] -= 1
 
     def close(self) -> None:
-        ray = self.ray
-        if self.hosts:
-            try:
-                ray.wait([h.close.remote() for h in self.hosts], num_returns=len(self.hosts), timeout=30)
-            except Exception:
-                pass
-            for h in self.hosts:
-                try:
-                    ray.kill(h, no_restart=True)
-                except Exception:
-                    pass
-            self.hosts = []
-        if self.started and ray.is_initialized():
-            ray.shutdown()
+        _close_and_kill(self.ray, self.hosts, timeout=30)
+        self.hosts = []
+        if self.started and self.ray.is_initialized():
+            self.ray.shutdown()
             self.started = False
 
     def __enter__(self) -> RaySandbox:

@@ -237,6 +237,20 @@ def _errbar(p: Mapping) -> tuple[float, float]:
     return (e - lo if lo is not None else 0.0, hi - e if hi is not None else 0.0)
 
 
+def _with_ci(stat: Mapping) -> str:
+    """A correlation's estimate and its interval over runs: ``+0.83 [+0.41, +0.97]``, ``n/a``."""
+    est = "n/a" if stat["estimate"] is None else f"{stat['estimate']:+.2f}"
+    ci = stat.get("ci_runs")
+    return est + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "")
+
+
+def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.25)
+
+
 def _plot_levels(split: str, sp: Mapping, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -264,14 +278,7 @@ def _plot_levels(split: str, sp: Mapping, path: Path) -> Path:
             with np.errstate(all="ignore"):
                 curve = ex["gamma"]["estimate"] + ex["alpha"]["estimate"] * np.exp(-ex["beta"]["estimate"] * ls)
             ax.plot(ls, curve, "-", color="C1", lw=1.2)
-        sr = a["spearman"]
-        rho = "n/a" if sr["estimate"] is None else f"{sr['estimate']:+.2f}"
-        ci = sr.get("ci_runs")
-        ax.set_title(f"{a['y']} vs loss: Spearman {rho}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""),
-                     fontsize=9)
-        ax.set_xlabel("pretraining loss")
-        ax.set_ylabel(pname)
-        ax.grid(alpha=0.25)
+        _label(ax, f"{a['y']} vs loss: Spearman {_with_ci(a['spearman'])}", "pretraining loss", pname)
     fig.suptitle(f"{split}: levels against pretraining loss (n = {len(a['runs'])})", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
@@ -293,14 +300,8 @@ def _plot_slopes(split: str, sp: Mapping, path: Path) -> Path:
     if lf:
         ts = np.linspace(T.min(), T.max(), 20)
         ax.plot(ts, lf["intercept"]["estimate"] + lf["slope"]["estimate"] * ts, "-", color="C1", lw=1.2)
-    pr = a["pearson"]
-    r = "n/a" if pr["estimate"] is None else f"{pr['estimate']:+.2f}"
-    ci = pr.get("ci_runs")
-    ax.set_title(f"{split}: B vs log10 tokens: Pearson {r}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""),
-                 fontsize=9)
-    ax.set_xlabel("log10 pretraining tokens")
-    ax.set_ylabel("B (linear_log slope per decade of compute)")
-    ax.grid(alpha=0.25)
+    _label(ax, f"{split}: B vs log10 tokens: Pearson {_with_ci(a['pearson'])}", "log10 pretraining tokens",
+           "B (linear_log slope per decade of compute)")
     fig.tight_layout()
     return _save(fig, path)
 

@@ -164,13 +164,20 @@ def metrics_header(model: Path, name: str, cfg: EvalConfig) -> dict:
     }
 
 
-def passes(loaded, cfg: EvalConfig):
-    """(data, rows, suffix, plan, skipped reason or None) for each pass the config asks for, in order."""
+def passes(loaded, cfg: EvalConfig, metrics: dict):
+    """(data, its data name, rows, suffix, plan) for each pass the config asks for, in order. Records
+    each data file in ``metrics["data"]`` (its path and rows) as it comes, and a decomposed pass
+    that does not apply there (its reason) instead of yielding it."""
     for data, rows in loaded:
-        yield data, rows, "", plain_plan(cfg.sampling), None
+        dn = data_name(data)
+        metrics["data"][dn] = {"path": str(data), "rows": len(rows)}
+        yield data, dn, rows, "", plain_plan(cfg.sampling)
         if cfg.decomposed:
             why = decomposed.applicable(rows)
-            yield data, rows, "_decomposed", (decomposed.decomposed_plan(cfg.sampling) if why is None else None), why
+            if why is not None:
+                metrics["data"][dn]["decomposed"] = {"skipped": why}
+            else:
+                yield data, dn, rows, "_decomposed", decomposed.decomposed_plan(cfg.sampling)
 
 
 def evaluate_model(model: Path, name: str, data_files: Sequence[Path], out: Path, cfg: EvalConfig) -> dict:
@@ -183,13 +190,7 @@ def evaluate_model(model: Path, name: str, data_files: Sequence[Path], out: Path
     with make_backend(cfg.backend, model, cfg.sampling, cfg.engine, openai=cfg.openai) as backend:
         # made once the data and the model are there: an eval that fails up front leaves no empty folder
         model_dir.mkdir(parents=True, exist_ok=True)
-        for data, rows, suffix, plan, skipped in passes(loaded, cfg):
-            dn = data_name(data)
-            if not suffix:
-                metrics["data"][dn] = {"path": str(data), "rows": len(rows)}
-            if skipped is not None:
-                metrics["data"][dn]["decomposed"] = {"skipped": skipped}
-                continue
+        for data, dn, rows, suffix, plan in passes(loaded, cfg, metrics):
             backend.begin_data(dn + suffix)
             result = _one_pass(backend, model_dir, model, data, rows, plan, suffix, cfg, name)
             if suffix:

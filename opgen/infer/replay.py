@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from opgen.infer.base import STOP, Backend, BackendError, Generation, Request, Sampling, prompt_sha256
+from opgen.infer.run import open_parquet
 
 _NAMES = ("{}_generations.jsonl", "{}_responses.jsonl", "{}.jsonl", "{}_generations.parquet")
 # verl's generation file records no finish reason: truncation is unknown, never counted as "length".
@@ -174,13 +175,8 @@ def load_verl_generations(path: Path) -> dict[str, dict]:
     rows were reordered, stops at the first row that differs.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as exc:
-        raise BackendError(f"{path}: not a readable parquet file ({exc})") from None
-    names = set(pf.schema_arrow.names)
+    pf, names = open_parquet(path, BackendError)
     for col in ("responses", "prompt"):
         if col not in names:
             raise BackendError(f"{path} is a parquet file with no {col!r} column, so not verl's generation output "

@@ -70,15 +70,21 @@ class Row:
     data_source: str = ""  # what the scorer's records carry of the row
 
 
-def read_rows(path: Path, limit: int | None = None) -> list[Row]:
-    """The rows of one parquet data file, checked against the rows contract."""
+def open_parquet(path: Path, error: type[Exception]) -> tuple[Any, set[str]]:
+    """A parquet file opened to be read batch by batch, and its column names; ``error`` naming the
+    file when it is not one."""
     import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(path)
     except Exception as exc:
-        raise DataError(f"{path}: not a readable parquet file ({exc})") from None
-    names = set(pf.schema_arrow.names)
+        raise error(f"{path}: not a readable parquet file ({exc})") from None
+    return pf, set(pf.schema_arrow.names)
+
+
+def read_rows(path: Path, limit: int | None = None) -> list[Row]:
+    """The rows of one parquet data file, checked against the rows contract."""
+    pf, names = open_parquet(path, DataError)
     for col in ("prompt", "reward_model"):
         if col not in names:
             raise DataError(f"{path}: missing column {col!r} (has {', '.join(sorted(names))})")

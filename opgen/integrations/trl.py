@@ -21,14 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from opgen.integrations.common import (
-    SETTINGS,
-    AdapterError,
-    completion_text,
-    extra_info_of,
-    grade_batch,
-    ground_truth_of,
-)
+from opgen.integrations import common
 
 __all__ = ["grpo_dataset", "make_reward", "reward", "sft_dataset"]
 
@@ -37,20 +30,20 @@ def make_reward(**settings: Any):
     """A TRL reward function with scorer settings fixed (``policy``, ``group``, ``mode``,
     ``namespace``, ``static``, ``allow_weak_sandbox``, or ``settings=`` a GradeSettings); its
     ``__name__`` is what TRL logs it as."""
-    unknown = sorted(set(settings) - set(SETTINGS))
+    unknown = sorted(set(settings) - set(common.SETTINGS))
     if unknown:
-        raise TypeError(f"make_reward: unknown settings {', '.join(unknown)} (known: {', '.join(SETTINGS)})")
+        raise TypeError(f"make_reward: unknown settings {', '.join(unknown)} (known: {', '.join(common.SETTINGS)})")
 
     def opgen_reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
                      **kwargs: Any) -> list[float]:
         if completions is None:
-            raise AdapterError("opgen reward: no completions")
+            raise common.AdapterError("opgen reward: no completions")
         n = len(completions)
         truths, extras = _column_truths(kwargs, n)
-        texts = [completion_text(c, f"completions[{i}]") for i, c in enumerate(completions)]
+        texts = [common.completion_text(c, f"completions[{i}]") for i, c in enumerate(completions)]
         sources = kwargs.get("data_source")
-        grades = grade_batch(truths, texts, extras, list(sources) if sources is not None else None,
-                             **settings)
+        grades = common.grade_batch(truths, texts, extras, list(sources) if sources is not None else None,
+                                    **settings)
         return [float(g["score"]) for g in grades]
 
     opgen_reward.__name__ = "opgen_reward"
@@ -63,19 +56,19 @@ def _column_truths(kwargs: dict, n: int) -> tuple[list, list[dict]]:
     if "ground_truth" in kwargs:
         truths = list(kwargs["ground_truth"])
     elif "reward_model" in kwargs:
-        truths = [ground_truth_of({"reward_model": rm}, f"reward_model[{i}]")
+        truths = [common.ground_truth_of({"reward_model": rm}, f"reward_model[{i}]")
                   for i, rm in enumerate(kwargs["reward_model"])]
     else:
-        raise AdapterError("opgen reward: the dataset has neither a 'ground_truth' nor a 'reward_model' column "
-                           "(build it with opgen.integrations.trl.grpo_dataset, or keep opgen's columns)")
+        raise common.AdapterError("opgen reward: the dataset has neither a 'ground_truth' nor a 'reward_model' column "
+                                  "(build it with opgen.integrations.trl.grpo_dataset, or keep opgen's columns)")
     extras_col = kwargs.get("extra_info")
-    extras = [extra_info_of({"extra_info": e}) for e in extras_col] if extras_col is not None else [{}] * n
+    extras = [common.extra_info_of({"extra_info": e}) for e in extras_col] if extras_col is not None else [{}] * n
     if len(truths) != n or len(extras) != n:
-        raise AdapterError(f"opgen reward: {n} completions but {len(truths)} ground truths and {len(extras)} "
-                           "extra_info entries")
+        raise common.AdapterError(f"opgen reward: {n} completions but {len(truths)} ground truths and {len(extras)} "
+                                  "extra_info entries")
     for i, t in enumerate(truths):
         if not isinstance(t, (str, dict)):
-            raise AdapterError(f"opgen reward: ground_truth[{i}] is {type(t).__name__}, not a JSON string")
+            raise common.AdapterError(f"opgen reward: ground_truth[{i}] is {type(t).__name__}, not a JSON string")
     return truths, extras
 
 
@@ -84,7 +77,7 @@ reward = make_reward()
 
 
 def _view_extra(row: dict) -> dict:
-    return extra_info_of(row)
+    return common.extra_info_of(row)
 
 
 def grpo_dataset(rows: Any):
@@ -98,10 +91,10 @@ def grpo_dataset(rows: Any):
 
     out = []
     for i, row in enumerate(rows_list(rows)):
-        gt = ground_truth_of(row, f"row {i}")
+        gt = common.ground_truth_of(row, f"row {i}")
         prompt = row.get("prompt")
         if not isinstance(prompt, list) or not prompt:
-            raise AdapterError(f"row {i}: prompt must be a non-empty list of messages")
+            raise common.AdapterError(f"row {i}: prompt must be a non-empty list of messages")
         try:
             gold = gold_answer(row)
         except (ValueError, KeyError):
@@ -134,9 +127,9 @@ def sft_dataset(rows: Any):
             try:
                 answer = gold_answer(row)
             except (ValueError, KeyError) as exc:
-                raise AdapterError(f"row {i}: no gold answer for an SFT completion ({exc})") from None
+                raise common.AdapterError(f"row {i}: no gold answer for an SFT completion ({exc})") from None
         if not prompt:
-            raise AdapterError(f"row {i}: no prompt messages")
+            raise common.AdapterError(f"row {i}: no prompt messages")
         out.append({"prompt": prompt, "completion": [{"role": "assistant", "content": answer}]})
     return datasets.Dataset.from_list(out)
 

@@ -27,14 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import opgen
-from opgen.integrations.common import (
-    SETTINGS,
-    AdapterError,
-    completion_text,
-    extra_info_of,
-    grade_batch,
-    ground_truth_of,
-)
+from opgen.integrations import common
 
 # the classes are built on first use (__getattr__ below); verifiers' loader finds them in __all__
 __all__ = [  # noqa: F822
@@ -52,11 +45,11 @@ def task_fields(row: Mapping, i: int = 0) -> dict:
     ``id`` (its ``extra_info.row_id`` when it has one), ``ground_truth`` (JSON text),
     ``extra_info`` (the row's), ``data_source``."""
     where = f"row {i}"
-    gt = ground_truth_of(row, where)
+    gt = common.ground_truth_of(row, where)
     prompt = row.get("prompt")
     if not isinstance(prompt, list) or not prompt:
-        raise AdapterError(f"{where}: prompt must be a non-empty list of messages")
-    extra = extra_info_of(row)
+        raise common.AdapterError(f"{where}: prompt must be a non-empty list of messages")
+    extra = common.extra_info_of(row)
     rid = extra.get("row_id")
     return {"id": None if rid is None else str(rid),
             "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt],
@@ -73,7 +66,7 @@ def _reply(trace: Any) -> str:
     content = last.get("content") if isinstance(last, Mapping) else getattr(last, "content", None)
     if isinstance(content, list):  # content parts
         content = [p if isinstance(p, Mapping) else getattr(p, "model_dump", lambda: {})() for p in content]
-    return completion_text([{"role": "assistant", "content": content}], "trace.assistant_messages[-1]")
+    return common.completion_text([{"role": "assistant", "content": content}], "trace.assistant_messages[-1]")
 
 
 def grade_trace(task: Any, trace: Any, **settings: Any) -> dict:
@@ -88,10 +81,10 @@ def grade_trace(task: Any, trace: Any, **settings: Any) -> dict:
         return {"score": float(played["reward"]), "acc": float(bool(played["scores"]) and played["scores"][-1] >= 1.0)}
     gt = getattr(task, "ground_truth", None)
     if not isinstance(gt, (str, dict)):
-        raise AdapterError("verifiers task: no ground_truth (build tasks with opgen.integrations.verifiers)")
+        raise common.AdapterError("verifiers task: no ground_truth (build tasks with opgen.integrations.verifiers)")
     extra = getattr(task, "extra_info", None) or {}
-    grade = grade_batch([gt], [_reply(trace)], [dict(extra)], [str(getattr(task, "data_source", "") or "")],
-                        **settings)[0]
+    grade = common.grade_batch([gt], [_reply(trace)], [dict(extra)], [str(getattr(task, "data_source", "") or "")],
+                               **settings)[0]
     out = {"score": float(grade["score"]), "acc": float(grade["acc"])}
     if isinstance(info, dict):
         info[_GRADE_KEY] = out
@@ -134,7 +127,7 @@ def _build() -> dict[str, Any]:
     class OpgenTask(vf.Task[OpgenData, vf.State, OpgenTaskConfig]):
         def _settings(self) -> dict:
             cfg = self.config
-            return {k: getattr(cfg, k) for k in SETTINGS if getattr(cfg, k, None) is not None}
+            return {k: getattr(cfg, k) for k in common.SETTINGS if getattr(cfg, k, None) is not None}
 
         async def validate(self, runtime: Any) -> bool | None:
             """vf-validate's gold check: the row's gold answer (:func:`opgen.gold_answer`) scores 1.0;
