@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Union
@@ -74,21 +75,27 @@ def mode_of(prompt_format: str) -> str:
     return prompt_spec(prompt_format).mode
 
 
-def check_template(template: str) -> str | None:
-    """Why ``template`` is not a prompt template (None when it is one)."""
-    import string
-
+def placeholder_problem(template: str, known: tuple[str, ...]) -> str | None:
+    """Why ``template`` is not a ``str.format`` template whose placeholders are bare names among
+    ``known`` (None when it is one): a prompt template's check, and a recipe's ``data_source``."""
+    braces = ", ".join("{" + f + "}" for f in known)
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
-        return f"not a template ({exc}); write a literal brace as {{{{ or }}}}"
+        return f"not a template ({exc}); placeholders: {braces}; write a literal brace as {{{{ or }}}}"
     for _, name, spec, conversion in parsed:
-        if name is not None and (name not in TEMPLATE_FIELDS or spec or conversion):
-            return (f"unknown placeholder {{{name}}} (known: " + ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
-                    + "; write a literal brace as {{ or }})")
-    if not any(name == "program" for _, name, _, _ in parsed):
-        return "the template has no {program} placeholder"
+        if name is not None and (name not in known or spec or conversion):
+            shown = name + ("!" + conversion if conversion else "") + (":" + spec if spec else "")
+            return f"unknown placeholder {{{shown}}} (known: {braces}; write a literal brace as {{{{ or }}}})"
     return None
+
+
+def check_template(template: str) -> str | None:
+    """Why ``template`` is not a prompt template (None when it is one)."""
+    problem = placeholder_problem(template, TEMPLATE_FIELDS)
+    if problem is None and not any(name == "program" for _, name, _, _ in string.Formatter().parse(template)):
+        return "the template has no {program} placeholder"
+    return problem
 
 
 def check_pair(prompt_format: str, answer_format: str) -> None:

@@ -169,16 +169,8 @@ class MatchedPlan:
     isolated: tuple[Entry, ...]
     grouped: tuple[Entry, ...]
 
-    @property
-    def isolated_rows_per_step(self) -> int:
-        return self.atomic_per_step + self.comps_per_step
-
-    @property
-    def grouped_step_rows(self) -> int:
-        return self.grouped_rows_per_step + self.comps_per_step
-
     def rows_per_step(self, stream: str) -> int:
-        return self.isolated_rows_per_step if stream == "isolated" else self.grouped_step_rows
+        return (self.atomic_per_step if stream == "isolated" else self.grouped_rows_per_step) + self.comps_per_step
 
     def entries(self, stream: str) -> tuple[Entry, ...]:
         if stream not in ("isolated", "grouped"):

@@ -32,19 +32,8 @@ DEFAULT_DATA_SOURCE = "opgen/{family}"
 
 def check_data_source(template: str) -> str | None:
     """Why ``template`` is not a data_source template (None when it is one)."""
-    import string
-
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        return f"{template!r} is not a template ({exc}); placeholders: {{family}}, {{depth}}"
-    for _, name, spec, conversion in parsed:
-        if name is None:
-            continue
-        if name not in DATA_SOURCE_FIELDS or spec or conversion:
-            return (f"{template!r}: unknown placeholder {{{name}{'!' + conversion if conversion else ''}"
-                    f"{':' + spec if spec else ''}}} (known: {{family}}, {{depth}})")
-    return None
+    problem = formats.placeholder_problem(template, DATA_SOURCE_FIELDS)
+    return None if problem is None else f"{template!r}: {problem}"
 
 
 class RecipeError(ValueError, OpgenError):

@@ -92,11 +92,7 @@ class Item:
 
     def recall_order(self) -> tuple[str, ...]:
         """Distinct operators in order of first appearance over the tasks (tasks in order)."""
-        seen: dict[str, None] = {}
-        for t in self.tasks:
-            for op_id in t.ops:
-                seen.setdefault(op_id, None)
-        return tuple(seen)
+        return tuple(dict.fromkeys(op_id for t in self.tasks for op_id in t.ops))
 
     def ops_sorted(self, lib: OperatorLibrary = STUDY) -> tuple[str, ...]:
         """Distinct operators over the tasks, in the order of their library (``lib``, default the study's)."""

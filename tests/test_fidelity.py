@@ -625,7 +625,7 @@ def test_scan_measured_is_scan_and_call_distances_in_one_walk():
     from opgen.formats import scan
     from opgen.generate import Context
     from opgen.generate.chains import Chains
-    from opgen.generate.measure import call_distances, scan_measured
+    from opgen.generate.measure import scan_measured
     from opgen.generate.trees import Trees
 
     gens = [Trees(Trees.resolve({"ops": "all", "depths": [1, 2, 3, 5, 8], "rows": 500, "p_method": 0.2,
@@ -640,4 +640,4 @@ def test_scan_measured_is_scan_and_call_distances_in_one_walk():
                 b: dict[str, None] = {}
                 text, depth, dist = scan_measured(program, a)
                 assert (text, depth) == scan(program, b) and list(a) == list(b)
-                assert dist == call_distances(program)
+                assert dist == tuple((t.op, t.chars, t.call_tails) for t in E.tail_distances(program))

@@ -440,6 +440,31 @@ def check_range(gen: Generator, key: str) -> tuple[int, int]:
     return lo, hi
 
 
+# The options of an InputGenerator, for its own DEFAULTS and OPTIONS_SCHEMA.
+INPUT_DEFAULTS = {"input_len": [3, 10], "alphabet": LOWERCASE, "max_output_chars": 1000}
+INPUT_OPTIONS = {
+    "input_len": LENGTH_RANGE, "alphabet": {"type": "string", "minLength": 1},
+    "max_output_chars": {"type": "integer", "minimum": 1}, "require_effect": REQUIRE_EFFECT,
+}
+
+
+class InputGenerator(Generator):
+    """A generator whose tasks run on one input ``x`` drawn on the split's side, with operators of
+    the recipe's library (atomic, chains, trees): the options in ``INPUT_OPTIONS``."""
+
+    SIDED = True
+    ANY_LIBRARY = True
+
+    def input_drawer(self):
+        """``rng -> x | None`` (``side_input`` of a text of ``input_len`` over ``alphabet``), after
+        checking ``input_len`` and ``max_output_chars`` (``check_cap``); sets ``in_lo``, ``in_hi``
+        and ``max_len``."""
+        self.in_lo, self.in_hi = check_range(self, "input_len")
+        check_cap(self)
+        self.max_len = self.options["max_output_chars"]
+        return self.side_input(text_drawer(self.in_lo, self.in_hi, self.options["alphabet"]))
+
+
 # ---------------------------------------------------------------- registry
 
 # The bundled generator modules (each registers its classes when imported), in this order.

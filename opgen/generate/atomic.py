@@ -8,36 +8,27 @@ from __future__ import annotations
 
 from opgen import expr
 from opgen.generate import (
+    INPUT_DEFAULTS,
+    INPUT_OPTIONS,
     LENGTH_RANGE,
     OP_SET,
-    REQUIRE_EFFECT,
-    Generator,
-    check_cap,
+    InputGenerator,
     check_range,
     effect_ok,
     register_generator,
     sample_params,
     text,
 )
-from opgen.rng import LOWERCASE
 from opgen.tasks import Item, Task
 
 
-class Atomic(Generator):
+class Atomic(InputGenerator):
     NAME = "atomic"
     VERSION = 2  # 2: inputs on the role's side (opgen.rng.input_side: eval tasks never equal training ones)
-    SIDED = True
-    ANY_LIBRARY = True
-    DEFAULTS = {
-        "ops": "all", "per_op": None, "rows": None, "input_len": [3, 10], "literal_len": [3, 6],
-        "alphabet": LOWERCASE, "max_output_chars": 1000,
-    }
+    DEFAULTS = {"ops": "all", "per_op": None, "rows": None, "literal_len": [3, 6], **INPUT_DEFAULTS}
     OPTIONS_SCHEMA = {"properties": {
         "ops": OP_SET, "per_op": {"type": ["integer", "null"], "minimum": 1},
-        "rows": {"type": ["integer", "null"], "minimum": 1},
-        "input_len": LENGTH_RANGE, "literal_len": LENGTH_RANGE,
-        "alphabet": {"type": "string", "minLength": 1}, "max_output_chars": {"type": "integer", "minimum": 1},
-        "require_effect": REQUIRE_EFFECT,
+        "rows": {"type": ["integer", "null"], "minimum": 1}, "literal_len": LENGTH_RANGE, **INPUT_OPTIONS,
     }}
 
     def __init__(self, options, ctx):
@@ -47,11 +38,8 @@ class Atomic(Generator):
         if (o["per_op"] is None) == (o["rows"] is None):
             raise self.fail("", "give exactly one of per_op (rows per operator) or rows (total)")
         self.total = o["per_op"] * len(self.members) if o["per_op"] is not None else o["rows"]
-        self.in_lo, self.in_hi = check_range(self, "input_len")
+        self._input = self.input_drawer()
         self.lit_lo, self.lit_hi = check_range(self, "literal_len")
-        check_cap(self)
-        lo, hi, alphabet = self.in_lo, self.in_hi, o["alphabet"]
-        self._input = self.side_input(lambda rng: text(rng, lo, hi, alphabet))
 
     def count(self) -> int:
         return self.total
@@ -71,9 +59,8 @@ class Atomic(Generator):
         program = expr.Call(op.id, args, sample_params(op, rng))
         # One operator call on known strings: evaluated here directly, with the evaluator's guards
         # (the size precheck before the call, the cap on every value), not by walking the tree.
-        max_len = self.options["max_output_chars"]
         try:
-            out = expr.call_capped(program, op.fn, (x,) if lit is None else (x, lit.value), max_len, op)
+            out = expr.call_capped(program, op.fn, (x,) if lit is None else (x, lit.value), self.max_len, op)
         except expr.OutputTooLong:
             self.rejections["output_too_long"] += 1
             return None

@@ -5,34 +5,23 @@ from __future__ import annotations
 from opgen import expr
 from opgen.generate import (
     DEPTH_PLAN_SCHEMA,
-    LENGTH_RANGE,
+    INPUT_DEFAULTS,
+    INPUT_OPTIONS,
     OP_SET,
-    REQUIRE_EFFECT,
     DepthPlan,
-    Generator,
-    check_cap,
-    check_range,
+    InputGenerator,
     register_generator,
     sample_params,
-    text,
 )
-from opgen.rng import LOWERCASE
 from opgen.tasks import Item, Task, with_unchanged
 
 
-class Chains(Generator):
+class Chains(InputGenerator):
     NAME = "chains"
     VERSION = 2  # 2: inputs on the role's side (opgen.rng.input_side: eval tasks never equal training ones)
-    SIDED = True
-    ANY_LIBRARY = True
-    DEFAULTS = {
-        "ops": "heldout", "depths": [1], "per_depth": None, "rows": None,
-        "no_repeat": True, "input_len": [3, 10], "alphabet": LOWERCASE, "max_output_chars": 1000,
-    }
+    DEFAULTS = {"ops": "heldout", "depths": [1], "per_depth": None, "rows": None, "no_repeat": True, **INPUT_DEFAULTS}
     OPTIONS_SCHEMA = {"properties": {
-        "ops": OP_SET, **DEPTH_PLAN_SCHEMA, "no_repeat": {"type": "boolean"},
-        "input_len": LENGTH_RANGE, "alphabet": {"type": "string", "minLength": 1},
-        "max_output_chars": {"type": "integer", "minimum": 1}, "require_effect": REQUIRE_EFFECT,
+        "ops": OP_SET, **DEPTH_PLAN_SCHEMA, "no_repeat": {"type": "boolean"}, **INPUT_OPTIONS,
     }}
 
     def __init__(self, options, ctx):
@@ -48,11 +37,7 @@ class Chains(Generator):
         self.unary = [op for op in members if op.n_inputs == 1]
         if not self.unary or (o["no_repeat"] and len(self.unary) < 2 and max(self.plan.depths) > 1):
             raise self.fail("ops", "too few unary operators for these depths")
-        self.in_lo, self.in_hi = check_range(self, "input_len")
-        check_cap(self)
-        self.max_len = o["max_output_chars"]
-        lo, hi, alphabet = self.in_lo, self.in_hi, o["alphabet"]
-        self._input = self.side_input(lambda rng: text(rng, lo, hi, alphabet))
+        self._input = self.input_drawer()
 
     def count(self) -> int:
         return self.plan.total

@@ -64,39 +64,9 @@ def task_unchanged_calls(task, lib: OperatorLibrary = STUDY) -> int:
 def call_distances(program: expr.Expr) -> tuple[tuple[str, int, int], ...]:
     """``(op, chars, call_tails)`` per parameterised call in pre-order: the characters between the
     end of the call's name and the start of its own trailing argument, and how many other library
-    calls' parameter tails lie in between (``expr.tail_distances``, as the probes measure them)."""
-    out: list = []
-
-    def rec(e: Any) -> tuple[str, int]:  # an E.Expr, dispatched on its exact type
-        """(rendered text, parameterised calls inside) — the text as ``expr.render`` writes it."""
-        t = type(e)
-        if t is _Var:
-            return e.name, 0
-        if t is _Lit:
-            return repr(e.value), 0
-        if t is _Call:
-            slot = len(out)
-            if e.params:
-                out.append(None)  # pre-order: this call before the calls inside it
-            texts, inside = [], 0
-            for a in e.args:
-                text, n = rec(a)
-                texts.append(text)
-                inside += n
-            params = [repr(p) for p in e.params]
-            if e.params:
-                between = "(" + ", ".join(texts) + ", " + ", ".join(params[:-1]) + (", " if len(params) > 1 else "")
-                out[slot] = (e.op, len(between), inside)
-            return f"{e.op}({', '.join(texts + params)})", inside + (1 if e.params else 0)
-        if t is _Concat:
-            left, nl = rec(e.left)
-            right, nr = rec(e.right)
-            return f"({left} + {right})", nl + nr
-        inner, n = rec(e.expr)
-        return f"({inner}).{e.name}()", n
-
-    rec(program)
-    return tuple(out)
+    calls' parameter tails lie in between (``expr.tail_distances``, as the probes measure them;
+    tests/test_fidelity.py ties the two)."""
+    return scan_measured(program, {})[2]
 
 
 def scan_measured(e: Any, seen: dict[str, None]) -> tuple[str, int, tuple[tuple[str, int, int], ...]]:
@@ -104,7 +74,7 @@ def scan_measured(e: Any, seen: dict[str, None]) -> tuple[str, int, tuple[tuple[
 
     The builder needs a distinct program's text, depth and per-call distances; walking the tree
     once instead of twice (both walks render every node) is a fifth of a chain row's time. The
-    reference pair is ``formats.scan`` / ``call_distances``; tests/test_fidelity.py ties the three.
+    references are ``formats.scan`` and ``expr.tail_distances``; tests/test_fidelity.py ties the three.
     """
     out: list = []
 

@@ -20,13 +20,12 @@ from bisect import bisect_right
 from opgen import expr, ops
 from opgen.generate import (
     DEPTH_PLAN_SCHEMA,
+    INPUT_OPTIONS,
     LENGTH_RANGE,
     OP_SET,
-    REQUIRE_EFFECT,
     DepthPlan,
-    Generator,
+    InputGenerator,
     Unsatisfiable,
-    check_cap,
     check_range,
     effect_ok,
     register_generator,
@@ -61,15 +60,13 @@ def expected_nodes(p_binary: float, d: int) -> float:
     return math.inf if exponent > 700 else math.expm1(exponent) / p_binary
 
 
-class Trees(Generator):
+class Trees(InputGenerator):
     NAME = "trees"
     # 2: a unary call's operator and integer/choice parameters in one draw; 3: counter streams
     # (opgen.rng.CounterRng), drawn for a chunk of rows at once; 4: inputs on the role's side
     # (opgen.rng.input_side: an eval task never equals a training one)
     VERSION = 4
-    SIDED = True
-    ANY_LIBRARY = True
-    DEFAULTS = {
+    DEFAULTS = {  # INPUT_DEFAULTS among the others: the order of the resolved options in a build's card
         "ops": "train", "depths": [1], "per_depth": None, "rows": None,
         "p_binary": 0.2, "p_concat": 0.5, "p_method": 0.02, "p_parameterised": 0.5, "p_leaf_x": 0.5,
         "literal_len": [3, 6], "input_len": [3, 10], "alphabet": LOWERCASE,
@@ -79,13 +76,10 @@ class Trees(Generator):
     OPTIONS_SCHEMA = {"properties": {
         "ops": OP_SET, **DEPTH_PLAN_SCHEMA,
         "p_binary": _P, "p_concat": _P, "p_method": _P, "p_parameterised": _P, "p_leaf_x": _P,
-        "literal_len": LENGTH_RANGE, "input_len": LENGTH_RANGE,
-        "alphabet": {"type": "string", "minLength": 1},
+        "literal_len": LENGTH_RANGE, **INPUT_OPTIONS,
         "methods": {"type": "array", "items": {"enum": list(ops.METHODS)}},
         "interlace_ops": {"oneOf": [{"const": "auto"}, {"type": "array", "items": {"type": "string"}}]},
-        "require_x": {"type": "boolean"}, "require_call": {"type": "boolean"},
-        "max_output_chars": {"type": "integer", "minimum": 1}, "require_effect": REQUIRE_EFFECT,
-        "max_nodes": MAX_NODES_OPTION,
+        "require_x": {"type": "boolean"}, "require_call": {"type": "boolean"}, "max_nodes": MAX_NODES_OPTION,
     }}
 
     def __init__(self, options, ctx):
@@ -107,19 +101,16 @@ class Trees(Generator):
         if not self.plain and not self.param:
             raise self.fail("ops", "the set has no unary operator to build levels from")
         self.lit_lo, self.lit_hi = check_range(self, "literal_len")
-        self.in_lo, self.in_hi = check_range(self, "input_len")
-        check_cap(self)
+        self._input = self.input_drawer()
         self.max_nodes = o.get("max_nodes", MAX_NODES)
         self._check_sizes()
         self.methods = tuple(o["methods"])
         if o["p_method"] > 0 and not self.methods:
             raise self.fail("methods", "p_method > 0 needs at least one method")
-        self.max_len = o["max_output_chars"]
         self.alphabet = o["alphabet"]
         self.require_x, self.require_call = o["require_x"], o["require_call"]
         self._call_table(o["p_parameterised"])
         self._shape_tables(o)
-        self._input = self.side_input(text_drawer(self.in_lo, self.in_hi, self.alphabet))
         self._inputs = text_vectorizer(self.in_lo, self.in_hi, self.alphabet)
         self._literal = text_drawer(self.lit_lo, self.lit_hi, self.alphabet)
         # Candidate j of row i draws from CounterRng(key, i, j): SplitMix64 over a key of the

@@ -54,11 +54,7 @@ class Truth:
 
     @property
     def recall_order(self) -> tuple[str, ...]:
-        seen: dict[str, None] = {}
-        for t in self.tasks:
-            for op in t.ops:
-                seen.setdefault(op, None)
-        return tuple(seen)
+        return tuple(dict.fromkeys(op for t in self.tasks for op in t.ops))
 
 
 ROW_FIELDS = ("answer_format", "assistant_prefix")  # the extra_info fields of a row that grade() reads
