@@ -14,6 +14,7 @@ from integration_fixtures import build, rows_of
 import opgen
 from opgen.integrations import common
 from opgen.integrations import trl as otrl
+from opgen.integrations import verifiers as ovf
 
 
 def test_the_fixture_spans_every_score(graded):
@@ -34,6 +35,20 @@ def test_trl_reward_equals_opgen_score_for_plain_and_conversational_completions(
     # opgen's parquet columns as they are (reward_model / extra_info), without the view
     raw = {"reward_model": [r["reward_model"] for r in rows], "extra_info": [r["extra_info"] for r in rows]}
     assert otrl.reward(prompts=[r["prompt"] for r in rows], completions=responses, **raw) == scores
+
+
+def test_trl_and_verifiers_views_of_a_row_are_one_view(graded):
+    rows = graded[0]
+    trl_view = list(otrl.grpo_dataset(rows))
+    for i, row in enumerate(rows):
+        task = ovf.task_fields(row, i)
+        assert task["id"] == row["extra_info"]["row_id"]
+        for key in ("prompt", "ground_truth", "data_source", "extra_info"):
+            assert trl_view[i][key] == task[key], (i, key)
+        assert task["ground_truth"] == row["reward_model"]["ground_truth"]  # JSON text, as the row holds it
+    bad = [rows[0], {**rows[1], "prompt": []}]
+    with pytest.raises(common.AdapterError, match="row 1: prompt must be a non-empty list of messages"):
+        otrl.grpo_dataset(bad)
 
 
 def test_trl_reward_refuses_a_dataset_without_ground_truth(graded):

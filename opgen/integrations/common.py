@@ -47,6 +47,19 @@ def extra_info_of(row: Mapping) -> dict:
     return dict(extra or {})
 
 
+def task_view(row: Mapping, where: str = "row") -> dict:
+    """What a trainer's task of one opgen row carries, in every adapter: ``prompt`` (the row's
+    messages, role and content as text), ``ground_truth`` (JSON text), ``data_source``,
+    ``extra_info`` (the row's). A row without them raises, naming ``where``."""
+    gt = ground_truth_of(row, where)
+    prompt = row.get("prompt")
+    if not isinstance(prompt, list) or not prompt:
+        raise AdapterError(f"{where}: prompt must be a non-empty list of messages")
+    return {"prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt],
+            "ground_truth": gt if isinstance(gt, str) else json.dumps(gt, ensure_ascii=False),
+            "data_source": str(row.get("data_source") or ""), "extra_info": extra_info_of(row)}
+
+
 def completion_text(completion: Any, where: str = "completion") -> str:
     """A completion's text: a string as it is; a conversational completion (a list of messages)
     as the content of its assistant messages, joined (TRL and verifiers hand over a list holding

@@ -76,10 +76,6 @@ def _column_truths(kwargs: dict, n: int) -> tuple[list, list[dict]]:
 reward = make_reward()
 
 
-def _view_extra(row: dict) -> dict:
-    return common.extra_info_of(row)
-
-
 def grpo_dataset(rows: Any):
     """A ``datasets.Dataset`` for ``GRPOTrainer``: ``prompt`` (the row's conversational prompt),
     ``ground_truth`` (the JSON text the reward reads), ``data_source``, ``extra_info`` (the row's,
@@ -91,18 +87,12 @@ def grpo_dataset(rows: Any):
 
     out = []
     for i, row in enumerate(rows_list(rows)):
-        gt = common.ground_truth_of(row, f"row {i}")
-        prompt = row.get("prompt")
-        if not isinstance(prompt, list) or not prompt:
-            raise common.AdapterError(f"row {i}: prompt must be a non-empty list of messages")
+        view = common.task_view(row, f"row {i}")
         try:
-            gold = gold_answer(row)
+            view["gold_answer"] = gold_answer(row)
         except (ValueError, KeyError):
-            gold = ""  # a native row: its ground truth holds no program of opgen's
-        out.append({"prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt],
-                    "ground_truth": gt if isinstance(gt, str) else _json(gt),
-                    "data_source": str(row.get("data_source") or ""), "extra_info": _view_extra(row),
-                    "gold_answer": gold})
+            view["gold_answer"] = ""  # a native row: its ground truth holds no program of opgen's
+        out.append(view)
     return datasets.Dataset.from_list(out)
 
 
@@ -132,12 +122,6 @@ def sft_dataset(rows: Any):
             raise common.AdapterError(f"row {i}: no prompt messages")
         out.append({"prompt": prompt, "completion": [{"role": "assistant", "content": answer}]})
     return datasets.Dataset.from_list(out)
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
 
 
 def _datasets() -> Any:

@@ -22,7 +22,6 @@ verifiers is imported only when a class here is first used (PEP 562 ``__getattr_
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,17 +43,9 @@ def task_fields(row: Mapping, i: int = 0) -> dict:
     """One opgen row as the fields of an opgen task's data: ``prompt`` (the row's messages),
     ``id`` (its ``extra_info.row_id`` when it has one), ``ground_truth`` (JSON text),
     ``extra_info`` (the row's), ``data_source``."""
-    where = f"row {i}"
-    gt = common.ground_truth_of(row, where)
-    prompt = row.get("prompt")
-    if not isinstance(prompt, list) or not prompt:
-        raise common.AdapterError(f"{where}: prompt must be a non-empty list of messages")
-    extra = common.extra_info_of(row)
-    rid = extra.get("row_id")
-    return {"id": None if rid is None else str(rid),
-            "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt],
-            "ground_truth": gt if isinstance(gt, str) else json.dumps(gt, ensure_ascii=False),
-            "extra_info": extra, "data_source": str(row.get("data_source") or "")}
+    view = common.task_view(row, f"row {i}")
+    rid = view["extra_info"].get("row_id")
+    return {"id": None if rid is None else str(rid), **view}
 
 
 def _reply(trace: Any) -> str:
